@@ -1,0 +1,37 @@
+"""The `sbx` command line: wires the layers together and turns operator errors into one line.
+
+Each command group lives in its own module (`cli_exec`, `cli_image`, `cli_audit`,
+`cli_ask`); this module only assembles them and owns the error boundary:
+a `SandboxError` (or any error the operator must fix) prints one line on stderr
+and exits non-zero, never a stack trace from our own code.
+"""
+
+from __future__ import annotations
+
+import click
+
+from agent import cli_ask, cli_audit, cli_exec, cli_image
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="sbx")
+def cli() -> None:
+    """sbx: run model-written Python in locked-down, throw-away Docker containers.
+
+    \b
+    First steps:
+      sbx image build                 build the sandbox image (offline, once)
+      sbx doctor                      check the engine, the image and the limits
+      sbx exec analysis.py --data sales.csv --output out/
+    """
+
+
+cli_exec.register(cli)
+cli_image.register(cli)
+cli_audit.register(cli)
+cli_ask.register(cli)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="sbx")

@@ -1,0 +1,44 @@
+"""Errors an operator must fix. Each message is one line that says what to do.
+
+Hierarchy:
+
+    SandboxError
+    ├── DockerUnavailable   engine not installed, not running, or not reachable
+    ├── ImageMissing        the sandbox image has not been built
+    ├── RuntimeUnavailable  the requested OCI runtime is not registered
+    ├── InvalidInput        unreadable data path, code not UTF-8 or too large
+    ├── SandboxBroken       the in-container runner misbehaved (protocol, crash at start)
+    └── HostBusy            the host-wide cap was reached and the wait timed out
+
+Errors in the executed code are never raised: they are `ExecutionResult` fields.
+"""
+
+from __future__ import annotations
+
+
+class SandboxError(Exception):
+    """Base class: an error the operator (not the model) has to act on."""
+
+
+class DockerUnavailable(SandboxError):
+    """The Docker engine cannot be reached."""
+
+
+class ImageMissing(SandboxError):
+    """The sandbox image does not exist locally (we never pull)."""
+
+
+class RuntimeUnavailable(SandboxError):
+    """The requested OCI runtime (e.g. runsc) is not registered with the engine."""
+
+
+class InvalidInput(SandboxError):
+    """The caller passed something we refuse: bad data path, non-UTF-8 or oversized code."""
+
+
+class SandboxBroken(SandboxError):
+    """The container or its runner did not behave as the protocol requires."""
+
+
+class HostBusy(SandboxError):
+    """The host-wide sandbox cap stayed full for longer than the caller would wait."""

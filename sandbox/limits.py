@@ -1,0 +1,57 @@
+"""`Limits`: every resource and isolation knob of one sandbox, closed by default.
+
+`Limits()` with no arguments is the hardened configuration: no network, 1 CPU,
+512 MiB without swap, a pids limit, a 30 s wall clock per execution, capped
+output. Opening anything (network, another runtime) is an explicit field that
+the policy file and the audit log show. Unknown keys are an error, so a typo
+in a policy file never silently becomes a default.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+
+from sandbox.units import parse_cpus, parse_duration, parse_size
+
+Bytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0), PlainSerializer(int)]
+Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+Cpus = Annotated[float, BeforeValidator(parse_cpus), Field(gt=0, le=64)]
+
+
+class Limits(BaseModel):
+    """Resource and isolation limits for one sandbox container (and each execution in it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpus: Cpus = 1.0
+    """CPU quota in CPUs (`"1.5"` = one and a half cores), enforced by the CFS quota."""
+    memory: Bytes = parse_size("512m")
+    """Memory limit in bytes (`"512m"`); swap is set equal, so the sandbox never swaps."""
+    pids: int = Field(default=256, ge=16, le=65536)
+    """Most processes plus threads alive at once in the container (runc counts threads)."""
+    timeout: Seconds = 30.0
+    """Wall-clock seconds one execution may run before its interpreter is killed (`"30s"`)."""
+    stdout_bytes: Bytes = parse_size("1m")
+    """Bytes of stdout kept per execution (head and tail); the rest is counted and dropped."""
+    stderr_bytes: Bytes = parse_size("256k")
+    """Bytes of stderr kept per execution (head and tail); the rest is counted and dropped."""
+    tmp_size: Bytes = parse_size("256m")
+    """Size of the `/tmp` and `/work` scratch tmpfs mounts (each); counts against memory."""
+    output_size: Bytes = parse_size("256m")
+    """Size of the `/output` tmpfs where the code leaves artifacts."""
+    max_artifact_bytes: Bytes = parse_size("32m")
+    """Largest single artifact copied out of `/output`; bigger ones are refused and reported."""
+    max_artifacts: int = Field(default=64, ge=0, le=10_000)
+    """Most artifacts copied out per execution; the rest are refused and reported."""
+    max_code_bytes: Bytes = parse_size("1m")
+    """Largest program accepted for one execution."""
+    network: Literal["none", "bridge"] = "none"
+    """`none` (default): no network device but loopback. `bridge` opens egress: audited."""
+    runtime: str = Field(default="runc", pattern=r"^[a-z][a-z0-9._-]{0,63}$")
+    """OCI runtime registered with the engine: `runc` (default) or `runsc` (gVisor)."""
+    nofile: int = Field(default=1024, ge=64, le=1_048_576)
+    """Open file descriptors per process (RLIMIT_NOFILE)."""
+    fsize: Bytes = parse_size("256m")
+    """Largest file a process may write (RLIMIT_FSIZE), a second bound beside the tmpfs sizes."""
