@@ -1,0 +1,586 @@
+"""The in-container runner: a supervisor that owns the protocol and a kernel that runs code.
+
+It ships inside the sandbox image and imports nothing but the standard library.
+
+Two processes, so that model-written code can never speak the protocol:
+
+* The **supervisor** (this file, no arguments) reads one JSON request per line
+  on stdin and writes JSON frames, one per line, on stdout: that stream is the
+  Docker attach socket the host holds. It marks itself non-dumpable, so code
+  running as the same uid cannot open its descriptors through /proc or ptrace
+  it. It enforces the execution timeout, caps stdout and stderr (head and
+  tail), kills stray processes after each execution, reads the cgroup's CPU and
+  memory figures, and lists `/output` for artifacts.
+* The **kernel** (`--kernel R W`) holds the user's variables between
+  executions, like a notebook. Its stdout and stderr are pipes to the
+  supervisor; it gets requests and sends replies on two other pipes. When it
+  dies (timeout, OOM kill, `os._exit`) the supervisor starts a new one and the
+  result says that state was reset.
+
+The host treats every frame from here as untrusted input anyway: the
+container is the boundary, not this file.
+
+Frames written to stdout (each a JSON object with a `type`):
+    ready     {"type": "ready", "protocol": 1}
+    artifact  {"type": "artifact", "id", "name", "size", "data": base64}
+    result    {"type": "result", "id", "exit_code", "error", "stdout", "stderr",
+               "stdout_total", "stdout_dropped", "stderr_total", "stderr_dropped",
+               "timed_out", "killed_signal", "oom_killed", "state_reset",
+               "cpu_seconds", "peak_memory_bytes", "refused": [{"name", "reason"}]}
+    fatal     {"type": "fatal", "message"}   the supervisor could not serve a request
+Request read from stdin:
+    {"type": "exec", "id": int, "code": str, "timeout": float, "stdout_cap": int,
+     "stderr_cap": int, "max_artifact_bytes": int, "max_artifacts": int}
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import builtins
+import ctypes
+import json
+import linecache
+import os
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any
+
+PROTOCOL = 1
+OUTPUT_DIR = "/output"
+FONT_CACHE = "/opt/sbx/matplotlib"
+MAX_REPLY_BYTES = 1 << 20
+MAX_ERROR_CHARS = 16_000
+MAX_ARTIFACT_DEPTH = 8
+_LENGTH = struct.Struct(">I")
+
+
+# ---------------------------------------------------------------- framing helpers
+
+
+def write_frame(fd: int, frame: dict[str, Any]) -> None:
+    """Write one JSON line to `fd` completely (pipes and sockets may take it in parts)."""
+    data = memoryview((json.dumps(frame, separators=(",", ":")) + "\n").encode())
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+def send_message(fd: int, message: dict[str, Any]) -> None:
+    """Send a length-prefixed JSON message on a kernel control pipe."""
+    payload = json.dumps(message).encode()
+    data = memoryview(_LENGTH.pack(len(payload)) + payload)
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def read_exact(fd: int, size: int) -> bytes | None:
+    """Read exactly `size` bytes, or None at end of file."""
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = os.read(fd, size - len(chunks))
+        if not chunk:
+            return None
+        chunks += chunk
+    return bytes(chunks)
+
+
+def receive_message(fd: int) -> dict[str, Any] | None:
+    """Read one length-prefixed JSON message; None when the pipe closed or it is malformed."""
+    header = read_exact(fd, _LENGTH.size)
+    if header is None:
+        return None
+    (size,) = _LENGTH.unpack(header)
+    if size > MAX_REPLY_BYTES:
+        return None
+    payload = read_exact(fd, size)
+    if payload is None:
+        return None
+    try:
+        message = json.loads(payload)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+# ---------------------------------------------------------------- the kernel
+
+
+def kernel_main(request_fd: int, reply_fd: int) -> None:
+    """Run requests from the supervisor in one persistent namespace until the pipe closes."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")  # the OOM killer takes the kernel, never the supervisor
+    except OSError:
+        pass
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    while True:
+        request = receive_message(request_fd)
+        if request is None:
+            return
+        reply = execute_cell(str(request["code"]), int(request["id"]), namespace)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        send_message(reply_fd, reply)
+
+
+def execute_cell(code: str, cell_id: int, namespace: dict[str, Any]) -> dict[str, Any]:
+    """Execute one program; show the value of a trailing expression as a notebook does."""
+    filename = f"<cell-{cell_id}>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    try:
+        tree = ast.parse(code, filename=filename)
+        trailing = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            trailing = ast.Expression(tree.body.pop().value)  # type: ignore[attr-defined]
+        exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - this is the product
+        if trailing is not None:
+            value = eval(compile(trailing, filename, "eval"), namespace)  # noqa: S307
+            if value is not None:
+                print(repr(value))
+    except SystemExit as stop:
+        return {"exit_code": exit_code_of(stop), "error": None}
+    except BaseException as exc:  # noqa: BLE001 - every failure of user code is data
+        return {"exit_code": 1, "error": describe_error(exc)}
+    return {"exit_code": 0, "error": None}
+
+
+def exit_code_of(stop: SystemExit) -> int:
+    """Map `sys.exit(x)` to an exit status the way the interpreter does."""
+    if stop.code is None:
+        return 0
+    if isinstance(stop.code, int):
+        return stop.code & 0xFF
+    print(stop.code, file=sys.stderr)
+    return 1
+
+
+def describe_error(exc: BaseException) -> dict[str, str]:
+    """Type, message and a traceback without this file's frames."""
+    summary = traceback.TracebackException.from_exception(exc)
+    own_file = os.path.abspath(__file__)
+    summary.stack = traceback.StackSummary.from_list(
+        [frame for frame in summary.stack if os.path.abspath(frame.filename) != own_file]
+    )
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not take the kernel down
+        message = "<exception str() failed>"
+    text = "".join(summary.format())
+    return {
+        "type": type(exc).__name__[:200],
+        "message": message[:MAX_ERROR_CHARS] + ("..." if len(message) > MAX_ERROR_CHARS else ""),
+        "traceback": text if len(text) <= MAX_ERROR_CHARS else "...\n" + text[-MAX_ERROR_CHARS:],
+    }
+
+
+# ---------------------------------------------------------------- supervisor pieces
+
+
+class Capture:
+    """Keep the head and tail of a stream up to `cap` bytes and count the rest."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_cap = cap // 2
+        self.tail_cap = cap - self.head_cap
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        """Take a chunk, keeping memory bounded by the cap whatever the stream's size."""
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > 2 * self.tail_cap:
+                del self.tail[: len(self.tail) - self.tail_cap]
+
+    def render(self) -> tuple[str, int]:
+        """The kept text (with a cut marker when truncated) and the number of bytes dropped."""
+        tail = bytes(self.tail[-self.tail_cap :]) if self.tail_cap else b""
+        dropped = self.total - len(self.head) - len(tail)
+        if dropped <= 0:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace"), 0
+        marker = f"\n[... {dropped} bytes cut ...]\n".encode()
+        return (bytes(self.head) + marker + tail).decode("utf-8", "replace"), dropped
+
+
+class Cgroup:
+    """CPU and memory figures of this container's cgroup (v1 or v2), where readable."""
+
+    def __init__(self) -> None:
+        v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+        base = "/sys/fs/cgroup"
+        self.memory_now = f"{base}/memory.current" if v2 else f"{base}/memory/memory.usage_in_bytes"
+        self.memory_peak = f"{base}/memory.peak" if v2 else f"{base}/memory/memory.max_usage_in_bytes"
+        self.oom_events = f"{base}/memory.events" if v2 else f"{base}/memory/memory.oom_control"
+        self.cpu = f"{base}/cpu.stat" if v2 else f"{base}/cpuacct/cpuacct.usage"
+        self.v2 = v2
+
+    @staticmethod
+    def _read(path: str) -> str | None:
+        try:
+            with open(path) as handle:
+                return handle.read()
+        except OSError:
+            return None
+
+    def memory(self) -> int | None:
+        """Current memory use in bytes."""
+        text = self._read(self.memory_now)
+        return int(text) if text and text.strip().isdigit() else None
+
+    def peak(self) -> int | None:
+        """High-water mark of memory use since the container started."""
+        text = self._read(self.memory_peak)
+        return int(text) if text and text.strip().isdigit() else None
+
+    def oom_kills(self) -> int | None:
+        """How many processes the OOM killer has killed in this cgroup."""
+        text = self._read(self.oom_events)
+        for line in (text or "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        return None
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time used by the whole container so far."""
+        text = self._read(self.cpu)
+        if text is None:
+            return None
+        if not self.v2:
+            return int(text) / 1e9 if text.strip().isdigit() else None
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec" and value.strip().isdigit():
+                return int(value) / 1e6
+        return None
+
+
+def kill_strays(keep: set[int]) -> None:
+    """SIGKILL every process in the container but init, us and the kernel: nothing outlives a run.
+
+    Only inside a sandbox (the host sets SBX_SANDBOX=1): run by hand on a
+    workstation, this would otherwise kill every process of the same user.
+    """
+    if os.environ.get("SBX_SANDBOX") != "1":
+        return
+    for _ in range(3):
+        found = False
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) not in keep and int(entry) != 1:
+                found = True
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                except OSError:
+                    pass
+        if not found:
+            return
+        time.sleep(0.01)
+
+
+def list_artifacts(root: str, limit_depth: int = MAX_ARTIFACT_DEPTH) -> tuple[list[str], list[dict[str, str]]]:
+    """Regular files under `root` (relative names) and the entries refused, without following links."""
+    files: list[str] = []
+    refused: list[dict[str, str]] = []
+    pending = [("", 0)]
+    while pending:
+        prefix, depth = pending.pop()
+        try:
+            entries = sorted(os.scandir(os.path.join(root, prefix)), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            name = prefix + entry.name
+            if entry.is_symlink():
+                refused.append({"name": name, "reason": "symlink"})
+            elif entry.is_dir(follow_symlinks=False):
+                if depth + 1 >= limit_depth:
+                    refused.append({"name": name, "reason": "directory nested too deep"})
+                else:
+                    pending.append((name + "/", depth + 1))
+            elif entry.is_file(follow_symlinks=False):
+                files.append(name)
+            else:
+                refused.append({"name": name, "reason": "special file"})
+    return files, refused
+
+
+def read_regular_file(path: str, cap: int) -> bytes | None:
+    """The file's bytes, or None when it is not a regular file or is larger than `cap`."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not (info.st_mode & 0o170000 == 0o100000) or info.st_size > cap:
+            return None
+        data = read_exact(fd, info.st_size) or b""
+        return data if len(data) <= cap else None
+    finally:
+        os.close(fd)
+
+
+class Supervisor:
+    """Serve exec requests from stdin; one kernel at a time."""
+
+    def __init__(self) -> None:
+        self.cgroup = Cgroup()
+        self.kernel: subprocess.Popen[bytes] | None = None
+        self.request_w = -1
+        self.reply_r = -1
+        self.seen: dict[str, tuple[int, int, int]] = {}
+        self.refused_seen: set[tuple[str, str]] = set()
+
+    def start_kernel(self) -> None:
+        """Start a fresh kernel with empty state."""
+        request_r, self.request_w = os.pipe()
+        self.reply_r, reply_w = os.pipe()
+        self.kernel = subprocess.Popen(
+            [sys.executable, "-I", "-u", os.path.abspath(__file__), "--kernel",
+             str(request_r), str(reply_w)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            pass_fds=(request_r, reply_w), start_new_session=True, close_fds=True,
+        )
+        os.close(request_r)
+        os.close(reply_w)
+
+    def stop_kernel(self) -> int | None:
+        """Kill the kernel and its process group; return the wait status's signal or None."""
+        kernel, self.kernel = self.kernel, None
+        if kernel is None:
+            return None
+        for fd in (self.request_w, self.reply_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.killpg(kernel.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        kernel.wait()
+        for stream in (kernel.stdout, kernel.stderr):
+            if stream is not None:
+                stream.close()
+        return -kernel.returncode if kernel.returncode < 0 else None
+
+    def serve(self) -> None:
+        """Main loop: one request per stdin line until the host goes away."""
+        write_frame(1, {"type": "ready", "protocol": PROTOCOL})
+        stdin = os.fdopen(0, "rb", buffering=0)
+        pending = b""
+        while True:
+            chunk = stdin.read(1 << 16)
+            if not chunk:
+                return  # the host closed the attach stream: end, and let the engine remove us
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                self.handle(line)
+
+    def handle(self, line: bytes) -> None:
+        """Run one request line, reporting any failure of ours as a fatal frame."""
+        try:
+            request = json.loads(line)
+            validate_request(request)
+        except (ValueError, TypeError) as exc:
+            write_frame(1, {"type": "fatal", "message": f"bad request: {exc}"})
+            return
+        try:
+            self.execute(request)
+        except Exception as exc:  # noqa: BLE001 - the host must hear about it, not a dead socket
+            self.stop_kernel()
+            write_frame(1, {"type": "fatal", "message": f"{type(exc).__name__}: {exc}"})
+
+    def execute(self, request: dict[str, Any]) -> None:
+        """Run one program in the kernel under the request's limits and report it."""
+        if self.kernel is None:
+            self.start_kernel()
+        kernel = self.kernel
+        if kernel is None or kernel.stdout is None or kernel.stderr is None:
+            raise RuntimeError("kernel did not start")
+        out, err = Capture(request["stdout_cap"]), Capture(request["stderr_cap"])
+        cpu_before, peak_before = self.cgroup.cpu_seconds(), self.cgroup.peak()
+        oom_before = self.cgroup.oom_kills()
+        send_message(self.request_w, {"id": request["id"], "code": request["code"]})
+        reply, timed_out, sampled_peak = self.pump(kernel, out, err, request["timeout"])
+        killed_signal, state_reset = None, False
+        if reply is None:
+            killed_signal = self.stop_kernel() or (signal.SIGKILL if timed_out else None)
+            state_reset = True
+        kill_strays({os.getpid(), kernel.pid} if self.kernel else {os.getpid()})
+        self.drain(kernel, out, err)
+        oom_after = self.cgroup.oom_kills()
+        oom = bool(not timed_out and reply is None and oom_before is not None
+                   and oom_after is not None and oom_after > oom_before)
+        refused = self.send_artifacts(request)
+        stdout, stdout_dropped = out.render()
+        stderr, stderr_dropped = err.render()
+        write_frame(1, {
+            "type": "result", "id": request["id"],
+            "exit_code": exit_status(reply, killed_signal, timed_out, oom, kernel.returncode),
+            "error": (reply or {}).get("error"),
+            "stdout": stdout, "stdout_total": out.total, "stdout_dropped": stdout_dropped,
+            "stderr": stderr, "stderr_total": err.total, "stderr_dropped": stderr_dropped,
+            "timed_out": timed_out, "killed_signal": killed_signal, "oom_killed": oom,
+            "state_reset": state_reset,
+            "cpu_seconds": difference(self.cgroup.cpu_seconds(), cpu_before),
+            "peak_memory_bytes": peak_during(self.cgroup.peak(), peak_before, sampled_peak),
+            "refused": refused,
+        })
+        if self.kernel is None:
+            self.start_kernel()  # ready for the next request, off its critical path
+
+    def pump(
+        self, kernel: subprocess.Popen[bytes], out: Capture, err: Capture, timeout: float
+    ) -> tuple[dict[str, Any] | None, bool, int | None]:
+        """Move output into the captures until the kernel replies, dies or runs out of time."""
+        assert kernel.stdout is not None and kernel.stderr is not None  # noqa: S101
+        streams = {kernel.stdout.fileno(): out, kernel.stderr.fileno(): err}
+        deadline = time.monotonic() + timeout
+        peak: int | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None, True, peak
+            ready, _, _ = select.select([*streams, self.reply_r], [], [], min(remaining, 0.05))
+            usage = self.cgroup.memory()
+            if usage is not None:
+                peak = max(peak or 0, usage)
+            for fd in ready:
+                if fd == self.reply_r:
+                    return receive_message(self.reply_r), False, peak
+                data = os.read(fd, 1 << 16)
+                if data:
+                    streams[fd].feed(data)
+                else:
+                    del streams[fd]
+
+    @staticmethod
+    def drain(kernel: subprocess.Popen[bytes], out: Capture, err: Capture) -> None:
+        """Read what is left in the output pipes without blocking."""
+        for stream, capture in ((kernel.stdout, out), (kernel.stderr, err)):
+            if stream is None or stream.closed:
+                continue
+            fd = stream.fileno()
+            os.set_blocking(fd, False)
+            try:
+                while data := os.read(fd, 1 << 16):
+                    capture.feed(data)
+            except (BlockingIOError, OSError):
+                pass
+            finally:
+                os.set_blocking(fd, True)
+
+    def send_artifacts(self, request: dict[str, Any]) -> list[dict[str, str]]:
+        """Send new or changed regular files in /output; return what was refused and why."""
+        names, refused = list_artifacts(OUTPUT_DIR)
+        sent = 0
+        for name in names:
+            path = os.path.join(OUTPUT_DIR, name)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            stamp = (info.st_size, info.st_mtime_ns, info.st_ino)
+            if self.seen.get(name) == stamp:
+                continue
+            self.seen[name] = stamp
+            if sent >= request["max_artifacts"]:
+                refused.append({"name": name, "reason": "too many artifacts"})
+                continue
+            if info.st_size > request["max_artifact_bytes"]:
+                refused.append({"name": name, "reason": f"too large ({info.st_size} bytes)"})
+                continue
+            data = read_regular_file(path, request["max_artifact_bytes"])
+            if data is None:
+                refused.append({"name": name, "reason": "changed while being read or not regular"})
+                continue
+            write_frame(1, {"type": "artifact", "id": request["id"], "name": name,
+                            "size": len(data), "data": base64.b64encode(data).decode()})
+            sent += 1
+        fresh = [item for item in refused if (item["name"], item["reason"]) not in self.refused_seen]
+        self.refused_seen.update((item["name"], item["reason"]) for item in fresh)
+        return fresh
+
+
+def validate_request(request: Any) -> None:
+    """Refuse anything but a well-typed exec request (the host is trusted, but typos are not)."""
+    if not isinstance(request, dict) or request.get("type") != "exec":
+        raise ValueError("expected an object with type 'exec'")
+    fields = {"id": int, "code": str, "timeout": (int, float), "stdout_cap": int,
+              "stderr_cap": int, "max_artifact_bytes": int, "max_artifacts": int}
+    for key, kind in fields.items():
+        if not isinstance(request.get(key), kind) or isinstance(request.get(key), bool):
+            raise ValueError(f"field {key!r} missing or of the wrong type")
+
+
+def exit_status(
+    reply: dict[str, Any] | None, killed: int | None, timed_out: bool, oom: bool, code: int | None
+) -> int:
+    """The execution's exit status: the program's own, or 124 timeout, 137 OOM, 128+N signal."""
+    if reply is not None:
+        return int(reply.get("exit_code", 1))
+    if timed_out:
+        return 124
+    if oom:
+        return 137
+    if killed:
+        return 128 + killed
+    return code if code is not None and code > 0 else 1
+
+
+def difference(after: float | None, before: float | None) -> float | None:
+    """after - before, when both are known."""
+    return None if after is None or before is None else round(max(after - before, 0.0), 6)
+
+
+def peak_during(peak_after: int | None, peak_before: int | None, sampled: int | None) -> int | None:
+    """The execution's memory peak: the cgroup's mark if it rose during it, else our samples."""
+    if peak_after is not None and peak_before is not None and peak_after > peak_before:
+        return peak_after
+    return sampled
+
+
+def prepare_environment() -> None:
+    """Make this process non-dumpable and seed matplotlib's font cache into writable /tmp."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+    except (OSError, AttributeError):
+        pass
+    target = os.environ.get("MPLCONFIGDIR", "/tmp/matplotlib")
+    if os.path.isdir(FONT_CACHE) and not os.path.exists(target):
+        try:
+            shutil.copytree(FONT_CACHE, target)
+        except OSError:
+            pass
+
+
+def main(argv: list[str]) -> None:
+    """Entry point: supervisor by default, kernel with `--kernel R W`."""
+    if len(argv) == 3 and argv[0] == "--kernel":
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        kernel_main(int(argv[1]), int(argv[2]))
+        return
+    prepare_environment()
+    supervisor = Supervisor()
+    try:
+        supervisor.start_kernel()
+        supervisor.serve()
+    finally:
+        supervisor.stop_kernel()
+        kill_strays({os.getpid()})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

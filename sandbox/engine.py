@@ -1,0 +1,162 @@
+"""A thin adapter over the `docker` SDK: connect, check, create, attach, start, remove.
+
+Everything Docker-specific that the rest of `sandbox/` needs goes through
+here, and every engine failure leaves as a `SandboxError` whose message says
+what to do. Containers are removed with `force=True` (a SIGKILL, never a
+10-second stop) and are tracked so that interpreter exit removes any a caller
+forgot.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import socket
+import threading
+from typing import Any
+
+import docker
+import docker.errors
+from docker.types import LogConfig, Mount, Ulimit
+
+from sandbox.config import MANAGED_LABEL
+from sandbox.errors import DockerUnavailable, ImageMissing, RuntimeUnavailable, SandboxBroken
+
+logger = logging.getLogger(__name__)
+
+START_DOCKER_HINT = (
+    "start it with `dockerd &` (or `systemctl start docker`); "
+    "install it with `apt-get install -y docker.io`"
+)
+
+
+class Engine:
+    """One connection to the Docker engine, shared by sessions and pools."""
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self.client = client
+        self.api: docker.APIClient = client.api
+        self._live: set[str] = set()
+        self._lock = threading.Lock()
+        self._runtimes: set[str] | None = None
+        atexit.register(self.remove_all)
+
+    @classmethod
+    def connect(cls, timeout: float = 30.0) -> Engine:
+        """Connect to the engine from the environment (DOCKER_HOST or the default socket)."""
+        try:
+            client = docker.from_env(timeout=int(timeout))
+            client.ping()
+        except docker.errors.DockerException as exc:
+            raise DockerUnavailable(
+                f"cannot reach the Docker engine ({first_line(exc)}); {START_DOCKER_HINT}"
+            ) from None
+        return cls(client)
+
+    def require_image(self, image: str) -> dict[str, Any]:
+        """The image's attributes; never pulls (there is no registry, and pulls are not audited)."""
+        try:
+            attrs: dict[str, Any] = self.api.inspect_image(image)
+        except docker.errors.ImageNotFound:
+            raise ImageMissing(
+                f"sandbox image {image!r} not found; build it with `sbx image build`"
+            ) from None
+        except docker.errors.DockerException as exc:
+            raise DockerUnavailable(f"engine error inspecting {image!r}: {first_line(exc)}") from None
+        return attrs
+
+    def runtimes(self) -> set[str]:
+        """OCI runtimes registered with the engine (`runc`, maybe `runsc`)."""
+        if self._runtimes is None:
+            info = self.api.info()
+            self._runtimes = set(info.get("Runtimes", {})) | {info.get("DefaultRuntime", "runc")}
+        return self._runtimes
+
+    def require_runtime(self, runtime: str) -> None:
+        """Refuse an unregistered runtime: never fall back silently to a weaker one."""
+        if runtime not in self.runtimes():
+            known = ", ".join(sorted(self.runtimes()))
+            raise RuntimeUnavailable(
+                f"runtime {runtime!r} is not registered with the engine (it has: {known}); "
+                "see security.md, 'gVisor', to install and register runsc"
+            )
+
+    def create(self, config: dict[str, Any]) -> str:
+        """Create a container from `sandbox.config.container_config` output; return its id."""
+        kwargs = dict(config)
+        host = dict(kwargs.pop("host_config"))
+        host["log_config"] = LogConfig(**host["log_config"])
+        host["ulimits"] = [Ulimit(**u) for u in host["ulimits"]]
+        host["mounts"] = [
+            Mount(target=m["Target"], source=m["Source"], type="bind", read_only=True,
+                  propagation=m["BindOptions"]["Propagation"])
+            for m in host["mounts"]
+        ]
+        try:
+            host_config = self.api.create_host_config(**host)
+            created = self.api.create_container(host_config=host_config, **kwargs)
+        except docker.errors.ImageNotFound:
+            raise ImageMissing(
+                f"sandbox image {kwargs['image']!r} not found; build it with `sbx image build`"
+            ) from None
+        except docker.errors.DockerException as exc:
+            raise SandboxBroken(f"engine refused to create the sandbox: {first_line(exc)}") from None
+        container_id: str = created["Id"]
+        with self._lock:
+            self._live.add(container_id)
+        return container_id
+
+    def attach(self, container_id: str) -> socket.socket:
+        """Open the container's stdin/stdout/stderr stream (before start, so nothing is missed)."""
+        try:
+            raw = self.api.attach_socket(
+                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+        except docker.errors.DockerException as exc:
+            raise SandboxBroken(f"cannot attach to the sandbox: {first_line(exc)}") from None
+        sock: socket.socket = getattr(raw, "_sock", raw)
+        return sock
+
+    def start(self, container_id: str) -> None:
+        """Start a created container."""
+        try:
+            self.api.start(container_id)
+        except docker.errors.DockerException as exc:
+            raise SandboxBroken(f"engine could not start the sandbox: {first_line(exc)}") from None
+
+    def remove(self, container_id: str) -> None:
+        """Kill and remove at once; a container already gone is not an error."""
+        try:
+            self.api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if "already in progress" not in str(exc):
+                logger.warning("could not remove sandbox %s: %s", container_id[:12], first_line(exc))
+        with self._lock:
+            self._live.discard(container_id)
+
+    def inspect(self, container_id: str) -> dict[str, Any]:
+        """The container's attributes as the engine reports them."""
+        attrs: dict[str, Any] = self.api.inspect_container(container_id)
+        return attrs
+
+    def managed_containers(self) -> list[dict[str, Any]]:
+        """Every container carrying our label, running or not."""
+        found: list[dict[str, Any]] = self.api.containers(
+            all=True, filters={"label": f"{MANAGED_LABEL}=true"}
+        )
+        return found
+
+    def remove_all(self) -> None:
+        """Remove every container this process created and has not removed yet."""
+        with self._lock:
+            live = list(self._live)
+        for container_id in live:
+            self.remove(container_id)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's text, for one-line operator messages."""
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]

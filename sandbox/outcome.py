@@ -1,0 +1,72 @@
+"""Turn the runner's result frame (or its absence) into an `ExecutionResult` with plain notes.
+
+The notes name the limit that was hit and the knob that changes it (G13), so
+both the model and the operator know what happened and what to do.
+"""
+
+from __future__ import annotations
+
+from sandbox.limits import Limits
+from sandbox.protocol import ResultFrame
+from sandbox.result import Artifact, ExecutionError, ExecutionResult, RefusedArtifact
+from sandbox.units import format_size
+
+RESET = "variables were reset"
+
+
+def resource_notes(result: ExecutionResult, limits: Limits) -> list[str]:
+    """One sentence per limit the execution ran into."""
+    notes: list[str] = []
+    if result.timed_out:
+        notes.append(f"timed out: wall-clock limit of {limits.timeout:g} s reached "
+                     f"(timeout); {RESET}")
+    if result.oom_killed:
+        notes.append(f"killed: memory limit {format_size(limits.memory)} reached (memory); {RESET}")
+    elif result.state_reset and not result.timed_out:
+        notes.append(f"the interpreter exited (status {result.exit_code}); {RESET}")
+    if result.stdout_dropped_bytes:
+        notes.append(f"stdout truncated: {result.stdout_dropped_bytes} bytes cut from the middle "
+                     f"(stdout_bytes = {format_size(limits.stdout_bytes)})")
+    if result.stderr_dropped_bytes:
+        notes.append(f"stderr truncated: {result.stderr_dropped_bytes} bytes cut from the middle "
+                     f"(stderr_bytes = {format_size(limits.stderr_bytes)})")
+    for item in result.refused_artifacts:
+        notes.append(f"artifact refused: {item.name!r}: {item.reason}")
+    return notes
+
+
+def build_result(
+    frame: ResultFrame, *, limits: Limits, artifacts: list[Artifact],
+    refused: list[RefusedArtifact], duration: float,
+) -> ExecutionResult:
+    """Combine a result frame with the artifacts the host accepted."""
+    error = None
+    if frame.error is not None:
+        error = ExecutionError(type=frame.error.type, message=frame.error.message,
+                               traceback=frame.error.traceback)
+    result = ExecutionResult(
+        stdout=frame.stdout, stderr=frame.stderr, exit_code=frame.exit_code, error=error,
+        timed_out=frame.timed_out, oom_killed=frame.oom_killed,
+        truncated=bool(frame.stdout_dropped or frame.stderr_dropped),
+        stdout_dropped_bytes=frame.stdout_dropped, stderr_dropped_bytes=frame.stderr_dropped,
+        state_reset=frame.state_reset, duration_s=round(duration, 4),
+        cpu_seconds=frame.cpu_seconds, peak_memory_bytes=frame.peak_memory_bytes,
+        artifacts=artifacts,
+        refused_artifacts=[RefusedArtifact(name=r.name[:300], reason=r.reason[:200])
+                           for r in frame.refused] + refused,
+    )
+    result.notes = resource_notes(result, limits)
+    return result
+
+
+def lost_runner_result(
+    exc: Exception, *, limits: Limits, oom: bool, duration: float, timed_out: bool
+) -> ExecutionResult:
+    """The result when the runner stopped answering and its container was replaced."""
+    result = ExecutionResult(
+        exit_code=124 if timed_out else (137 if oom else 1),
+        timed_out=timed_out, oom_killed=oom, state_reset=True, duration_s=round(duration, 4),
+    )
+    result.notes = [*resource_notes(result, limits),
+                    f"the sandbox container was replaced ({str(exc)[:200]})"]
+    return result

@@ -1,0 +1,213 @@
+"""`Session`: one hardened container with a persistent interpreter, for one agent run.
+
+Variables survive between `run()` calls like a notebook. A timeout or an OOM
+kill ends the interpreter; the runner starts a new one and the result says
+`state_reset`. If the runner itself stops answering, the session replaces the
+whole container and says so. `run_fresh` is the one-shot mode: a new
+container per execution.
+
+Lifecycle: `Session.open()` creates, attaches and starts; `close()` (or the
+`with` block, Ctrl-C included) kills and removes. Should this process die
+without cleaning up, the runner sees its input close and exits, and the
+engine's auto-remove deletes the container; `sbx gc` removes anything left.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+from sandbox.channel import Channel, ChannelClosed, ChannelTimeout
+from sandbox.config import DEFAULT_IMAGE, container_config
+from sandbox.engine import Engine
+from sandbox.errors import InvalidInput, SandboxBroken
+from sandbox.files import ArtifactSink, data_mounts
+from sandbox.limits import Limits
+from sandbox.outcome import build_result, lost_runner_result
+from sandbox.protocol import ArtifactFrame, FatalFrame, ReadyFrame, ResultFrame, exec_request
+from sandbox.result import Artifact, ExecutionResult, RefusedArtifact
+
+START_TIMEOUT_S = 60.0
+"""Seconds to wait for the runner's ready frame (gVisor starts slower than runc)."""
+ANSWER_GRACE_S = 5.0
+"""Seconds past `Limits.timeout` the host waits before declaring the runner lost."""
+ARTIFACT_GAP_S = 15.0
+"""Seconds allowed between two artifact frames."""
+
+
+def new_run_id() -> str:
+    """A short unique id shared by the containers, transcript and audit records of one run."""
+    return "run-" + uuid.uuid4().hex[:12]
+
+
+def code_text(code: str | bytes, limits: Limits) -> str:
+    """The program as text, or InvalidInput when it is not UTF-8 or is over the size cap."""
+    if isinstance(code, bytes):
+        try:
+            code = code.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"code is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        size = len(code.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput("code contains characters that are not valid UTF-8") from None
+    if size > limits.max_code_bytes:
+        raise InvalidInput(
+            f"code is {size} bytes, over the {limits.max_code_bytes}-byte cap (max_code_bytes)"
+        )
+    return code
+
+
+class Session:
+    """A sandbox container kept for one run; use `Session.open()` or a `with` block."""
+
+    def __init__(
+        self, *, engine: Engine, limits: Limits, image: str, run_id: str,
+        data: list[Path], output_dir: Path, mode: str = "session",
+    ) -> None:
+        self.engine = engine
+        self.limits = limits
+        self.image = image
+        self.run_id = run_id
+        self.mounts = data_mounts(data)
+        self.output_dir = output_dir
+        self.mode = mode
+        self.container_id: str | None = None
+        self._channel: Channel | None = None
+        self._next_id = 1
+        self._lock = threading.Lock()
+        self.executions = 0
+
+    @classmethod
+    def open(
+        cls, *, limits: Limits | None = None, image: str = DEFAULT_IMAGE, data: list[Path] | None = None,
+        output_dir: Path | None = None, run_id: str | None = None, engine: Engine | None = None,
+        mode: str = "session",
+    ) -> Session:
+        """Validate the inputs, connect to the engine and start the container."""
+        run_id = run_id or new_run_id()
+        session = cls(
+            engine=engine or Engine.connect(), limits=limits or Limits(), image=image, run_id=run_id,
+            data=list(data or []), output_dir=output_dir or Path("sbx-output") / run_id, mode=mode,
+        )
+        session.start()
+        return session
+
+    def start(self) -> None:
+        """Create, attach and start the container, then wait for the runner's ready frame."""
+        self.engine.require_image(self.image)
+        self.engine.require_runtime(self.limits.runtime)
+        config = container_config(
+            self.limits, run_id=self.run_id, mode=self.mode, image=self.image, data=self.mounts
+        )
+        self.container_id = self.engine.create(config)
+        try:
+            sock = self.engine.attach(self.container_id)
+            self._channel = Channel(sock, max_line_bytes=max_frame_bytes(self.limits))
+            self.engine.start(self.container_id)
+            frame = self._channel.receive(time.monotonic() + START_TIMEOUT_S)
+            if not isinstance(frame, ReadyFrame):
+                raise SandboxBroken(f"runner sent {frame.type!r} before 'ready'")
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, code: str | bytes) -> ExecutionResult:
+        """Execute a program in this session's interpreter and report what happened."""
+        text = code_text(code, self.limits)
+        with self._lock:
+            if self._channel is None:
+                self.start()
+            self.executions += 1
+            request_id, self._next_id = self._next_id, self._next_id + 1
+            started = time.monotonic()
+            try:
+                return self._exchange(text, request_id, started)
+            except (ChannelClosed, ChannelTimeout, SandboxBroken) as exc:
+                oom = self._container_oom_killed()
+                self.close()  # replaced on the next run: the interpreter's state is gone
+                return lost_runner_result(
+                    exc, limits=self.limits, oom=oom, duration=time.monotonic() - started,
+                    timed_out=isinstance(exc, ChannelTimeout),
+                )
+
+    def _exchange(self, code: str, request_id: int, started: float) -> ExecutionResult:
+        """Send one request and collect its artifact frames and result frame."""
+        channel = self._channel
+        if channel is None:
+            raise ChannelClosed("session is closed")
+        channel.send(exec_request(
+            request_id=request_id, code=code, timeout=self.limits.timeout,
+            stdout_cap=self.limits.stdout_bytes, stderr_cap=self.limits.stderr_bytes,
+            max_artifact_bytes=self.limits.max_artifact_bytes, max_artifacts=self.limits.max_artifacts,
+        ))
+        sink = ArtifactSink(self.output_dir, max_bytes=self.limits.max_artifact_bytes,
+                            max_count=self.limits.max_artifacts)
+        accepted: list[Artifact] = []
+        refused: list[RefusedArtifact] = []
+        deadline = started + self.limits.timeout + ANSWER_GRACE_S
+        while True:
+            frame = channel.receive(deadline)
+            if isinstance(frame, FatalFrame):
+                raise SandboxBroken(f"runner failed: {frame.message}")
+            if isinstance(frame, ReadyFrame) or frame.id != request_id:
+                raise SandboxBroken("runner answered out of turn")
+            if isinstance(frame, ArtifactFrame):
+                self.output_dir.mkdir(parents=True, exist_ok=True)
+                sink.accept(frame, accepted, refused)
+                deadline = time.monotonic() + ARTIFACT_GAP_S
+                continue
+            if isinstance(frame, ResultFrame):
+                return build_result(frame, limits=self.limits, artifacts=accepted, refused=refused,
+                                    duration=time.monotonic() - started)
+
+    def _container_oom_killed(self) -> bool:
+        """Whether the engine saw the container's memory limit kill something."""
+        if self.container_id is None:
+            return False
+        try:
+            return bool(self.engine.inspect(self.container_id)["State"].get("OOMKilled"))
+        except Exception:  # noqa: BLE001 - already gone: nothing more to learn
+            return False
+
+    def close(self) -> None:
+        """Kill and remove the container (idempotent)."""
+        channel, self._channel = self._channel, None
+        container_id, self.container_id = self.container_id, None
+        if channel is not None:
+            channel.close()
+        if container_id is not None:
+            self.engine.remove(container_id)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def max_frame_bytes(limits: Limits) -> int:
+    """Longest line the runner may legitimately send (JSON escaping can grow text 6x)."""
+    text = 6 * (limits.stdout_bytes + limits.stderr_bytes) + (1 << 20)
+    artifact = (limits.max_artifact_bytes * 4) // 3 + 4096
+    return max(text, artifact) + (64 << 10)
+
+
+def run_fresh(
+    code: str | bytes, *, limits: Limits | None = None, image: str = DEFAULT_IMAGE,
+    data: list[Path] | None = None, output_dir: Path | None = None, run_id: str | None = None,
+    engine: Engine | None = None,
+) -> ExecutionResult:
+    """Run one program in a new container that is removed afterwards (one-shot mode)."""
+    limits = limits or Limits()
+    text = code_text(code, limits)
+    with Session.open(limits=limits, image=image, data=data, output_dir=output_dir,
+                      run_id=run_id, engine=engine, mode="fresh") as session:
+        result = session.run(text)
+    result.state_reset = False  # nothing persists in fresh mode, so there is no state to lose
+    return result

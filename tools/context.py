@@ -1,0 +1,38 @@
+"""What a tool receives for one run: the `ToolContext`, and the `CodeRunner` it may call.
+
+The gate injects the context into any tool function that declares a parameter
+annotated `ToolContext`; that parameter never appears in the tool's schema, so
+the model can neither see nor forge it. `tools` depends on the `CodeRunner`
+protocol, not on a concrete sandbox class, so the CLI can hand in a session,
+a fresh-container runner, or a test double that really runs code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from sandbox.result import ExecutionResult
+
+
+class CodeRunner(Protocol):
+    """Runs one program in the run's sandbox and reports what happened (never raises for bad code)."""
+
+    def run(self, code: str) -> ExecutionResult:
+        """Execute `code` and return its result; raise only for errors the operator must fix."""
+        ...
+
+
+@dataclass(kw_only=True)
+class ToolContext:
+    """Everything the built-in tools need for one agent run, chosen by the operator, not the model."""
+
+    run_id: str
+    """The run's id: shared by the audit log, the transcript and the sandbox labels."""
+    runner: CodeRunner | None
+    """Where `execute_python` sends code; `None` when no sandbox was started for this run."""
+    data_paths: list[Path] = field(default_factory=list)
+    """Files or directories the operator gave with `--data`; the only files data tools can read."""
+    api_key: str | None = None
+    """The model endpoint's API key: never given to a tool, only used to redact the audit log."""

@@ -1,0 +1,163 @@
+"""Declare tools: a plain typed function becomes a `Tool` with a strict JSON Schema.
+
+The `@tool` decorator follows openai-agents' `function_schema.py` steps (G4):
+
+1. read the signature and the resolved type hints;
+2. read the docstring: summary = description, `Args:` = parameter descriptions;
+3. build a pydantic model with `create_model(f"{name}_args", ...)`, `extra="forbid"`;
+4. ask pydantic for its JSON Schema and tighten it (`tools.schema`).
+
+The same model validates the model's JSON arguments before the gate calls the
+function, so the schema the model sees and the check it meets never drift.
+A parameter annotated `ToolContext` is injected by the gate and left out of
+the schema. A tool signals an error the model can fix by raising
+`ToolFailure`; it may return `ToolReturn` to give the gate both the
+observation text and a structured value.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from tools.context import ToolContext
+from tools.schema import is_strict_compatible, parse_docstring, strict_schema
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class ToolFailure(Exception):
+    """Raised by a tool for a failure the model can act on; its message is the observation."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class ToolReturn:
+    """What a tool may return instead of a plain value, to control the observation exactly."""
+
+    text: str
+    """The observation the model receives."""
+    value: Any = None
+    """A structured result kept for the caller (e.g. the `ExecutionResult`), never sent as is."""
+    audit: Mapping[str, Any] = field(default_factory=dict)
+    """Extra outcome fields for the audit record (exit code, artifacts, ...)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class Tool:
+    """A callable the model may request, with the schema it sees and the model that checks it."""
+
+    name: str
+    """The name the model calls (`[A-Za-z0-9_-]{1,64}`, as the Chat Completions API requires)."""
+    description: str
+    """What the tool does and when to use it: the docstring's summary paragraph."""
+    args_model: type[BaseModel]
+    """Pydantic model of the arguments; validates the model's JSON and produces the schema."""
+    fn: Callable[..., Any]
+    """The function itself, called with validated arguments (and the context, if it asks)."""
+    sequential: str | None = None
+    """Tools sharing this key never run concurrently (`execute_python` uses "sandbox-session")."""
+    context_param: str | None = None
+    """Name of the parameter that receives the `ToolContext`, if the function declares one."""
+
+    def openai_schema(self) -> dict[str, Any]:
+        """Return the tool in the Chat Completions `tools` format, with a closed parameter schema."""
+        parameters = strict_schema(self.args_model.model_json_schema())
+        function: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": parameters,
+        }
+        if is_strict_compatible(parameters):
+            function["strict"] = True
+        return {"type": "function", "function": function}
+
+    def parse_arguments(self, arguments: str) -> BaseModel:
+        """Validate the model's JSON argument string (raises pydantic `ValidationError`)."""
+        text = arguments.strip() or "{}"
+        return self.args_model.model_validate_json(text)
+
+    def invoke(self, args: BaseModel, context: ToolContext) -> Any:
+        """Call the function with validated arguments (nested models stay model instances)."""
+        kwargs = {name: getattr(args, name) for name in type(args).model_fields}
+        if self.context_param is not None:
+            kwargs[self.context_param] = context
+        return self.fn(**kwargs)
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    fn: None = None, /, *, name: str | None = None, sequential: str | None = None
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    sequential: str | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a `Tool` from a typed function: `@tool` or `@tool(name=..., sequential=...)`.
+
+    Raises `TypeError` at decoration time for what the model could never call
+    correctly: a missing annotation, `*args`/`**kwargs`, a bad name.
+    """
+
+    def decorate(func: Callable[..., Any]) -> Tool:
+        return build_tool(func, name=name, sequential=sequential)
+
+    return decorate if fn is None else decorate(fn)
+
+
+def build_tool(
+    func: Callable[..., Any], *, name: str | None = None, sequential: str | None = None
+) -> Tool:
+    """The decorator's body, callable directly for functions made at run time (closures)."""
+    tool_name = name or func.__name__
+    if not _NAME.match(tool_name):
+        raise TypeError(f"tool name {tool_name!r} must match [A-Za-z0-9_-]{{1,64}}")
+    description, arg_docs = parse_docstring(func.__doc__)
+    if not description:
+        raise TypeError(f"tool {tool_name!r} needs a docstring: its first paragraph is the description")
+    hints = typing.get_type_hints(func, include_extras=True)
+    fields: dict[str, Any] = {}
+    context_param: str | None = None
+    for param in inspect.signature(func).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {tool_name!r}: *args/**kwargs cannot be described to a model")
+        if param.name not in hints:
+            raise TypeError(f"tool {tool_name!r}: parameter {param.name!r} needs a type annotation")
+        if hints[param.name] is ToolContext:
+            context_param = param.name
+            continue
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (hints[param.name], Field(default, description=arg_docs.get(param.name)))
+    args_model: type[BaseModel] = create_model(
+        f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return Tool(
+        name=tool_name,
+        description=description,
+        args_model=args_model,
+        fn=func,
+        sequential=sequential,
+        context_param=context_param,
+    )
+
+
+def render_value(value: Any) -> str:
+    """Render a plain tool return value as observation text: strings as is, the rest as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return json.dumps(value, default=str, ensure_ascii=False)
