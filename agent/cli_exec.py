@@ -1,7 +1,170 @@
-"""Placeholder: commands registered here land with their issue."""
+"""`sbx exec`, `sbx doctor`, `sbx gc`: the sandbox without an agent.
+
+`sbx exec` runs a program in a fresh hardened container and exits with the
+program's status (124 timeout, 137 memory, 125 when sbx itself could not run
+it), so it composes in shell scripts and CI jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
 
 import click
+
+from agent.cli_errors import EXIT_OOM, EXIT_TIMEOUT, fail, operator_errors
+from sandbox.config import DEFAULT_IMAGE
+from sandbox.doctor import run_checks
+from sandbox.engine import Engine
+from sandbox.gc import collect_orphans
+from sandbox.limits import Limits
+from sandbox.result import ExecutionResult
+from sandbox.session import new_run_id, run_fresh
+from sandbox.units import format_size
+
+
+def limit_options(command: Any) -> Any:
+    """The flags that override `Limits` fields; omitted flags keep the closed defaults."""
+    options = [
+        click.option(
+            "--timeout", help="Wall-clock limit per execution, e.g. 30s, 2m. [default: 30s]"
+        ),
+        click.option("--memory", help="Memory limit, no swap, e.g. 512m, 2g. [default: 512m]"),
+        click.option("--cpus", help="CPU quota, e.g. 1, 1.5. [default: 1]"),
+        click.option("--pids", type=int, help="Most processes+threads at once. [default: 256]"),
+        click.option(
+            "--network",
+            type=click.Choice(["none", "bridge"]),
+            help="'none' (default) or 'bridge' to open egress (think twice).",
+        ),
+        click.option("--runtime", help="OCI runtime: runc (default) or runsc (gVisor)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def limits_from(options: dict[str, Any]) -> Limits:
+    """Limits with the given flags applied (pydantic validates and converts the units)."""
+    return Limits(**{key: value for key, value in options.items() if value is not None})
+
+
+def read_code(source: str) -> bytes:
+    """The program's bytes from a file or stdin (`-`), with a one-line error if unreadable."""
+    if source == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(source).read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {source!r}: {exc.strerror}", 2)
+
+
+def print_result(result: ExecutionResult) -> None:
+    """Program output to our stdout/stderr; artifacts and notes as `sbx:` lines on stderr."""
+    sys.stdout.write(result.stdout)
+    sys.stdout.flush()
+    sys.stderr.write(result.stderr)
+    if result.error is not None:
+        sys.stderr.write(result.error.traceback)
+    for artifact in result.artifacts:
+        click.echo(f"sbx: artifact {artifact.path} ({format_size(artifact.size)})", err=True)
+    for note in result.notes:
+        click.echo(f"sbx: {note}", err=True)
+
+
+def exit_code_for(result: ExecutionResult) -> int:
+    """The process exit status for a result."""
+    if result.timed_out:
+        return EXIT_TIMEOUT
+    if result.oom_killed:
+        return EXIT_OOM
+    return result.exit_code
+
+
+@click.command("exec")
+@click.argument("source", metavar="FILE|-")
+@click.option(
+    "--data",
+    "data",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="File or directory shown read-only at /data/<name>. Repeatable.",
+)
+@click.option(
+    "--output",
+    type=click.Path(path_type=Path),
+    default=Path("sbx-output"),
+    show_default=True,
+    help="Host directory that receives the files written to /output.",
+)
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
+@click.option("--json", "as_json", is_flag=True, help="Print the ExecutionResult as JSON instead.")
+@limit_options
+@operator_errors
+def exec_command(
+    source: str, data: tuple[Path, ...], output: Path, image: str, as_json: bool, **limit_flags: Any
+) -> None:
+    r"""Run a Python program in a fresh, locked-down container and exit with its status.
+
+    \b
+    Exit status: the program's own; 124 timeout; 137 memory limit;
+    125 sbx could not run it; 130 interrupted.
+    \b
+    Example:
+      sbx exec examples/analysis.py --data examples/sales.csv --output out/
+    """
+    limits = limits_from(limit_flags)
+    code = read_code(source)
+    result = run_fresh(
+        code, limits=limits, image=image, data=list(data), output_dir=output, run_id=new_run_id()
+    )
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+    else:
+        print_result(result)
+    sys.exit(exit_code_for(result))
+
+
+@click.command("doctor")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image to check.")
+@limit_options
+@operator_errors
+def doctor_command(image: str, **limit_flags: Any) -> None:
+    """Check the engine, the image, the runtimes, and that the limits are really enforced."""
+    checks = run_checks(limits_from(limit_flags), image)
+    for check in checks:
+        mark = click.style(" ok ", fg="green") if check.ok else click.style("FAIL", fg="red")
+        line = f"[{mark}] {check.name:<17} {check.detail}"
+        if not check.ok and check.fix:
+            line += f"\n       fix: {check.fix}"
+        click.echo(line)
+    sys.exit(0 if all(check.ok for check in checks) else 1)
+
+
+@click.command("gc")
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Remove every sbx container, even those a live process still uses.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
+@operator_errors
+def gc_command(everything: bool, as_json: bool) -> None:
+    """Remove sandbox containers left behind by a crashed process (found by label)."""
+    removed = collect_orphans(Engine.connect(), everything=everything)
+    if as_json:
+        click.echo(json.dumps(removed))
+        return
+    for item in removed:
+        click.echo(f"removed {item['id']} (run {item['run_id']}, {item['state']})")
+    click.echo(f"{len(removed)} container(s) removed")
 
 
 def register(cli: click.Group) -> None:
     """Add this module's commands to the `sbx` group."""
+    cli.add_command(exec_command)
+    cli.add_command(doctor_command)
+    cli.add_command(gc_command)

@@ -139,14 +139,14 @@ def execute_cell(code: str, cell_id: int, namespace: dict[str, Any]) -> dict[str
         trailing = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             trailing = ast.Expression(tree.body.pop().value)  # type: ignore[attr-defined]
-        exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - this is the product
+        exec(compile(tree, filename, "exec"), namespace)
         if trailing is not None:
-            value = eval(compile(trailing, filename, "eval"), namespace)  # noqa: S307
+            value = eval(compile(trailing, filename, "eval"), namespace)
             if value is not None:
                 print(repr(value))
     except SystemExit as stop:
         return {"exit_code": exit_code_of(stop), "error": None}
-    except BaseException as exc:  # noqa: BLE001 - every failure of user code is data
+    except BaseException as exc:
         return {"exit_code": 1, "error": describe_error(exc)}
     return {"exit_code": 0, "error": None}
 
@@ -170,7 +170,7 @@ def describe_error(exc: BaseException) -> dict[str, str]:
     )
     try:
         message = str(exc)
-    except Exception:  # noqa: BLE001 - a broken __str__ must not take the kernel down
+    except Exception:
         message = "<exception str() failed>"
     text = "".join(summary.format())
     return {
@@ -222,7 +222,9 @@ class Cgroup:
         v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
         base = "/sys/fs/cgroup"
         self.memory_now = f"{base}/memory.current" if v2 else f"{base}/memory/memory.usage_in_bytes"
-        self.memory_peak = f"{base}/memory.peak" if v2 else f"{base}/memory/memory.max_usage_in_bytes"
+        self.memory_peak = (
+            f"{base}/memory.peak" if v2 else f"{base}/memory/memory.max_usage_in_bytes"
+        )
         self.oom_events = f"{base}/memory.events" if v2 else f"{base}/memory/memory.oom_control"
         self.cpu = f"{base}/cpu.stat" if v2 else f"{base}/cpuacct/cpuacct.usage"
         self.v2 = v2
@@ -290,8 +292,10 @@ def kill_strays(keep: set[int]) -> None:
         time.sleep(0.01)
 
 
-def list_artifacts(root: str, limit_depth: int = MAX_ARTIFACT_DEPTH) -> tuple[list[str], list[dict[str, str]]]:
-    """Regular files under `root` (relative names) and the entries refused, without following links."""
+def list_artifacts(
+    root: str, limit_depth: int = MAX_ARTIFACT_DEPTH
+) -> tuple[list[str], list[dict[str, str]]]:
+    """Regular files under `root` (relative names) and refused entries; links never followed."""
     files: list[str] = []
     refused: list[dict[str, str]] = []
     pending = [("", 0)]
@@ -346,10 +350,21 @@ class Supervisor:
         request_r, self.request_w = os.pipe()
         self.reply_r, reply_w = os.pipe()
         self.kernel = subprocess.Popen(
-            [sys.executable, "-I", "-u", os.path.abspath(__file__), "--kernel",
-             str(request_r), str(reply_w)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            pass_fds=(request_r, reply_w), start_new_session=True, close_fds=True,
+            [
+                sys.executable,
+                "-I",
+                "-u",
+                os.path.abspath(__file__),
+                "--kernel",
+                str(request_r),
+                str(reply_w),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(request_r, reply_w),
+            start_new_session=True,
+            close_fds=True,
         )
         os.close(request_r)
         os.close(reply_w)
@@ -398,7 +413,7 @@ class Supervisor:
             return
         try:
             self.execute(request)
-        except Exception as exc:  # noqa: BLE001 - the host must hear about it, not a dead socket
+        except Exception as exc:
             self.stop_kernel()
             write_frame(1, {"type": "fatal", "message": f"{type(exc).__name__}: {exc}"})
 
@@ -421,23 +436,38 @@ class Supervisor:
         kill_strays({os.getpid(), kernel.pid} if self.kernel else {os.getpid()})
         self.drain(kernel, out, err)
         oom_after = self.cgroup.oom_kills()
-        oom = bool(not timed_out and reply is None and oom_before is not None
-                   and oom_after is not None and oom_after > oom_before)
+        oom = bool(
+            not timed_out
+            and reply is None
+            and oom_before is not None
+            and oom_after is not None
+            and oom_after > oom_before
+        )
         refused = self.send_artifacts(request)
         stdout, stdout_dropped = out.render()
         stderr, stderr_dropped = err.render()
-        write_frame(1, {
-            "type": "result", "id": request["id"],
-            "exit_code": exit_status(reply, killed_signal, timed_out, oom, kernel.returncode),
-            "error": (reply or {}).get("error"),
-            "stdout": stdout, "stdout_total": out.total, "stdout_dropped": stdout_dropped,
-            "stderr": stderr, "stderr_total": err.total, "stderr_dropped": stderr_dropped,
-            "timed_out": timed_out, "killed_signal": killed_signal, "oom_killed": oom,
-            "state_reset": state_reset,
-            "cpu_seconds": difference(self.cgroup.cpu_seconds(), cpu_before),
-            "peak_memory_bytes": peak_during(self.cgroup.peak(), peak_before, sampled_peak),
-            "refused": refused,
-        })
+        write_frame(
+            1,
+            {
+                "type": "result",
+                "id": request["id"],
+                "exit_code": exit_status(reply, killed_signal, timed_out, oom, kernel.returncode),
+                "error": (reply or {}).get("error"),
+                "stdout": stdout,
+                "stdout_total": out.total,
+                "stdout_dropped": stdout_dropped,
+                "stderr": stderr,
+                "stderr_total": err.total,
+                "stderr_dropped": stderr_dropped,
+                "timed_out": timed_out,
+                "killed_signal": killed_signal,
+                "oom_killed": oom,
+                "state_reset": state_reset,
+                "cpu_seconds": difference(self.cgroup.cpu_seconds(), cpu_before),
+                "peak_memory_bytes": peak_during(self.cgroup.peak(), peak_before, sampled_peak),
+                "refused": refused,
+            },
+        )
         if self.kernel is None:
             self.start_kernel()  # ready for the next request, off its critical path
 
@@ -506,10 +536,20 @@ class Supervisor:
             if data is None:
                 refused.append({"name": name, "reason": "changed while being read or not regular"})
                 continue
-            write_frame(1, {"type": "artifact", "id": request["id"], "name": name,
-                            "size": len(data), "data": base64.b64encode(data).decode()})
+            write_frame(
+                1,
+                {
+                    "type": "artifact",
+                    "id": request["id"],
+                    "name": name,
+                    "size": len(data),
+                    "data": base64.b64encode(data).decode(),
+                },
+            )
             sent += 1
-        fresh = [item for item in refused if (item["name"], item["reason"]) not in self.refused_seen]
+        fresh = [
+            item for item in refused if (item["name"], item["reason"]) not in self.refused_seen
+        ]
         self.refused_seen.update((item["name"], item["reason"]) for item in fresh)
         return fresh
 
@@ -518,8 +558,15 @@ def validate_request(request: Any) -> None:
     """Refuse anything but a well-typed exec request (the host is trusted, but typos are not)."""
     if not isinstance(request, dict) or request.get("type") != "exec":
         raise ValueError("expected an object with type 'exec'")
-    fields = {"id": int, "code": str, "timeout": (int, float), "stdout_cap": int,
-              "stderr_cap": int, "max_artifact_bytes": int, "max_artifacts": int}
+    fields: dict[str, type | tuple[type, ...]] = {
+        "id": int,
+        "code": str,
+        "timeout": (int, float),
+        "stdout_cap": int,
+        "stderr_cap": int,
+        "max_artifact_bytes": int,
+        "max_artifacts": int,
+    }
     for key, kind in fields.items():
         if not isinstance(request.get(key), kind) or isinstance(request.get(key), bool):
             raise ValueError(f"field {key!r} missing or of the wrong type")
@@ -541,7 +588,7 @@ def exit_status(
 
 
 def difference(after: float | None, before: float | None) -> float | None:
-    """after - before, when both are known."""
+    """After - before, when both are known."""
     return None if after is None or before is None else round(max(after - before, 0.0), 6)
 
 

@@ -62,7 +62,9 @@ class Channel:
                 try:
                     return parse_frame(line)
                 except (ValueError, ValidationError) as exc:
-                    raise SandboxBroken(f"runner sent a malformed frame: {str(exc)[:200]}") from None
+                    raise SandboxBroken(
+                        f"runner sent a malformed frame: {str(exc)[:200]}"
+                    ) from None
             if len(self._lines) > self.max_line_bytes:
                 raise SandboxBroken(f"runner sent a frame over {self.max_line_bytes} bytes")
             self._fill(deadline)

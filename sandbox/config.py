@@ -21,6 +21,7 @@ RUNNER_COMMAND = ["python3", "-I", "-u", "/opt/sbx/runner.py"]
 MANAGED_LABEL = "sbx.managed"
 RUN_ID_LABEL = "sbx.run_id"
 MODE_LABEL = "sbx.mode"
+OWNER_LABEL = "sbx.owner"
 TMPFS_OPTIONS = "rw,nosuid,nodev,noexec"
 
 
@@ -69,10 +70,13 @@ def container_config(
     mode: str,
     image: str = DEFAULT_IMAGE,
     data: tuple[DataMount, ...] = (),
+    owner: str = "",
 ) -> dict[str, Any]:
     """Keyword arguments for the engine's create call: every hardening default in one place.
 
-    Returns a dict with the container-level keys and a `host_config` dict
+    `owner` (`host:pid` of the creating process) lets `sbx gc` tell orphans
+    from containers a live process still uses. Returns a dict with the
+    container-level keys and a `host_config` dict
     (the keyword arguments of `APIClient.create_host_config`).
     """
     host_config: dict[str, Any] = {
@@ -97,8 +101,13 @@ def container_config(
             {"name": "core", "soft": 0, "hard": 0},
         ],
         "mounts": [
-            {"Type": "bind", "Source": str(m.source), "Target": m.target, "ReadOnly": True,
-             "BindOptions": {"Propagation": "rprivate"}}
+            {
+                "Type": "bind",
+                "Source": str(m.source),
+                "Target": m.target,
+                "ReadOnly": True,
+                "BindOptions": {"Propagation": "rprivate"},
+            }
             for m in data
         ],
         "runtime": limits.runtime,
@@ -110,7 +119,12 @@ def container_config(
         "working_dir": "/work",
         "hostname": "sandbox",
         "environment": container_environment(limits),
-        "labels": {MANAGED_LABEL: "true", RUN_ID_LABEL: run_id, MODE_LABEL: mode},
+        "labels": {
+            MANAGED_LABEL: "true",
+            RUN_ID_LABEL: run_id,
+            MODE_LABEL: mode,
+            OWNER_LABEL: owner,
+        },
         "stdin_open": True,  # docker-py sets StdinOnce with it: our detach closes stdin
         "use_config_proxy": False,
         "tty": False,

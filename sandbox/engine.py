@@ -62,7 +62,9 @@ class Engine:
                 f"sandbox image {image!r} not found; build it with `sbx image build`"
             ) from None
         except docker.errors.DockerException as exc:
-            raise DockerUnavailable(f"engine error inspecting {image!r}: {first_line(exc)}") from None
+            raise DockerUnavailable(
+                f"engine error inspecting {image!r}: {first_line(exc)}"
+            ) from None
         return attrs
 
     def runtimes(self) -> set[str]:
@@ -88,8 +90,13 @@ class Engine:
         host["log_config"] = LogConfig(**host["log_config"])
         host["ulimits"] = [Ulimit(**u) for u in host["ulimits"]]
         host["mounts"] = [
-            Mount(target=m["Target"], source=m["Source"], type="bind", read_only=True,
-                  propagation=m["BindOptions"]["Propagation"])
+            Mount(
+                target=m["Target"],
+                source=m["Source"],
+                type="bind",
+                read_only=True,
+                propagation=m["BindOptions"]["Propagation"],
+            )
             for m in host["mounts"]
         ]
         try:
@@ -100,7 +107,9 @@ class Engine:
                 f"sandbox image {kwargs['image']!r} not found; build it with `sbx image build`"
             ) from None
         except docker.errors.DockerException as exc:
-            raise SandboxBroken(f"engine refused to create the sandbox: {first_line(exc)}") from None
+            raise SandboxBroken(
+                f"engine refused to create the sandbox: {first_line(exc)}"
+            ) from None
         container_id: str = created["Id"]
         with self._lock:
             self._live.add(container_id)
@@ -132,7 +141,9 @@ class Engine:
             pass
         except docker.errors.APIError as exc:
             if "already in progress" not in str(exc):
-                logger.warning("could not remove sandbox %s: %s", container_id[:12], first_line(exc))
+                logger.warning(
+                    "could not remove sandbox %s: %s", container_id[:12], first_line(exc)
+                )
         with self._lock:
             self._live.discard(container_id)
 

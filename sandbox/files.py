@@ -58,7 +58,10 @@ def unsafe_name_reason(name: str) -> str | None:
     if any(part in ("..", ".") for part in name.split("/")):
         return "unsafe name (escapes the output directory)"
     for part in parts:
-        if not _SAFE_PART.match(part) or len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        if (
+            not _SAFE_PART.match(part)
+            or len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES
+        ):
             return "unsafe name (control characters or too long)"
         if any(unicodedata.category(ch) == "Cs" for ch in part):
             return "unsafe name (not valid UTF-8)"
@@ -87,16 +90,26 @@ class ArtifactSink:
             except (binascii.Error, ValueError):
                 reason = "corrupt transfer"
         if reason is None and (len(data) != frame.size or len(data) > self.max_bytes):
-            reason = f"too large ({len(data)} bytes)" if len(data) > self.max_bytes else "size mismatch"
+            reason = (
+                f"too large ({len(data)} bytes)" if len(data) > self.max_bytes else "size mismatch"
+            )
         if reason is not None:
             refused.append(RefusedArtifact(name=frame.name[:300], reason=reason))
             return
         target = self._write(frame.name, data)
         if target is None:
-            refused.append(RefusedArtifact(name=frame.name, reason="would leave the output directory"))
+            refused.append(
+                RefusedArtifact(name=frame.name, reason="would leave the output directory")
+            )
             return
-        accepted.append(Artifact(name=frame.name, path=str(target), size=len(data),
-                                 sha256=hashlib.sha256(data).hexdigest()))
+        accepted.append(
+            Artifact(
+                name=frame.name,
+                path=str(target),
+                size=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+            )
+        )
 
     def _write(self, name: str, data: bytes) -> Path | None:
         """Create the file without following any link; None if a link on the host points away."""

@@ -14,59 +14,93 @@ from sandbox.units import format_size
 RESET = "variables were reset"
 
 
-def resource_notes(result: ExecutionResult, limits: Limits) -> list[str]:
-    """One sentence per limit the execution ran into."""
+def resource_notes(
+    result: ExecutionResult, limits: Limits, *, persistent: bool = True
+) -> list[str]:
+    """One sentence per limit hit (`persistent`: a session, whose lost state is worth a word)."""
+    reset = f"; {RESET}" if persistent else ""
     notes: list[str] = []
     if result.timed_out:
-        notes.append(f"timed out: wall-clock limit of {limits.timeout:g} s reached "
-                     f"(timeout); {RESET}")
+        notes.append(
+            f"timed out: wall-clock limit of {limits.timeout:g} s reached (timeout){reset}"
+        )
     if result.oom_killed:
-        notes.append(f"killed: memory limit {format_size(limits.memory)} reached (memory); {RESET}")
-    elif result.state_reset and not result.timed_out:
+        notes.append(f"killed: memory limit {format_size(limits.memory)} reached (memory){reset}")
+    elif result.state_reset and not result.timed_out and persistent:
         notes.append(f"the interpreter exited (status {result.exit_code}); {RESET}")
     if result.stdout_dropped_bytes:
-        notes.append(f"stdout truncated: {result.stdout_dropped_bytes} bytes cut from the middle "
-                     f"(stdout_bytes = {format_size(limits.stdout_bytes)})")
+        notes.append(
+            f"stdout truncated: {result.stdout_dropped_bytes} bytes cut from the middle "
+            f"(stdout_bytes = {format_size(limits.stdout_bytes)})"
+        )
     if result.stderr_dropped_bytes:
-        notes.append(f"stderr truncated: {result.stderr_dropped_bytes} bytes cut from the middle "
-                     f"(stderr_bytes = {format_size(limits.stderr_bytes)})")
+        notes.append(
+            f"stderr truncated: {result.stderr_dropped_bytes} bytes cut from the middle "
+            f"(stderr_bytes = {format_size(limits.stderr_bytes)})"
+        )
     for item in result.refused_artifacts:
         notes.append(f"artifact refused: {item.name!r}: {item.reason}")
     return notes
 
 
 def build_result(
-    frame: ResultFrame, *, limits: Limits, artifacts: list[Artifact],
-    refused: list[RefusedArtifact], duration: float,
+    frame: ResultFrame,
+    *,
+    limits: Limits,
+    artifacts: list[Artifact],
+    refused: list[RefusedArtifact],
+    duration: float,
+    persistent: bool = True,
 ) -> ExecutionResult:
     """Combine a result frame with the artifacts the host accepted."""
     error = None
     if frame.error is not None:
-        error = ExecutionError(type=frame.error.type, message=frame.error.message,
-                               traceback=frame.error.traceback)
+        error = ExecutionError(
+            type=frame.error.type, message=frame.error.message, traceback=frame.error.traceback
+        )
     result = ExecutionResult(
-        stdout=frame.stdout, stderr=frame.stderr, exit_code=frame.exit_code, error=error,
-        timed_out=frame.timed_out, oom_killed=frame.oom_killed,
+        stdout=frame.stdout,
+        stderr=frame.stderr,
+        exit_code=frame.exit_code,
+        error=error,
+        timed_out=frame.timed_out,
+        oom_killed=frame.oom_killed,
         truncated=bool(frame.stdout_dropped or frame.stderr_dropped),
-        stdout_dropped_bytes=frame.stdout_dropped, stderr_dropped_bytes=frame.stderr_dropped,
-        state_reset=frame.state_reset, duration_s=round(duration, 4),
-        cpu_seconds=frame.cpu_seconds, peak_memory_bytes=frame.peak_memory_bytes,
+        stdout_dropped_bytes=frame.stdout_dropped,
+        stderr_dropped_bytes=frame.stderr_dropped,
+        state_reset=frame.state_reset and persistent,
+        duration_s=round(duration, 4),
+        cpu_seconds=frame.cpu_seconds,
+        peak_memory_bytes=frame.peak_memory_bytes,
         artifacts=artifacts,
-        refused_artifacts=[RefusedArtifact(name=r.name[:300], reason=r.reason[:200])
-                           for r in frame.refused] + refused,
+        refused_artifacts=[
+            RefusedArtifact(name=r.name[:300], reason=r.reason[:200]) for r in frame.refused
+        ]
+        + refused,
     )
-    result.notes = resource_notes(result, limits)
+    result.notes = resource_notes(result, limits, persistent=persistent)
     return result
 
 
 def lost_runner_result(
-    exc: Exception, *, limits: Limits, oom: bool, duration: float, timed_out: bool
+    exc: Exception,
+    *,
+    limits: Limits,
+    oom: bool,
+    duration: float,
+    timed_out: bool,
+    persistent: bool = True,
 ) -> ExecutionResult:
     """The result when the runner stopped answering and its container was replaced."""
     result = ExecutionResult(
         exit_code=124 if timed_out else (137 if oom else 1),
-        timed_out=timed_out, oom_killed=oom, state_reset=True, duration_s=round(duration, 4),
+        timed_out=timed_out,
+        oom_killed=oom,
+        state_reset=persistent,
+        duration_s=round(duration, 4),
     )
-    result.notes = [*resource_notes(result, limits),
-                    f"the sandbox container was replaced ({str(exc)[:200]})"]
+    result.notes = [
+        *resource_notes(result, limits, persistent=persistent),
+        f"the sandbox container was replaced ({str(exc)[:200]})",
+    ]
     return result

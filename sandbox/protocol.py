@@ -79,7 +79,9 @@ class FatalFrame(_Frame):
     message: str
 
 
-Frame = Annotated[ReadyFrame | ArtifactFrame | ResultFrame | FatalFrame, Field(discriminator="type")]
+Frame = Annotated[
+    ReadyFrame | ArtifactFrame | ResultFrame | FatalFrame, Field(discriminator="type")
+]
 _FRAME = TypeAdapter(Frame)
 
 
@@ -88,11 +90,24 @@ def parse_frame(line: bytes) -> ReadyFrame | ArtifactFrame | ResultFrame | Fatal
     return _FRAME.validate_json(line)
 
 
-def exec_request(*, request_id: int, code: str, timeout: float, stdout_cap: int, stderr_cap: int,
-                 max_artifact_bytes: int, max_artifacts: int) -> dict[str, object]:
+def exec_request(
+    *,
+    request_id: int,
+    code: str,
+    timeout: float,
+    stdout_cap: int,
+    stderr_cap: int,
+    max_artifact_bytes: int,
+    max_artifacts: int,
+) -> dict[str, object]:
     """The request line the runner expects for one execution."""
     return {
-        "type": "exec", "id": request_id, "code": code, "timeout": timeout,
-        "stdout_cap": stdout_cap, "stderr_cap": stderr_cap,
-        "max_artifact_bytes": max_artifact_bytes, "max_artifacts": max_artifacts,
+        "type": "exec",
+        "id": request_id,
+        "code": code,
+        "timeout": timeout,
+        "stdout_cap": stdout_cap,
+        "stderr_cap": stderr_cap,
+        "max_artifact_bytes": max_artifact_bytes,
+        "max_artifacts": max_artifacts,
     }

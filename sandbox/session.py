@@ -25,6 +25,7 @@ from sandbox.config import DEFAULT_IMAGE, container_config
 from sandbox.engine import Engine
 from sandbox.errors import InvalidInput, SandboxBroken
 from sandbox.files import ArtifactSink, data_mounts
+from sandbox.gc import owner_tag
 from sandbox.limits import Limits
 from sandbox.outcome import build_result, lost_runner_result
 from sandbox.protocol import ArtifactFrame, FatalFrame, ReadyFrame, ResultFrame, exec_request
@@ -65,8 +66,15 @@ class Session:
     """A sandbox container kept for one run; use `Session.open()` or a `with` block."""
 
     def __init__(
-        self, *, engine: Engine, limits: Limits, image: str, run_id: str,
-        data: list[Path], output_dir: Path, mode: str = "session",
+        self,
+        *,
+        engine: Engine,
+        limits: Limits,
+        image: str,
+        run_id: str,
+        data: list[Path],
+        output_dir: Path,
+        mode: str = "session",
     ) -> None:
         self.engine = engine
         self.limits = limits
@@ -83,15 +91,26 @@ class Session:
 
     @classmethod
     def open(
-        cls, *, limits: Limits | None = None, image: str = DEFAULT_IMAGE, data: list[Path] | None = None,
-        output_dir: Path | None = None, run_id: str | None = None, engine: Engine | None = None,
+        cls,
+        *,
+        limits: Limits | None = None,
+        image: str = DEFAULT_IMAGE,
+        data: list[Path] | None = None,
+        output_dir: Path | None = None,
+        run_id: str | None = None,
+        engine: Engine | None = None,
         mode: str = "session",
     ) -> Session:
         """Validate the inputs, connect to the engine and start the container."""
         run_id = run_id or new_run_id()
         session = cls(
-            engine=engine or Engine.connect(), limits=limits or Limits(), image=image, run_id=run_id,
-            data=list(data or []), output_dir=output_dir or Path("sbx-output") / run_id, mode=mode,
+            engine=engine or Engine.connect(),
+            limits=limits or Limits(),
+            image=image,
+            run_id=run_id,
+            data=list(data or []),
+            output_dir=output_dir or Path("sbx-output") / run_id,
+            mode=mode,
         )
         session.start()
         return session
@@ -101,7 +120,12 @@ class Session:
         self.engine.require_image(self.image)
         self.engine.require_runtime(self.limits.runtime)
         config = container_config(
-            self.limits, run_id=self.run_id, mode=self.mode, image=self.image, data=self.mounts
+            self.limits,
+            run_id=self.run_id,
+            mode=self.mode,
+            image=self.image,
+            data=self.mounts,
+            owner=owner_tag(),
         )
         self.container_id = self.engine.create(config)
         try:
@@ -130,8 +154,12 @@ class Session:
                 oom = self._container_oom_killed()
                 self.close()  # replaced on the next run: the interpreter's state is gone
                 return lost_runner_result(
-                    exc, limits=self.limits, oom=oom, duration=time.monotonic() - started,
+                    exc,
+                    limits=self.limits,
+                    oom=oom,
+                    duration=time.monotonic() - started,
                     timed_out=isinstance(exc, ChannelTimeout),
+                    persistent=self.mode == "session",
                 )
 
     def _exchange(self, code: str, request_id: int, started: float) -> ExecutionResult:
@@ -139,13 +167,22 @@ class Session:
         channel = self._channel
         if channel is None:
             raise ChannelClosed("session is closed")
-        channel.send(exec_request(
-            request_id=request_id, code=code, timeout=self.limits.timeout,
-            stdout_cap=self.limits.stdout_bytes, stderr_cap=self.limits.stderr_bytes,
-            max_artifact_bytes=self.limits.max_artifact_bytes, max_artifacts=self.limits.max_artifacts,
-        ))
-        sink = ArtifactSink(self.output_dir, max_bytes=self.limits.max_artifact_bytes,
-                            max_count=self.limits.max_artifacts)
+        channel.send(
+            exec_request(
+                request_id=request_id,
+                code=code,
+                timeout=self.limits.timeout,
+                stdout_cap=self.limits.stdout_bytes,
+                stderr_cap=self.limits.stderr_bytes,
+                max_artifact_bytes=self.limits.max_artifact_bytes,
+                max_artifacts=self.limits.max_artifacts,
+            )
+        )
+        sink = ArtifactSink(
+            self.output_dir,
+            max_bytes=self.limits.max_artifact_bytes,
+            max_count=self.limits.max_artifacts,
+        )
         accepted: list[Artifact] = []
         refused: list[RefusedArtifact] = []
         deadline = started + self.limits.timeout + ANSWER_GRACE_S
@@ -161,8 +198,14 @@ class Session:
                 deadline = time.monotonic() + ARTIFACT_GAP_S
                 continue
             if isinstance(frame, ResultFrame):
-                return build_result(frame, limits=self.limits, artifacts=accepted, refused=refused,
-                                    duration=time.monotonic() - started)
+                return build_result(
+                    frame,
+                    limits=self.limits,
+                    artifacts=accepted,
+                    refused=refused,
+                    duration=time.monotonic() - started,
+                    persistent=self.mode == "session",
+                )
 
     def _container_oom_killed(self) -> bool:
         """Whether the engine saw the container's memory limit kill something."""
@@ -170,7 +213,7 @@ class Session:
             return False
         try:
             return bool(self.engine.inspect(self.container_id)["State"].get("OOMKilled"))
-        except Exception:  # noqa: BLE001 - already gone: nothing more to learn
+        except Exception:
             return False
 
     def close(self) -> None:
@@ -186,7 +229,10 @@ class Session:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -199,15 +245,25 @@ def max_frame_bytes(limits: Limits) -> int:
 
 
 def run_fresh(
-    code: str | bytes, *, limits: Limits | None = None, image: str = DEFAULT_IMAGE,
-    data: list[Path] | None = None, output_dir: Path | None = None, run_id: str | None = None,
+    code: str | bytes,
+    *,
+    limits: Limits | None = None,
+    image: str = DEFAULT_IMAGE,
+    data: list[Path] | None = None,
+    output_dir: Path | None = None,
+    run_id: str | None = None,
     engine: Engine | None = None,
 ) -> ExecutionResult:
     """Run one program in a new container that is removed afterwards (one-shot mode)."""
     limits = limits or Limits()
     text = code_text(code, limits)
-    with Session.open(limits=limits, image=image, data=data, output_dir=output_dir,
-                      run_id=run_id, engine=engine, mode="fresh") as session:
-        result = session.run(text)
-    result.state_reset = False  # nothing persists in fresh mode, so there is no state to lose
-    return result
+    with Session.open(
+        limits=limits,
+        image=image,
+        data=data,
+        output_dir=output_dir,
+        run_id=run_id,
+        engine=engine,
+        mode="fresh",
+    ) as session:
+        return session.run(text)

@@ -16,7 +16,7 @@ _DURATION_FACTORS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_size(value: str | int | float) -> int:
-    """Return a byte count from `512m`, `1.5g`, `64MiB`, `4096` (binary units, as Docker reads them)."""
+    """Return a byte count from `512m`, `1.5g`, `64MiB` or `4096` (binary units, as Docker)."""
     if isinstance(value, bool):
         raise ValueError("expected a size such as '512m', not a boolean")
     if isinstance(value, int | float):
@@ -63,6 +63,8 @@ def format_size(num_bytes: int) -> str:
     size = float(num_bytes)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" or size == int(size) else f"{size:.1f} {unit}"
+            return (
+                f"{size:.0f} {unit}" if unit == "B" or size == int(size) else f"{size:.1f} {unit}"
+            )
         size /= 1024
     return f"{num_bytes} B"  # pragma: no cover - loop always returns

@@ -17,7 +17,7 @@ from sandbox.result import ExecutionResult
 
 
 class CodeRunner(Protocol):
-    """Runs one program in the run's sandbox and reports what happened (never raises for bad code)."""
+    """Runs one program in the run's sandbox and reports what happened (bad code is data)."""
 
     def run(self, code: str) -> ExecutionResult:
         """Execute `code` and return its result; raise only for errors the operator must fix."""
@@ -26,7 +26,7 @@ class CodeRunner(Protocol):
 
 @dataclass(kw_only=True)
 class ToolContext:
-    """Everything the built-in tools need for one agent run, chosen by the operator, not the model."""
+    """What the built-in tools need for one agent run, chosen by the operator, not the model."""
 
     run_id: str
     """The run's id: shared by the audit log, the transcript and the sandbox labels."""

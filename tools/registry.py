@@ -67,7 +67,7 @@ class Tool:
     """Name of the parameter that receives the `ToolContext`, if the function declares one."""
 
     def openai_schema(self) -> dict[str, Any]:
-        """Return the tool in the Chat Completions `tools` format, with a closed parameter schema."""
+        """Return the tool in the Chat Completions `tools` format, with closed parameters."""
         parameters = strict_schema(self.args_model.model_json_schema())
         function: dict[str, Any] = {
             "name": self.name,
@@ -127,7 +127,7 @@ def build_tool(
         raise TypeError(f"tool name {tool_name!r} must match [A-Za-z0-9_-]{{1,64}}")
     description, arg_docs = parse_docstring(func.__doc__)
     if not description:
-        raise TypeError(f"tool {tool_name!r} needs a docstring: its first paragraph is the description")
+        raise TypeError(f"tool {tool_name!r} needs a docstring (its summary is the description)")
     hints = typing.get_type_hints(func, include_extras=True)
     fields: dict[str, Any] = {}
     context_param: str | None = None
@@ -140,7 +140,8 @@ def build_tool(
             context_param = param.name
             continue
         default = ... if param.default is param.empty else param.default
-        fields[param.name] = (hints[param.name], Field(default, description=arg_docs.get(param.name)))
+        doc = arg_docs.get(param.name)
+        fields[param.name] = (hints[param.name], Field(default, description=doc))
     args_model: type[BaseModel] = create_model(
         f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields
     )

@@ -12,8 +12,9 @@ import re
 from collections.abc import Sequence
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
-_KEY = re.compile(r"""^\s*((?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*'))*)\s*=""")
-_PART = re.compile(r"""[A-Za-z0-9_-]+|"[^"]*"|'[^']*'""")
+_PART_RE = r"""[A-Za-z0-9_-]+|"[^"]*"|'[^']*'"""
+_KEY = re.compile(rf"^\s*((?:{_PART_RE})(?:\s*\.\s*(?:{_PART_RE}))*)\s*=")
+_PART = re.compile(_PART_RE)
 
 
 def _split(dotted: str) -> tuple[str, ...]:

@@ -1,0 +1,213 @@
+"""`AuditLog`: append sealed records to a JSON Lines file shared by many processes.
+
+Each append takes an exclusive `fcntl.flock` on the file, learns the last
+record's `seq` and `hash` from the tail (a cached value when the file size has
+not moved since our own last append; otherwise by reading backwards from the
+end, never the whole file), writes the new lines, `fsync`s, and unlocks. The
+gate appends before a tool runs and after it ends, so a crash leaves at worst
+an intent without an outcome.
+
+A writer killed mid-append leaves a torn last line. The next writer does not
+hide it: it ends the fragment with a newline and appends a `recover` record
+carrying the fragment's length and SHA-256, chained to the last complete
+record, so `verify_log` can account for every byte.
+
+Path: `--audit-log`, else `SBX_AUDIT_LOG`, else the policy's `[audit] path`,
+else `./sbx-audit.jsonl` (`resolve_audit_path`). Key: `SBX_AUDIT_KEY`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tools.audit_chain import GENESIS, make_line
+from tools.redact import Redactor
+
+DEFAULT_AUDIT_PATH = Path("sbx-audit.jsonl")
+KEY_ENV = "SBX_AUDIT_KEY"
+PATH_ENV = "SBX_AUDIT_LOG"
+MIN_KEY_BYTES = 16
+_TAIL_WINDOW = 64 * 1024
+
+
+class AuditError(Exception):
+    """The audit log cannot be written or continued: no tool may run without its record."""
+
+
+@dataclass(frozen=True)
+class _Tail:
+    """Where the chain stands: the next seq, the hash to chain to, a torn fragment if any."""
+
+    next_seq: int
+    prev: str
+    size: int
+    torn: bytes = b""
+
+
+def resolve_audit_path(
+    option: Path | None, policy_path: Path | None, environ: Mapping[str, str]
+) -> Path:
+    """`--audit-log` > `SBX_AUDIT_LOG` > policy `[audit] path` > `./sbx-audit.jsonl`."""
+    if option is not None:
+        return option
+    if environ.get(PATH_ENV):
+        return Path(environ[PATH_ENV])
+    return policy_path or DEFAULT_AUDIT_PATH
+
+
+def audit_key_from_env(environ: Mapping[str, str]) -> bytes | None:
+    """The HMAC key from `SBX_AUDIT_KEY`, or None; a short key is refused, not weakened."""
+    value = environ.get(KEY_ENV)
+    if not value:
+        return None
+    key = value.encode("utf-8")
+    if len(key) < MIN_KEY_BYTES:
+        raise AuditError(f"{KEY_ENV} must be at least {MIN_KEY_BYTES} bytes long")
+    return key
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON types only (paths and models become strings; NaN and inf become strings)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+class AuditLog:
+    """An open audit log file; thread-safe, and safe to share between processes."""
+
+    def __init__(self, *, path: Path, fd: int, key: bytes | None, redact: Redactor) -> None:
+        self.path = path
+        self._fd = fd
+        self._key = key
+        self._redact = redact
+        self._lock = threading.Lock()
+        self._cache: _Tail | None = None
+
+    @classmethod
+    def open(cls, path: Path, *, key: bytes | None, redact: Redactor) -> AuditLog:
+        """Open (creating, mode 0600) the log for appending."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise AuditError(f"cannot open audit log {path}: {exc.strerror}") from None
+        return cls(path=path, fd=fd, key=key, redact=redact)
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file; later appends raise `AuditError`."""
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def record(self, run_id: str, event: str, data: Mapping[str, Any]) -> int:
+        """Append one event; return its seq."""
+        return self.record_many(run_id, [(event, data)])
+
+    def record_many(self, run_id: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> int:
+        """Append events as one locked, fsync'd write; return the last seq."""
+        payloads = [(event, self._redact.redact(_jsonable(data))) for event, data in events]
+        with self._lock:
+            if self._fd < 0:
+                raise AuditError(f"audit log {self.path} is closed")
+            try:
+                return self._append_locked(run_id, payloads)
+            except OSError as exc:
+                raise AuditError(f"cannot write audit log {self.path}: {exc.strerror}") from None
+
+    def _append_locked(self, run_id: str, payloads: list[tuple[str, Any]]) -> int:
+        """Under the thread lock: flock, read the tail, write, fsync, unlock."""
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            tail = self._tail()
+            chunks: list[bytes] = []
+            seq, prev = tail.next_seq, tail.prev
+            if tail.torn:
+                chunks.append(b"\n")
+                recover = {"torn_bytes": len(tail.torn), "torn_sha256": _sha(tail.torn)}
+                payloads = [("recover", recover), *payloads]
+            for event, data in payloads:
+                line, prev = make_line(
+                    seq=seq, prev=prev, run_id=run_id, event=event, data=data,
+                    key=self._key, pid=os.getpid(),
+                )
+                chunks.append(line)
+                seq += 1
+            blob = b"".join(chunks)
+            _write_all(self._fd, blob)
+            os.fsync(self._fd)
+            self._cache = _Tail(next_seq=seq, prev=prev, size=os.fstat(self._fd).st_size)
+            return seq - 1
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _tail(self) -> _Tail:
+        """The chain's end: from the cache when nobody appended since, else from the file."""
+        size = os.fstat(self._fd).st_size
+        if self._cache is not None and self._cache.size == size:
+            return self._cache
+        return read_tail(self._fd, size)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte (os.write may write fewer)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def read_tail(fd: int, size: int) -> _Tail:
+    """Read backwards from the end until the last complete line is found; parse its seal."""
+    if size == 0:
+        return _Tail(next_seq=0, prev=GENESIS, size=0)
+    window = _TAIL_WINDOW
+    while True:
+        start = max(0, size - window)
+        data = os.pread(fd, size - start, start)
+        cut = data.rfind(b"\n")
+        torn = data[cut + 1 :]
+        body = data[:cut]
+        begin = body.rfind(b"\n")
+        if cut >= 0 and (begin >= 0 or start == 0):
+            return _parse_last(body[begin + 1 :], size, torn)
+        if cut < 0 and start == 0:
+            return _Tail(next_seq=0, prev=GENESIS, size=size, torn=torn)
+        window *= 4
+
+
+def _parse_last(line: bytes, size: int, torn: bytes) -> _Tail:
+    """Seq and hash of the last complete record; a damaged one stops all writing."""
+    try:
+        record = json.loads(line)
+        seq, prev = int(record["seq"]), str(record["hash"])
+        return _Tail(next_seq=seq + 1, prev=prev, size=size, torn=torn)
+    except (ValueError, KeyError, TypeError):
+        raise AuditError(
+            "the audit log's last record is damaged; run `sbx audit verify` before writing more"
+        ) from None

@@ -1,0 +1,223 @@
+"""The ops team's policy: which tools run, with which arguments, how often, in which sandbox.
+
+A policy is a TOML file (`sbx.toml`; the packaged default is `tools/sbx.toml`,
+every key commented there). Everything is closed by default: a tool absent
+from the file is disabled, an unknown key or tool name is an error at load,
+and each rule has a dotted name (`tools.http_get.allowed_domains`,
+`quotas.total`) that denials and audit records quote. The `[agent]` table is
+kept raw for the agent layer, which validates it itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sandbox.limits import Bytes, Limits, Seconds
+from tools.toml_lines import key_lines, line_of
+
+BUILTIN_TOOLS = ("execute_python", "calculate", "list_data_files", "preview_data_file", "http_get")
+_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+_DOMAIN = re.compile(rf"^(\*\.)?({_LABEL}\.)*{_LABEL}$")
+
+
+class PolicyError(Exception):
+    """The policy file cannot be used; the message names the file, the line and the key."""
+
+
+class ToolRule(BaseModel):
+    """Rules every tool has: whether the model may call it at all."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    """Deny by default: only tools with `enabled = true` are offered to the model and run."""
+
+
+class CalculateRule(ToolRule):
+    """Argument rules for `calculate`."""
+
+    max_expression_length: int = Field(default=500, ge=1, le=10_000)
+    """Longest expression accepted, in characters (bounds the number of operations too)."""
+    max_digits: int = Field(default=4000, ge=10, le=4000)
+    """Most decimal digits of any integer, intermediate or final (Python prints up to 4300)."""
+    timeout: Seconds = 1.0
+    """Wall-clock seconds one evaluation may take, checked between operations."""
+
+
+class ListDataFilesRule(ToolRule):
+    """Argument rules for `list_data_files`."""
+
+    max_files: int = Field(default=1000, ge=1, le=100_000)
+    """Most files listed (directories are walked up to this many entries)."""
+
+
+class PreviewDataFileRule(ToolRule):
+    """Argument rules for `preview_data_file`."""
+
+    max_rows: int = Field(default=50, ge=1, le=10_000)
+    """Most rows (or lines) the model may ask for; larger requests are denied."""
+    max_bytes: Bytes = 64 * 1024
+    """Most bytes read from the start of the file, whatever `rows` says."""
+
+
+class HttpGetRule(ToolRule):
+    """Argument rules for `http_get`: off unless enabled with a non-empty domain allowlist."""
+
+    allowed_domains: list[str] = Field(default_factory=list)
+    """Hosts the model may fetch: `example.com` (exactly) or `*.example.com` (any subdomain)."""
+    allowed_ports: list[int] = Field(default_factory=lambda: [80, 443])
+    """Ports the model may connect to."""
+    max_bytes: Bytes = 1024 * 1024
+    """Most response-body bytes read; the rest is cut and the observation says so."""
+    timeout: Seconds = 10.0
+    """Wall-clock seconds for the whole fetch, redirects included."""
+    max_redirects: int = Field(default=3, ge=0, le=10)
+    """Redirects followed; each target is checked like the first URL."""
+
+    @field_validator("allowed_domains")
+    @classmethod
+    def _domains(cls, domains: list[str]) -> list[str]:
+        cleaned = [domain.strip().lower().rstrip(".") for domain in domains]
+        for domain in cleaned:
+            if not _DOMAIN.match(domain):
+                raise ValueError(f"{domain!r} is not a host name or '*.domain' pattern")
+        return cleaned
+
+    @model_validator(mode="after")
+    def _enabled_needs_domains(self) -> HttpGetRule:
+        if self.enabled and not self.allowed_domains:
+            raise ValueError("http_get is enabled but allowed_domains is empty; list the hosts")
+        return self
+
+
+class ToolsPolicy(BaseModel):
+    """One table per built-in tool, plus `[tools.custom.NAME]` for tools a program registers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    execute_python: ToolRule = ToolRule()
+    """Run Python in the sandbox session (limits in `[sandbox]`)."""
+    calculate: CalculateRule = CalculateRule()
+    """Exact arithmetic in-process (RestrictedPython; not an isolation boundary)."""
+    list_data_files: ListDataFilesRule = ListDataFilesRule()
+    """List the run's data files (host side)."""
+    preview_data_file: PreviewDataFileRule = PreviewDataFileRule()
+    """Show the first rows of one data file (host side)."""
+    http_get: HttpGetRule = HttpGetRule()
+    """Fetch a URL from the host, allowlisted domains only."""
+    custom: dict[str, ToolRule] = Field(default_factory=dict)
+    """Tools registered by the embedding program; each must exist when the gate is built."""
+
+    def rule(self, name: str) -> ToolRule | None:
+        """Return the rule for a tool name, or None when the policy does not know it."""
+        if name in BUILTIN_TOOLS:
+            rule: ToolRule = getattr(self, name)
+            return rule
+        return self.custom.get(name)
+
+    def known_names(self) -> list[str]:
+        """Every tool name the policy has a rule for."""
+        return [*BUILTIN_TOOLS, *self.custom]
+
+
+class Quotas(BaseModel):
+    """Per-run call budgets, counted on allowed calls only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    total: int | None = Field(default=100, ge=0)
+    """Allowed tool calls per run, all tools together (`None`: no cap)."""
+    per_tool: dict[str, int] = Field(default_factory=dict)
+    """Allowed calls per run for one tool, by name."""
+    max_denied: int | None = Field(default=20, ge=0)
+    """Denials per run after which the gate halts the run (a model probing the policy)."""
+
+
+class AuditPolicy(BaseModel):
+    """Where the audit log goes and what never reaches it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: Path | None = None
+    """Log file; `--audit-log` and `SBX_AUDIT_LOG` override it; default `./sbx-audit.jsonl`."""
+    secret_env: list[str] = Field(
+        default_factory=lambda: ["OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "SBX_AUDIT_KEY"]
+    )
+    """Environment variables whose values are replaced by `[REDACTED]` wherever they appear."""
+    secret_fields: list[str] = Field(
+        default_factory=lambda: ["api_key", "password", "secret", "token", "authorization"]
+    )
+    """Argument names (case-insensitive) whose values are always redacted."""
+
+
+class Policy(BaseModel):
+    """The whole policy file. Unknown keys anywhere are an error (`extra="forbid"`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tools: ToolsPolicy = ToolsPolicy()
+    """Which tools are enabled and their argument rules."""
+    quotas: Quotas = Quotas()
+    """How many calls a run may make."""
+    sandbox: Limits = Limits()
+    """Limits for `execute_python`'s container (see `sandbox.limits.Limits`)."""
+    audit: AuditPolicy = AuditPolicy()
+    """The audit log's path and redaction."""
+    agent: dict[str, Any] = Field(default_factory=dict)
+    """The `[agent]` table, kept raw: the agent layer validates it."""
+
+    @model_validator(mode="after")
+    def _quota_names(self) -> Policy:
+        for name in self.quotas.per_tool:
+            if self.tools.rule(name) is None:
+                known = ", ".join(self.tools.known_names())
+                raise ValueError(f"quotas.per_tool names unknown tool {name!r} (known: {known})")
+        return self
+
+    def digest(self) -> str:
+        """SHA-256 of the effective policy (canonical JSON), recorded at each run's start."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+
+def default_policy_path() -> Path:
+    """The documented default policy shipped inside the package."""
+    return Path(str(resources.files("tools").joinpath("sbx.toml")))
+
+
+def load_policy(path: Path | None) -> Policy:
+    """Read and validate a policy file; `None` loads the packaged default `tools/sbx.toml`."""
+    source = path or default_policy_path()
+    try:
+        text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(f"{source}: cannot read policy: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"{source}: not valid TOML: {exc}") from None
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(_describe(source, text, exc)) from None
+
+
+def _describe(source: Path, text: str, exc: ValidationError) -> str:
+    """One line: `file:line: dotted.key: what is wrong` for the first error, and a count."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = [part for part in first["loc"] if isinstance(part, str | int)]
+    dotted = ".".join(str(part) for part in loc) or "(top level)"
+    line = line_of(key_lines(text), loc)
+    where = f"{source}:{line}" if line else str(source)
+    message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+    if message.startswith("Value error, "):
+        message = message.removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {dotted}: {message}{more}"
