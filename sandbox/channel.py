@@ -14,6 +14,7 @@ import select
 import socket
 import struct
 import time
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -35,8 +36,11 @@ class ChannelTimeout(SandboxBroken):
 class Channel:
     """Send requests to the runner and read its frames, never trusting what comes back."""
 
-    def __init__(self, sock: socket.socket, *, max_line_bytes: int) -> None:
+    def __init__(
+        self, sock: socket.socket, *, max_line_bytes: int, owner: Any = None
+    ) -> None:
         self.sock = sock
+        self._owner = owner
         self.max_line_bytes = max_line_bytes
         self._raw = bytearray()
         self._lines = bytearray()
@@ -119,4 +123,9 @@ class Channel:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self.sock.close()
+        for resource in (getattr(self._owner, "_response", None), self._owner, self.sock):
+            try:
+                if resource is not None:
+                    resource.close()
+            except (OSError, ValueError):
+                pass  # already closed through another of the three handles

@@ -115,8 +115,11 @@ class Engine:
             self._live.add(container_id)
         return container_id
 
-    def attach(self, container_id: str) -> socket.socket:
-        """Open the container's stdin/stdout/stderr stream (before start, so nothing is missed)."""
+    def attach(self, container_id: str) -> tuple[socket.socket, Any]:
+        """Open the container's stdin/stdout/stderr stream (before start, so nothing is missed).
+
+        Returns the raw socket and the SDK's wrapper, which must be closed with it.
+        """
         try:
             raw = self.api.attach_socket(
                 container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -124,7 +127,7 @@ class Engine:
         except docker.errors.DockerException as exc:
             raise SandboxBroken(f"cannot attach to the sandbox: {first_line(exc)}") from None
         sock: socket.socket = getattr(raw, "_sock", raw)
-        return sock
+        return sock, raw
 
     def start(self, container_id: str) -> None:
         """Start a created container."""

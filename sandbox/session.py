@@ -129,8 +129,10 @@ class Session:
         )
         self.container_id = self.engine.create(config)
         try:
-            sock = self.engine.attach(self.container_id)
-            self._channel = Channel(sock, max_line_bytes=max_frame_bytes(self.limits))
+            sock, wrapper = self.engine.attach(self.container_id)
+            self._channel = Channel(
+                sock, max_line_bytes=max_frame_bytes(self.limits), owner=wrapper
+            )
             self.engine.start(self.container_id)
             frame = self._channel.receive(time.monotonic() + START_TIMEOUT_S)
             if not isinstance(frame, ReadyFrame):

@@ -1,0 +1,68 @@
+"""Shared fixtures: a real Docker engine, the real image, and a leak check over the whole run.
+
+Sandbox tests never mock Docker. Without an engine they fail in CI (CI=true)
+and skip elsewhere with a reason that names what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox.config import DEFAULT_IMAGE
+from sandbox.engine import Engine
+from sandbox.errors import SandboxError
+from sandbox.limits import Limits
+from sandbox.session import Session
+
+TEST_IMAGE = os.environ.get("SBX_TEST_IMAGE", DEFAULT_IMAGE)
+
+
+def _engine_or_skip() -> Engine:
+    try:
+        engine = Engine.connect(timeout=10)
+        engine.require_image(TEST_IMAGE)
+    except SandboxError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"sandbox tests need Docker and the image in CI: {exc}")
+        pytest.skip(f"needs a running Docker engine and image {TEST_IMAGE}: {exc}")
+    return engine
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    """The real engine, with the sandbox image present."""
+    return _engine_or_skip()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaked_containers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After the whole run, no container labelled sbx.managed may remain."""
+    yield
+    if not any(item.get_closest_marker("docker") for item in request.session.items):
+        return
+    try:
+        engine = Engine.connect(timeout=10)
+    except SandboxError:
+        return
+    left = engine.managed_containers()
+    for container in left:
+        engine.remove(container["Id"])
+    assert not left, f"containers leaked: {[c['Id'][:12] for c in left]}"
+
+
+@pytest.fixture
+def output_dir(tmp_path: Path) -> Path:
+    """A host directory for artifacts."""
+    return tmp_path / "out"
+
+
+@pytest.fixture
+def session(engine: Engine, output_dir: Path) -> Iterator[Session]:
+    """A session with default limits except a short timeout."""
+    with Session.open(limits=Limits(timeout="5s"), image=TEST_IMAGE, engine=engine,
+                      output_dir=output_dir) as live:
+        yield live

@@ -1,0 +1,77 @@
+"""The whole hardened create configuration, pinned (G11). The claims are proved live elsewhere."""
+
+from pathlib import Path
+
+from sandbox.config import DataMount, container_config
+from sandbox.limits import Limits
+
+
+def test_default_limits_produce_closed_container() -> None:
+    mount = DataMount(source=Path("/srv/sales.csv"), target="/data/sales.csv")
+    cfg = container_config(Limits(), run_id="r1", mode="session", data=(mount,), owner="h:1")
+    assert cfg == {
+        "image": "sbx-python:latest",
+        "command": ["python3", "-I", "-u", "/opt/sbx/runner.py"],
+        "user": "1000:1000",
+        "working_dir": "/work",
+        "hostname": "sandbox",
+        "environment": {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "MPLBACKEND": "Agg",
+            "MPLCONFIGDIR": "/tmp/matplotlib",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "SBX_SANDBOX": "1",
+        },
+        "labels": {"sbx.managed": "true", "sbx.run_id": "r1", "sbx.mode": "session",
+                   "sbx.owner": "h:1"},
+        "stdin_open": True,
+        "use_config_proxy": False,
+        "tty": False,
+        "host_config": {
+            "network_mode": "none",
+            "read_only": True,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges:true"],
+            "privileged": False,
+            "pids_limit": 256,
+            "mem_limit": 536870912,
+            "memswap_limit": 536870912,
+            "nano_cpus": 1000000000,
+            "tmpfs": {
+                "/tmp": "rw,nosuid,nodev,noexec,size=268435456,mode=1777",
+                "/work": "rw,nosuid,nodev,noexec,size=268435456,uid=1000,gid=1000,mode=0700",
+                "/output": "rw,nosuid,nodev,noexec,size=268435456,uid=1000,gid=1000,mode=0700",
+            },
+            "init": True,
+            "ipc_mode": "private",
+            "shm_size": 67108864,
+            "auto_remove": True,
+            "log_config": {"type": "none", "config": {}},
+            "ulimits": [
+                {"name": "nofile", "soft": 1024, "hard": 1024},
+                {"name": "fsize", "soft": 268435456, "hard": 268435456},
+                {"name": "core", "soft": 0, "hard": 0},
+            ],
+            "mounts": [{"Type": "bind", "Source": "/srv/sales.csv", "Target": "/data/sales.csv",
+                        "ReadOnly": True, "BindOptions": {"Propagation": "rprivate"}}],
+            "runtime": "runc",
+        },
+    }
+
+
+def test_opening_the_network_is_explicit() -> None:
+    cfg = container_config(Limits(network="bridge"), run_id="r1", mode="fresh")
+    assert cfg["host_config"]["network_mode"] == "bridge"
+    assert container_config(Limits(), run_id="r1", mode="fresh")["host_config"]["network_mode"] == "none"
+
+
+def test_cpu_threads_follow_the_quota() -> None:
+    cfg = container_config(Limits(cpus="1.5"), run_id="r1", mode="fresh")
+    assert cfg["host_config"]["nano_cpus"] == 1_500_000_000
+    assert cfg["environment"]["OMP_NUM_THREADS"] == "2"

@@ -1,0 +1,103 @@
+"""Acceptance 1 and 2: the running container is hardened, and code inside can feel it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sandbox.session import Session
+
+pytestmark = pytest.mark.docker
+
+
+def test_running_container_shows_every_hardening_default(session: Session, tmp_path) -> None:
+    attrs = session.engine.inspect(session.container_id or "")
+    host, config = attrs["HostConfig"], attrs["Config"]
+    assert attrs["State"]["Running"]
+    assert host["NetworkMode"] == "none"
+    assert host["ReadonlyRootfs"] is True
+    assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+    assert host["SecurityOpt"] == ["no-new-privileges:true"]
+    assert host["Privileged"] is False
+    assert host["PidsLimit"] == 256
+    assert host["Memory"] == 512 * 1024**2 and host["MemorySwap"] == host["Memory"]
+    assert host["NanoCpus"] == 1_000_000_000
+    assert set(host["Tmpfs"]) == {"/tmp", "/work", "/output"}
+    assert all("size=" in opts and "noexec" in opts for opts in host["Tmpfs"].values())
+    assert host["Init"] is True
+    assert host["AutoRemove"] is True
+    assert host["LogConfig"]["Type"] == "none"
+    assert not host.get("Binds") and not host.get("Mounts") and not attrs["Mounts"]
+    assert config["User"] == "1000:1000"
+    assert config["Labels"]["sbx.managed"] == "true"
+    assert config["Labels"]["sbx.run_id"] == session.run_id
+    names = {entry.split("=", 1)[0] for entry in config["Env"]}
+    assert not names & {"OPENAI_API_KEY", "HOSTNAME_OF_HOST", "DOCKER_HOST", "HTTP_PROXY"}
+
+
+def test_data_is_the_only_host_mount_and_it_is_read_only(engine, tmp_path) -> None:
+    from conftest import TEST_IMAGE
+
+    data = tmp_path / "sales.csv"
+    data.write_text("region,amount\nnorth,1\n")
+    data.chmod(0o666)  # only the read-only mount may stop the write
+    with Session.open(image=TEST_IMAGE, engine=engine, data=[data], output_dir=tmp_path / "o") as s:
+        mounts = s.engine.inspect(s.container_id or "")["Mounts"]
+        assert [(m["Destination"], m["RW"]) for m in mounts] == [("/data/sales.csv", False)]
+        result = s.run("print(open('/data/sales.csv').read())\nopen('/data/sales.csv', 'a')")
+    assert "north,1" in result.stdout
+    assert result.error is not None and "Read-only file system" in result.error.message
+
+
+INSIDE = r"""
+import json, os, socket
+status = dict(line.split(':', 1) for line in open('/proc/self/status'))
+facts = {"uid": os.getuid(), "gid": os.getgid(),
+         "capeff": status['CapEff'].strip(), "capprm": status['CapPrm'].strip(),
+         "nonewprivs": status['NoNewPrivs'].strip(), "env": dict(os.environ),
+         "interfaces": sorted(os.listdir('/sys/class/net'))}
+try:
+    open('/evil', 'w'); facts["root_write"] = "ok"
+except OSError as exc:
+    facts["root_write"] = exc.strerror
+tcp = {}
+for host, port in [("1.1.1.1", 80), ("172.17.0.1", 2375), ("10.0.0.1", 80), ("169.254.169.254", 80)]:
+    try:
+        socket.create_connection((host, port), timeout=2).close(); tcp[host] = "connected"
+    except OSError as exc:
+        tcp[host] = type(exc).__name__
+facts["tcp"] = tcp
+try:
+    socket.getaddrinfo("example.com", 80); facts["dns"] = "resolved"
+except OSError as exc:
+    facts["dns"] = type(exc).__name__
+print(json.dumps(facts))
+"""
+
+
+def test_code_inside_is_confined(session: Session, monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-host-secret-123")
+    result = session.run(INSIDE)
+    assert result.ok, result
+    facts = json.loads(result.stdout)
+    assert facts["uid"] == 1000 and facts["gid"] == 1000
+    assert facts["capeff"] == "0000000000000000" and facts["capprm"] == "0000000000000000"
+    assert facts["nonewprivs"] == "1"
+    assert facts["root_write"] == "Read-only file system"
+    assert set(facts["tcp"].values()) <= {"OSError", "TimeoutError", "ConnectionRefusedError"}
+    assert "connected" not in facts["tcp"].values()
+    assert facts["dns"] != "resolved"
+    assert facts["interfaces"] == ["lo"]
+    assert "OPENAI_API_KEY" not in facts["env"]
+    assert "sk-test-host-secret-123" not in result.stdout
+
+
+def test_host_environment_absent_in_fresh_mode(engine, tmp_path, monkeypatch) -> None:
+    from conftest import TEST_IMAGE
+    from sandbox.session import run_fresh
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fresh-secret-456")
+    result = run_fresh("import os; print(sorted(os.environ))", image=TEST_IMAGE, engine=engine,
+                       output_dir=tmp_path)
+    assert "OPENAI_API_KEY" not in result.stdout and result.exit_code == 0

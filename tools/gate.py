@@ -1,0 +1,289 @@
+"""`ToolGate`: the one door every tool call passes, `execute_python` included (G5).
+
+For each call, in this order: look the tool up (unknown names are told what
+is available); check the policy enables it (deny by default); validate the
+JSON arguments with the tool's own pydantic model; apply the argument rules;
+reserve the quota; append the request and the decision to the audit log
+(fsync'd) and only then run the tool; append the outcome. Every path returns a
+`ToolOutcome` whose `text` is the exact observation the model receives.
+
+Three verdicts (openai-agents' guardrails): allow; reject with a message the
+model can act on (`denied`, `invalid`, `unknown`); halt, for what an operator
+must see: too many denials in one run, or an operator error (the audit log
+cannot be written, the sandbox is broken). An operator error is recorded and
+re-raised; after a halt every call returns status `halted` without running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from sandbox.errors import SandboxError
+from tools.audit import AuditError, AuditLog
+from tools.builtin import builtin_tools
+from tools.context import ToolContext
+from tools.observation import (
+    Denied,
+    Failure,
+    Halted,
+    InvalidArguments,
+    ToolError,
+    UnknownTool,
+    render_failure,
+)
+from tools.policy import BUILTIN_TOOLS, Policy, PolicyError
+from tools.registry import Tool, ToolFailure, ToolReturn, render_value
+from tools.rules import QuotaCounter, check_arguments
+
+logger = logging.getLogger(__name__)
+
+Status = Literal["ok", "error", "invalid", "denied", "unknown", "halted"]
+
+
+@dataclass(kw_only=True, frozen=True)
+class ToolOutcome:
+    """What one tool call produced, for the agent loop and the transcript."""
+
+    call_id: str
+    """The model's `tool_call_id`, echoed so the answer message can be matched."""
+    name: str
+    """The tool name as the model sent it."""
+    status: Status
+    """`ok`; `error` (the tool failed); `invalid`/`denied`/`unknown` (not run); `halted`."""
+    text: str
+    """The exact observation the model receives (from the one renderer, G7)."""
+    result: Any = None
+    """A structured value, e.g. the `ExecutionResult` of `execute_python`."""
+    duration_s: float = 0.0
+    """Wall-clock seconds from the call's arrival at the gate to its outcome."""
+    rule: str | None = None
+    """For denials and halts: the dotted policy key that decided."""
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """A decision not to run the tool."""
+
+    status: Status
+    failure: Failure
+    rule: str | None = None
+
+
+class ToolGate:
+    """Checks, records and runs tool calls for one agent run; thread-safe."""
+
+    def __init__(
+        self, *, policy: Policy, tools: Mapping[str, Tool], context: ToolContext, audit: AuditLog
+    ) -> None:
+        self._policy = policy
+        self._tools = dict(tools)
+        self._context = context
+        self._audit = audit
+        self._quota = QuotaCounter(policy.quotas)
+        self._lock = threading.Lock()
+        self._halted: str | None = None
+        self._closed = False
+        keys = {t.sequential for t in self._tools.values() if t.sequential is not None}
+        self._sequential = {key: threading.Lock() for key in keys}
+
+    @property
+    def run_id(self) -> str:
+        """The run this gate serves."""
+        return self._context.run_id
+
+    def enabled_names(self) -> list[str]:
+        """Registered tools the policy enables, in registration order."""
+        return [name for name in self._tools if self._rule_enabled(name)]
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The enabled tools in the Chat Completions `tools` format."""
+        return [self._tools[name].openai_schema() for name in self.enabled_names()]
+
+    def sequential_key(self, name: str) -> str | None:
+        """Calls of tools with the same key must not run concurrently (None: no constraint)."""
+        found = self._tools.get(name)
+        return found.sequential if found else None
+
+    def start(self) -> None:
+        """Append the run-start record: policy digest, enabled tools, sandbox limits."""
+        data = {
+            "policy_sha256": self._policy.digest(),
+            "enabled_tools": self.enabled_names(),
+            "quotas": self._policy.quotas.model_dump(),
+            "sandbox": self._policy.sandbox.model_dump(),
+        }
+        self._audit.record(self.run_id, "run_start", data)
+
+    def close(self, *, reason: str = "closed") -> None:
+        """Append the run-end record (once)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        data = {"reason": reason, "halted": self._halted, **self._quota.snapshot()}
+        self._audit.record(self.run_id, "run_end", data)
+
+    def call(self, *, name: str, arguments: str, call_id: str) -> ToolOutcome:
+        """Check, record and run one call; model errors come back as data, never raised."""
+        started = time.perf_counter()
+        tool = self._tools.get(name)
+        decided = self._decide(name, tool, arguments)
+        self._record_intent(name, arguments, call_id, decided)
+        if isinstance(decided, _Refusal):
+            text = render_failure(decided.failure)
+            return ToolOutcome(
+                call_id=call_id, name=name, status=decided.status, text=text,
+                duration_s=time.perf_counter() - started, rule=decided.rule,
+            )
+        if tool is None:  # pragma: no cover - _decide refuses unknown tools
+            raise RuntimeError("unreachable: an allowed call without a tool")
+        return self._run(tool, decided, call_id, started)
+
+    def _decide(self, name: str, tool: Tool | None, arguments: str) -> BaseModel | _Refusal:
+        """Return the validated arguments, or why the tool must not run."""
+        if self._halted is not None:
+            return _Refusal("halted", Halted(reason=self._halted), "halted")
+        if tool is None:
+            return _Refusal("unknown", UnknownTool(name=name, available=self.enabled_names()))
+        if not self._rule_enabled(name):
+            hint = f"Available tools: {', '.join(self.enabled_names()) or '(none)'}"
+            rule = self._enable_key(name)
+            denied = Denied(tool=name, rule=rule, reason="this tool is not enabled", hint=hint)
+            return self._deny(denied)
+        try:
+            args = tool.parse_arguments(arguments)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False, include_context=False, include_input=False)
+            invalid = InvalidArguments(tool=name, errors=[dict(e) for e in errors])
+            return _Refusal("invalid", invalid)
+        denied_or_none = check_arguments(self._policy, name, args) or self._quota.take(name)
+        return self._deny(denied_or_none) if denied_or_none else args
+
+    def _deny(self, denied: Denied) -> _Refusal:
+        """A denial; past `quotas.max_denied` it halts the run instead."""
+        if self._quota.deny():
+            reason = f"more than {self._policy.quotas.max_denied} denied calls in this run"
+            self._halted = reason
+            return _Refusal("halted", Halted(reason=reason), "quotas.max_denied")
+        return _Refusal("denied", denied, denied.rule)
+
+    def _rule_enabled(self, name: str) -> bool:
+        rule = self._policy.tools.rule(name)
+        return rule is not None and rule.enabled
+
+    @staticmethod
+    def _enable_key(name: str) -> str:
+        return f"tools.{name}.enabled" if name in BUILTIN_TOOLS else f"tools.custom.{name}.enabled"
+
+    def _record_intent(
+        self, name: str, arguments: str, call_id: str, decided: BaseModel | _Refusal
+    ) -> None:
+        """Request and decision, one fsync'd append, before anything runs."""
+        request = _request_data(name, arguments, call_id)
+        decision: dict[str, Any] = {"call_id": call_id, "tool": name, "decision": "allowed"}
+        if isinstance(decided, _Refusal):
+            decision["decision"] = decided.status
+            decision["rule"] = decided.rule
+            decision["text"] = render_failure(decided.failure)
+        try:
+            self._audit.record_many(self.run_id, [("request", request), ("decision", decision)])
+        except AuditError as exc:
+            self._halted = str(exc)
+            raise
+
+    def _run(self, tool: Tool, args: BaseModel, call_id: str, started: float) -> ToolOutcome:
+        """Run an allowed call (one at a time per sequential key) and record its outcome."""
+        lock = self._sequential.get(tool.sequential or "")
+        status: Status = "ok"
+        value: Any = None
+        extra: Mapping[str, Any] = {}
+        try:
+            if lock is not None:
+                with lock:
+                    returned = tool.invoke(args, self._context)
+            else:
+                returned = tool.invoke(args, self._context)
+            text, value, extra = _unpack(returned)
+        except ToolFailure as exc:
+            status, text = "error", render_failure(ToolError(tool=tool.name, message=str(exc)))
+        except (SandboxError, AuditError) as exc:
+            self._halted = f"operator error: {type(exc).__name__}: {exc}"
+            self._record_outcome(tool, call_id, "halted", self._halted, started, {})
+            raise
+        except Exception as exc:  # a tool's bug: the model is told, the operator sees the log
+            logger.warning("Tool %s raised %s", tool.name, type(exc).__name__)
+            message = f"{type(exc).__name__}: {exc}"
+            status, text = "error", render_failure(ToolError(tool=tool.name, message=message))
+        duration = self._record_outcome(tool, call_id, status, text, started, extra)
+        return ToolOutcome(
+            call_id=call_id, name=tool.name, status=status, text=text, result=value,
+            duration_s=duration,
+        )
+
+    def _record_outcome(
+        self, tool: Tool, call_id: str, status: Status, text: str, started: float,
+        extra: Mapping[str, Any],
+    ) -> float:
+        duration = time.perf_counter() - started
+        data = {
+            "call_id": call_id, "tool": tool.name, "status": status,
+            "duration_s": round(duration, 6), "bytes_out": len(text.encode()), "text": text,
+            **extra,
+        }
+        try:
+            self._audit.record(self.run_id, "outcome", data)
+        except AuditError as exc:
+            self._halted = str(exc)
+            raise
+        return duration
+
+
+def _unpack(returned: Any) -> tuple[str, Any, Mapping[str, Any]]:
+    """(observation text, structured value, extra audit fields) from a tool's return value."""
+    if isinstance(returned, ToolReturn):
+        return returned.text, returned.value, returned.audit
+    return render_value(returned), returned, {}
+
+
+def _request_data(name: str, arguments: str, call_id: str) -> dict[str, Any]:
+    """The request record: parsed arguments when they are JSON, the raw string otherwise."""
+    data: dict[str, Any] = {"call_id": call_id, "tool": name}
+    try:
+        data["arguments"] = json.loads(arguments or "{}")
+    except ValueError:
+        data["arguments_raw"] = arguments
+    parsed = data.get("arguments")
+    code = parsed.get("code") if isinstance(parsed, dict) else None
+    if name == "execute_python" and isinstance(code, str):
+        data["code_sha256"] = hashlib.sha256(code.encode()).hexdigest()
+    return data
+
+
+def build_gate(
+    policy: Policy, *, context: ToolContext, audit: AuditLog, extra_tools: Sequence[Tool] = ()
+) -> ToolGate:
+    """Register the built-in tools plus `extra_tools`, check them against the policy, start the run.
+
+    A tool in `extra_tools` with a built-in's name replaces the built-in (tests
+    use this to give `http_get` a resolver that maps names to loopback).
+    Raises `PolicyError` when the policy names a custom tool that is not
+    registered, or enables `execute_python` without a sandbox runner.
+    """
+    tools = {t.name: t for t in [*builtin_tools(policy), *extra_tools]}
+    missing = [name for name in policy.tools.custom if name not in tools]
+    if missing:
+        raise PolicyError(f"policy [tools.custom.{missing[0]}] names a tool that is not registered")
+    if policy.tools.execute_python.enabled and context.runner is None:
+        raise PolicyError("policy enables execute_python but no sandbox runner was started")
+    gate = ToolGate(policy=policy, tools=tools, context=context, audit=audit)
+    gate.start()
+    return gate

@@ -1,0 +1,161 @@
+"""The one renderer of what the model reads after a tool call (G7).
+
+`render_execution` turns an `ExecutionResult` into the `execute_python`
+observation: the error first (type and message), the trimmed traceback, the
+output as the sandbox kept it (its cut markers stay), then resource notes that
+name the limit and the knob. `render_failure` turns every failure that is not
+the tool's own output (unknown tool, invalid arguments, denial, halt, a tool
+error) into text. The gate, the transcript and the audit log all use these
+two functions, so what they show is exactly what the model received.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox.limits import Limits
+from sandbox.result import ExecutionResult
+from sandbox.units import format_size
+
+MAX_TRACEBACK_LINES = 40
+FIX_AND_RETRY = "Fix the errors and try again."
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnknownTool:
+    """The model named a tool that is not registered."""
+
+    name: str
+    available: Sequence[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class InvalidArguments:
+    """The arguments were not JSON, or did not match the tool's schema."""
+
+    tool: str
+    errors: Sequence[dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Denied:
+    """The policy refused the call; `rule` is the dotted policy key that refused it."""
+
+    tool: str
+    rule: str
+    reason: str
+    hint: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Halted:
+    """The gate stopped the run; no further tool calls will run."""
+
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolError:
+    """The tool ran and failed in a way the model may fix."""
+
+    tool: str
+    message: str
+
+
+Failure = UnknownTool | InvalidArguments | Denied | Halted | ToolError
+
+
+def render_failure(failure: Failure) -> str:
+    """The exact text the model receives for a failure (and the audit log's `text`)."""
+    match failure:
+        case UnknownTool(name=name, available=available):
+            names = ", ".join(available) if available else "(none)"
+            return f"Unknown tool name: {name!r}. Available tools: {names}"
+        case InvalidArguments(tool=tool, errors=errors):
+            listed = json.dumps(list(errors), separators=(",", ":"), default=str)
+            count = f"{len(errors)} validation error{'s' if len(errors) != 1 else ''}"
+            return f"{count} for tool {tool!r}: {listed}\n{FIX_AND_RETRY}"
+        case Denied(tool=tool, rule=rule, reason=reason, hint=hint):
+            text = f"Call to {tool!r} denied by policy rule {rule}: {reason}"
+            return f"{text} {hint}".rstrip()
+        case Halted(reason=reason):
+            return f"The run was halted by policy: {reason}. No further tool calls will run."
+        case ToolError(tool=tool, message=message):
+            return f"Error from {tool}: {message}"
+    raise TypeError(f"Unknown failure type: {type(failure).__name__}")  # pragma: no cover
+
+
+def render_execution(result: ExecutionResult, *, limits: Limits) -> str:
+    """The `execute_python` observation: error first, output next, resource notes last."""
+    parts: list[str] = []
+    if result.error is not None:
+        parts.append(f"Error: {result.error.type}: {result.error.message}")
+        if result.error.traceback.strip():
+            parts.append(_trim_traceback(result.error.traceback))
+    if result.stdout:
+        parts.append(f"[stdout]\n{result.stdout.rstrip()}")
+    if result.stderr:
+        parts.append(f"[stderr]\n{result.stderr.rstrip()}")
+    notes = resource_notes(result, limits=limits)
+    if notes:
+        parts.append("[notes]\n" + "\n".join(f"- {note}" for note in notes))
+    if not parts:
+        return "(no output: the code ran without error; print() what you need to see)"
+    return "\n".join(parts)
+
+
+def _trim_traceback(traceback: str) -> str:
+    """Keep the first line and the last frames: the error is at the bottom."""
+    lines = traceback.rstrip().splitlines()
+    if len(lines) <= MAX_TRACEBACK_LINES:
+        return "\n".join(lines)
+    keep = MAX_TRACEBACK_LINES - 1
+    cut = len(lines) - 1 - keep
+    return "\n".join([lines[0], f"  ... ({cut} traceback lines cut) ...", *lines[-keep:]])
+
+
+def resource_notes(result: ExecutionResult, *, limits: Limits) -> list[str]:
+    """Plain-language notes on limits hit, state lost and files produced."""
+    reset = "; variables were reset" if result.state_reset else ""
+    notes: list[str] = []
+    if result.timed_out:
+        notes.append(
+            f"timed out: the execution passed the {limits.timeout:g} s wall-clock limit and "
+            f"was killed{reset} (limit: `timeout` in the policy's [sandbox] table, or --timeout)"
+        )
+    if result.oom_killed:
+        notes.append(f"killed: memory limit {format_size(limits.memory)} reached{reset}")
+    if result.state_reset and not (result.timed_out or result.oom_killed):
+        notes.append("state reset: the interpreter was restarted; earlier variables are gone")
+    if not result.ok and result.error is None and not (result.timed_out or result.oom_killed):
+        notes.append(f"exit code {result.exit_code}")
+    notes.extend(_truncation_notes(result, limits))
+    if result.artifacts:
+        saved = ", ".join(f"{a.name} ({format_size(a.size)})" for a in result.artifacts)
+        notes.append(f"artifacts saved: {saved}")
+    if result.refused_artifacts:
+        refused = ", ".join(f"{r.name!r} ({r.reason})" for r in result.refused_artifacts)
+        notes.append(f"artifacts refused: {refused}")
+    ours = tuple(note.split(":", 1)[0] for note in notes)
+    notes.extend(note for note in result.notes if not note.startswith(ours or ("\0",)))
+    return notes
+
+
+def _truncation_notes(result: ExecutionResult, limits: Limits) -> list[str]:
+    notes: list[str] = []
+    if result.stdout_dropped_bytes:
+        notes.append(
+            f"output truncated: {result.stdout_dropped_bytes} bytes of stdout cut from the middle "
+            f"(keeps {format_size(limits.stdout_bytes)}; print less, or summarise)"
+        )
+    if result.stderr_dropped_bytes:
+        notes.append(
+            f"output truncated: {result.stderr_dropped_bytes} bytes of stderr cut from the middle "
+            f"(keeps {format_size(limits.stderr_bytes)})"
+        )
+    if result.truncated and not notes:
+        notes.append("output truncated: the sandbox kept only the head and tail")
+    return notes

@@ -1,0 +1,103 @@
+"""Argument rules and quotas: the policy checks that run after validation, before the tool.
+
+Each check returns a `Denied` naming the dotted policy key that refused the
+call (the rule the audit record and the model both see), or None. Quotas are
+counted under a lock, on allowed calls only, and reserved before the tool
+runs, so concurrent calls can never overshoot them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel
+
+from tools.netguard import host_matches
+from tools.observation import Denied
+from tools.policy import Policy, Quotas
+
+
+def check_arguments(policy: Policy, name: str, args: BaseModel) -> Denied | None:
+    """The per-tool argument rules of the policy, for the built-in tools that have them."""
+    values: dict[str, Any] = dict(args)
+    match name:
+        case "http_get":
+            return _check_url(policy, str(values.get("url", "")))
+        case "calculate":
+            limit = policy.tools.calculate.max_expression_length
+            if len(str(values.get("expression", ""))) > limit:
+                reason = f"the expression is longer than {limit} characters"
+                rule = "tools.calculate.max_expression_length"
+                return Denied(tool=name, rule=rule, reason=reason)
+        case "preview_data_file":
+            limit = policy.tools.preview_data_file.max_rows
+            if int(values.get("rows", 0)) > limit:
+                reason = f"at most {limit} rows may be previewed"
+                return Denied(tool=name, rule="tools.preview_data_file.max_rows", reason=reason)
+        case "execute_python":
+            limit = policy.sandbox.max_code_bytes
+            if len(str(values.get("code", "")).encode()) > limit:
+                reason = f"the program is larger than {limit} bytes"
+                return Denied(tool=name, rule="sandbox.max_code_bytes", reason=reason)
+    return None
+
+
+def _check_url(policy: Policy, url: str) -> Denied | None:
+    """Scheme, host and port of the first URL (redirects are checked by the tool itself)."""
+    rule = policy.tools.http_get
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        reason = f"scheme {parts.scheme or '(none)'!r} is not allowed; use http or https"
+        return Denied(tool="http_get", rule="tools.http_get.scheme", reason=reason)
+    host = (parts.hostname or "").lower()
+    if not host_matches(host, rule.allowed_domains):
+        allowed = ", ".join(rule.allowed_domains)
+        reason = f"host {host!r} is not in the allowed domains ({allowed})"
+        return Denied(tool="http_get", rule="tools.http_get.allowed_domains", reason=reason)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return Denied(tool="http_get", rule="tools.http_get.allowed_ports", reason="bad port")
+    if port not in rule.allowed_ports:
+        reason = f"port {port} is not in the allowed ports {rule.allowed_ports}"
+        return Denied(tool="http_get", rule="tools.http_get.allowed_ports", reason=reason)
+    return None
+
+
+class QuotaCounter:
+    """Per-run counts of allowed calls and of denials; thread-safe."""
+
+    def __init__(self, quotas: Quotas) -> None:
+        self._quotas = quotas
+        self._lock = threading.Lock()
+        self._calls: Counter[str] = Counter()
+        self._denied = 0
+
+    def take(self, name: str) -> Denied | None:
+        """Reserve one call of `name`, or say which quota is exhausted."""
+        with self._lock:
+            limit = self._quotas.per_tool.get(name)
+            if limit is not None and self._calls[name] >= limit:
+                reason = f"this run already made {limit} call(s) to {name!r}, the most allowed"
+                return Denied(tool=name, rule=f"quotas.per_tool.{name}", reason=reason)
+            total = self._quotas.total
+            if total is not None and sum(self._calls.values()) >= total:
+                reason = f"this run already made {total} tool calls, the most allowed"
+                return Denied(tool=name, rule="quotas.total", reason=reason)
+            self._calls[name] += 1
+            return None
+
+    def deny(self) -> bool:
+        """Count one denial; True when the run has now passed `quotas.max_denied`."""
+        with self._lock:
+            self._denied += 1
+            limit = self._quotas.max_denied
+            return limit is not None and self._denied > limit
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counts for the run-end record."""
+        with self._lock:
+            return {"calls": dict(self._calls), "denied": self._denied}
