@@ -7,7 +7,7 @@ property name does not), and `is_strict_compatible` tells whether the result
 also meets OpenAI's strict mode (every property required, no defaults), in
 which case the tool advertises `"strict": true`.
 
-It also reads Google-style docstrings: the summary paragraph becomes the
+It also reads Google-style docstrings: the text before `Args:` becomes the
 tool's description and each `Args:` entry becomes a parameter description.
 """
 
@@ -22,15 +22,22 @@ _ARG_LINE = re.compile(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
 def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """Return (summary paragraph, {arg name: description}) from a Google-style docstring."""
-    text = inspect.cleandoc(doc or "")
-    lines = text.splitlines()
-    summary: list[str] = []
+    """Return (description, {arg name: description}) from a Google-style docstring.
+
+    The description is every paragraph before the first section (`Args:`),
+    each paragraph's lines joined, paragraphs separated by a blank line.
+    """
+    lines = inspect.cleandoc(doc or "").splitlines()
+    paragraphs: list[list[str]] = [[]]
     for line in lines:
-        if not line.strip() or _SECTION.match(line.strip()):
+        if _SECTION.match(line.strip()):
             break
-        summary.append(line.strip())
-    return " ".join(summary), _parse_args_section(lines)
+        if line.strip():
+            paragraphs[-1].append(line.strip())
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    description = "\n\n".join(" ".join(p) for p in paragraphs if p)
+    return description, _parse_args_section(lines)
 
 
 def _parse_args_section(lines: list[str]) -> dict[str, str]:

@@ -96,8 +96,8 @@ class _CalcPolicy(RestrictingNodeTransformer):
 
 def _call(func: str, *args: ast.expr, like: ast.AST) -> ast.Call:
     """A call node to one of our guard functions (names RestrictedPython never re-checks)."""
-    node = ast.Call(func=ast.Name(func, ast.Load()), args=list(args), keywords=[])
-    return ast.copy_location(node, like)
+    node = ast.copy_location(ast.Call(ast.Name(func, ast.Load()), list(args), []), like)
+    return ast.fix_missing_locations(node)
 
 
 def _math_attr_allowed(attr: str) -> bool:

@@ -1,0 +1,59 @@
+"""`execute_python`: the model's programs go to the run's sandbox, through the gate like any tool.
+
+The tool owns no container: it calls `ToolContext.runner` (a `CodeRunner`,
+in practice the run's sandbox session) and renders the `ExecutionResult` with
+the one renderer, `render_execution`. All calls share the sequential key
+`sandbox-session`, so one session never runs two programs at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sandbox.limits import Limits
+from sandbox.result import ExecutionResult
+from tools.context import ToolContext
+from tools.observation import render_execution
+from tools.registry import Tool, ToolFailure, ToolReturn, build_tool
+
+SESSION_KEY = "sandbox-session"
+
+
+def make_execute_python(limits: Limits) -> Tool:
+    """The `execute_python` tool, rendering against the policy's sandbox limits."""
+
+    def execute_python(code: str, ctx: ToolContext) -> ToolReturn:
+        """Run Python code in this run's sandbox and return its stdout, stderr and any error.
+
+        Variables, imports and files persist between calls in one run, like a notebook.
+        Input files are read-only under /data; save plots and tables to /output. There
+        is no network. print() what you need to see.
+
+        Args:
+            code: A complete Python program (not a shell command).
+            ctx: The run's context, injected by the gate (not part of the schema).
+        """
+        if ctx.runner is None:
+            raise ToolFailure("no sandbox is available in this run")
+        result = ctx.runner.run(code)
+        text = render_execution(result, limits=limits)
+        return ToolReturn(text=text, value=result, audit=audit_fields(result))
+
+    return build_tool(execute_python, sequential=SESSION_KEY)
+
+
+def audit_fields(result: ExecutionResult) -> dict[str, Any]:
+    """The outcome fields the audit record keeps for one execution."""
+    return {
+        "exit_code": result.exit_code,
+        "error_type": result.error.type if result.error else None,
+        "timed_out": result.timed_out,
+        "oom_killed": result.oom_killed,
+        "state_reset": result.state_reset,
+        "stdout_bytes": len(result.stdout.encode()) + result.stdout_dropped_bytes,
+        "stderr_bytes": len(result.stderr.encode()) + result.stderr_dropped_bytes,
+        "truncated": result.truncated,
+        "execution_s": result.duration_s,
+        "artifacts": [a.model_dump(include={"name", "size", "sha256"}) for a in result.artifacts],
+        "refused_artifacts": [r.model_dump() for r in result.refused_artifacts],
+    }
