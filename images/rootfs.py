@@ -43,7 +43,10 @@ OWNED_DIRS = ("data", "output", "work")
 CHROOT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
 """A clean environment for commands run inside the rootfs: nothing from the host leaks in."""
 
-_PER_PACKAGE = re.compile(r"^I: (Retrieving|Validating|Extracting|Unpacking|Configuring) \S+$")
+_PER_PACKAGE = re.compile(
+    r"^I: (?:(?:Retrieving|Validating) \S+ \S+|(?:Extracting|Unpacking|Configuring) \S+\.\.\.)$"
+)
+"""debootstrap's one-line-per-package chatter; its stage lines are forwarded as progress."""
 
 
 def build_rootfs(

@@ -1,0 +1,33 @@
+"""The built-in tools, each made from its policy rule by a factory.
+
+    execute_python     sandbox session (runner from ToolContext)     execute_python.py
+    calculate          exact arithmetic, RestrictedPython + guards   calculate.py, calc_*.py
+    list_data_files    the run's data paths, host side               data_files.py
+    preview_data_file  first rows of one data file, host side        data_files.py, data_preview.py
+    http_get           allowlisted domains, public addresses only    http_get.py, http_fetch.py
+
+Every built-in is registered; the policy decides which are enabled.
+"""
+
+from __future__ import annotations
+
+from tools.builtin.calculate import make_calculate
+from tools.builtin.data_files import make_list_data_files, make_preview_data_file
+from tools.builtin.execute_python import make_execute_python
+from tools.builtin.http_get import make_http_get
+from tools.policy import Policy
+from tools.registry import Tool
+
+__all__ = ["builtin_tools"]
+
+
+def builtin_tools(policy: Policy) -> list[Tool]:
+    """Every built-in tool, configured from the policy (enabled or not)."""
+    rules = policy.tools
+    return [
+        make_execute_python(policy.sandbox),
+        make_calculate(rules.calculate),
+        make_list_data_files(rules.list_data_files),
+        make_preview_data_file(rules.preview_data_file),
+        make_http_get(rules.http_get),
+    ]

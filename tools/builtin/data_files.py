@@ -1,0 +1,178 @@
+"""`list_data_files` and `preview_data_file`: host-side reads confined to the run's data paths.
+
+The model never supplies a path. It picks a *name* from the index built from
+`ToolContext.data_paths` (a file is named by its base name, a directory's
+files by `dirname/relative/path`, as they appear under `/data` in the
+sandbox). Opening walks from the data path one component at a time with
+`O_NOFOLLOW`, so a symlink anywhere (or one swapped in after listing) is
+refused, and the opened file must be the regular file that was indexed (same
+device and inode). Reads stop at `max_bytes`.
+
+Host-side previews cover CSV/TSV and text with the standard library; Parquet,
+Excel and other binary formats are named and left to `execute_python`
+(pandas and pyarrow live in the sandbox image, not on the host).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from sandbox.units import format_size
+from tools.builtin.data_preview import preview_text
+from tools.context import ToolContext
+from tools.policy import ListDataFilesRule, PreviewDataFileRule
+from tools.registry import Tool, ToolFailure, build_tool
+
+_BINARY_SUFFIXES = {".parquet": "pyarrow/pandas", ".xlsx": "openpyxl/pandas", ".xls": "pandas",
+                    ".feather": "pyarrow", ".pkl": "pandas", ".zip": "zipfile", ".gz": "gzip"}
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One readable data file as indexed."""
+
+    name: str
+    root: Path
+    parts: tuple[str, ...]
+    size: int
+    dev: int
+    ino: int
+
+
+@dataclass(frozen=True)
+class DataIndex:
+    """The run's data files, plus what was refused and why."""
+
+    files: tuple[DataFile, ...]
+    refused: tuple[str, ...]
+
+
+def index_data_files(paths: list[Path], *, max_files: int) -> DataIndex:
+    """Index regular files under the data paths; symlinks and special files are refused."""
+    files: list[DataFile] = []
+    refused: list[str] = []
+    for root in paths:
+        try:
+            info = os.lstat(root)
+        except OSError as exc:
+            refused.append(f"{root.name} ({exc.strerror})")
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            refused.append(f"{root.name} (symlink)")
+        elif stat.S_ISREG(info.st_mode):
+            files.append(DataFile(root.name, root, (), info.st_size, info.st_dev, info.st_ino))
+        elif stat.S_ISDIR(info.st_mode):
+            _walk(root, files, refused, max_files)
+        else:
+            refused.append(f"{root.name} (not a regular file)")
+    return DataIndex(files=tuple(files[:max_files]), refused=tuple(refused))
+
+
+def _walk(root: Path, files: list[DataFile], refused: list[str], max_files: int) -> None:
+    """Breadth-first, never following symlinks, stopping at `max_files`."""
+    queue: deque[tuple[str, ...]] = deque([()])
+    while queue and len(files) < max_files:
+        rel = queue.popleft()
+        try:
+            entries = sorted(os.scandir(root.joinpath(*rel)), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            parts = (*rel, entry.name)
+            name = "/".join((root.name, *parts))
+            if entry.is_symlink():
+                refused.append(f"{name} (symlink)")
+            elif entry.is_dir(follow_symlinks=False):
+                queue.append(parts)
+            elif entry.is_file(follow_symlinks=False):
+                info = entry.stat(follow_symlinks=False)
+                files.append(DataFile(name, root, parts, info.st_size, info.st_dev, info.st_ino))
+            else:
+                refused.append(f"{name} (not a regular file)")
+
+
+def open_data_file(item: DataFile) -> int:
+    """Open the indexed file without following any symlink; return a read-only fd."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    if not item.parts:
+        fd = os.open(item.root, flags | os.O_NONBLOCK)
+    else:
+        fd = os.open(item.root, flags | os.O_DIRECTORY)
+        try:
+            for part in item.parts[:-1]:
+                next_fd = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+                os.close(fd)
+                fd = next_fd
+            dir_fd, fd = fd, os.open(item.parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
+            os.close(dir_fd)
+        except OSError:
+            os.close(fd)
+            raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != (item.dev, item.ino):
+        os.close(fd)
+        raise ToolFailure(f"{item.name!r} changed since it was listed; refusing to read it")
+    return fd
+
+
+def make_list_data_files(rule: ListDataFilesRule) -> Tool:
+    """The `list_data_files` tool."""
+
+    def list_data_files(ctx: ToolContext) -> str:
+        """List the data files given for this run, with their sizes.
+
+        Each file is readable in the sandbox at /data/NAME; pass NAME to preview_data_file.
+
+        Args:
+            ctx: The run's context, injected by the gate (not part of the schema).
+        """
+        index = index_data_files(ctx.data_paths, max_files=rule.max_files)
+        if not index.files and not index.refused:
+            return "No data files were given for this run."
+        lines = [f"{f.name}  ({format_size(f.size)})" for f in index.files]
+        lines += [f"refused: {reason}" for reason in index.refused]
+        return "\n".join(lines)
+
+    return build_tool(list_data_files)
+
+
+def make_preview_data_file(rule: PreviewDataFileRule) -> Tool:
+    """The `preview_data_file` tool, bounded by the policy's rows and bytes."""
+
+    def preview_data_file(
+        name: str, ctx: ToolContext, rows: Annotated[int, Field(ge=1)] = 10
+    ) -> str:
+        """Show the first rows of one data file (CSV/TSV as a table, other text as lines).
+
+        Args:
+            name: A name exactly as list_data_files shows it, e.g. `sales.csv`.
+            ctx: The run's context, injected by the gate (not part of the schema).
+            rows: How many rows (or lines) to show.
+        """
+        index = index_data_files(ctx.data_paths, max_files=100_000)
+        item = next((f for f in index.files if f.name == name), None)
+        if item is None:
+            known = ", ".join(f.name for f in index.files[:50]) or "(none)"
+            raise ToolFailure(f"no data file named {name!r}; available: {known}")
+        suffix = Path(name).suffix.lower()
+        if suffix in _BINARY_SUFFIXES:
+            library = _BINARY_SUFFIXES[suffix]
+            raise ToolFailure(f"{name} is {suffix[1:]}: read it with execute_python ({library})")
+        try:
+            fd = open_data_file(item)
+        except OSError as exc:
+            raise ToolFailure(f"cannot open {name!r}: {exc.strerror}") from None
+        try:
+            head = os.read(fd, rule.max_bytes)
+        finally:
+            os.close(fd)
+        return preview_text(name, head, rows=min(rows, rule.max_rows), size=item.size)
+
+    return build_tool(preview_data_file)

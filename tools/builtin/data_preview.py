@@ -1,0 +1,57 @@
+"""Render the head of a data file for the model: CSV/TSV as an aligned table, text as lines."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from sandbox.units import format_size
+from tools.registry import ToolFailure
+
+MAX_CELL = 40
+MAX_COLUMNS = 30
+
+
+def preview_text(name: str, head: bytes, *, rows: int, size: int) -> str:
+    """The preview of `head` (the first bytes of a file of `size` bytes)."""
+    if b"\0" in head:
+        raise ToolFailure(f"{name} looks binary; read it with execute_python")
+    cut = len(head) < size
+    if cut and b"\n" in head:
+        head = head[: head.rfind(b"\n") + 1]  # never show a half line
+    text = head.decode("utf-8-sig", errors="replace")
+    suffix = Path(name).suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        body, shown = _table(text, delimiter="\t" if suffix == ".tsv" else ",", rows=rows)
+    else:
+        lines = text.splitlines()[:rows]
+        body, shown = "\n".join(lines), len(lines)
+    note = f"{name}: {format_size(size)}; showing {shown} row(s)"
+    if cut:
+        note += f" from the first {format_size(len(head))}"
+    return f"{note}\n{body}"
+
+
+def _table(text: str, *, delimiter: str, rows: int) -> tuple[str, int]:
+    """Header plus `rows` records, cells cut to `MAX_CELL`, columns aligned."""
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter)
+    records: list[list[str]] = []
+    try:
+        for record in reader:
+            records.append([_cell(value) for value in record[:MAX_COLUMNS]])
+            if len(records) > rows:
+                break
+    except csv.Error as exc:
+        raise ToolFailure(f"cannot parse as CSV: {exc}") from None
+    if not records:
+        return "(empty file)", 0
+    widths = [max(len(r[i]) for r in records if i < len(r)) for i in range(len(records[0]))]
+    lines = [" | ".join(v.ljust(widths[i]) if i < len(widths) else v for i, v in enumerate(r))
+             for r in records]
+    return "\n".join(line.rstrip() for line in lines), len(records) - 1
+
+
+def _cell(value: str) -> str:
+    value = value.replace("\n", " ")
+    return value if len(value) <= MAX_CELL else value[: MAX_CELL - 1] + "…"
