@@ -2,12 +2,15 @@
 
 Three outcomes, cheapest first:
 
-- an image labelled with the current recipe hash exists: retag it, done (< 2 s);
+- `sbx-python:r-<hash12>` exists with the current recipe hash as its label:
+  point `latest` at it, done (< 2 s);
 - only the top layer changed (runner.py, Dockerfile): build it FROM the existing
   base image `sbx-base:<basehash12>` (seconds);
 - otherwise bootstrap the base in a temporary directory (root only), stream it
   into the engine, then build the top layer (about a minute with warm caches).
 
+After a build, our images that no longer match (old `r-` tags, old bases, images
+a forced rebuild left untagged) are deleted unless a container still uses them.
 Downloads (Debian packages, wheels) are cached under /var/cache/sbx so a rebuild
 needs the network only for what changed. Temporary files are removed on every
 exit path, Ctrl-C included, after unmounting anything debootstrap left mounted.
@@ -25,7 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import docker
 
@@ -106,7 +109,7 @@ def build_image(
     """Ensure `sbx-python:latest` is the image of the current recipe; build what is missing."""
     started = time.monotonic()
     recipe = current_recipe()
-    recipe_hash = recipe.recipe_hash()
+    recipe_hash, base_hash = recipe.recipe_hash(), recipe.base_hash()
     tags = (f"{REPOSITORY}:latest", f"{REPOSITORY}:r-{recipe_hash[:12]}")
 
     def result(image_id: str, *, reused: bool) -> BuildResult:
@@ -114,22 +117,21 @@ def build_image(
         return BuildResult(image_id=image_id, tags=tags, recipe_hash=recipe_hash, reused=reused,
                            seconds=time.monotonic() - started)
 
-    existing = None if force else engine.find_labelled(client, RECIPE_LABEL, recipe_hash)
+    existing = None if force else engine.find_tagged(
+        client, tags[1], label=RECIPE_LABEL, value=recipe_hash
+    )
     if existing is not None:
-        progress(f"reusing {existing.short_id}: it was built from recipe {recipe_hash[:12]}")
+        progress(f"reusing {str(existing.id)[7:19]}: it was built from recipe {recipe_hash[:12]}")
         return result(str(existing.id), reused=True)
-
-    base_hash = recipe.base_hash()
+    if force or _find_base(client, base_hash) is None:
+        _require_build_host()  # before the lock, so the message is "needs root", not "cache"
     with _build_lock(progress), _build_log() as log:
-        base = None if force else engine.find_labelled(client, BASE_LABEL, base_hash)
-        if base is None:
-            _build_base(client, recipe, base_hash=base_hash, log=log, progress=progress)
-        else:
-            progress(f"reusing base {BASE_REPOSITORY}:{base_hash[:12]}")
+        base_ref = _ensure_base(client, recipe, base_hash=base_hash, force=force, log=log,
+                                progress=progress)
         progress("building the top layer (runner, user, env, labels)")
         image_id = engine.build_top(
-            client, base=f"{BASE_REPOSITORY}:{base_hash[:12]}", dockerfile=recipe.dockerfile,
-            runner=recipe.runner, tag=tags[1], nocache=force, log=log,
+            client, base=base_ref, dockerfile=recipe.dockerfile, runner=recipe.runner,
+            tag=tags[1], nocache=force, log=log,
             labels={IMAGE_LABEL: "true", RECIPE_LABEL: recipe_hash},
         )
     built = result(image_id, reused=False)
@@ -137,6 +139,7 @@ def build_image(
                  progress=progress)
     engine.prune(client, repository=BASE_REPOSITORY, label=BASE_LABEL, keep=base_hash,
                  progress=progress)
+    engine.prune_dangling(client, label=BASE_LABEL, progress=progress)
     return built
 
 
@@ -156,6 +159,29 @@ def describe_image(client: docker.DockerClient) -> ImageInfo:
                      current_hash=current, size_bytes=int(image.attrs.get("Size", 0)))
 
 
+def _find_base(client: docker.DockerClient, base_hash: str) -> Any | None:
+    """The base image for `base_hash`; sandbox images inherit its label, so they are excluded."""
+    return engine.find_tagged(client, _base_ref(base_hash), label=BASE_LABEL, value=base_hash,
+                              without=IMAGE_LABEL)
+
+
+def _base_ref(base_hash: str) -> str:
+    return f"{BASE_REPOSITORY}:{base_hash[:12]}"
+
+
+def _ensure_base(
+    client: docker.DockerClient, recipe: Recipe, *, base_hash: str, force: bool, log: TextIO,
+    progress: Callable[[str], None],
+) -> str:
+    """Reuse or build the base image for `base_hash`; return the reference to build FROM."""
+    ref = _base_ref(base_hash)
+    if not force and _find_base(client, base_hash) is not None:
+        progress(f"reusing base {ref}")
+    else:
+        _build_base(client, recipe, base_hash=base_hash, log=log, progress=progress)
+    return ref
+
+
 def _build_base(
     client: docker.DockerClient, recipe: Recipe, *, base_hash: str, log: TextIO,
     progress: Callable[[str], None],
@@ -163,7 +189,7 @@ def _build_base(
     """Bootstrap the base rootfs in a temporary directory and import it as `sbx-base`."""
     _require_build_host()
     mirror = _mirror(recipe.suite)
-    progress(f"building base {BASE_REPOSITORY}:{base_hash[:12]} from {mirror.uri}")
+    progress(f"building base {_base_ref(base_hash)} from {mirror.uri}")
     work = Path(tempfile.mkdtemp(prefix="sbx-rootfs-", dir=WORK_PARENT))
     try:
         lock = work / "requirements.lock"

@@ -2,8 +2,9 @@
 
 No registry is reachable, so nothing here pulls: the base image is streamed in
 as a tar (`POST /images/create?fromSrc=-`), and the top layer is built `FROM`
-it with `pull=False`. Images are found by label, never by guessing tags, so a
-retag or a half-finished earlier build cannot pass for the current recipe.
+it with `pull=False`. An image is reused only if its hash-named tag and its
+label agree, so neither a retag nor an image built FROM ours passes for the
+current recipe.
 """
 
 from __future__ import annotations
@@ -25,12 +26,23 @@ CHUNK = 1 << 20
 """Bytes per chunk streamed to the engine."""
 
 
-def find_labelled(client: docker.DockerClient, key: str, value: str) -> Any | None:
-    """The newest image carrying label `key=value`, or None."""
-    found = client.images.list(filters={"label": f"{key}={value}"})
-    if not found:
+def find_tagged(
+    client: docker.DockerClient, ref: str, *, label: str, value: str, without: str | None = None
+) -> Any | None:
+    """The image at `ref` if it carries label `label=value` (and not label `without`), else None.
+
+    Images inherit their parent's labels, so a label alone does not identify our
+    image: an image someone built FROM sbx-python carries the same `sbx.recipe`.
+    The tag says which image we mean, the label says it is still current.
+    """
+    try:
+        image = client.images.get(ref)
+    except docker.errors.ImageNotFound:
         return None
-    return max(found, key=lambda image: image.attrs.get("Created", ""))
+    labels = image.labels or {}
+    if labels.get(label) != value or (without is not None and without in labels):
+        return None
+    return image
 
 
 def import_rootfs(
@@ -126,8 +138,27 @@ def prune(
             try:
                 client.images.remove(ref)
                 progress(f"removed superseded {ref}")
-            except docker.errors.APIError:
-                progress(f"kept superseded {ref} (still in use)")
+            except docker.errors.APIError as exc:
+                progress(f"kept superseded {ref}: {_reason(exc)}")
+
+
+def prune_dangling(
+    client: docker.DockerClient, *, label: str, progress: Callable[[str], None]
+) -> None:
+    """Delete our images left without any tag (a forced rebuild moves the tags away).
+
+    Deleting a leaf also deletes its untagged parents (the classic builder's
+    intermediate images, a replaced base). An image still in use is kept, and a
+    later build tries again.
+    """
+    for image in client.images.list(filters={"label": label, "dangling": True}):
+        try:
+            client.images.remove(image.id)
+            progress(f"removed untagged image {str(image.id)[7:19]}")
+        except docker.errors.ImageNotFound:
+            continue
+        except docker.errors.APIError as exc:
+            progress(f"kept untagged image {str(image.id)[7:19]}: {_reason(exc)}")
 
 
 def _context(*, dockerfile: bytes, runner: bytes) -> io.BytesIO:
@@ -155,6 +186,11 @@ def _imported_id(reply: str) -> str:
         if status.startswith("sha256:"):
             return status
     raise ImageBuildError(f"unexpected reply from the engine's import: {reply[:200]!r}")
+
+
+def _reason(exc: docker.errors.APIError) -> str:
+    """The engine's own explanation, first line only."""
+    return str(getattr(exc, "explanation", None) or exc).splitlines()[0]
 
 
 def _remove_quietly(client: docker.DockerClient, image_id: str) -> None:

@@ -7,6 +7,8 @@ build log (its path is in the error), selected lines go to `on_line`.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -25,8 +27,10 @@ def run_step(
 ) -> None:
     """Run `cmd` to completion; raise ImageBuildError naming `what` if it fails.
 
-    On any interruption (Ctrl-C included) the child is killed and reaped before
-    the exception propagates, so the caller's cleanup never races a live writer.
+    The child runs in its own process group. On any interruption (Ctrl-C included)
+    the whole group is stopped and the child reaped before the exception
+    propagates, so the caller's cleanup never races a live writer (debootstrap's
+    dpkg and wget children included).
     """
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
@@ -35,6 +39,7 @@ def run_step(
         proc = subprocess.Popen(
             list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             text=True, errors="replace", env=None if env is None else dict(env),
+            start_new_session=True,
         )
     except OSError as exc:
         raise ImageBuildError(f"{what}: cannot run {cmd[0]!r}: {exc.strerror}") from None
@@ -51,14 +56,37 @@ def run_step(
                     on_line(text)
         code = proc.wait()
     except BaseException:
-        proc.kill()
-        proc.wait()
+        _stop_group(proc)
         raise
     log.flush()
     if code != 0:
         raise ImageBuildError(
             f"{what} failed (exit {code}): {_reason(tail)}; full log: {log.name}"
         )
+
+
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM the child's group (debootstrap unmounts on TERM), SIGKILL what is left after 5 s."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig == signal.SIGKILL or _group_gone(proc.pid):
+            return
+
+
+def _group_gone(pgid: int) -> bool:
+    """Whether no process is left in the group (the leader exiting does not end its children)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def _reason(tail: deque[str]) -> str:

@@ -51,6 +51,8 @@ class Limits(BaseModel):
     """`none` (default): no network device but loopback. `bridge` opens egress: audited."""
     runtime: str = Field(default="runc", pattern=r"^[a-z][a-z0-9._-]{0,63}$")
     """OCI runtime registered with the engine: `runc` (default) or `runsc` (gVisor)."""
+    seccomp: str = Field(default="sbx", min_length=1)
+    """Seccomp profile: `sbx` (the shipped allowlist, sandbox/seccomp.json) or a JSON file."""
     nofile: int = Field(default=1024, ge=64, le=1_048_576)
     """Open file descriptors per process (RLIMIT_NOFILE)."""
     fsize: Bytes = parse_size("256m")

@@ -6,6 +6,7 @@ both the model and the operator know what happened and what to do.
 
 from __future__ import annotations
 
+from sandbox.accounting import CgroupAccounting, Snapshot, cpu_seconds_between, oom_between
 from sandbox.limits import Limits
 from sandbox.protocol import ResultFrame
 from sandbox.result import Artifact, ExecutionError, ExecutionResult, RefusedArtifact
@@ -104,3 +105,36 @@ def lost_runner_result(
         f"the sandbox container was replaced ({str(exc)[:200]})",
     ]
     return result
+
+
+def merge_host_figures(
+    result: ExecutionResult,
+    meter: CgroupAccounting,
+    before: Snapshot,
+    *,
+    peak_reset: bool,
+    limits: Limits,
+    persistent: bool,
+) -> None:
+    """Prefer the host's view of the cgroup over what the runner reported.
+
+    The host's counters cannot be forged by the code in the container, and
+    they exist under gVisor too, where the runner sees no cgroup at all. An
+    OOM kill the host saw but the runner missed (a child process, or the
+    runner itself) becomes `oom_killed` when the execution failed.
+    """
+    after = meter.snapshot()
+    cpu = cpu_seconds_between(before, after)
+    if cpu is not None:
+        result.cpu_seconds = cpu
+    peak = meter.peak() if peak_reset else None
+    if peak:
+        result.peak_memory_bytes = peak
+    if oom_between(before, after) and not result.oom_killed and not result.ok:
+        result.oom_killed = True
+        if not result.timed_out:
+            result.exit_code = 137
+        result.notes = [
+            *resource_notes(result, limits, persistent=persistent),
+            *[n for n in result.notes if n.startswith("the sandbox container")],
+        ]

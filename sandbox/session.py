@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
+from sandbox.accounting import CgroupAccounting
 from sandbox.channel import Channel, ChannelClosed, ChannelTimeout
 from sandbox.config import DEFAULT_IMAGE, container_config
 from sandbox.engine import Engine
@@ -27,7 +28,7 @@ from sandbox.errors import InvalidInput, SandboxBroken
 from sandbox.files import ArtifactSink, data_mounts
 from sandbox.gc import owner_tag
 from sandbox.limits import Limits
-from sandbox.outcome import build_result, lost_runner_result
+from sandbox.outcome import build_result, lost_runner_result, merge_host_figures
 from sandbox.protocol import ArtifactFrame, FatalFrame, ReadyFrame, ResultFrame, exec_request
 from sandbox.result import Artifact, ExecutionResult, RefusedArtifact
 
@@ -85,6 +86,7 @@ class Session:
         self.mode = mode
         self.container_id: str | None = None
         self._channel: Channel | None = None
+        self._meter: CgroupAccounting | None = None
         self._next_id = 1
         self._lock = threading.Lock()
         self.executions = 0
@@ -137,6 +139,8 @@ class Session:
             frame = self._channel.receive(time.monotonic() + START_TIMEOUT_S)
             if not isinstance(frame, ReadyFrame):
                 raise SandboxBroken(f"runner sent {frame.type!r} before 'ready'")
+            meter = CgroupAccounting(self.container_id)  # the cgroup exists once started
+            self._meter = meter if meter.available else None
         except BaseException:
             self.close()
             raise
@@ -149,20 +153,35 @@ class Session:
                 self.start()
             self.executions += 1
             request_id, self._next_id = self._next_id, self._next_id + 1
+            meter = self._meter
+            peak_reset = meter.reset_peak() if meter else False
+            before = meter.snapshot() if meter else None
             started = time.monotonic()
+            lost = False
             try:
-                return self._exchange(text, request_id, started)
+                result = self._exchange(text, request_id, started)
             except (ChannelClosed, ChannelTimeout, SandboxBroken) as exc:
-                oom = self._container_oom_killed()
-                self.close()  # replaced on the next run: the interpreter's state is gone
-                return lost_runner_result(
+                lost = True
+                result = lost_runner_result(
                     exc,
                     limits=self.limits,
-                    oom=oom,
+                    oom=self._container_oom_killed(),
                     duration=time.monotonic() - started,
                     timed_out=isinstance(exc, ChannelTimeout),
                     persistent=self.mode == "session",
                 )
+            if meter is not None and before is not None:
+                merge_host_figures(
+                    result,
+                    meter,
+                    before,
+                    peak_reset=peak_reset,
+                    limits=self.limits,
+                    persistent=self.mode == "session",
+                )
+            if lost:
+                self.close()  # replaced on the next run: the interpreter's state is gone
+            return result
 
     def _exchange(self, code: str, request_id: int, started: float) -> ExecutionResult:
         """Send one request and collect its artifact frames and result frame."""

@@ -19,6 +19,7 @@ from sandbox.limits import Limits
 from sandbox.session import Session
 
 TEST_IMAGE = os.environ.get("SBX_TEST_IMAGE", DEFAULT_IMAGE)
+RUNTIMES = [name for name in os.environ.get("SBX_TEST_RUNTIMES", "runc,runsc").split(",") if name]
 
 
 def _engine_or_skip() -> Engine:
@@ -36,6 +37,18 @@ def _engine_or_skip() -> Engine:
 def engine() -> Engine:
     """The real engine, with the sandbox image present."""
     return _engine_or_skip()
+
+
+@pytest.fixture(scope="session", params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest, engine: Engine) -> str:
+    """Each OCI runtime the security tests must pass under: runc, and gVisor's runsc."""
+    name: str = request.param
+    if name not in engine.runtimes():
+        message = f"runtime {name} is not registered with the engine (setup.sh registers runsc)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return name
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -61,8 +74,9 @@ def output_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def session(engine: Engine, output_dir: Path) -> Iterator[Session]:
-    """A session with default limits except a short timeout."""
-    with Session.open(limits=Limits(timeout="5s"), image=TEST_IMAGE, engine=engine,
+def session(engine: Engine, runtime: str, output_dir: Path) -> Iterator[Session]:
+    """A session with default limits except a short timeout, under each runtime."""
+    limits = Limits(timeout="5s", runtime=runtime)
+    with Session.open(limits=limits, image=TEST_IMAGE, engine=engine,
                       output_dir=output_dir) as live:
         yield live

@@ -2,8 +2,13 @@
 
 from pathlib import Path
 
+import json
+
 from sandbox.config import DataMount, container_config
 from sandbox.limits import Limits
+from sandbox.seccomp import build_profile, render_profile
+
+SHIPPED_PROFILE = json.dumps(build_profile(), separators=(",", ":"))
 
 
 def test_default_limits_produce_closed_container() -> None:
@@ -37,7 +42,7 @@ def test_default_limits_produce_closed_container() -> None:
             "network_mode": "none",
             "read_only": True,
             "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges:true"],
+            "security_opt": ["no-new-privileges:true", f"seccomp={SHIPPED_PROFILE}"],
             "privileged": False,
             "pids_limit": 256,
             "mem_limit": 536870912,
@@ -75,3 +80,33 @@ def test_cpu_threads_follow_the_quota() -> None:
     cfg = container_config(Limits(cpus="1.5"), run_id="r1", mode="fresh")
     assert cfg["host_config"]["nano_cpus"] == 1_500_000_000
     assert cfg["environment"]["OMP_NUM_THREADS"] == "2"
+
+
+def test_gvisor_gets_no_unenforced_seccomp_option() -> None:
+    cfg = container_config(Limits(runtime="runsc"), run_id="r1", mode="fresh")
+    assert cfg["host_config"]["security_opt"] == ["no-new-privileges:true"]
+    assert cfg["host_config"]["runtime"] == "runsc"
+
+
+def test_shipped_seccomp_json_is_the_reviewed_generator_output() -> None:
+    from sandbox.config import SHIPPED_SECCOMP
+
+    assert SHIPPED_SECCOMP.read_text() == render_profile()
+    profile = build_profile()
+    allowed = set(profile["syscalls"][0]["names"])
+    denied = {"ptrace", "keyctl", "add_key", "request_key", "userfaultfd", "perf_event_open",
+              "bpf", "unshare", "setns", "mount", "umount2", "pivot_root", "io_uring_setup",
+              "process_vm_readv", "kexec_load", "init_module", "open_by_handle_at"}
+    assert not allowed & denied
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO"
+
+
+def test_operator_seccomp_file_must_be_json(tmp_path) -> None:
+    import pytest
+
+    from sandbox.errors import InvalidInput
+
+    bad = tmp_path / "p.json"
+    bad.write_text("{not json")
+    with pytest.raises(InvalidInput, match="not JSON"):
+        container_config(Limits(seccomp=str(bad)), run_id="r1", mode="fresh")

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from sandbox.limits import Limits
 from sandbox.session import Session
 
 pytestmark = pytest.mark.docker
@@ -18,9 +19,13 @@ def test_running_container_shows_every_hardening_default(session: Session, tmp_p
     assert host["NetworkMode"] == "none"
     assert host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
-    assert host["SecurityOpt"] == ["no-new-privileges:true"]
+    assert host["SecurityOpt"][0] == "no-new-privileges:true"
+    if host["Runtime"] == "runc":
+        assert host["SecurityOpt"][1].startswith('seccomp={"defaultAction":"SCMP_ACT_ERRNO"')
+    else:
+        assert host["Runtime"] == "runsc" and len(host["SecurityOpt"]) == 1
     assert host["Privileged"] is False
-    assert host["PidsLimit"] == 256
+    assert host["PidsLimit"] == (256 if host["Runtime"] == "runc" else 4096)
     assert host["Memory"] == 512 * 1024**2 and host["MemorySwap"] == host["Memory"]
     assert host["NanoCpus"] == 1_000_000_000
     assert set(host["Tmpfs"]) == {"/tmp", "/work", "/output"}
@@ -36,13 +41,14 @@ def test_running_container_shows_every_hardening_default(session: Session, tmp_p
     assert not names & {"OPENAI_API_KEY", "HOSTNAME_OF_HOST", "DOCKER_HOST", "HTTP_PROXY"}
 
 
-def test_data_is_the_only_host_mount_and_it_is_read_only(engine, tmp_path) -> None:
+def test_data_is_the_only_host_mount_and_it_is_read_only(engine, runtime, tmp_path) -> None:
     from conftest import TEST_IMAGE
 
     data = tmp_path / "sales.csv"
     data.write_text("region,amount\nnorth,1\n")
     data.chmod(0o666)  # only the read-only mount may stop the write
-    with Session.open(image=TEST_IMAGE, engine=engine, data=[data], output_dir=tmp_path / "o") as s:
+    with Session.open(image=TEST_IMAGE, engine=engine, data=[data], output_dir=tmp_path / "o",
+                      limits=Limits(runtime=runtime)) as s:
         mounts = s.engine.inspect(s.container_id or "")["Mounts"]
         assert [(m["Destination"], m["RW"]) for m in mounts] == [("/data/sales.csv", False)]
         result = s.run("print(open('/data/sales.csv').read())\nopen('/data/sales.csv', 'a')")
@@ -51,16 +57,19 @@ def test_data_is_the_only_host_mount_and_it_is_read_only(engine, tmp_path) -> No
 
 
 INSIDE = r"""
-import json, os, socket
+import ctypes, json, os, socket
 status = dict(line.split(':', 1) for line in open('/proc/self/status'))
+no_new_privs = ctypes.CDLL(None).prctl(39, 0, 0, 0, 0)  # PR_GET_NO_NEW_PRIVS
 facts = {"uid": os.getuid(), "gid": os.getgid(),
          "capeff": status['CapEff'].strip(), "capprm": status['CapPrm'].strip(),
-         "nonewprivs": status['NoNewPrivs'].strip(), "env": dict(os.environ),
+         "nonewprivs": no_new_privs, "env": dict(os.environ),
          "interfaces": sorted(os.listdir('/sys/class/net'))}
-try:
-    open('/evil', 'w'); facts["root_write"] = "ok"
+try:  # /data is owned by the sandbox user in the image: only the read-only root stops this
+    open('/data/evil', 'w'); facts["root_write"] = "ok"
 except OSError as exc:
     facts["root_write"] = exc.strerror
+root = [line.split() for line in open('/proc/mounts') if line.split()[1] == '/']
+facts["root_mount_options"] = root[-1][3].split(',') if root else []
 tcp = {}
 for host, port in [("1.1.1.1", 80), ("172.17.0.1", 2375), ("10.0.0.1", 80), ("169.254.169.254", 80)]:
     try:
@@ -83,8 +92,9 @@ def test_code_inside_is_confined(session: Session, monkeypatch) -> None:
     facts = json.loads(result.stdout)
     assert facts["uid"] == 1000 and facts["gid"] == 1000
     assert facts["capeff"] == "0000000000000000" and facts["capprm"] == "0000000000000000"
-    assert facts["nonewprivs"] == "1"
+    assert facts["nonewprivs"] == 1
     assert facts["root_write"] == "Read-only file system"
+    assert "ro" in facts["root_mount_options"]
     assert set(facts["tcp"].values()) <= {"OSError", "TimeoutError", "ConnectionRefusedError"}
     assert "connected" not in facts["tcp"].values()
     assert facts["dns"] != "resolved"
@@ -93,11 +103,12 @@ def test_code_inside_is_confined(session: Session, monkeypatch) -> None:
     assert "sk-test-host-secret-123" not in result.stdout
 
 
-def test_host_environment_absent_in_fresh_mode(engine, tmp_path, monkeypatch) -> None:
+def test_host_environment_absent_in_fresh_mode(engine, runtime, tmp_path, monkeypatch) -> None:
     from conftest import TEST_IMAGE
     from sandbox.session import run_fresh
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fresh-secret-456")
     result = run_fresh("import os; print(sorted(os.environ))", image=TEST_IMAGE, engine=engine,
+                       limits=Limits(runtime=runtime),
                        output_dir=tmp_path)
     assert "OPENAI_API_KEY" not in result.stdout and result.exit_code == 0

@@ -29,11 +29,11 @@ def _wait_until_gone(engine, run_id: str, seconds: float = 20) -> bool:
     return False
 
 
-def test_ctrl_c_during_an_execution_removes_the_container(engine, tmp_path) -> None:
+def test_ctrl_c_during_an_execution_removes_the_container(engine, runtime, tmp_path) -> None:
     main_thread = threading.main_thread().ident
     assert main_thread is not None
     timer = threading.Timer(1.5, lambda: signal.pthread_kill(main_thread, signal.SIGINT))
-    session = Session.open(limits=Limits(timeout="30s"), image=TEST_IMAGE, engine=engine,
+    session = Session.open(limits=Limits(runtime=runtime, timeout="30s"), image=TEST_IMAGE, engine=engine,
                            output_dir=tmp_path)
     timer.start()
     with pytest.raises(KeyboardInterrupt), session:
@@ -52,7 +52,7 @@ time.sleep(300)
 """
 
 
-def test_container_of_a_killed_owner_disappears_without_gc(engine, tmp_path) -> None:
+def test_container_of_a_killed_owner_disappears_without_gc(engine, runtime, tmp_path) -> None:
     owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path)], stdout=subprocess.PIPE,
                              text=True)
     assert owner.stdout is not None
@@ -65,10 +65,10 @@ def test_container_of_a_killed_owner_disappears_without_gc(engine, tmp_path) -> 
     assert _wait_until_gone(engine, run_id), "runner did not exit when its owner died"
 
 
-def test_gc_removes_orphans_and_spares_live_sessions(engine, tmp_path) -> None:
+def test_gc_removes_orphans_and_spares_live_sessions(engine, runtime, tmp_path) -> None:
     from sandbox.config import container_config
 
-    orphan = engine.create(container_config(Limits(), run_id="orphan-test", mode="fresh",
+    orphan = engine.create(container_config(Limits(runtime=runtime), run_id="orphan-test", mode="fresh",
                                             image=TEST_IMAGE, owner="nohost:1"))
     with Session.open(image=TEST_IMAGE, engine=engine, output_dir=tmp_path) as live:
         removed = collect_orphans(engine)

@@ -16,9 +16,9 @@ from sandbox.session import Session, run_fresh
 pytestmark = pytest.mark.docker
 
 
-def test_memory_bomb_is_reported_as_oom_killed(engine, tmp_path) -> None:
+def test_memory_bomb_is_reported_as_oom_killed(engine, runtime, tmp_path) -> None:
     code = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 * 1024 * 1024))"
-    result = run_fresh(code, limits=Limits(memory="128m", timeout="20s"), image=TEST_IMAGE,
+    result = run_fresh(code, limits=Limits(runtime=runtime, memory="128m", timeout="20s"), image=TEST_IMAGE,
                        engine=engine, output_dir=tmp_path)
     assert result.oom_killed and not result.timed_out
     assert result.exit_code == 137
@@ -39,11 +39,11 @@ except OSError as exc:
 """
 
 
-def test_fork_bomb_hits_the_pids_limit_and_host_stays_responsive(engine, tmp_path) -> None:
+def test_fork_bomb_hits_the_pids_limit_and_host_stays_responsive(engine, runtime, tmp_path) -> None:
     outcome = {}
 
     def bomb() -> None:
-        outcome["result"] = run_fresh(FORK_BOMB, limits=Limits(pids=64, timeout="20s"),
+        outcome["result"] = run_fresh(FORK_BOMB, limits=Limits(runtime=runtime, pids=64, timeout="20s"),
                                       image=TEST_IMAGE, engine=engine, output_dir=tmp_path)
 
     thread = threading.Thread(target=bomb)
@@ -54,14 +54,18 @@ def test_fork_bomb_hits_the_pids_limit_and_host_stays_responsive(engine, tmp_pat
     host_latency = time.monotonic() - started
     thread.join(60)
     result = outcome["result"]
-    assert "stopped after" in result.stdout and "Resource temporarily unavailable" in result.stdout
-    forks = int(result.stdout.split("stopped after")[1].split()[0])
-    assert forks < 64
+    if runtime == "runsc" and result.oom_killed:
+        # gVisor: each process also costs Sentry memory, so the memory limit may stop the
+        # bomb before RLIMIT_NPROC does; either way it is contained and reported.
+        assert result.exit_code == 137
+    else:
+        assert "Resource temporarily unavailable" in result.stdout, result
+        assert int(result.stdout.split("stopped after")[1].split()[0]) < 64
     assert host_latency < 10, f"host took {host_latency:.1f}s to start a process"
 
 
-def test_busy_loop_is_killed_at_the_timeout(engine, tmp_path) -> None:
-    result = run_fresh("while True: pass", limits=Limits(timeout="2s"), image=TEST_IMAGE,
+def test_busy_loop_is_killed_at_the_timeout(engine, runtime, tmp_path) -> None:
+    result = run_fresh("while True: pass", limits=Limits(runtime=runtime, timeout="2s"), image=TEST_IMAGE,
                        engine=engine, output_dir=tmp_path)
     assert result.timed_out and result.exit_code == 124
     assert 1.9 <= result.duration_s < 10

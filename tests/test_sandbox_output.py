@@ -19,15 +19,16 @@ from pathlib import Path
 from sandbox.limits import Limits
 from sandbox.session import run_fresh
 flood = "import sys\\nchunk = 'x' * (1 << 20)\\nfor _ in range(1024):\\n    sys.stdout.write(chunk)"
-result = run_fresh(flood, limits=Limits(timeout="60s"), image=sys.argv[1], output_dir=Path(sys.argv[2]))
+limits = Limits(timeout="60s", runtime=sys.argv[3])
+result = run_fresh(flood, limits=limits, image=sys.argv[1], output_dir=Path(sys.argv[2]))
 print(json.dumps({"truncated": result.truncated, "kept": len(result.stdout),
                   "dropped": result.stdout_dropped_bytes, "timed_out": result.timed_out,
                   "exit": result.exit_code, "notes": result.notes}))
 """
 
 
-def test_one_gigabyte_of_stdout_is_truncated_with_flat_host_memory(engine, tmp_path) -> None:
-    done = subprocess.run([sys.executable, "-c", DRIVER, TEST_IMAGE, str(tmp_path)],
+def test_one_gigabyte_of_stdout_is_truncated_with_flat_host_memory(engine, runtime, tmp_path) -> None:
+    done = subprocess.run([sys.executable, "-c", DRIVER, TEST_IMAGE, str(tmp_path), runtime],
                           capture_output=True, text=True, timeout=180, check=True)
     child_peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
     report = json.loads(done.stdout.strip().splitlines()[-1])

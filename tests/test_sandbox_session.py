@@ -7,7 +7,7 @@ import pytest
 from conftest import TEST_IMAGE
 from sandbox.errors import InvalidInput
 from sandbox.limits import Limits
-from sandbox.session import Session, run_fresh
+from sandbox.session import Session, new_run_id, run_fresh
 
 pytestmark = pytest.mark.docker
 
@@ -18,8 +18,8 @@ def test_session_keeps_variables_between_executions(session: Session) -> None:
     assert result.stdout == "42\n" and not result.state_reset
 
 
-def test_after_a_timeout_the_next_execution_works_and_reports_the_reset(engine, tmp_path) -> None:
-    with Session.open(limits=Limits(timeout="2s"), image=TEST_IMAGE, engine=engine,
+def test_after_a_timeout_the_next_execution_works_and_reports_the_reset(engine, runtime, tmp_path) -> None:
+    with Session.open(limits=Limits(runtime=runtime, timeout="2s"), image=TEST_IMAGE, engine=engine,
                       output_dir=tmp_path) as session:
         session.run("x = 41")
         stuck = session.run("import time\ntime.sleep(60)")
@@ -44,16 +44,18 @@ def test_sys_exit_and_os_exit(session: Session) -> None:
     assert session.run("print('still here')").ok
 
 
-def test_fresh_mode_uses_a_new_container_each_time(engine, tmp_path) -> None:
-    first = run_fresh("import socket; print(socket.gethostname()); y = 1", image=TEST_IMAGE,
+def test_fresh_mode_uses_a_new_container_each_time(engine, runtime, tmp_path) -> None:
+    ids = [new_run_id(), new_run_id()]
+    first = run_fresh("y = 1", image=TEST_IMAGE, limits=Limits(runtime=runtime), run_id=ids[0],
                       engine=engine, output_dir=tmp_path)
-    second = run_fresh("print('y' in globals())", image=TEST_IMAGE, engine=engine,
-                       output_dir=tmp_path)
+    second = run_fresh("print('y' in globals())", image=TEST_IMAGE, run_id=ids[1],
+                       limits=Limits(runtime=runtime), engine=engine, output_dir=tmp_path)
     assert first.ok and second.stdout == "False\n"
-    assert not engine.managed_containers()
+    left = [c for c in engine.managed_containers() if c["Labels"].get("sbx.run_id") in ids]
+    assert not left
 
 
-def test_bad_code_is_refused_before_any_container(engine, tmp_path) -> None:
+def test_bad_code_is_refused_before_any_container(engine, runtime, tmp_path) -> None:
     with pytest.raises(InvalidInput, match="not valid UTF-8"):
         run_fresh(b"print('\xff')", image=TEST_IMAGE, engine=engine, output_dir=tmp_path)
     with pytest.raises(InvalidInput, match="max_code_bytes"):

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.audit_chain import GENESIS, make_line
+from tools.policy import AuditPolicy
 from tools.redact import Redactor
 
 DEFAULT_AUDIT_PATH = Path("sbx-audit.jsonl")
@@ -73,6 +74,25 @@ def audit_key_from_env(environ: Mapping[str, str]) -> bytes | None:
     if len(key) < MIN_KEY_BYTES:
         raise AuditError(f"{KEY_ENV} must be at least {MIN_KEY_BYTES} bytes long")
     return key
+
+
+def open_audit_log(
+    policy: AuditPolicy,
+    *,
+    option: Path | None,
+    api_key: str | None,
+    environ: Mapping[str, str],
+) -> AuditLog:
+    """Open the run's log as the CLI does: resolved path, key from the env, redaction set up."""
+    key = audit_key_from_env(environ)
+    redact = Redactor.build(
+        secret_values=[api_key, key.decode() if key else None],
+        secret_env=policy.secret_env,
+        environ=environ,
+        secret_fields=policy.secret_fields,
+    )
+    path = resolve_audit_path(option, policy.path, environ)
+    return AuditLog.open(path, key=key, redact=redact)
 
 
 def _jsonable(value: Any) -> Any:

@@ -72,7 +72,7 @@ class VerifyReport:
         if self.recovered_lines:
             lines = ", ".join(map(str, self.recovered_lines))
             text += f"\nrecovered torn writes at line(s) {lines}"
-        if self.open_runs:
+        if self.open_runs and self.ok:
             text += f"\nruns without an end record: {', '.join(self.open_runs)}"
         return text
 
@@ -220,14 +220,14 @@ def _refine(path: Path, number: int, chain: _Chain, problem: str | _SeqMismatch)
     if isinstance(problem, str):
         return problem
     found, expected = problem.found, chain.expected_seq
+    if found < expected:
+        return f"out of order or duplicated: expected seq {expected}, found {found} (seen before)"
     later = _find_seq(path, after=number, seq=expected)
     if later is not None:
         where = f"seq {expected} is at line {later}"
         return f"out of order: expected seq {expected}, found {found} ({where})"
-    if found > expected:
-        gap = found - expected
-        return f"missing record: expected seq {expected}, found {found} ({gap} record(s) gone)"
-    return f"out of order or duplicated: expected seq {expected}, found {found}"
+    gap = found - expected
+    return f"missing record: expected seq {expected}, found {found} ({gap} record(s) gone)"
 
 
 def _find_seq(path: Path, *, after: int, seq: int) -> int | None:

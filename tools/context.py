@@ -35,4 +35,4 @@ class ToolContext:
     data_paths: list[Path] = field(default_factory=list)
     """Files or directories the operator gave with `--data`; the only files data tools can read."""
     api_key: str | None = None
-    """The model endpoint's API key: never given to a tool, only used to redact the audit log."""
+    """The model endpoint's API key, so the audit log can redact it; no built-in tool reads it."""

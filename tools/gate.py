@@ -215,7 +215,7 @@ class ToolGate:
             text, value, extra = _unpack(returned)
         except ToolFailure as exc:
             status, text = "error", render_failure(ToolError(tool=tool.name, message=str(exc)))
-        except (SandboxError, AuditError) as exc:
+        except (SandboxError, AuditError, KeyboardInterrupt) as exc:
             self._halted = f"operator error: {type(exc).__name__}: {exc}"
             self._record_outcome(tool, call_id, "halted", self._halted, started, {})
             raise

@@ -29,7 +29,9 @@ class UnknownTool:
     """The model named a tool that is not registered."""
 
     name: str
+    """The name the model sent."""
     available: Sequence[str]
+    """The enabled tools, so the model can pick a real one."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,7 +39,9 @@ class InvalidArguments:
     """The arguments were not JSON, or did not match the tool's schema."""
 
     tool: str
+    """The tool whose schema the arguments failed."""
     errors: Sequence[dict[str, Any]]
+    """pydantic's errors (type, loc, msg), without the input: it may hold secrets."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,9 +49,13 @@ class Denied:
     """The policy refused the call; `rule` is the dotted policy key that refused it."""
 
     tool: str
+    """The tool that was refused."""
     rule: str
+    """The dotted policy key, e.g. `tools.http_get.allowed_domains` or `quotas.total`."""
     reason: str
+    """Why, in words the model can act on."""
     hint: str = ""
+    """An optional pointer to what is allowed instead."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +63,7 @@ class Halted:
     """The gate stopped the run; no further tool calls will run."""
 
     reason: str
+    """What an operator must look at."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +71,9 @@ class ToolError:
     """The tool ran and failed in a way the model may fix."""
 
     tool: str
+    """The tool that failed."""
     message: str
+    """The tool's own message (a `ToolFailure`), or the exception type and text."""
 
 
 Failure = UnknownTool | InvalidArguments | Denied | Halted | ToolError

@@ -17,7 +17,7 @@ import operator
 import time
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeGuard
 
 Number = int | Fraction | float
 _BITS_PER_DIGIT = math.log2(10)
@@ -71,7 +71,8 @@ class Guards:
             exp = int(exponent)
             if _exact(base):
                 if bits(base) > 1:
-                    self._limit(bits(base) * abs(exp), f"{_short(base)} ** {_short(exp)}")
+                    estimate = math.ceil(_log2(base) * abs(exp))
+                    self._limit(estimate, f"{_short(base)} ** {_short(exp)}")
                 return _arith(lambda: Fraction(base) ** exp if exp < 0 else base**exp)
         result = _arith(lambda: float(base) ** float(exponent))
         if isinstance(result, complex):
@@ -109,12 +110,18 @@ def bits(value: Any) -> int:
     return 1
 
 
+def _log2(value: int | Fraction) -> float:
+    """log2 of the larger of numerator and denominator (exact ints of any size are fine)."""
+    fraction = Fraction(value)
+    return max(math.log2(abs(fraction.numerator) or 1), math.log2(fraction.denominator))
+
+
 def is_number(value: Any) -> bool:
     """Numbers only: no strings, lists or other objects reach an operator."""
     return isinstance(value, int | float | Fraction)
 
 
-def _exact(value: Any) -> bool:
+def _exact(value: Any) -> TypeGuard[int | Fraction]:
     return isinstance(value, int | Fraction)
 
 

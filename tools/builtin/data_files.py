@@ -2,8 +2,8 @@
 
 The model never supplies a path. It picks a *name* from the index built from
 `ToolContext.data_paths` (a file is named by its base name, a directory's
-files by `dirname/relative/path`, as they appear under `/data` in the
-sandbox). Opening walks from the data path one component at a time with
+files by `dirname/relative/path`, exactly as `sandbox.files.data_mounts`
+places them under `/data`). Opening walks from the data path one component at a time with
 `O_NOFOLLOW`, so a symlink anywhere (or one swapped in after listing) is
 refused, and the opened file must be the regular file that was indexed (same
 device and inode). Reads stop at `max_bytes`.
@@ -39,11 +39,17 @@ class DataFile:
     """One readable data file as indexed."""
 
     name: str
+    """The name the model uses: as it appears under `/data` in the sandbox."""
     root: Path
+    """The resolved data path it was found under."""
     parts: tuple[str, ...]
+    """Path components below `root` (empty when the data path is the file itself)."""
     size: int
+    """Size in bytes when indexed."""
     dev: int
+    """Device of the indexed file: the opened file must be the same one."""
     ino: int
+    """Inode of the indexed file: the opened file must be the same one."""
 
 
 @dataclass(frozen=True)
@@ -51,31 +57,38 @@ class DataIndex:
     """The run's data files, plus what was refused and why."""
 
     files: tuple[DataFile, ...]
+    """Readable regular files, in listing order."""
     refused: tuple[str, ...]
+    """`name (reason)` for symlinks, special files and unreadable paths."""
 
 
 def index_data_files(paths: list[Path], *, max_files: int) -> DataIndex:
-    """Index regular files under the data paths; symlinks and special files are refused."""
+    """Index regular files under the data paths; symlinks and special files inside are refused.
+
+    A data path itself is resolved and named like the sandbox mounts it
+    (`/data/<resolved name>`): the operator chose it. Inside a directory,
+    nothing is followed.
+    """
     files: list[DataFile] = []
     refused: list[str] = []
-    for root in paths:
+    for given in paths:
+        root = Path(given).expanduser().resolve()  # the operator's choice, named as mounted
+        name = root.name or "root"
         try:
             info = os.lstat(root)
         except OSError as exc:
-            refused.append(f"{root.name} ({exc.strerror})")
+            refused.append(f"{name} ({exc.strerror})")
             continue
-        if stat.S_ISLNK(info.st_mode):
-            refused.append(f"{root.name} (symlink)")
-        elif stat.S_ISREG(info.st_mode):
-            files.append(DataFile(root.name, root, (), info.st_size, info.st_dev, info.st_ino))
+        if stat.S_ISREG(info.st_mode):
+            files.append(DataFile(name, root, (), info.st_size, info.st_dev, info.st_ino))
         elif stat.S_ISDIR(info.st_mode):
-            _walk(root, files, refused, max_files)
+            _walk(root, name, files, refused, max_files)
         else:
-            refused.append(f"{root.name} (not a regular file)")
+            refused.append(f"{name} (not a regular file)")
     return DataIndex(files=tuple(files[:max_files]), refused=tuple(refused))
 
 
-def _walk(root: Path, files: list[DataFile], refused: list[str], max_files: int) -> None:
+def _walk(root: Path, top: str, files: list[DataFile], refused: list[str], max_files: int) -> None:
     """Breadth-first, never following symlinks, stopping at `max_files`."""
     queue: deque[tuple[str, ...]] = deque([()])
     while queue and len(files) < max_files:
@@ -86,7 +99,7 @@ def _walk(root: Path, files: list[DataFile], refused: list[str], max_files: int)
             continue
         for entry in entries:
             parts = (*rel, entry.name)
-            name = "/".join((root.name, *parts))
+            name = "/".join((top, *parts))
             if entry.is_symlink():
                 refused.append(f"{name} (symlink)")
             elif entry.is_dir(follow_symlinks=False):

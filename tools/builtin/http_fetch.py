@@ -33,12 +33,19 @@ class FetchResult:
     """What the last hop returned."""
 
     url: str
+    """The URL of the last hop."""
     status: int
+    """HTTP status code."""
     reason: str
+    """HTTP reason phrase."""
     content_type: str
+    """The `Content-Type` header, or empty."""
     charset: str | None
+    """The charset named in `Content-Type`, if any."""
     body: bytes
+    """At most `max_bytes` of the body."""
     truncated: bool
+    """True when the body was longer than `max_bytes`."""
     location: str | None = None
     """The `Location` header of a redirect response."""
     redirects: list[str] = field(default_factory=list)
@@ -51,6 +58,18 @@ class _Target:
     host: str
     port: int
     path: str
+
+
+class _OwnSocketConnection(http.client.HTTPConnection):
+    """An HTTPConnection over a socket the fetcher opened, checked and will close itself.
+
+    `getresponse` closes the connection when the server will close it; here
+    that must not close our socket, whose timeout we re-arm between reads.
+    """
+
+    def close(self) -> None:
+        self.sock = None
+        super().close()
 
 
 class Fetcher:
@@ -127,14 +146,10 @@ class Fetcher:
         self, url: str, target: _Target, address: IPAddress, deadline: float
     ) -> FetchResult:
         """One GET to `address` itself (network errors propagate to `fetch`)."""
-        sock = socket.create_connection((str(address), target.port), timeout=_left(deadline))
-        conn = http.client.HTTPConnection(target.host, target.port, timeout=_left(deadline))
+        sock = _connect(target, address, deadline)
+        response: http.client.HTTPResponse | None = None
         try:
-            peer = parse_ip(str(sock.getpeername()[0]))
-            if peer != address:
-                raise ToolFailure(f"connected to {peer}, not the checked address {address}")
-            if target.scheme == "https":
-                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=target.host)
+            conn = _OwnSocketConnection(target.host, target.port)
             conn.sock = sock
             headers = {"User-Agent": "sbx-http-get/1", "Accept-Encoding": "identity"}
             conn.request("GET", target.path, headers={**headers, "Connection": "close"})
@@ -151,7 +166,8 @@ class Fetcher:
                 location=location if redirect else None,
             )
         finally:
-            conn.close()
+            if response is not None:
+                response.close()
             sock.close()
 
     def _read_body(
@@ -163,12 +179,28 @@ class Fetcher:
         total = 0
         while total <= limit:
             sock.settimeout(_left(deadline))
-            chunk = response.read(min(_CHUNK, limit + 1 - total))
+            chunk = response.read1(min(_CHUNK, limit + 1 - total))
             if not chunk:
                 return b"".join(chunks), False
             chunks.append(chunk)
             total += len(chunk)
         return b"".join(chunks)[:limit], True
+
+
+def _connect(target: _Target, address: IPAddress, deadline: float) -> socket.socket:
+    """Connect to the checked address, confirm the peer, and wrap TLS for https."""
+    sock = socket.create_connection((str(address), target.port), timeout=_left(deadline))
+    try:
+        peer = parse_ip(str(sock.getpeername()[0]))
+        if peer != address:
+            raise ToolFailure(f"connected to {peer}, not the checked address {address}")
+        if target.scheme == "https":
+            context = ssl.create_default_context()
+            return context.wrap_socket(sock, server_hostname=target.host)
+        return sock
+    except BaseException:
+        sock.close()
+        raise
 
 
 def _left(deadline: float) -> float:

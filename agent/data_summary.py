@@ -1,0 +1,140 @@
+"""What is in `/data`, computed on the host before the first turn, for the system prompt.
+
+For every file: its path in the sandbox and its size. For CSV/TSV tables:
+the columns with a dtype inferred from the first rows (int, float, bool,
+date, datetime, text; `?` marks a column with empty cells), the row count
+(exact when the whole file was read, else estimated), and a few rows. The
+standard library's `csv` does this without loading pandas on the host.
+Parquet, Excel and other binary files get their name, size and the library
+that reads them in the sandbox: parsing them here would need pyarrow and
+openpyxl on the host, and the model reads them with one line of pandas.
+
+Files are found and opened with the tools layer's confined index (no
+symlinks followed, regular files only), the same one `list_data_files` uses.
+Reads stop at `HEAD_BYTES` per file and `MAX_FILES` files are described.
+Cell values are data, not instructions: the prompt says so, and cells are
+cut to `MAX_CELL` characters.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from sandbox.units import format_size
+from tools.builtin.data_files import DataFile, index_data_files, open_data_file
+
+HEAD_BYTES = 64 * 1024
+MAX_FILES = 20
+SAMPLE_ROWS = 3
+INFER_ROWS = 200
+MAX_CELL = 40
+MAX_COLUMNS = 40
+_READERS = {
+    ".parquet": "pd.read_parquet", ".feather": "pd.read_feather", ".xlsx": "pd.read_excel",
+    ".xls": "pd.read_excel", ".json": "pd.read_json or json", ".jsonl": "pd.read_json(lines=True)",
+    ".pkl": "pd.read_pickle (only if you trust it)",
+}
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$")
+_BOOLS = {"true", "false", "yes", "no"}
+
+
+def summarize_data(paths: Sequence[Path]) -> str:
+    """The `/data` section of the system prompt."""
+    index = index_data_files(list(paths), max_files=MAX_FILES + 1)
+    if not index.files and not index.refused:
+        return "No data files were given for this run; /data is empty."
+    parts = [describe_file(item) for item in index.files[:MAX_FILES]]
+    if len(index.files) > MAX_FILES:
+        parts.append("(more files: call list_data_files, or os.listdir('/data'))")
+    parts += [f"- not available: {reason}" for reason in index.refused]
+    return "\n\n".join(parts)
+
+
+def describe_file(item: DataFile) -> str:
+    """One file's entry: path and size, plus the table view for CSV/TSV."""
+    header = f"- /data/{item.name} ({format_size(item.size)})"
+    suffix = Path(item.name).suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        try:
+            head = _read_head(item)
+        except OSError as exc:
+            return f"{header}: cannot be read here ({exc.strerror})"
+        return f"{header}\n{describe_table(head, size=item.size, tsv=suffix == '.tsv')}"
+    reader = _READERS.get(suffix)
+    return f"{header}: read it in the sandbox with {reader}" if reader else header
+
+
+def _read_head(item: DataFile) -> bytes:
+    fd = open_data_file(item)
+    try:
+        return os.read(fd, HEAD_BYTES)
+    finally:
+        os.close(fd)
+
+
+def describe_table(head: bytes, *, size: int, tsv: bool) -> str:
+    """Columns with inferred dtypes, the row count and the first rows of a CSV/TSV head."""
+    complete = len(head) >= size
+    if not complete and b"\n" in head:
+        head = head[: head.rfind(b"\n") + 1]  # never parse a half row
+    text = head.decode("utf-8-sig", errors="replace")
+    try:
+        records = list(csv.reader(io.StringIO(text), delimiter="\t" if tsv else ","))
+    except csv.Error as exc:
+        return f"  (not parseable as {'TSV' if tsv else 'CSV'}: {exc})"
+    if not records:
+        return "  (empty file)"
+    columns, rows = records[0][:MAX_COLUMNS], records[1:]
+    dtypes = [infer_dtype([row[i] for row in rows[:INFER_ROWS] if i < len(row)])
+              for i in range(len(columns))]
+    pairs = zip(columns, dtypes, strict=True)
+    listed = ", ".join(f"{_cell(name)} ({dtype})" for name, dtype in pairs)
+    more = f" and {len(records[0]) - MAX_COLUMNS} more" if len(records[0]) > MAX_COLUMNS else ""
+    if complete:
+        count = f"{len(rows)} rows"
+    else:
+        count = f"about {round(len(rows) * size / max(len(head), 1))} rows (estimated)"
+    lines = [f"  columns: {listed}{more}", f"  {count}; first rows:"]
+    for row in rows[:SAMPLE_ROWS]:
+        lines.append("    " + ",".join(_cell(value) for value in row[:MAX_COLUMNS]))
+    return "\n".join(lines)
+
+
+def infer_dtype(values: Sequence[str]) -> str:
+    """A pandas-like dtype name for a column's sample; `?` marks empty cells."""
+    present = [value.strip() for value in values if value.strip()]
+    gaps = "?" if len(present) < len(values) else ""
+    if not present:
+        return "empty"
+    for name, test in (("int", _is_int), ("float", _is_float), ("bool", _is_bool),
+                       ("date", _DATE.match), ("datetime", _DATETIME.match)):
+        if all(test(value) for value in present):
+            return name + gaps
+    return "text" + gaps
+
+
+def _is_int(value: str) -> bool:
+    return re.fullmatch(r"[+-]?\d+", value) is not None
+
+
+def _is_float(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return "_" not in value
+
+
+def _is_bool(value: str) -> bool:
+    return value.lower() in _BOOLS
+
+
+def _cell(value: str) -> str:
+    value = value.replace("\n", " ").replace("\r", " ")
+    return value if len(value) <= MAX_CELL else value[: MAX_CELL - 1] + "…"

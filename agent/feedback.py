@@ -1,0 +1,69 @@
+"""Reading tool outcomes for the loop: did the call fail, the same way as before, with files?
+
+The observation text itself is the tools layer's (one renderer, G7); the
+agent adds nothing to it. What the agent adds is one harness message after a
+tool fails the same way `REPEAT_LIMIT` times in a row, telling the model to
+change approach (smolagents' "try a completely different approach").
+
+`execute_python` returns its `ExecutionResult` as `ToolOutcome.result`. The
+agent does not import `sandbox` (DESIGN: `agent` never does), so it reads the
+few fields it needs (`ok`, `error`, `artifacts`) by name, tolerating any
+result that lacks them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agent.state import RunState
+from tools.gate import ToolOutcome
+
+REPEAT_LIMIT = 3
+
+
+def is_failure(outcome: ToolOutcome) -> bool:
+    """The call was refused or failed, or the code it ran raised, timed out or was killed."""
+    return outcome.status != "ok" or getattr(outcome.result, "ok", True) is False
+
+
+def failure_signature(outcome: ToolOutcome) -> str | None:
+    """What makes two failures "the same": the error type and message, else the first line."""
+    if not is_failure(outcome):
+        return None
+    error = getattr(outcome.result, "error", None)
+    if error is not None:
+        return f"{getattr(error, 'type', '?')}: {getattr(error, 'message', '')}"
+    lines = [line for line in outcome.text.splitlines() if line.strip()]
+    return f"{outcome.status}: {lines[0] if lines else ''}"
+
+
+def artifact_paths(outcome: ToolOutcome) -> list[str]:
+    """Host paths of the files an execution copied out of `/output`."""
+    artifacts = getattr(outcome.result, "artifacts", None) or []
+    return [str(getattr(artifact, "path", "")) for artifact in artifacts]
+
+
+def repeated_failure_notices(state: RunState, outcomes: Sequence[ToolOutcome]) -> list[str]:
+    """Update the per-tool failure streaks; a notice for each that reaches `REPEAT_LIMIT`."""
+    notices: list[str] = []
+    for outcome in outcomes:
+        signature = failure_signature(outcome)
+        if signature is None:
+            state.failure_streaks.pop(outcome.name, None)
+            continue
+        previous, count = state.failure_streaks.get(outcome.name, ("", 0))
+        count = count + 1 if previous == signature else 1
+        state.failure_streaks[outcome.name] = (signature, count)
+        if count % REPEAT_LIMIT == 0:
+            notices.append(notice_text(outcome.name, signature, count))
+    return notices
+
+
+def notice_text(tool: str, signature: str, count: int) -> str:
+    """The harness message after repeated identical failures."""
+    shown = signature if len(signature) <= 200 else signature[:199] + "…"
+    return (
+        f"[sbx] The last {count} calls to {tool} failed the same way ({shown}). "
+        "Repeating it will not help. Step back and try a completely different approach: "
+        "check the names and types you rely on, print intermediate values, or simplify."
+    )

@@ -1,0 +1,231 @@
+"""The agent loop: ask the model, run the tools it asks for through the gate, repeat (G1).
+
+`run` is the whole loop; `take_turn` is one model request and what follows
+from it, and ends in one of three next steps (`FinalAnswer`, `RunTools`,
+`EmptyReply`). Each way out is an `Ending` with a status from the closed set
+in `agent.state`. Errors the model can fix are observations (the gate never
+raises for them); errors the operator must fix (sandbox, audit log) propagate
+as exceptions and stop the run. The loop never imports `sandbox`: the code
+runner reaches it inside the gate, wired by the CLI.
+
+Everything that happens is reported to `emit` as an event (see
+`agent.transcript`), which the CLI sends to the transcript and the progress
+display.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.budget import before_request, before_tools, remaining_s, time_ending
+from agent.compaction import estimate_tokens, shorten_observations
+from agent.dispatch import ToolDispatcher
+from agent.feedback import artifact_paths, is_failure, repeated_failure_notices
+from agent.model import ModelClient, ModelError, ModelReply, ToolCallRequest
+from agent.settings import AgentSettings
+from agent.state import Ending, Observation, RunResult, RunState
+from agent.transcript import Event, EventSink
+from tools.gate import ToolGate, ToolOutcome
+
+
+@dataclass(frozen=True)
+class FinalAnswer:
+    """The reply has text and no tool calls: the run is complete."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class RunTools:
+    """The reply asks for tool calls (any text beside them is kept, not treated as an answer)."""
+
+    calls: tuple[ToolCallRequest, ...]
+
+
+@dataclass(frozen=True)
+class EmptyReply:
+    """Neither text nor tool calls: nothing to act on."""
+
+    finish_reason: str | None
+
+
+NextStep = FinalAnswer | RunTools | EmptyReply
+
+
+def _discard(event: Event) -> None:
+    """The default event sink."""
+
+
+def run(
+    question: str,
+    *,
+    model: ModelClient,
+    gate: ToolGate,
+    settings: AgentSettings,
+    system_prompt: str,
+    emit: EventSink = _discard,
+) -> RunResult:
+    """Answer `question` with the model and the gate's tools, within `settings.budget`.
+
+    Returns a `RunResult` for every ending, Ctrl-C included (`cancelled`); raises only
+    for operator errors from the gate (the sandbox or the audit log failed).
+    """
+    state = RunState(run_id=gate.run_id, started=time.monotonic(), messages=[])
+    add_message(state, {"role": "system", "content": system_prompt}, emit)
+    add_message(state, {"role": "user", "content": question}, emit)
+    tools = gate.schemas()
+    dispatcher = ToolDispatcher(gate, workers=settings.parallel_tools)
+    cancelled = False
+    try:
+        while True:
+            ending = take_turn(state, model, dispatcher, tools, settings, emit)
+            if ending is not None:
+                break
+    except KeyboardInterrupt:
+        cancelled = True
+        ending = Ending(status="cancelled", message="Cancelled by the operator (Ctrl-C)")
+    finally:
+        dispatcher.close(wait=not cancelled)
+    return finish(state, ending, emit)
+
+
+def take_turn(
+    state: RunState,
+    model: ModelClient,
+    dispatcher: ToolDispatcher,
+    tools: Sequence[dict[str, Any]],
+    settings: AgentSettings,
+    emit: EventSink,
+) -> Ending | None:
+    """One model request and its tool calls; an `Ending` when the run must stop here."""
+    budget = settings.budget
+    compact(state, settings, tools, emit)
+    estimate = estimate_tokens(state.messages, tools)
+    ending = before_request(state, budget, now=time.monotonic(), prompt_estimate=estimate)
+    if ending is not None:
+        return ending
+    timeout = min(settings.request_timeout, remaining_s(state, budget, time.monotonic()))
+    try:
+        reply = model.complete(state.messages, tools, timeout=max(timeout, 0.001))
+    except ModelError as exc:
+        late = time_ending(state, budget, time.monotonic())
+        return late or Ending(status="model_error", message=f"Model request failed: {exc}")
+    record_reply(state, reply, emit)
+    match next_step(reply):
+        case FinalAnswer(text=text):
+            return Ending(status="completed", message="The model answered.", answer=text)
+        case EmptyReply(finish_reason=reason):
+            message = f"The model replied with neither text nor tool calls ({reason=})"
+            return Ending(status="model_error", message=message)
+        case RunTools(calls=calls):
+            ending = before_tools(state, budget, now=time.monotonic(), calls=len(calls))
+            if ending is not None:
+                return ending
+            outcomes = dispatcher.run(calls)
+            record_outcomes(state, outcomes, emit)
+            return halted(outcomes)
+    raise TypeError(f"Unknown next step for reply {reply!r}")  # pragma: no cover
+
+
+def next_step(reply: ModelReply) -> NextStep:
+    """What the reply asks the loop to do."""
+    if reply.tool_calls:
+        return RunTools(calls=reply.tool_calls)
+    if reply.content and reply.content.strip():
+        return FinalAnswer(text=reply.content)
+    return EmptyReply(finish_reason=reply.finish_reason)
+
+
+def add_message(state: RunState, message: dict[str, Any], emit: EventSink) -> None:
+    """Append a message the harness wrote (system prompt, question, notices)."""
+    state.messages.append(message)
+    emit({"type": "message", "turn": state.turns, "message": message})
+
+
+def record_reply(state: RunState, reply: ModelReply, emit: EventSink) -> None:
+    """Count the turn and its tokens, append the assistant message."""
+    state.turns += 1
+    state.usage = state.usage + reply.usage
+    message = reply.message()
+    state.messages.append(message)
+    emit(
+        {
+            "type": "model_reply",
+            "turn": state.turns,
+            "message": message,
+            "usage": reply.usage.as_dict(),
+            "total_usage": state.usage.as_dict(),
+            "finish_reason": reply.finish_reason,
+            "duration_s": round(reply.duration_s, 3),
+        }
+    )
+
+
+def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: EventSink) -> None:
+    """Append one `tool` message per outcome, in call order, then any repeated-failure notice."""
+    for outcome in outcomes:
+        state.tool_calls += 1
+        failed = is_failure(outcome)
+        index = len(state.messages)
+        message = {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.text}
+        state.messages.append(message)
+        state.observations.append(
+            Observation(index=index, tool=outcome.name, failed=failed, turn=state.turns)
+        )
+        saved = artifact_paths(outcome)
+        state.artifacts.extend(saved)
+        emit(
+            {
+                "type": "tool_result",
+                "turn": state.turns,
+                "call_id": outcome.call_id,
+                "name": outcome.name,
+                "status": outcome.status,
+                "failed": failed,
+                "rule": outcome.rule,
+                "duration_s": round(outcome.duration_s, 3),
+                "content": outcome.text,
+                "artifacts": saved,
+            }
+        )
+    for notice in repeated_failure_notices(state, outcomes):
+        add_message(state, {"role": "user", "content": notice}, emit)
+
+
+def halted(outcomes: Sequence[ToolOutcome]) -> Ending | None:
+    """The gate halted the run (e.g. too many denied calls): no tool can run any more."""
+    for outcome in outcomes:
+        if outcome.status == "halted":
+            message = f"The tool gate halted the run: {outcome.text}"
+            return Ending(status="tool_limit", message=message)
+    return None
+
+
+def compact(
+    state: RunState, settings: AgentSettings, tools: Sequence[dict[str, Any]], emit: EventSink
+) -> None:
+    """Shorten older observations if the context nears `context_tokens`; say which."""
+    done = shorten_observations(state, limit_tokens=settings.context_tokens, tools=tools)
+    if done:
+        estimate = estimate_tokens(state.messages, tools)
+        emit({"type": "compaction", "turn": state.turns, "shortened": done, "estimate": estimate})
+
+
+def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
+    """The run's result; only `completed` carries an answer."""
+    result = RunResult(
+        run_id=state.run_id,
+        status=ending.status,
+        answer=ending.answer if ending.status == "completed" else None,
+        message=ending.message,
+        turns=state.turns,
+        tool_calls=state.tool_calls,
+        usage=state.usage,
+        duration_s=time.monotonic() - state.started,
+        artifacts=tuple(state.artifacts),
+    )
+    emit({"type": "run_end", **result.as_dict()})
+    return result

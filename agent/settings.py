@@ -1,0 +1,150 @@
+"""The agent's configuration: the model endpoint, the run's budget, and how context is bounded.
+
+Everything here is immutable and fixed before a run starts (G2); what changes
+during a run lives in `agent.state.RunState`. Values come from, highest first:
+command-line flags, the environment (`OPENAI_BASE_URL`, `OPENAI_API_KEY`,
+`SBX_MODEL`), the policy file's `[agent]` table, then the defaults below.
+
+Two timeouts, two names (G13): `request_timeout` bounds one HTTP request to
+the model; the sandbox's `timeout` (policy `[sandbox]`, `--timeout` on
+`sbx exec`) bounds one execution of the model's code. Neither stands in for
+the other, and `Budget.max_wall_time` bounds the whole run.
+
+The API key is never read from the policy file: policy files are shared and
+reviewed, keys are secrets. It comes from `--api-key` or `OPENAI_API_KEY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sandbox.limits import Seconds
+
+BASE_URL_ENV = "OPENAI_BASE_URL"
+API_KEY_ENV = "OPENAI_API_KEY"
+MODEL_ENV = "SBX_MODEL"
+
+
+class SettingsError(Exception):
+    """The agent cannot be configured as given; the message names the key or flag to fix."""
+
+
+class Budget(BaseModel):
+    """Hard per-run limits. Each is checked before the spending it would allow (G3)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_turns: int = Field(default=20, ge=1, le=1000)
+    """Most model requests in one run (`--max-turns`); the next one past it ends `step_limit`."""
+    max_tool_calls: int = Field(default=40, ge=1, le=10_000)
+    """Most tool calls in one run, all tools together (`--max-tool-calls`): `tool_limit`."""
+    max_tool_calls_per_turn: int = Field(default=8, ge=1, le=100)
+    """Most tool calls one model reply may request (`--max-tool-calls-per-turn`): `tool_limit`."""
+    max_wall_time: Seconds = 600.0
+    """Wall-clock seconds for the whole run (`--max-time`, e.g. `10m`): `time_limit`."""
+    max_total_tokens: int = Field(default=200_000, ge=1)
+    """Prompt plus completion tokens over the run, as the endpoint reports them
+    (`--max-tokens`); a request whose estimated prompt would pass it ends `token_limit`."""
+
+
+class AgentSettings(BaseModel):
+    """The policy's `[agent]` table (and the flags that override it). Unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = None
+    """Model name sent to the endpoint (`--model`, `SBX_MODEL`), e.g. `gpt-4o-mini`."""
+    base_url: str | None = None
+    """OpenAI-compatible endpoint (`--base-url`, `OPENAI_BASE_URL`); default: OpenAI's."""
+    request_timeout: Seconds = 120.0
+    """Seconds one HTTP request to the model may take (`--request-timeout`); the SDK retries
+    a timed-out request. Not the sandbox's execution `timeout`."""
+    max_retries: int = Field(default=2, ge=0, le=10)
+    """Retries of a failed model request (connection errors, 408, 409, 429, 5xx), with the
+    SDK's exponential backoff (`--max-retries`)."""
+    context_tokens: int = Field(default=60_000, ge=1_000)
+    """Estimated size (4 characters per token) past which older tool observations are
+    shortened before a request (`--context-tokens`). Set it well below the model's window."""
+    parallel_tools: int = Field(default=4, ge=1, le=32)
+    """Tool calls of one reply that may run at once (calls sharing a sandbox still run in order)."""
+    budget: Budget = Budget()
+    """The run's hard limits (`[agent.budget]`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoint:
+    """Where and how to reach the model, resolved from flags, environment and policy."""
+
+    base_url: str | None
+    """The endpoint's base URL (ending in `/v1` for most servers); None means OpenAI's."""
+    api_key: str
+    """The key sent as a bearer token; never written to the transcript, redacted in the audit."""
+    model: str
+    """The model name."""
+
+
+BUDGET_FLAGS = tuple(Budget.model_fields)
+
+
+def resolve_settings(table: Mapping[str, Any], flags: Mapping[str, Any]) -> AgentSettings:
+    """Merge the policy's `[agent]` table with the flags that were given (not None) and validate.
+
+    `flags` holds budget and tuning flags only; the endpoint flags go to `resolve_endpoint`,
+    because the environment ranks between them and the policy.
+    """
+    data: dict[str, Any] = {key: value for key, value in table.items() if key != "budget"}
+    budget: dict[str, Any] = dict(table.get("budget") or {})
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if key in BUDGET_FLAGS:
+            budget[key] = value
+        else:
+            data[key] = value
+    data["budget"] = budget
+    try:
+        return AgentSettings.model_validate(data)
+    except ValidationError as exc:
+        raise SettingsError(describe(exc)) from None
+
+
+def resolve_endpoint(
+    settings: AgentSettings,
+    *,
+    base_url: str | None,
+    api_key: str | None,
+    model: str | None,
+    environ: Mapping[str, str],
+) -> Endpoint:
+    """Each of base URL, key and model: flag > environment > policy `[agent]`; refuse gaps."""
+    url = base_url or environ.get(BASE_URL_ENV) or settings.base_url or None
+    name = model or environ.get(MODEL_ENV) or settings.model or None
+    key = api_key or environ.get(API_KEY_ENV) or None
+    if name is None:
+        raise SettingsError(
+            f"no model configured: pass --model, set {MODEL_ENV}, or set model in the policy's "
+            "[agent] table"
+        )
+    if key is None:
+        raise SettingsError(
+            f"no API key: set {API_KEY_ENV} or pass --api-key (local servers such as Ollama or "
+            "vLLM accept any value)"
+        )
+    if url is not None and urlsplit(url).scheme not in ("http", "https"):
+        raise SettingsError(f"base URL {url!r} must start with http:// or https://")
+    return Endpoint(base_url=url, api_key=key, model=name)
+
+
+def describe(exc: ValidationError) -> str:
+    """One line naming each invalid `[agent]` key (or flag) and why."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "value"
+        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        parts.append(f"agent.{where}: {message}")
+    return "invalid agent settings: " + "; ".join(parts)

@@ -1,0 +1,128 @@
+"""What one run changes (`RunState`), how it ended (`Ending`), and what it returns (`RunResult`).
+
+All mutable run data lives in `RunState` (G2): a configured agent (settings,
+model client, gate) can serve many runs because nothing of a run is kept on
+them. Every way out of the loop is one of the `Status` values (G3):
+
+    completed     the model answered without asking for a tool
+    step_limit    the next request would pass Budget.max_turns
+    time_limit    the run's wall time reached Budget.max_wall_time
+    token_limit   used plus the next request's estimate would pass Budget.max_total_tokens
+    tool_limit    a reply asked for more tool calls than a turn or the run may make
+    model_error   the endpoint failed after the SDK's retries, or replied unusably
+    cancelled     Ctrl-C (or SIGTERM)
+
+Only `completed` carries an answer; a budget end is never presented as one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent.model import Usage
+
+Status = Literal[
+    "completed",
+    "step_limit",
+    "time_limit",
+    "token_limit",
+    "tool_limit",
+    "model_error",
+    "cancelled",
+]
+STATUSES: tuple[Status, ...] = (
+    "completed", "step_limit", "time_limit", "token_limit", "tool_limit", "model_error",
+    "cancelled",
+)
+
+
+@dataclass(kw_only=True, frozen=True)
+class Observation:
+    """Where a tool observation sits in the conversation, for shortening old context."""
+
+    index: int
+    """Position of the `tool` message in `RunState.messages`."""
+    tool: str
+    """The tool that produced it."""
+    failed: bool
+    """The call failed (refused, tool error, or code that raised, timed out or was killed)."""
+    turn: int
+    """The model turn whose tool calls produced it."""
+
+
+@dataclass(kw_only=True)
+class RunState:
+    """Everything that changes during one run, and nothing else."""
+
+    run_id: str
+    """Shared by the transcript, the audit log and the sandbox's container labels."""
+    started: float
+    """`time.monotonic()` when the run began; the wall-time budget counts from here."""
+    messages: list[dict[str, Any]]
+    """The conversation as the model will next see it. Old observations in it may have
+    been shortened to bound the context; the transcript keeps every one whole."""
+    turns: int = 0
+    """Model requests made (answered or not)."""
+    tool_calls: int = 0
+    """Tool calls sent to the gate, whatever their verdict."""
+    usage: Usage = field(default_factory=Usage)
+    """Tokens used so far, summed from every reply's usage."""
+    observations: list[Observation] = field(default_factory=list)
+    """Every tool message appended, oldest first."""
+    failure_streaks: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """Per tool: the signature of its last failure and how many times in a row it happened."""
+    shortened: int = 0
+    """Observations shortened so far to keep the context under `context_tokens`."""
+    artifacts: list[str] = field(default_factory=list)
+    """Host paths of the files the sandbox copied out of `/output`, in order."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class Ending:
+    """Why the run stopped: a status and a sentence an operator can act on."""
+
+    status: Status
+    """One of the closed set above."""
+    message: str
+    """For limits: which limit, its value and the flag that changes it."""
+    answer: str | None = None
+    """The model's answer; set only with `completed`."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class RunResult:
+    """What a run produced, for the CLI, `--json` and callers."""
+
+    run_id: str
+    """The run's id (transcript, audit log, container labels)."""
+    status: Status
+    """How the run ended."""
+    answer: str | None
+    """The model's final answer when `status == "completed"`, else None."""
+    message: str
+    """Why the run ended, in one sentence."""
+    turns: int
+    """Model requests made."""
+    tool_calls: int
+    """Tool calls made."""
+    usage: Usage
+    """Tokens used."""
+    duration_s: float
+    """Wall-clock seconds of the whole run."""
+    artifacts: tuple[str, ...]
+    """Host paths of files copied out of the sandbox's `/output`."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The machine-readable form (`sbx ask --json`, the transcript's `run_end`)."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "answer": self.answer,
+            "message": self.message,
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "usage": self.usage.as_dict(),
+            "duration_s": round(self.duration_s, 3),
+            "artifacts": list(self.artifacts),
+        }

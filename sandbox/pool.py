@@ -1,0 +1,406 @@
+"""`Pool`: single-use warm sandboxes, handed over ready and destroyed off the caller's path.
+
+A pooled container is created, attached and started ahead of time, and its
+runner has said `ready`; taking one is a hand-over of that live `Session`, so
+a fresh execution costs one round trip instead of a `docker run`. Each
+container serves exactly one session or one fresh execution and is then
+removed in the background (`Reaper`): nothing a program leaves behind (files,
+processes, variables) can reach the next run, because there is no next run.
+
+The pool is keyed by everything that shapes a container (`PoolKey`: image and
+`Limits`, the runtime included). Only keys named with `warm()` are kept
+filled; a request for any other key, and any request with `/data` inputs,
+gets a container created on the spot. Data is never delivered into a
+pre-created container: bind mounts are fixed at create time, and copying
+files through the runner protocol would be a second, unaudited way in. Such
+runs pay the create on their critical path, and say so in `PoolStats`.
+
+Every container, pooled or not, holds a lease on the host-wide cap
+(`sandbox.capacity`) from before its create until after its removal. The
+refill takes leases only when they fit now and nobody is queued, and when
+callers are queued it sheds idle containers, so a warm pool never starves a
+real request. Idle containers older than `max_age_s` are replaced.
+`Pool.start()` removes orphans of crashed processes (by label) first;
+`close()` drains: no new builds, idle containers removed, removals awaited.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from sandbox.capacity import HostCapacity, Lease, Need
+from sandbox.config import DEFAULT_IMAGE
+from sandbox.engine import Engine
+from sandbox.errors import SandboxError
+from sandbox.gc import collect_orphans
+from sandbox.limits import Limits
+from sandbox.pool_session import LeasedSession, Reaper
+from sandbox.result import ExecutionResult
+from sandbox.session import Session, code_text, new_run_id
+
+logger = logging.getLogger(__name__)
+
+POOL_MODE = "pool"
+"""`sbx.mode` label of a container created for the pool (it keeps it after the hand-over)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolKey:
+    """Everything that shapes a container: two requests share warm containers only if equal."""
+
+    image: str = DEFAULT_IMAGE
+    """Image reference, as given to the engine."""
+    limits: Limits = field(default_factory=Limits)
+    """Every limit, the runtime and the network mode included."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolConfig:
+    """How many warm containers to keep and how the pool maintains them."""
+
+    size: int = 2
+    """Warm containers kept per warmed key (0: no warm containers, only capped creates)."""
+    max_age_s: float = 600.0
+    """Seconds an idle container may wait before it is replaced by a new one."""
+    refill_workers: int = 2
+    """Containers built in parallel (each create+start costs the engine a few hundred ms)."""
+    reap_workers: int = 2
+    """Containers removed in parallel, off the callers' critical path."""
+    tick_s: float = 0.05
+    """Seconds between maintenance passes (a take or a release wakes it early)."""
+    retry_s: float = 1.0
+    """First pause after a failed build; it doubles up to 30 s while builds keep failing."""
+
+
+@dataclass(kw_only=True)
+class PoolStats:
+    """Counters for reports and tests."""
+
+    idle: int = 0
+    """Warm containers ready now (all keys)."""
+    building: int = 0
+    """Containers being created for the pool."""
+    hits: int = 0
+    """Requests served by a warm container."""
+    misses: int = 0
+    """Requests that created a container on their own path (no warm one, or `/data` given)."""
+    built: int = 0
+    """Containers the pool created."""
+    shed: int = 0
+    """Idle containers removed early to make room for queued callers."""
+    expired: int = 0
+    """Idle containers replaced for reaching `max_age_s`."""
+    failures: int = 0
+    """Builds that failed."""
+    last_error: str = ""
+    """The most recent build failure, for `sbx doctor`-style reports."""
+
+
+@dataclass
+class _Warm:
+    session: LeasedSession
+    born: float
+
+
+@dataclass
+class _Slot:
+    """The warm containers of one key, and the builds in flight for it."""
+
+    idle: deque[_Warm] = field(default_factory=deque)
+    building: int = 0
+    retry_at: float = 0.0
+    backoff: float = 0.0
+
+
+class Pool:
+    """Warm, single-use sandboxes for one process; `Pool.start()` or a `with` block."""
+
+    def __init__(self, *, engine: Engine, capacity: HostCapacity, config: PoolConfig) -> None:
+        self.engine = engine
+        self.capacity = capacity
+        self.config = config
+        self.reaper = Reaper(engine, workers=config.reap_workers)
+        self.stats = PoolStats()
+        self._slots: dict[PoolKey, _Slot] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._closing = False
+        self._builder = ThreadPoolExecutor(
+            max_workers=max(1, config.refill_workers), thread_name_prefix="sbx-pool-build"
+        )
+        self._thread = threading.Thread(target=self._maintain, name="sbx-pool", daemon=True)
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        engine: Engine | None = None,
+        capacity: HostCapacity | None = None,
+        config: PoolConfig | None = None,
+        warm: Iterable[PoolKey] = (),
+    ) -> Pool:
+        """Remove orphans of crashed processes, start maintenance, begin warming `warm`."""
+        pool = cls(
+            engine=engine or Engine.connect(),
+            capacity=capacity or HostCapacity.from_env(),
+            config=config or PoolConfig(),
+        )
+        removed = collect_orphans(pool.engine)
+        if removed:
+            logger.info("removed %d orphaned sandbox container(s)", len(removed))
+        pool._thread.start()
+        for key in warm:
+            pool.warm(key)
+        return pool
+
+    def warm(self, key: PoolKey) -> None:
+        """Keep `config.size` containers of this key ready from now on."""
+        self.engine.require_image(key.image)
+        self.engine.require_runtime(key.limits.runtime)
+        with self._wake:
+            self._slots.setdefault(key, _Slot())
+            self._wake.notify()
+
+    def session(
+        self,
+        *,
+        limits: Limits | None = None,
+        image: str = DEFAULT_IMAGE,
+        data: list[Path] | None = None,
+        output_dir: Path | None = None,
+        run_id: str | None = None,
+        mode: str = "session",
+    ) -> Session:
+        """A started session for one run: a warm container if one fits, else a new one.
+
+        Close it (or use `with`) when the run ends; the container is then
+        removed in the background and never serves another run. Raises
+        `HostBusy` when the host-wide cap stays full past `SBX_HOST_WAIT`.
+        """
+        key = PoolKey(image=image, limits=limits or Limits())
+        run_id = run_id or new_run_id()
+        output_dir = output_dir or Path("sbx-output") / run_id
+        if not data:
+            taken = self._take(key)
+            if taken is not None:
+                taken.adopt(run_id=run_id, output_dir=output_dir, mode=mode)
+                return taken
+        with self._lock:
+            self.stats.misses += 1
+        created = self._new_session(key, run_id=run_id, data=list(data or []),
+                                    output_dir=output_dir, mode=mode)
+        created.start()
+        return created
+
+    def run_fresh(
+        self,
+        code: str | bytes,
+        *,
+        limits: Limits | None = None,
+        image: str = DEFAULT_IMAGE,
+        data: list[Path] | None = None,
+        output_dir: Path | None = None,
+        run_id: str | None = None,
+    ) -> ExecutionResult:
+        """Run one program in a container of its own (warm if possible), then discard it."""
+        limits = limits or Limits()
+        text = code_text(code, limits)  # refuse bad input before taking a container
+        with self.session(limits=limits, image=image, data=data, output_dir=output_dir,
+                          run_id=run_id, mode="fresh") as session:
+            return session.run(text)
+
+    def idle(self, key: PoolKey | None = None) -> int:
+        """Warm containers ready now, for one key or all."""
+        with self._lock:
+            slots = [self._slots.get(key)] if key is not None else list(self._slots.values())
+            return sum(len(slot.idle) for slot in slots if slot is not None)
+
+    def wait_warm(self, key: PoolKey, count: int | None = None, timeout: float = 60.0) -> bool:
+        """Block until `count` (default: the pool size) containers of `key` are ready."""
+        want = self.config.size if count is None else count
+        deadline = time.monotonic() + timeout
+        with self._wake:
+            while True:
+                slot = self._slots.get(key)
+                if slot is not None and len(slot.idle) >= want:
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closing:
+                    return False
+                self._wake.wait(min(remaining, 0.05))
+
+    def close(self) -> None:
+        """Drain: stop refilling, remove every idle container, wait for all removals."""
+        with self._wake:
+            if self._closing:
+                return
+            self._closing = True
+            self._wake.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._builder.shutdown(wait=True)  # builds in flight hand their container to the reaper
+        with self._lock:
+            leftovers = [warm.session for slot in self._slots.values() for warm in slot.idle]
+            for slot in self._slots.values():
+                slot.idle.clear()
+        for session in leftovers:
+            session.close()
+        self.reaper.close()
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def snapshot(self) -> PoolStats:
+        """A copy of the counters with the current idle and building figures."""
+        with self._lock:
+            stats = PoolStats(**vars(self.stats))
+            stats.idle = sum(len(slot.idle) for slot in self._slots.values())
+            stats.building = sum(slot.building for slot in self._slots.values())
+        return stats
+
+    # ------------------------------------------------------------ internals
+
+    def _new_session(
+        self, key: PoolKey, *, run_id: str, data: list[Path], output_dir: Path, mode: str,
+        lease: Lease | None = None,
+    ) -> LeasedSession:
+        return LeasedSession(
+            engine=self.engine, limits=key.limits, image=key.image, run_id=run_id, data=data,
+            output_dir=output_dir, capacity=self.capacity, reaper=self.reaper, mode=mode,
+            lease=lease,
+        )
+
+    def _take(self, key: PoolKey) -> LeasedSession | None:
+        """The oldest usable warm container of `key`; dead ones go to the reaper."""
+        dead: list[LeasedSession] = []
+        found: LeasedSession | None = None
+        with self._wake:
+            slot = self._slots.get(key)
+            while slot is not None and slot.idle and found is None:
+                candidate = slot.idle.popleft().session
+                if candidate.usable():
+                    found = candidate
+                    self.stats.hits += 1
+                else:
+                    dead.append(candidate)
+            self._wake.notify()  # refill now, not at the next tick
+        for session in dead:
+            session.close()
+        return found
+
+    def _maintain(self) -> None:
+        """Maintenance loop: expire, shed for queued callers, refill; until close()."""
+        while True:
+            with self._wake:
+                if self._closing:
+                    return
+            try:
+                self._tick()
+            except Exception as exc:  # e.g. the ledger directory became unwritable; keep going
+                with self._lock:
+                    self.stats.failures += 1
+                    self.stats.last_error = str(exc)
+                logger.warning("pool maintenance failed: %s", exc)
+            with self._wake:
+                if not self._closing:
+                    self._wake.wait(self.config.tick_s)
+
+    def _tick(self) -> None:
+        """One maintenance pass."""
+        now = time.monotonic()
+        discard: list[LeasedSession] = []
+        with self._lock:
+            for slot in self._slots.values():
+                while slot.idle and now - slot.idle[0].born > self.config.max_age_s:
+                    discard.append(slot.idle.popleft().session)
+                    self.stats.expired += 1
+            keys = list(self._slots)
+        queued = self.capacity.waiting() > 0
+        if queued:
+            discard.extend(self._shed_one())
+        for session in discard:
+            session.close()
+        if not queued:
+            for key in keys:
+                self._refill(key, now)
+
+    def _shed_one(self) -> list[LeasedSession]:
+        """The oldest idle container of any key, to free its lease for a queued caller."""
+        with self._lock:
+            oldest: _Slot | None = None
+            for slot in self._slots.values():
+                if slot.idle and (oldest is None or slot.idle[0].born < oldest.idle[0].born):
+                    oldest = slot
+            if oldest is None:
+                return []
+            self.stats.shed += 1
+            return [oldest.idle.popleft().session]
+
+    def _refill(self, key: PoolKey, now: float) -> None:
+        """Start builds until idle + building reaches the size, while leases fit now."""
+        need = Need.of(key.limits)
+        while True:
+            with self._lock:
+                slot = self._slots[key]
+                if self._closing or now < slot.retry_at:
+                    return
+                if len(slot.idle) + slot.building >= self.config.size:
+                    return
+            lease = self.capacity.try_acquire(need)
+            if lease is None:
+                return
+            with self._lock:
+                slot.building += 1
+            self._builder.submit(self._build, key, lease)
+
+    def _build(self, key: PoolKey, lease: Lease) -> None:
+        """Create, attach and start one container for the pool (on a builder thread)."""
+        pool_id = "pool-" + uuid.uuid4().hex[:12]
+        session = self._new_session(key, run_id=pool_id, data=[], mode=POOL_MODE, lease=lease,
+                                    output_dir=Path("sbx-output") / pool_id)
+        try:
+            session.start()
+        except Exception as exc:  # a builder thread must not die; the error is reported
+            session.close()
+            self._build_failed(key, exc)
+            return
+        with self._wake:
+            slot = self._slots[key]
+            slot.building -= 1
+            slot.backoff = 0.0
+            self.stats.built += 1
+            keep = not self._closing
+            if keep:
+                slot.idle.append(_Warm(session=session, born=time.monotonic()))
+            self._wake.notify_all()
+        if not keep:
+            session.close()
+
+    def _build_failed(self, key: PoolKey, exc: BaseException) -> None:
+        """Count the failure and back off, so a missing image does not hammer the engine."""
+        with self._wake:
+            slot = self._slots[key]
+            slot.building -= 1
+            slot.backoff = min(30.0, max(self.config.retry_s, slot.backoff * 2))
+            slot.retry_at = time.monotonic() + slot.backoff
+            self.stats.failures += 1
+            self.stats.last_error = f"{type(exc).__name__}: {exc}"
+            self._wake.notify_all()
+        logger.warning("pool build failed (retry in %.1f s): %s", slot.backoff, exc)

@@ -1,0 +1,120 @@
+"""Fixtures for the agent tests: the scripted LLM server, a no-real-model guard, and run helpers.
+
+Only the model is scripted: the `openai` SDK, HTTP, the gate, the audit log
+and (where marked `docker`) the sandbox are real. A test module uses these
+fixtures by binding them at module level:
+
+    llm = scripted_llm.llm
+    no_real_model = scripted_llm.no_real_model   # autouse: strips OPENAI_*, proxies
+    sandbox = scripted_llm.sandbox               # a runc session, for `docker` tests
+
+`llm` fails the test at teardown if a request came that the script did not
+expect or if turns were left unconsumed (G8).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+from conftest import TEST_IMAGE
+
+from agent.fake_llm import ScriptedLLM
+from agent.loop import run
+from agent.model import ModelClient
+from agent.settings import AgentSettings, Budget, Endpoint
+from agent.state import RunResult
+from agent.transcript import Event
+from sandbox.engine import Engine
+from sandbox.limits import Limits
+from sandbox.session import Session
+from tools.gate import ToolGate
+from tools.policy import Policy
+
+FIXTURES = Path(__file__).parent / "fixtures" / "turns"
+FAKE_KEY = "sk-test-SCRIPTED0123456789abcdefghijkl"
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+SYSTEM = "You are a test. Use tools when told."
+_PROXY_VARS = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
+
+
+@pytest.fixture
+def sandbox(engine: Engine, output_dir: Path) -> Iterator[Session]:
+    """A session for the agent tests: runc only (the security tests cover every runtime)."""
+    with Session.open(
+        limits=Limits(timeout="10s"), image=TEST_IMAGE, engine=engine, output_dir=output_dir
+    ) as live:
+        yield live
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedLLM]:
+    """A started scripted server; at teardown, every turn must have been used, no more."""
+    server = ScriptedLLM().start()
+    try:
+        yield server
+    finally:
+        server.close()
+    server.assert_complete()
+
+
+@pytest.fixture(autouse=True)
+def no_real_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reaches a real model: OPENAI_*, SBX_MODEL and proxies are removed, and any
+    SDK client whose base URL is not loopback fails the test."""
+    for name in list(os.environ):
+        if name.startswith("OPENAI_") or name == "SBX_MODEL" or name.lower() in _PROXY_VARS:
+            monkeypatch.delenv(name)
+    original = openai.OpenAI.__init__
+
+    def guarded(self: openai.OpenAI, *args: Any, **kwargs: Any) -> None:
+        base_url = kwargs.get("base_url")
+        host = urlsplit(str(base_url)).hostname if base_url else None
+        if host not in LOOPBACK:
+            pytest.fail(f"a test tried to reach a model at {base_url!r}: loopback only")
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(openai.OpenAI, "__init__", guarded)
+
+
+def policy(*enabled: str, custom: tuple[str, ...] = (), **extra: Any) -> Policy:
+    """A policy enabling the named built-in tools (and custom ones); `extra` merges top-level."""
+    tools: dict[str, Any] = {name: {"enabled": True} for name in enabled}
+    if custom:
+        tools["custom"] = {name: {"enabled": True} for name in custom}
+    return Policy.model_validate({"tools": tools, **extra})
+
+
+def settings(**budget: Any) -> AgentSettings:
+    """Settings with a budget override and fast retries; `max_retries`/`context_tokens` too."""
+    top = {key: budget.pop(key) for key in ("max_retries", "context_tokens", "request_timeout")
+           if key in budget}
+    return AgentSettings(budget=Budget(**budget), **top)
+
+
+def model_for(llm: ScriptedLLM, agent_settings: AgentSettings) -> ModelClient:
+    """A real SDK client pointed at the scripted server."""
+    endpoint = Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model="scripted")
+    return ModelClient.connect(endpoint, agent_settings)
+
+
+def ask(
+    llm: ScriptedLLM,
+    gate: ToolGate,
+    question: str = "What is the answer?",
+    *,
+    agent_settings: AgentSettings | None = None,
+    events: list[Event] | None = None,
+) -> RunResult:
+    """Run the loop once against the scripted server; events are appended to `events`."""
+    chosen = agent_settings or settings()
+    sink = events.append if events is not None else (lambda event: None)
+    with model_for(llm, chosen) as model:
+        return run(
+            question, model=model, gate=gate, settings=chosen, system_prompt=SYSTEM, emit=sink
+        )

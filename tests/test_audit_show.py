@@ -1,0 +1,59 @@
+"""`sbx audit show`: one readable row per call, with the run, tool and denial filters."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+from tools_support import make_gate, policy_from
+
+from agent.cli import cli
+
+
+def make_log(tmp_path):
+    policy = policy_from(
+        {"tools": {"calculate": {"enabled": True}}, "quotas": {"per_tool": {"calculate": 1}}}
+    )
+    gate, log = make_gate(tmp_path, policy, run_id="run-show-1")
+    gate.call(name="calculate", arguments='{"expression": "6*7"}', call_id="call-1")
+    gate.call(name="calculate", arguments='{"expression": "1+1"}', call_id="call-2")
+    gate.call(name="http_get", arguments='{"url": "http://x.test/"}', call_id="call-3")
+    gate.close()
+    return log
+
+
+def show(log, *args):
+    """The table as a list of {column: cell} dicts, cut at the header's column offsets."""
+    result = CliRunner().invoke(cli, ["audit", "show", str(log), *args])
+    assert result.exit_code == 0, result.output
+    header, *lines = result.output.splitlines()
+    names = header.split()
+    starts = [header.index(name) for name in names]
+    ends = [*starts[1:], None]
+    return [
+        {n.lower(): line[a:b].strip() for n, a, b in zip(names, starts, ends, strict=True)}
+        for line in lines
+    ]
+
+
+def test_show_table_and_filters(tmp_path) -> None:
+    log = make_log(tmp_path)
+    rows = show(log)
+    assert [(r["call"], r["tool"], r["decision"], r["status"], r["rule"]) for r in rows] == [
+        ("-", "-", "run_start", "", ""),
+        ("call-1", "calculate", "allowed", "ok", ""),
+        ("call-2", "calculate", "denied", "", "quotas.per_tool.calculate"),
+        ("call-3", "http_get", "denied", "", "tools.http_get.enabled"),
+        ("-", "-", "run_end", "", ""),
+    ]
+    assert rows[1]["arguments"] == '{"expression":"6*7"}'
+    assert rows[1]["run"] == "run-show-1" and rows[1]["time"].endswith("Z")
+    assert [r["call"] for r in show(log, "--denied")] == ["call-2", "call-3"]
+    assert [r["call"] for r in show(log, "--tool", "http_get")] == ["call-3"]
+    assert len(show(log, "--run", "run-show")) == 5
+    result = CliRunner().invoke(cli, ["audit", "show", str(log), "--run", "other"])
+    assert "(no matching records)" in result.output
+
+
+def test_show_missing_file_is_one_line(tmp_path) -> None:
+    result = CliRunner().invoke(cli, ["audit", "show", str(tmp_path / "none.jsonl")])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: cannot read") and result.output.count("\n") == 1

@@ -1,0 +1,103 @@
+"""Policy files: the packaged default loads; bad files fail naming the file, line and key."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from sandbox.limits import Limits
+from tools.policy import BUILTIN_TOOLS, Policy, PolicyError, default_policy_path, load_policy
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "sbx.toml"
+    path.write_text(text)
+    return path
+
+
+def test_packaged_default_is_documented_and_closed() -> None:
+    policy = load_policy(None)
+    assert policy.tools.http_get.enabled is False
+    assert policy.tools.execute_python.enabled is True
+    assert policy.sandbox == Limits()  # the file restates the hardened defaults
+    text = default_policy_path().read_text()
+    data = tomllib.loads(text)
+    lines = text.splitlines()
+    for table, keys in [(("tools", n), data["tools"][n]) for n in BUILTIN_TOOLS] + [
+        (("sandbox",), data["sandbox"]),
+        (("quotas",), {"total": 1, "max_denied": 1}),
+    ]:
+        for key in keys:
+            index = next(i for i, line in enumerate(lines) if line.startswith(f"{key} ="))
+            assert lines[index - 1].startswith("#"), (table, key)
+
+
+def test_empty_policy_denies_everything() -> None:
+    policy = Policy()
+    rules = [policy.tools.rule(name) for name in BUILTIN_TOOLS]
+    assert all(rule is not None and not rule.enabled for rule in rules)
+
+
+def test_syntax_error_names_file_and_line(tmp_path) -> None:
+    path = write(tmp_path, "[tools.calculate]\nenabled = true\nmax_expression_length = = 3\n")
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    message = str(info.value)
+    assert str(path) in message and "line 3" in message
+
+
+def test_unknown_key_names_line_and_key(tmp_path) -> None:
+    path = write(
+        tmp_path,
+        "[tools.calculate]\nenabled = true\n\n"
+        "[tools.http_get]\nenabled = false\nallowed_domain = []\n",
+    )
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    assert str(info.value) == f"{path}:6: tools.http_get.allowed_domain: unknown key"
+
+
+def test_unknown_tool_name_is_an_error(tmp_path) -> None:
+    path = write(tmp_path, "[tools.calculate]\nenabled = true\n[tools.shell]\nenabled = true\n")
+    with pytest.raises(PolicyError, match=r"sbx.toml:3: tools.shell: unknown key"):
+        load_policy(path)
+
+
+def test_bad_values_name_their_line(tmp_path) -> None:
+    path = write(tmp_path, '[sandbox]\ncpus = "1"\nmemory = "lots"\n')
+    with pytest.raises(PolicyError, match=r"sbx.toml:3: sandbox.memory: .*not a size"):
+        load_policy(path)
+    path = write(tmp_path, "[tools.http_get]\nenabled = true\n")
+    with pytest.raises(
+        PolicyError, match=r"sbx.toml:1: tools.http_get: .*allowed_domains is empty"
+    ):
+        load_policy(path)
+    path = write(tmp_path, '[tools.http_get]\nallowed_domains = ["ok.example", "bad domain"]\n')
+    with pytest.raises(
+        PolicyError,
+        match=r"sbx.toml:2: tools.http_get.allowed_domains: 'bad domain' is not a host name",
+    ):
+        load_policy(path)
+    path = write(tmp_path, "[quotas.per_tool]\nexecute_pyton = 3\n")
+    with pytest.raises(PolicyError, match=r"unknown tool 'execute_pyton'"):
+        load_policy(path)
+
+
+def test_missing_file_is_one_line(tmp_path) -> None:
+    with pytest.raises(PolicyError, match="cannot read policy"):
+        load_policy(tmp_path / "absent.toml")
+
+
+def test_agent_table_is_kept_raw(tmp_path) -> None:
+    path = write(tmp_path, '[agent]\nmodel = "gpt-x"\n[agent.budgets]\nmax_turns = 7\n')
+    assert load_policy(path).agent == {"model": "gpt-x", "budgets": {"max_turns": 7}}
+
+
+def test_domains_are_normalised(tmp_path) -> None:
+    path = write(
+        tmp_path,
+        "[tools.http_get]\nenabled = true\n"
+        'allowed_domains = ["Data.Example.ORG.", "*.cdn.example"]\n',
+    )
+    assert load_policy(path).tools.http_get.allowed_domains == ["data.example.org", "*.cdn.example"]

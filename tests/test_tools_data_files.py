@@ -1,0 +1,151 @@
+"""list_data_files / preview_data_file: only the run's files, no escapes or symlinks, bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from tools_support import make_gate, policy_from
+
+from tools.builtin.data_files import index_data_files, open_data_file
+from tools.registry import ToolFailure
+
+POLICY = {
+    "tools": {
+        "list_data_files": {"enabled": True},
+        "preview_data_file": {"enabled": True, "max_rows": 20, "max_bytes": 4096},
+    }
+}
+
+
+@pytest.fixture
+def data(tmp_path):
+    root = tmp_path / "data"
+    (root / "reports" / "2024").mkdir(parents=True)
+    (root / "sales.csv").write_text('region,q1,q2\nnorth,10,12\nsouth,7,9\neast,3,"4,5"\n')
+    (root / "reports" / "2024" / "notes.txt").write_text("line one\nline two\nline three\n")
+    (root / "reports" / "table.tsv").write_text("a\tb\n1\t2\n")
+    (root / "big.csv").write_text("n,square\n" + "".join(f"{i},{i * i}\n" for i in range(100_000)))
+    (root / "blob.parquet").write_bytes(b"PAR1\0\0")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP SECRET")
+    (root / "reports" / "link.txt").symlink_to(secret)
+    os.mkfifo(root / "reports" / "pipe")
+    outside_link = tmp_path / "linked.csv"  # a data path the operator gave as a symlink
+    outside_link.symlink_to(root / "sales.csv")
+    return {
+        "dir": root / "reports",
+        "file": root / "sales.csv",
+        "big": root / "big.csv",
+        "blob": root / "blob.parquet",
+        "link": outside_link,
+        "secret": secret,
+    }
+
+
+def gate_for(tmp_path, paths):
+    gate, log = make_gate(tmp_path, policy_from(POLICY), data_paths=paths)
+    return gate
+
+
+def call(gate, tool, **arguments):
+    return gate.call(name=tool, arguments=json.dumps(arguments), call_id="c")
+
+
+def test_listing_names_files_and_refusals(tmp_path, data) -> None:
+    # a data path given as a symlink is the operator's choice: named by its target, as mounted
+    gate = gate_for(tmp_path, [data["link"], data["dir"]])
+    outcome = call(gate, "list_data_files")
+    assert outcome.status == "ok"
+    assert outcome.text.splitlines() == [
+        "sales.csv  (48 B)",
+        "reports/table.tsv  (8 B)",
+        "reports/2024/notes.txt  (29 B)",
+        "refused: reports/link.txt (symlink)",
+        "refused: reports/pipe (not a regular file)",
+    ]
+    assert "TOP SECRET" not in outcome.text
+
+
+def test_preview_csv_as_table(tmp_path, data) -> None:
+    gate = gate_for(tmp_path, [data["file"]])
+    outcome = call(gate, "preview_data_file", name="sales.csv", rows=2)
+    assert outcome.text.splitlines() == [
+        "sales.csv: 48 B; showing 2 row(s)",
+        "region | q1 | q2",
+        "north  | 10 | 12",
+        "south  | 7  | 9",
+    ]
+
+
+def test_preview_text_and_tsv_in_directories(tmp_path, data) -> None:
+    gate = gate_for(tmp_path, [data["dir"]])
+    notes = call(gate, "preview_data_file", name="reports/2024/notes.txt", rows=2)
+    assert notes.text.splitlines()[1:] == ["line one", "line two"]
+    table = call(gate, "preview_data_file", name="reports/table.tsv")
+    assert table.text.splitlines()[1:] == ["a | b", "1 | 2"]
+
+
+def test_reads_are_bounded(tmp_path, data) -> None:
+    gate = gate_for(tmp_path, [data["big"]])
+    outcome = call(gate, "preview_data_file", name="big.csv", rows=20)
+    assert outcome.status == "ok"
+    assert "from the first" in outcome.text.splitlines()[0]
+    too_many = call(gate, "preview_data_file", name="big.csv", rows=1000)
+    assert (too_many.status, too_many.rule) == ("denied", "tools.preview_data_file.max_rows")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../secret.txt",
+        "/etc/passwd",
+        "reports/link.txt",
+        "reports/../../secret.txt",
+        "linked.csv",
+        "reports/pipe",
+        "reports",
+    ],
+)
+def test_no_escapes(tmp_path, data, name) -> None:
+    gate = gate_for(tmp_path, [data["file"], data["dir"]])
+    outcome = call(gate, "preview_data_file", name=name)
+    assert outcome.status == "error"
+    assert outcome.text.startswith(f"Error from preview_data_file: no data file named {name!r}")
+    assert "TOP SECRET" not in outcome.text
+
+
+def test_symlink_swapped_in_after_listing_is_refused(tmp_path, data) -> None:
+    index = index_data_files([data["dir"]], max_files=100)
+    notes = next(f for f in index.files if f.name == "reports/2024/notes.txt")
+    target = data["dir"] / "2024" / "notes.txt"
+    target.rename(tmp_path / "kept.txt")  # keeps the inode alive, so the next file gets another
+    target.symlink_to(data["secret"])
+    with pytest.raises(OSError):  # O_NOFOLLOW on every component
+        open_data_file(notes)
+    target.unlink()
+    target.write_text("replaced")  # a different file under the same name
+    with pytest.raises(ToolFailure, match="changed since it was listed"):
+        open_data_file(notes)
+    year = data["dir"] / "2024"
+    year.rename(tmp_path / "moved")
+    year.symlink_to(tmp_path / "moved")  # a symlinked directory in the middle of the path
+    with pytest.raises(OSError):
+        open_data_file(notes)
+
+
+def test_binary_formats_point_to_execute_python(tmp_path, data) -> None:
+    gate = gate_for(tmp_path, [data["blob"]])
+    outcome = call(gate, "preview_data_file", name="blob.parquet")
+    assert (
+        outcome.text == "Error from preview_data_file: blob.parquet is parquet: "
+        "read it with execute_python (pyarrow/pandas)"
+    )
+
+
+def test_no_data(tmp_path) -> None:
+    assert (
+        call(gate_for(tmp_path, []), "list_data_files").text
+        == "No data files were given for this run."
+    )

@@ -1,0 +1,116 @@
+"""The one renderer: what the model reads after execute_python and after any failure."""
+
+from __future__ import annotations
+
+from sandbox.limits import Limits
+from sandbox.result import Artifact, ExecutionError, ExecutionResult, RefusedArtifact
+from tools.observation import (
+    Denied,
+    Halted,
+    InvalidArguments,
+    ToolError,
+    UnknownTool,
+    render_execution,
+    render_failure,
+)
+
+LIMITS = Limits()
+
+
+def test_error_comes_first_then_output() -> None:
+    result = ExecutionResult(
+        stdout="partial\n",
+        exit_code=1,
+        error=ExecutionError(
+            type="AttributeError",
+            message="'list' object has no attribute 'mean'",
+            traceback='Traceback (most recent call last):\n  File "<cell>", line 2, in <module>\n'
+            "AttributeError: 'list' object has no attribute 'mean'\n",
+        ),
+    )
+    assert render_execution(result, limits=LIMITS) == (
+        "Error: AttributeError: 'list' object has no attribute 'mean'\n"
+        "Traceback (most recent call last):\n"
+        '  File "<cell>", line 2, in <module>\n'
+        "AttributeError: 'list' object has no attribute 'mean'\n"
+        "[stdout]\npartial"
+    )
+
+
+def test_long_traceback_is_trimmed_keeping_the_bottom() -> None:
+    frames = "\n".join(f'  File "<cell>", line {i}, in f{i}' for i in range(200))
+    tb = f"Traceback (most recent call last):\n{frames}\nRecursionError: too deep"
+    result = ExecutionResult(
+        exit_code=1, error=ExecutionError(type="RecursionError", message="too deep", traceback=tb)
+    )
+    text = render_execution(result, limits=LIMITS)
+    assert "traceback lines cut" in text
+    assert text.splitlines()[-1] == "RecursionError: too deep"
+    assert len(text.splitlines()) <= 42
+
+
+def test_resource_notes_name_the_limit_and_the_knob() -> None:
+    result = ExecutionResult(exit_code=137, timed_out=True, state_reset=True)
+    text = render_execution(result, limits=Limits.model_validate({"timeout": "5s"}))
+    assert (
+        "timed out: the execution passed the 5 s wall-clock limit and was killed; "
+        "variables were reset" in text
+    )
+    assert "`timeout` in the policy's [sandbox] table, or --timeout" in text
+    oom = ExecutionResult(
+        exit_code=137,
+        oom_killed=True,
+        state_reset=True,
+        notes=["killed: memory limit 512 MiB reached", "cgroup says hi"],
+    )
+    text = render_execution(oom, limits=LIMITS)
+    assert "- killed: memory limit 512 MiB reached; variables were reset" in text
+    assert text.count("killed:") == 1  # the sandbox's own note is not repeated
+    assert "- cgroup says hi" in text
+
+
+def test_truncation_artifacts_and_refusals() -> None:
+    result = ExecutionResult(
+        stdout="head\n[... 5000 bytes cut ...]\ntail\n",
+        truncated=True,
+        stdout_dropped_bytes=5000,
+        artifacts=[Artifact(name="plot.png", path="/tmp/x/plot.png", size=2048, sha256="0" * 64)],
+        refused_artifacts=[RefusedArtifact(name="link", reason="symlink")],
+    )
+    text = render_execution(result, limits=LIMITS)
+    assert "[... 5000 bytes cut ...]" in text  # the sandbox's cut marker is kept
+    assert "output truncated: 5000 bytes of stdout cut from the middle (keeps 1 MiB" in text
+    assert "artifacts saved: plot.png (2 KiB)" in text
+    assert "artifacts refused: 'link' (symlink)" in text
+
+
+def test_silent_success_and_exit_codes() -> None:
+    assert render_execution(ExecutionResult(), limits=LIMITS).startswith("(no output")
+    assert "- exit code 3" in render_execution(ExecutionResult(exit_code=3), limits=LIMITS)
+    reset = ExecutionResult(state_reset=True)
+    assert "state reset: the interpreter was restarted" in render_execution(reset, limits=LIMITS)
+
+
+def test_render_failure_texts() -> None:
+    assert (
+        render_failure(UnknownTool(name="x", available=["a", "b"]))
+        == "Unknown tool name: 'x'. Available tools: a, b"
+    )
+    assert (
+        render_failure(UnknownTool(name="x", available=[]))
+        == "Unknown tool name: 'x'. Available tools: (none)"
+    )
+    invalid = render_failure(
+        InvalidArguments(
+            tool="t", errors=[{"type": "missing", "loc": ["a"], "msg": "Field required"}]
+        )
+    )
+    assert invalid == (
+        "1 validation error for tool 't': "
+        '[{"type":"missing","loc":["a"],"msg":"Field required"}]\n'
+        "Fix the errors and try again."
+    )
+    denied = render_failure(Denied(tool="t", rule="quotas.total", reason="too many", hint="Stop."))
+    assert denied == "Call to 't' denied by policy rule quotas.total: too many Stop."
+    assert render_failure(Halted(reason="x")).startswith("The run was halted by policy: x.")
+    assert render_failure(ToolError(tool="t", message="m")) == "Error from t: m"
