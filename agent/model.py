@@ -171,11 +171,13 @@ class ModelClient:
 
     def _status_message(self, exc: openai.APIStatusError) -> str:
         detail = _error_detail(exc)
-        retried = (
-            f" after {self.max_retries} retries (--max-retries)"
-            if exc.status_code >= 500 or exc.status_code in (408, 409, 429)
-            else ""
-        )
+        retried = ""
+        if exc.status_code >= 500 or exc.status_code in (408, 409, 429):
+            retried = (
+                f" after {self.max_retries} retries (--max-retries)"
+                if self.max_retries
+                else " (not retried: --max-retries is 0)"
+            )
         hint = {401: "; check the API key", 404: "; check --model and --base-url"}
         return (
             f"the model endpoint {self.base_url} answered HTTP {exc.status_code}{retried}: "

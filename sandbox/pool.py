@@ -224,6 +224,13 @@ class Pool:
             slots = [self._slots.get(key)] if key is not None else list(self._slots.values())
             return sum(len(slot.idle) for slot in slots if slot is not None)
 
+    def idle_container_ids(self, key: PoolKey) -> list[str]:
+        """Ids of the warm containers of `key` (for measurements such as `sbx bench`)."""
+        with self._lock:
+            slot = self._slots.get(key)
+            ids = [w.session.container_id for w in slot.idle] if slot is not None else []
+        return [container_id for container_id in ids if container_id is not None]
+
     def wait_warm(self, key: PoolKey, count: int | None = None, timeout: float = 60.0) -> bool:
         """Block until `count` (default: the pool size) containers of `key` are ready."""
         want = self.config.size if count is None else count

@@ -14,6 +14,8 @@ import docker.errors
 import pytest
 
 from images.build import REPOSITORY, current_recipe
+from sandbox.config import MANAGED_LABEL, OWNER_LABEL
+from sandbox.gc import owner_tag
 
 pytestmark = pytest.mark.docker
 
@@ -47,7 +49,8 @@ def run(client: docker.DockerClient, image: Any) -> Iterator[Any]:
     def _run(*command: str) -> tuple[int, str]:
         container = client.containers.create(
             image.id, list(command), network_mode="none", read_only=True,
-            tmpfs={"/tmp": "size=64m"}, labels={"sbx.managed": "true"},
+            tmpfs={"/tmp": "size=64m"},
+            labels={MANAGED_LABEL: "true", OWNER_LABEL: owner_tag()},  # not an orphan to `sbx gc`
         )
         created.append(container)
         container.start()
@@ -56,7 +59,10 @@ def run(client: docker.DockerClient, image: Any) -> Iterator[Any]:
 
     yield _run
     for container in created:
-        container.remove(force=True)
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
 
 
 def test_labels_name_the_current_recipe(image: Any) -> None:
