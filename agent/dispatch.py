@@ -7,14 +7,20 @@ call is a group of its own. Groups run at once on a small thread pool, and
 the outcomes come back in the order of the reply's `tool_calls`, so each
 `tool` message follows its call with the matching `tool_call_id`.
 
-Calls always run on the pool, even alone, so Ctrl-C always lands on the main
-thread while it waits; `close(wait=False)` then leaves a running execution to
-the sandbox's own timeout and the session's close, instead of blocking on it.
+Calls always run on the pool, even alone, and the pool's threads block
+SIGINT and SIGTERM, so Ctrl-C always lands on the main thread while it waits;
+`close(wait=False)` then leaves a running execution to the session's close
+instead of blocking on it. (Were the signal delivered to a worker blocked in
+`select()` on the sandbox's socket, CPython would retry the `select()` after
+EINTR on the same descriptor number, which the main thread may meanwhile
+have closed and the engine client reused: the worker would then wait on an
+unrelated connection until the execution's deadline.)
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,7 +35,9 @@ class ToolDispatcher:
 
     def __init__(self, gate: ToolGate, *, workers: int) -> None:
         self._gate = gate
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sbx-tool")
+        self._pool = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="sbx-tool", initializer=block_interrupts
+        )
 
     def run(self, calls: Sequence[ToolCallRequest]) -> list[ToolOutcome]:
         """Outcomes in the order of `calls`; operator errors from the gate propagate."""
@@ -56,3 +64,9 @@ class ToolDispatcher:
         """Stop the pool; `wait=False` (cancellation) does not block on a running call."""
         logger.debug("Closing the tool pool (wait=%s)", wait)
         self._pool.shutdown(wait=wait, cancel_futures=True)
+
+
+def block_interrupts() -> None:
+    """In a worker thread: leave SIGINT and SIGTERM to the main thread, which cancels the run."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})

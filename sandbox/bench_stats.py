@@ -42,7 +42,7 @@ class Summary:
 
 
 def ratio(value: float | None, reference: float | None) -> float | None:
-    """value / reference, or None when either is missing or the reference is zero."""
+    """Value / reference, or None when either is missing or the reference is zero."""
     if value is None or reference is None or reference <= 0:
         return None
     return value / reference

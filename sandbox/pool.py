@@ -40,7 +40,6 @@ from types import TracebackType
 from sandbox.capacity import HostCapacity, Lease, Need
 from sandbox.config import DEFAULT_IMAGE
 from sandbox.engine import Engine
-from sandbox.errors import SandboxError
 from sandbox.gc import collect_orphans
 from sandbox.limits import Limits
 from sandbox.pool_session import LeasedSession, Reaper

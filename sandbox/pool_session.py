@@ -20,7 +20,6 @@ from pathlib import Path
 from sandbox.capacity import HostCapacity, Lease, Need
 from sandbox.engine import Engine
 from sandbox.limits import Limits
-
 from sandbox.session import Session
 
 logger = logging.getLogger(__name__)

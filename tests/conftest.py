@@ -15,6 +15,7 @@ import pytest
 from sandbox.config import DEFAULT_IMAGE
 from sandbox.engine import Engine
 from sandbox.errors import SandboxError
+from sandbox.gc import owner_alive, owner_tag
 from sandbox.limits import Limits
 from sandbox.session import Session
 
@@ -61,8 +62,10 @@ def no_leaked_containers(request: pytest.FixtureRequest) -> Iterator[None]:
         engine = Engine.connect(timeout=10)
     except SandboxError:
         return
-    left = engine.managed_containers()
-    for container in left:
+    mine = owner_tag()
+    left = [c for c in engine.managed_containers()
+            if c["Labels"].get("sbx.owner") == mine or not owner_alive(c["Labels"].get("sbx.owner", ""))]
+    for container in left:  # other live sbx processes' containers are not ours to judge
         engine.remove(container["Id"])
     assert not left, f"containers leaked: {[c['Id'][:12] for c in left]}"
 

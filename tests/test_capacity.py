@@ -1,4 +1,4 @@
-"""The host-wide cap: leases fit or wait in one FIFO queue, time out with HostBusy, never over-commit."""
+"""The host-wide cap: leases fit or wait in one FIFO queue, time out (HostBusy), never overfill."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_waiters_are_served_first_in_first_out(tmp_path) -> None:
         thread = threading.Thread(target=wait, args=(name,))
         thread.start()
         threads.append(thread)
-        _wait_for(lambda n=len(threads): capacity.usage().waiting == n)
+        _wait_for_queue(capacity, len(threads))
     held.release()
     for thread in threads:
         thread.join(10)
@@ -163,6 +163,10 @@ def test_caps_come_from_the_environment_with_host_sized_defaults() -> None:
         HostCaps.from_env({"SBX_MAX_MEMORY": "lots"})
     capacity = HostCapacity.from_env({"SBX_CAPACITY_DIR": "/tmp/x", "SBX_HOST_WAIT": "2m"})
     assert capacity.wait_s == 120 and capacity.directory == Path("/tmp/x")
+
+
+def _wait_for_queue(capacity: HostCapacity, count: int) -> None:
+    _wait_for(lambda: capacity.usage().waiting == count)
 
 
 def _wait_for(condition, seconds: float = 5.0) -> None:

@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from conftest import TEST_IMAGE
+
 from sandbox.capacity import HostCapacity, HostCaps
 from sandbox.config import container_config
 from sandbox.errors import HostBusy

@@ -1,0 +1,139 @@
+"""`sbx bench`: measure sandboxed execution against its floors and `docker run`, in one run.
+
+The sandbox figures come from `sandbox.bench`. The gate and audit overhead
+per tool call is measured here, because only this top layer may import both
+`tools` and `sandbox`: `ToolGate.call` of `execute_python` with a runner that
+answers at once (the answer of a real `print(1)`), so what is timed is
+validation, policy, quotas, two fsync'd audit appends and rendering. The
+audit file lives, for the run, in the directory of the configured audit log,
+so its fsync costs what production's does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+import click
+
+from agent.cli_errors import operator_errors
+from sandbox.bench import SESSION, BenchOptions, run_bench
+from sandbox.bench_render import render
+from sandbox.bench_stats import BenchReport, Summary, Target
+from sandbox.bench_workloads import PRINT_ONE
+from sandbox.config import DEFAULT_IMAGE
+from sandbox.result import ExecutionResult
+from tools.audit import AuditLog, resolve_audit_path
+from tools.context import ToolContext
+from tools.gate import build_gate
+from tools.policy import Quotas, load_policy
+from tools.redact import Redactor
+
+GATE_TARGET = 0.05
+"""Target 5: gate + audit overhead at most 5% of a session execution of `print(1)`."""
+
+
+class _AnsweringRunner:
+    """A `CodeRunner` that returns a fixed result at once: the gate is what is timed."""
+
+    def __init__(self, result: ExecutionResult) -> None:
+        self.result = result
+
+    def run(self, code: str) -> ExecutionResult:
+        return self.result
+
+
+def measure_gate(samples: int) -> dict[str, Summary]:
+    """Time `gate.call("execute_python")` and a bare audit append, each `samples` times."""
+    unlimited = Quotas(total=None, per_tool={}, max_denied=None)
+    policy = load_policy(None).model_copy(update={"quotas": unlimited})
+    directory = resolve_audit_path(None, policy.audit.path, os.environ).resolve().parent
+    answer = ExecutionResult(stdout="1\n", duration_s=0.0008)
+    arguments = json.dumps({"code": "print(1)"})
+    with TemporaryDirectory(prefix=".sbx-bench-", dir=directory) as scratch:
+        audit = AuditLog.open(Path(scratch) / "audit.jsonl", key=None, redact=Redactor.build())
+        with audit:
+            context = ToolContext(run_id="bench-gate", runner=_AnsweringRunner(answer))
+            gate = build_gate(policy, context=context, audit=audit)
+            calls, appends = [], []
+            for index in range(samples + 5):
+                started = time.perf_counter()
+                outcome = gate.call(name="execute_python", arguments=arguments,
+                                    call_id=f"c{index}")
+                calls.append(time.perf_counter() - started)
+                if outcome.status != "ok":
+                    raise click.ClickException(f"bench: the gate refused: {outcome.text}")
+                started = time.perf_counter()
+                audit.record("bench-gate", "bench", {"n": index})
+                appends.append(time.perf_counter() - started)
+            gate.close()
+    return {"gate_call": Summary.of(calls[5:]), "audit_append": Summary.of(appends[5:])}
+
+
+def add_gate(report: BenchReport, samples: int) -> None:
+    """Put the gate figures and target 5 into the report."""
+    figures = measure_gate(samples)
+    call = figures["gate_call"]
+    session = report.median(PRINT_ONE.name, SESSION)
+    share = call.median_s / session if session else None
+    report.gate = {name: summary.as_json() for name, summary in figures.items()}
+    report.gate["share_of_session_print1"] = None if share is None else round(share, 4)
+    report.gate["summary"] = (
+        f"{call.median_s * 1000:.3f} ms median (p90 {call.p90_s * 1000:.3f}); "
+        f"one fsync'd audit append alone {figures['audit_append'].median_s * 1000:.3f} ms"
+        + ("" if share is None else f"; {share:.1%} of a session print(1)")
+    )
+    report.targets.append(Target(
+        name="gate + audit per tool call vs session print(1)", limit="<= 5%",
+        measured="n/a" if share is None else f"{share:.1%}",
+        met=None if share is None else share <= GATE_TARGET,
+    ))
+
+
+@click.command("bench")
+@click.option("--quick", is_flag=True, help="A short run: 3 repetitions, 8 runs per throughput.")
+@click.option("--reps", type=click.IntRange(1, 1000), help="Timed repetitions per latency cell.")
+@click.option("--runs", type=click.IntRange(1, 10_000), help="Executions per throughput figure.")
+@click.option("--pool-size", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Warm containers kept during the bench.")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@operator_errors
+def bench_command(quick: bool, reps: int | None, runs: int | None, pool_size: int, image: str,
+                  as_json: bool) -> None:
+    r"""Measure sbx against its floors and a hardened `docker run`, interleaved in one run.
+
+    \b
+    Prints medians and p90 per workload and mode, the ratios to the floor and
+    to the baseline, throughput at concurrency 1/4/8, an idle pooled
+    container's memory, the gate's overhead, and which targets are met.
+    Respects the host caps (SBX_MAX_SANDBOXES, SBX_MAX_MEMORY, SBX_MAX_CPUS).
+    """
+    overrides: dict[str, Any] = {"pool_size": pool_size, "image": image}
+    if reps is not None:
+        overrides["reps"] = reps
+    if runs is not None:
+        overrides["throughput_runs"] = runs
+    options = BenchOptions.quick(**overrides) if quick else BenchOptions(**overrides)
+
+    def progress(message: str) -> None:
+        click.echo(f"sbx bench: {message}", err=True)
+
+    report = run_bench(options, progress=progress)
+    progress("gate and audit overhead")
+    add_gate(report, samples=max(50, options.reps * 20))
+    if as_json:
+        click.echo(json.dumps(report.as_json(), indent=2))
+    else:
+        click.echo(render(report))
+    sys.stdout.flush()
+
+
+def register(cli: click.Group) -> None:
+    """Add `sbx bench` to the `sbx` group."""
+    cli.add_command(bench_command)

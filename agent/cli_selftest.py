@@ -1,0 +1,61 @@
+"""`sbx selftest`: the containment battery, one line per check, non-zero on any failure."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from agent.cli_errors import operator_errors
+from agent.cli_exec import limit_options, limits_from
+from sandbox.config import DEFAULT_IMAGE
+from sandbox.selftest import CheckResult, as_json, run_selftest
+
+
+def print_check(result: CheckResult) -> None:
+    """One human-readable line: verdict, check, what was tried, what happened."""
+    mark = click.style("pass", fg="green") if result.passed else click.style("FAIL", fg="red")
+    click.echo(f"[{mark}] {result.name:<24} tried: {result.tried}; got: {result.happened}")
+
+
+@click.command("selftest")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image to test.")
+@click.option("--json", "as_json_flag", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--no-egress",
+    is_flag=True,
+    help="Do not try real connections or DNS; only list the network interfaces.",
+)
+@limit_options
+@operator_errors
+def selftest_command(image: str, as_json_flag: bool, no_egress: bool, **limit_flags: Any) -> None:
+    r"""Try to break out of the sandbox as configured, and report every control that held or not.
+
+    \b
+    Run it after installing or upgrading sbx, Docker or the kernel, with the same
+    limits and runtime you use (e.g. `sbx selftest --runtime runsc`). It checks
+    network egress (public, bridge gateway, metadata address, DNS), filesystem
+    writes and host paths, capabilities and privilege escalation, pids, memory,
+    CPU and time limits, output floods, artifact tricks, environment leaks,
+    isolation between sessions, leftover containers and host responsiveness.
+    Exit status: 0 when every check passed, 1 otherwise.
+    """
+    limits = limits_from(limit_flags)
+    results = run_selftest(
+        limits, image=image, egress=not no_egress, progress=None if as_json_flag else print_check
+    )
+    if as_json_flag:
+        click.echo(as_json(results))
+    else:
+        failed = [r.name for r in results if not r.passed]
+        click.echo(
+            f"{len(results) - len(failed)} of {len(results)} checks passed"
+            + (f"; failed: {', '.join(failed)}" if failed else "")
+        )
+    sys.exit(0 if all(r.passed for r in results) else 1)
+
+
+def register(cli: click.Group) -> None:
+    """Add `sbx selftest` to the `sbx` group."""
+    cli.add_command(selftest_command)

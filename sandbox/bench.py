@@ -1,0 +1,313 @@
+"""`sbx bench`: what sandboxed execution costs here, next to its floors and `docker run`.
+
+Latencies are measured interleaved: each repetition runs every workload in
+every mode, in an order that rotates, so a slow minute of the host (these
+machines are shared) spreads over all modes instead of skewing one. Between
+samples the bench waits for the pool to refill and for removals to finish,
+so each sample sees the background work of its own mode only; throughput
+runs include all background work. The modes:
+
+    host python3 -c     a process on the host, no container
+    persistent floor    a bare Python loop in a running hardened container (bench_floor)
+    docker run          hardened `docker run --rm` through the SDK: the baseline
+    sbx fresh           a container created for the execution (no warm pool), removed off-path
+    sbx fresh (pool)    a warm pooled container handed over, used once, removed off-path
+    sbx session         one more execution in an open session
+
+Gate and audit overhead is measured by the CLI (`sandbox` does not import
+`tools`) and added to the same report.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from sandbox.bench_floor import PersistentFloor, docker_run, host_floor
+from sandbox.bench_memory import idle_memory_mib
+from sandbox.bench_stats import BenchReport, Summary, Target, ratio
+from sandbox.bench_workloads import PRINT_ONE, WORKLOADS, Workload
+from sandbox.capacity import HostCapacity
+from sandbox.config import DEFAULT_IMAGE
+from sandbox.engine import Engine
+from sandbox.errors import SandboxBroken
+from sandbox.limits import Limits
+from sandbox.pool import Pool, PoolConfig, PoolKey
+from sandbox.result import ExecutionResult
+from sandbox.session import Session
+
+HOST = "host python3 -c"
+FLOOR = "persistent floor"
+BASELINE = "docker run"
+FRESH = "sbx fresh"
+POOLED = "sbx fresh (pool)"
+SESSION = "sbx session"
+MODES = (HOST, FLOOR, BASELINE, FRESH, POOLED, SESSION)
+THROUGHPUT_MODES = (BASELINE, FRESH, POOLED, SESSION)
+SESSION_THROUGHPUT_FACTOR = 25
+"""Session executions are ~1000x cheaper: run this many more of them for a stable figure."""
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchOptions:
+    """How much to measure; `quick()` for a short run."""
+
+    reps: int = 15
+    """Timed repetitions of every latency cell (after one untimed warm-up round)."""
+    throughput_runs: int = 24
+    """Executions per throughput figure (sessions run 25x as many)."""
+    concurrency: tuple[int, ...] = (1, 4, 8)
+    """Concurrency levels of the throughput runs."""
+    pool_size: int = 8
+    """Warm containers kept for the bench's key (at least the highest concurrency)."""
+    image: str = DEFAULT_IMAGE
+    """Sandbox image."""
+    limits: Limits = field(default_factory=Limits)
+    """Limits of every container, the baseline's included."""
+    workloads: tuple[Workload, ...] = WORKLOADS
+    """What to run."""
+
+    @classmethod
+    def quick(cls, **overrides: object) -> BenchOptions:
+        """A short run: 3 repetitions, 8 executions per throughput figure."""
+        values: dict[str, object] = {"reps": 3, "throughput_runs": 8}
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
+
+
+class _Bench:
+    """The state of one bench run: engine, pools, the open session and the floor."""
+
+    def __init__(self, options: BenchOptions, engine: Engine, capacity: HostCapacity,
+                 scratch: Path, progress: Progress) -> None:
+        self.options = options
+        self.engine = engine
+        self.scratch = scratch
+        self.progress = progress
+        self.key = PoolKey(image=options.image, limits=options.limits)
+        self.python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
+        self.pool = Pool.start(engine=engine, capacity=capacity,
+                               config=PoolConfig(size=options.pool_size), warm=[self.key])
+        self.cold = Pool(engine=engine, capacity=capacity, config=PoolConfig(size=0))
+        self.floor = PersistentFloor(engine, image=options.image, limits=options.limits)
+        self.session: Session | None = None
+        self.host_missing = _missing_host_modules(self.python)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+        self.floor.close()
+        self.pool.close()
+        self.cold.close()
+
+    def open_session(self) -> Session:
+        self.pool.wait_warm(self.key, count=1)
+        return self.pool.session(limits=self.options.limits, image=self.options.image,
+                                 output_dir=self.scratch / "session")
+
+    def quiesce(self) -> None:
+        """Let refills and removals finish, so the next sample runs on a quiet host."""
+        self.pool.wait_warm(self.key, timeout=60)
+        deadline = time.monotonic() + 60
+        while (self.pool.reaper.pending() or self.cold.reaper.pending()) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.01)
+
+    def supported(self, mode: str, workload: Workload) -> bool:
+        missing = set(workload.modules) & self.host_missing
+        return not (mode == HOST and (workload.artifact or missing))
+
+    def sample(self, mode: str, workload: Workload) -> float:
+        """Seconds for the whole workload in one mode; a wrong answer raises."""
+        started = time.perf_counter()
+        outputs, leftovers = self._execute(mode, workload)
+        elapsed = time.perf_counter() - started
+        for container_id in leftovers:
+            self.engine.remove(container_id)  # untimed: the engine removed it already
+        if workload.expect not in outputs[-1]:
+            raise SandboxBroken(f"bench: {mode} gave a wrong answer for {workload.name!r}")
+        if workload.artifact and mode in (FLOOR, BASELINE) and "plot.png" not in outputs[-1]:
+            raise SandboxBroken(f"bench: {mode} returned no artifact for {workload.name!r}")
+        return elapsed
+
+    def _execute(self, mode: str, workload: Workload) -> tuple[list[str], list[str]]:
+        """Run the workload; return the outputs and containers to forget afterwards."""
+        if mode == SESSION:
+            self.session = self.session or self.open_session()
+            session = self.session
+            return [_checked(session.run(step), workload) for step in workload.steps], []
+        if mode == FLOOR:
+            replies = [self.floor.run(step) for step in workload.steps]
+            return [r["stdout"] + " ".join(r["files"]) for r in replies], []
+        programs = workload.fresh_programs()
+        if mode in (FRESH, POOLED):
+            pool = self.pool if mode == POOLED else self.cold
+            out = self.scratch / "fresh"
+            return [
+                _checked(pool.run_fresh(p, limits=self.options.limits, image=self.options.image,
+                                        output_dir=out), workload)
+                for p in programs
+            ], []
+        if mode == BASELINE:
+            ran = [docker_run(self.engine, p, image=self.options.image,
+                              limits=self.options.limits) for p in programs]
+            return [text for text, _ in ran], [container_id for _, container_id in ran]
+        return [host_floor(self.python, p) for p in programs], []
+
+
+def _checked(result: ExecutionResult, workload: Workload) -> str:
+    """The execution's stdout, refusing failed runs and missing artifacts."""
+    if not result.ok:
+        raise SandboxBroken(f"bench: {workload.name!r} failed in sbx: {result.notes or result}")
+    if workload.artifact and not result.artifacts:
+        raise SandboxBroken(f"bench: {workload.name!r} sent no artifact")
+    return result.stdout
+
+
+def _missing_host_modules(python: str) -> set[str]:
+    """Which workload modules the host's python3 lacks (their host floor is n/a)."""
+    wanted = sorted({m for w in WORKLOADS for m in w.modules})
+    missing = set()
+    for module in wanted:
+        try:
+            host_floor(python, f"import {module}")
+        except Exception:
+            missing.add(module)
+    return missing
+
+
+def measure_latency(bench: _Bench, report: BenchReport) -> None:
+    """Every workload in every mode, interleaved, rotating the order each repetition."""
+    options = bench.options
+    samples: dict[str, dict[str, list[float]]] = {
+        w.name: {m: [] for m in MODES} for w in options.workloads
+    }
+    for rep in range(options.reps + 1):
+        bench.progress(f"latency: repetition {rep}/{options.reps}" if rep else "latency: warm-up")
+        for index, workload in enumerate(options.workloads):
+            shift = (rep + index) % len(MODES)
+            for mode in MODES[shift:] + MODES[:shift]:
+                if not bench.supported(mode, workload):
+                    continue
+                elapsed = bench.sample(mode, workload)
+                bench.quiesce()
+                if rep:
+                    samples[workload.name][mode].append(elapsed)
+    for workload_name, modes in samples.items():
+        report.latency[workload_name] = {
+            mode: (Summary.of(values) if values else None) for mode, values in modes.items()
+        }
+
+
+def measure_throughput(bench: _Bench, report: BenchReport) -> None:
+    """Executions per second of `print(1)` at each concurrency level, modes interleaved."""
+    options = bench.options
+    for mode in THROUGHPUT_MODES:
+        report.throughput[mode] = {}
+    for level in options.concurrency:
+        for mode in THROUGHPUT_MODES:
+            bench.progress(f"throughput: {mode} at concurrency {level}")
+            bench.quiesce()
+            report.throughput[mode][level] = _throughput(bench, mode, level)
+
+
+def _throughput(bench: _Bench, mode: str, level: int) -> float:
+    runs = bench.options.throughput_runs
+    if mode == SESSION:
+        sessions = [bench.open_session() for _ in range(level)]
+        runs *= SESSION_THROUGHPUT_FACTOR
+        try:
+            started = time.perf_counter()
+            with ThreadPoolExecutor(level) as workers:
+                list(workers.map(lambda i: _checked(sessions[i % level].run("print(1)"),
+                                                    PRINT_ONE), range(runs)))
+            elapsed = time.perf_counter() - started
+        finally:
+            for session in sessions:
+                session.close()
+        return runs / elapsed
+    started = time.perf_counter()
+    with ThreadPoolExecutor(level) as workers:
+        list(workers.map(lambda _: bench.sample(mode, PRINT_ONE), range(runs)))
+    return runs / (time.perf_counter() - started)
+
+
+def evaluate_targets(report: BenchReport) -> None:
+    """The issue's targets 1-4 as ratios (target 5, the gate, is added by the CLI)."""
+    one = PRINT_ONE.name
+    session_x = ratio(report.median(one, SESSION), report.median(one, FLOOR))
+    pooled_x = ratio(report.median(one, POOLED), report.median(one, BASELINE))
+    tput = ratio(report.throughput.get(POOLED, {}).get(4),
+                 report.throughput.get(BASELINE, {}).get(4))
+    rss = report.idle_memory.get("rss_sum")
+    report.targets = [
+        _target("session print(1) vs persistent floor", "<= 1.3x", session_x, 1.3, below=True),
+        _target("pooled fresh print(1) vs docker run", "<= 0.35x", pooled_x, 0.35, below=True),
+        _target("pooled fresh throughput at c=4 vs docker run", ">= 2x", tput, 2.0, below=False),
+        Target(name="idle pooled container resident memory (RSS sum)", limit="<= 30 MiB",
+               measured="n/a" if rss is None else f"{rss:.1f} MiB",
+               met=None if rss is None else rss <= 30.0),
+    ]
+
+
+def _target(name: str, limit: str, value: float | None, bound: float, *, below: bool) -> Target:
+    if value is None:
+        return Target(name=name, limit=limit, measured="n/a", met=None)
+    return Target(name=name, limit=limit, measured=f"{value:.3g}x",
+                  met=value <= bound if below else value >= bound)
+
+
+def run_bench(options: BenchOptions, *, engine: Engine | None = None,
+              capacity: HostCapacity | None = None,
+              progress: Progress = lambda _: None) -> BenchReport:
+    """Measure everything in one run and return the report."""
+    engine = engine or Engine.connect()
+    engine.require_image(options.image)
+    capacity = capacity or HostCapacity.from_env()
+    report = BenchReport()
+    report.environment = _environment(engine, options, capacity, "load_before")
+    with TemporaryDirectory(prefix="sbx-bench-") as scratch:
+        bench = _Bench(options, engine, capacity, Path(scratch), progress)
+        try:
+            progress("warming the pool")
+            bench.pool.wait_warm(bench.key, timeout=120)
+            time.sleep(1.0)
+            report.idle_memory = idle_memory_mib(engine, bench.pool.idle_container_ids(bench.key))
+            measure_latency(bench, report)
+            measure_throughput(bench, report)
+        finally:
+            bench.close()
+    report.environment["load_after"] = _load()
+    report.environment["host_floor_missing"] = sorted(bench.host_missing)
+    evaluate_targets(report)
+    return report
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _environment(engine: Engine, options: BenchOptions, capacity: HostCapacity,
+                 load_key: str) -> dict[str, object]:
+    version = engine.api.version()
+    image = engine.require_image(options.image)
+    return {
+        "cores": os.cpu_count(),
+        "engine": version.get("Version"),
+        "image": options.image,
+        "image_id": str(image.get("Id", ""))[7:19],
+        "limits": options.limits.model_dump(mode="json"),
+        "host_caps": capacity.caps.describe(),
+        "pool_size": options.pool_size,
+        "reps": options.reps,
+        "throughput_runs": options.throughput_runs,
+        load_key: _load(),
+    }

@@ -1,0 +1,104 @@
+"""The `sbx bench` report as plain-text tables (the JSON form is `BenchReport.as_json`)."""
+
+from __future__ import annotations
+
+from sandbox.bench_stats import BenchReport, ratio
+
+SBX_MODES = ("sbx fresh", "sbx fresh (pool)", "sbx session")
+FLOOR = "persistent floor"
+BASELINE = "docker run"
+
+
+def _cell(report: BenchReport, workload: str, mode: str) -> str:
+    summary = report.latency.get(workload, {}).get(mode)
+    if summary is None:
+        return "n/a"
+    return f"{_ms(summary.median_s)} / {_ms(summary.p90_s)}"
+
+
+def _ms(seconds: float) -> str:
+    value = seconds * 1000
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(text.ljust(widths[i]) for i, text in enumerate(header)).rstrip()]
+    lines.append("  ".join("-" * width for width in widths))
+    lines.extend("  ".join(t.ljust(widths[i]) for i, t in enumerate(row)).rstrip() for row in rows)
+    return lines
+
+
+def latency_table(report: BenchReport) -> list[str]:
+    """Median / p90 in ms for every workload and mode."""
+    workloads = list(report.latency)
+    modes = list(next(iter(report.latency.values()), {}))
+    rows = [[mode, *(_cell(report, w, mode) for w in workloads)] for mode in modes]
+    return ["Latency per workload, ms (median / p90):", *_grid(["mode", *workloads], rows)]
+
+
+def ratio_table(report: BenchReport) -> list[str]:
+    """Each sbx median as a multiple of the persistent floor and of `docker run`."""
+    workloads = list(report.latency)
+    rows = []
+    for mode in SBX_MODES:
+        cells = []
+        for workload in workloads:
+            value = report.median(workload, mode)
+            floor = ratio(value, report.median(workload, FLOOR))
+            base = ratio(value, report.median(workload, BASELINE))
+            cells.append(f"{_x(floor)} / {_x(base)}")
+        rows.append([mode, *cells])
+    title = "Ratios of medians (x persistent floor / x docker run):"
+    return [title, *_grid(["mode", *workloads], rows)]
+
+
+def _x(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3g}x"
+
+
+def throughput_table(report: BenchReport) -> list[str]:
+    """Executions per second of `print(1)` at each concurrency."""
+    levels = sorted({level for values in report.throughput.values() for level in values})
+    rows = [
+        [mode, *(f"{values[level]:.1f}" if level in values else "n/a" for level in levels)]
+        for mode, values in report.throughput.items()
+    ]
+    header = ["mode", *(f"c={level}" for level in levels)]
+    return ["Throughput of print(1), executions/s:", *_grid(header, rows)]
+
+
+def render(report: BenchReport) -> str:
+    """The whole report as text."""
+    env = report.environment
+    lines = [
+        f"sbx bench: {env.get('cores')} cores, engine {env.get('engine')}, image "
+        f"{env.get('image')} ({env.get('image_id')}), {env.get('reps')} reps, "
+        f"load {env.get('load_before')} -> {env.get('load_after')}",
+        f"host caps: {env.get('host_caps')}; pool size {env.get('pool_size')}",
+        "",
+        *latency_table(report),
+        "",
+        *ratio_table(report),
+        "",
+        *throughput_table(report),
+        "",
+        "Idle pooled container, MiB: "
+        + (", ".join(f"{k} {v:.1f}" for k, v in report.idle_memory.items()) or "n/a"),
+    ]
+    if report.gate:
+        lines.append(f"Gate + audit per tool call: {report.gate.get('summary', 'n/a')}")
+    lines += ["", "Targets:"]
+    lines += _grid(
+        ["target", "limit", "measured", "met"],
+        [[t.name, t.limit, t.measured, {True: "yes", False: "NO", None: "n/a"}[t.met]]
+         for t in report.targets],
+    )
+    lines += [f"note: {note}" for note in report.notes]
+    return "\n".join(lines)

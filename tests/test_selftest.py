@@ -1,0 +1,41 @@
+"""`sbx selftest` passes on the default configuration and fails the right checks on a weak one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import TEST_IMAGE
+from sandbox.limits import Limits
+from sandbox.selftest import run_selftest
+
+pytestmark = pytest.mark.docker
+
+
+def test_default_configuration_passes_every_check(engine, runtime) -> None:
+    results = run_selftest(Limits(runtime=runtime), image=TEST_IMAGE, engine=engine)
+    failed = {r.name: r.happened for r in results if not r.passed}
+    assert not failed
+    assert len(results) >= 20
+
+
+def test_weakened_configuration_fails_the_right_checks(engine) -> None:
+    # Network on and no effective pids limit. egress=False: list interfaces, send nothing
+    # off this machine (the bridge would otherwise really connect).
+    weak = Limits(network="bridge", pids=8192)
+    results = run_selftest(weak, image=TEST_IMAGE, engine=engine, egress=False)
+    failed = sorted(r.name for r in results if not r.passed)
+    assert failed == ["limits.pids", "network.interfaces"]
+
+
+def test_cli_prints_one_line_per_check_and_json(engine) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "from agent.cli import main; main()", "selftest", "--json",
+         "--image", TEST_IMAGE], capture_output=True, text=True, timeout=300)
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["passed"] is True
+    assert {"network.public", "limits.memory", "isolation.processes"} <= {
+        check["name"] for check in report["checks"]}
