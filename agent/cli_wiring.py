@@ -16,6 +16,7 @@ the audit log and the transcript.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from agent.state import RunResult
 from agent.transcript import Event, EventSink, Transcript, fanout
 from sandbox.config import DEFAULT_IMAGE
 from sandbox.errors import SandboxError
+from sandbox.result import ExecutionResult
 from sandbox.session import Session, new_run_id
 from sandbox.units import format_size
 from tools.audit import AuditError, AuditLog, open_audit_log
@@ -38,6 +40,8 @@ from tools.policy import Policy, load_policy
 
 RUNS_DIR = Path("sbx-runs")
 OUTPUT_DIR = Path("sbx-output")
+CANCEL_GRACE_S = 10.0
+"""Seconds to wait, after killing the container, for an execution in flight to return."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,17 +146,17 @@ def ask(
 
 def _run_with_sandbox(spec: _Run, audit: AuditLog, emit: EventSink) -> RunResult:
     """Open the session (if `execute_python` is enabled) and the gate, run, close both."""
-    session: Session | None = None
+    runner: SessionRunner | None = None
     gate: ToolGate | None = None
     reason = "error"
     try:
         if spec.policy.tools.execute_python.enabled:
-            session = Session.open(
+            runner = SessionRunner(Session.open(
                 limits=spec.policy.sandbox, image=spec.options.image,
                 data=list(spec.options.data), output_dir=spec.output_dir, run_id=spec.run_id,
-            )
+            ))
         context = ToolContext(
-            run_id=spec.run_id, runner=session, data_paths=list(spec.options.data),
+            run_id=spec.run_id, runner=runner, data_paths=list(spec.options.data),
             api_key=spec.endpoint.api_key,
         )
         gate = build_gate(spec.policy, context=context, audit=audit)
@@ -163,10 +167,48 @@ def _run_with_sandbox(spec: _Run, audit: AuditLog, emit: EventSink) -> RunResult
         reason = "cancelled"
         raise
     finally:
-        if session is not None:
-            session.close()
+        if runner is not None:
+            runner.close()
         if gate is not None:
             gate.close(reason=reason)
+
+
+class SessionRunner:
+    """The run's session as the gate's `CodeRunner`, safe to close while an execution runs.
+
+    After Ctrl-C the loop returns while a tool thread may still be blocked reading the
+    session's stream. Closing the session's socket from this thread would not wake that
+    reader, and the descriptor number could be reused before it looks again. So `close`
+    first kills the container, which ends the stream: the reader sees it, closes its own
+    side and returns; only then is the session closed (idempotently) here.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._idle = threading.Condition()
+        self._running = 0
+
+    def run(self, code: str) -> ExecutionResult:
+        """Execute in the session, counting executions in flight."""
+        with self._idle:
+            self._running += 1
+        try:
+            return self._session.run(code)
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
+
+    def close(self) -> None:
+        """Kill the container under a running execution, wait for it to return, then close."""
+        with self._idle:
+            running = self._running > 0
+        container_id = self._session.container_id
+        if running and container_id is not None:
+            self._session.engine.remove(container_id)
+            with self._idle:
+                self._idle.wait_for(lambda: self._running == 0, timeout=CANCEL_GRACE_S)
+        self._session.close()
 
 
 def _run_loop(spec: _Run, gate: ToolGate, emit: EventSink) -> RunResult:
