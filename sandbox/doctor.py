@@ -74,6 +74,31 @@ def check_runtimes(engine: Engine, wanted: str) -> Check:
     )
 
 
+def check_runtime_usable(engine: Engine, image: str, runtime: str, scratch: Path) -> Check:
+    """A registered runtime really starts a sandbox (gVisor's KVM platform, for one, hangs)."""
+    limits = Limits(runtime=runtime, timeout=20.0)
+    try:
+        result = run_fresh(
+            "print('ok')", limits=limits, image=image, engine=engine, output_dir=scratch
+        )
+    except SandboxError as exc:
+        return Check(
+            name=f"runtime {runtime}",
+            ok=False,
+            detail=first_line(exc),
+            fix="see security.md, 'gVisor'",
+        )
+    ok = result.stdout == "ok\n"
+    return Check(
+        name=f"runtime {runtime}",
+        ok=ok,
+        detail=f"usable (started and answered in {result.duration_s:.2f} s)"
+        if ok
+        else f"did not answer: {'; '.join(result.notes)[:120]}",
+        fix="see security.md, 'gVisor'",
+    )
+
+
 def check_hardening(engine: Engine, image: str, limits: Limits, scratch: Path) -> list[Check]:
     """Run the probe program and read back what the code inside could do."""
     result = run_fresh(PROBE, limits=limits, image=image, engine=engine, output_dir=scratch)
@@ -168,6 +193,11 @@ def run_checks(
     if not all(check.ok for check in checks):
         return checks
     scratch = scratch or Path("sbx-output") / "doctor"
+    checks += [
+        check_runtime_usable(engine, image, name, scratch)
+        for name in ("runc", "runsc")
+        if name in engine.runtimes()
+    ]
     try:
         checks += check_hardening(engine, image, limits, scratch)
         checks += check_limits(engine, image, limits, scratch)

@@ -33,7 +33,8 @@ def test_error_comes_first_then_output() -> None:
         "Traceback (most recent call last):\n"
         '  File "<cell>", line 2, in <module>\n'
         "AttributeError: 'list' object has no attribute 'mean'\n"
-        "[stdout]\npartial"
+        "[stdout]\npartial\n"
+        "[resources] 0.00 s wall"
     )
 
 
@@ -45,8 +46,8 @@ def test_long_traceback_is_trimmed_keeping_the_bottom() -> None:
     )
     text = render_execution(result, limits=LIMITS)
     assert "traceback lines cut" in text
-    assert text.splitlines()[-1] == "RecursionError: too deep"
-    assert len(text.splitlines()) <= 42
+    assert text.splitlines()[-2:] == ["RecursionError: too deep", "[resources] 0.00 s wall"]
+    assert len(text.splitlines()) <= 43
 
 
 def test_resource_notes_name_the_limit_and_the_knob() -> None:
@@ -114,3 +115,11 @@ def test_render_failure_texts() -> None:
     assert denied == "Call to 't' denied by policy rule quotas.total: too many Stop."
     assert render_failure(Halted(reason="x")).startswith("The run was halted by policy: x.")
     assert render_failure(ToolError(tool="t", message="m")) == "Error from t: m"
+
+
+def test_resources_line_reports_wall_cpu_and_peak_memory() -> None:
+    result = ExecutionResult(stdout="1\n", duration_s=0.25, cpu_seconds=0.2,
+                             peak_memory_bytes=48 * 1024 * 1024)
+    assert render_execution(result, limits=LIMITS).splitlines()[-1] == (
+        "[resources] 0.25 s wall, 0.20 s CPU, peak memory 48 MiB"
+    )

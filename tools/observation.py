@@ -114,8 +114,19 @@ def render_execution(result: ExecutionResult, *, limits: Limits) -> str:
     if notes:
         parts.append("[notes]\n" + "\n".join(f"- {note}" for note in notes))
     if not parts:
-        return "(no output: the code ran without error; print() what you need to see)"
+        parts.append("(no output: the code ran without error; print() what you need to see)")
+    parts.append(usage_line(result))
     return "\n".join(parts)
+
+
+def usage_line(result: ExecutionResult) -> str:
+    """Wall time, CPU seconds and peak memory of one execution (what ops teams bill)."""
+    figures = [f"{result.duration_s:.2f} s wall"]
+    if result.cpu_seconds is not None:
+        figures.append(f"{result.cpu_seconds:.2f} s CPU")
+    if result.peak_memory_bytes is not None:
+        figures.append(f"peak memory {format_size(result.peak_memory_bytes)}")
+    return "[resources] " + ", ".join(figures)
 
 
 def _trim_traceback(traceback: str) -> str:

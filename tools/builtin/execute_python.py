@@ -54,6 +54,8 @@ def audit_fields(result: ExecutionResult) -> dict[str, Any]:
         "stderr_bytes": len(result.stderr.encode()) + result.stderr_dropped_bytes,
         "truncated": result.truncated,
         "execution_s": result.duration_s,
+        "cpu_seconds": result.cpu_seconds,
+        "peak_memory_bytes": result.peak_memory_bytes,
         "artifacts": [a.model_dump(include={"name", "size", "sha256"}) for a in result.artifacts],
         "refused_artifacts": [r.model_dump() for r in result.refused_artifacts],
     }
