@@ -136,7 +136,7 @@ def doctor_command(image: str, **limit_flags: Any) -> None:
     checks = run_checks(limits_from(limit_flags), image)
     for check in checks:
         mark = click.style(" ok ", fg="green") if check.ok else click.style("FAIL", fg="red")
-        line = f"[{mark}] {check.name:<17} {check.detail}"
+        line = f"[{mark}] {check.name:<24} {check.detail}"
         if not check.ok and check.fix:
             line += f"\n       fix: {check.fix}"
         click.echo(line)

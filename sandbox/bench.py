@@ -85,16 +85,26 @@ class BenchOptions:
 class _Bench:
     """The state of one bench run: engine, pools, the open session and the floor."""
 
-    def __init__(self, options: BenchOptions, engine: Engine, capacity: HostCapacity,
-                 scratch: Path, progress: Progress) -> None:
+    def __init__(
+        self,
+        options: BenchOptions,
+        engine: Engine,
+        capacity: HostCapacity,
+        scratch: Path,
+        progress: Progress,
+    ) -> None:
         self.options = options
         self.engine = engine
         self.scratch = scratch
         self.progress = progress
         self.key = PoolKey(image=options.image, limits=options.limits)
         self.python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
-        self.pool = Pool.start(engine=engine, capacity=capacity,
-                               config=PoolConfig(size=options.pool_size), warm=[self.key])
+        self.pool = Pool.start(
+            engine=engine,
+            capacity=capacity,
+            config=PoolConfig(size=options.pool_size),
+            warm=[self.key],
+        )
         self.cold = Pool(engine=engine, capacity=capacity, config=PoolConfig(size=0))
         self.floor = PersistentFloor(engine, image=options.image, limits=options.limits)
         self.session: Session | None = None
@@ -109,8 +119,11 @@ class _Bench:
 
     def open_session(self) -> Session:
         self.pool.wait_warm(self.key, count=1)
-        return self.pool.session(limits=self.options.limits, image=self.options.image,
-                                 output_dir=self.scratch / "session")
+        return self.pool.session(
+            limits=self.options.limits,
+            image=self.options.image,
+            output_dir=self.scratch / "session",
+        )
 
     def quiesce(self) -> None:
         """Let refills and removals finish, so the next sample runs on a quiet host."""
@@ -152,13 +165,19 @@ class _Bench:
             pool = self.pool if mode == POOLED else self.cold
             out = self.scratch / "fresh"
             return [
-                _checked(pool.run_fresh(p, limits=self.options.limits, image=self.options.image,
-                                        output_dir=out), workload)
+                _checked(
+                    pool.run_fresh(
+                        p, limits=self.options.limits, image=self.options.image, output_dir=out
+                    ),
+                    workload,
+                )
                 for p in programs
             ], []
         if mode == BASELINE:
-            ran = [docker_run(self.engine, p, image=self.options.image,
-                              limits=self.options.limits) for p in programs]
+            ran = [
+                docker_run(self.engine, p, image=self.options.image, limits=self.options.limits)
+                for p in programs
+            ]
             return [text for text, _ in ran], [container_id for _, container_id in ran]
         return [host_floor(self.python, p) for p in programs], []
 
@@ -227,8 +246,12 @@ def _throughput(bench: _Bench, mode: str, level: int) -> float:
         try:
             started = time.perf_counter()
             with ThreadPoolExecutor(level) as workers:
-                list(workers.map(lambda i: _checked(sessions[i % level].run("print(1)"),
-                                                    PRINT_ONE), range(runs)))
+                list(
+                    workers.map(
+                        lambda i: _checked(sessions[i % level].run("print(1)"), PRINT_ONE),
+                        range(runs),
+                    )
+                )
             elapsed = time.perf_counter() - started
         finally:
             for session in sessions:
@@ -245,29 +268,41 @@ def evaluate_targets(report: BenchReport) -> None:
     one = PRINT_ONE.name
     session_x = ratio(report.median(one, SESSION), report.median(one, FLOOR))
     pooled_x = ratio(report.median(one, POOLED), report.median(one, BASELINE))
-    tput = ratio(report.throughput.get(POOLED, {}).get(4),
-                 report.throughput.get(BASELINE, {}).get(4))
+    tput = ratio(
+        report.throughput.get(POOLED, {}).get(4), report.throughput.get(BASELINE, {}).get(4)
+    )
     rss = report.idle_memory.get("rss_sum")
     report.targets = [
         _target("session print(1) vs persistent floor", "<= 1.3x", session_x, 1.3, below=True),
         _target("pooled fresh print(1) vs docker run", "<= 0.35x", pooled_x, 0.35, below=True),
         _target("pooled fresh throughput at c=4 vs docker run", ">= 2x", tput, 2.0, below=False),
-        Target(name="idle pooled container resident memory (RSS sum)", limit="<= 30 MiB",
-               measured="n/a" if rss is None else f"{rss:.1f} MiB",
-               met=None if rss is None else rss <= 30.0),
+        Target(
+            name="idle pooled container resident memory (RSS sum)",
+            limit="<= 30 MiB",
+            measured="n/a" if rss is None else f"{rss:.1f} MiB",
+            met=None if rss is None else rss <= 30.0,
+        ),
     ]
 
 
 def _target(name: str, limit: str, value: float | None, bound: float, *, below: bool) -> Target:
     if value is None:
         return Target(name=name, limit=limit, measured="n/a", met=None)
-    return Target(name=name, limit=limit, measured=f"{value:.3g}x",
-                  met=value <= bound if below else value >= bound)
+    return Target(
+        name=name,
+        limit=limit,
+        measured=f"{value:.3g}x",
+        met=value <= bound if below else value >= bound,
+    )
 
 
-def run_bench(options: BenchOptions, *, engine: Engine | None = None,
-              capacity: HostCapacity | None = None,
-              progress: Progress = lambda _: None) -> BenchReport:
+def run_bench(
+    options: BenchOptions,
+    *,
+    engine: Engine | None = None,
+    capacity: HostCapacity | None = None,
+    progress: Progress = lambda _: None,
+) -> BenchReport:
     """Measure everything in one run and return the report."""
     engine = engine or Engine.connect()
     engine.require_image(options.image)
@@ -295,8 +330,9 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def _environment(engine: Engine, options: BenchOptions, capacity: HostCapacity,
-                 load_key: str) -> dict[str, object]:
+def _environment(
+    engine: Engine, options: BenchOptions, capacity: HostCapacity, load_key: str
+) -> dict[str, object]:
     version = engine.api.version()
     image = engine.require_image(options.image)
     return {

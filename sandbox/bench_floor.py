@@ -37,7 +37,10 @@ READ_TIMEOUT_S = 120.0
 def host_floor(python: str, program: str) -> str:
     """Run `python -c program` on the host; return its stdout."""
     done = subprocess.run(
-        [python, "-c", program], capture_output=True, text=True, timeout=READ_TIMEOUT_S,
+        [python, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=READ_TIMEOUT_S,
         check=True,
     )
     return done.stdout
@@ -124,9 +127,7 @@ def docker_run(engine: Engine, program: str, *, image: str, limits: Limits) -> t
     config["command"] = ["python3", "-I", "-c", program + SHIP_OUTPUT]
     config["stdin_open"] = False
     container_id = engine.create(config)
-    raw = engine.api.attach_socket(
-        container_id, params={"stdout": 1, "stderr": 1, "stream": 1}
-    )
+    raw = engine.api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1})
     sock: socket.socket = getattr(raw, "_sock", raw)
     try:
         engine.start(container_id)

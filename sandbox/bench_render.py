@@ -97,8 +97,10 @@ def render(report: BenchReport) -> str:
     lines += ["", "Targets:"]
     lines += _grid(
         ["target", "limit", "measured", "met"],
-        [[t.name, t.limit, t.measured, {True: "yes", False: "NO", None: "n/a"}[t.met]]
-         for t in report.targets],
+        [
+            [t.name, t.limit, t.measured, {True: "yes", False: "NO", None: "n/a"}[t.met]]
+            for t in report.targets
+        ],
     )
     lines += [f"note: {note}" for note in report.notes]
     return "\n".join(lines)

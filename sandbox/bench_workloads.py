@@ -41,9 +41,7 @@ PANDAS_MEAN = Workload(
     expect="49999.5",
     modules=("pandas", "numpy"),
 )
-STATEFUL_PAIR = Workload(
-    name="stateful pair", steps=("x = 41", "print(x + 1)"), expect="42"
-)
+STATEFUL_PAIR = Workload(name="stateful pair", steps=("x = 41", "print(x + 1)"), expect="42")
 STDOUT_1MIB = Workload(
     name="1 MiB stdout",
     steps=("import sys\nsys.stdout.write('x' * (1 << 20))\nsys.stdout.flush()",),

@@ -317,11 +317,15 @@ class HostCapacity:
         """Name the cap(s) that bind and the knobs that change them."""
         binding = []
         if usage.sandboxes + 1 > self.caps.sandboxes:
-            binding.append(f"{usage.sandboxes} of {self.caps.sandboxes} sandboxes running "
-                           f"({ENV_MAX_SANDBOXES})")
+            binding.append(
+                f"{usage.sandboxes} of {self.caps.sandboxes} sandboxes running "
+                f"({ENV_MAX_SANDBOXES})"
+            )
         if usage.memory + need.memory > self.caps.memory:
-            binding.append(f"{format_size(usage.memory)} of {format_size(self.caps.memory)} "
-                           f"memory in use ({ENV_MAX_MEMORY})")
+            binding.append(
+                f"{format_size(usage.memory)} of {format_size(self.caps.memory)} "
+                f"memory in use ({ENV_MAX_MEMORY})"
+            )
         if usage.cpus + need.cpus > self.caps.cpus + 1e-9:
             binding.append(f"{usage.cpus:g} of {self.caps.cpus:g} CPUs in use ({ENV_MAX_CPUS})")
         if not binding:

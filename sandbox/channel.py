@@ -36,9 +36,7 @@ class ChannelTimeout(SandboxBroken):
 class Channel:
     """Send requests to the runner and read its frames, never trusting what comes back."""
 
-    def __init__(
-        self, sock: socket.socket, *, max_line_bytes: int, owner: Any = None
-    ) -> None:
+    def __init__(self, sock: socket.socket, *, max_line_bytes: int, owner: Any = None) -> None:
         self.sock = sock
         self._owner = owner
         self.max_line_bytes = max_line_bytes

@@ -195,8 +195,9 @@ class Pool:
                 return taken
         with self._lock:
             self.stats.misses += 1
-        created = self._new_session(key, run_id=run_id, data=list(data or []),
-                                    output_dir=output_dir, mode=mode)
+        created = self._new_session(
+            key, run_id=run_id, data=list(data or []), output_dir=output_dir, mode=mode
+        )
         created.start()
         return created
 
@@ -213,8 +214,14 @@ class Pool:
         """Run one program in a container of its own (warm if possible), then discard it."""
         limits = limits or Limits()
         text = code_text(code, limits)  # refuse bad input before taking a container
-        with self.session(limits=limits, image=image, data=data, output_dir=output_dir,
-                          run_id=run_id, mode="fresh") as session:
+        with self.session(
+            limits=limits,
+            image=image,
+            data=data,
+            output_dir=output_dir,
+            run_id=run_id,
+            mode="fresh",
+        ) as session:
             return session.run(text)
 
     def idle(self, key: PoolKey | None = None) -> int:
@@ -284,12 +291,25 @@ class Pool:
     # ------------------------------------------------------------ internals
 
     def _new_session(
-        self, key: PoolKey, *, run_id: str, data: list[Path], output_dir: Path, mode: str,
+        self,
+        key: PoolKey,
+        *,
+        run_id: str,
+        data: list[Path],
+        output_dir: Path,
+        mode: str,
         lease: Lease | None = None,
     ) -> LeasedSession:
         return LeasedSession(
-            engine=self.engine, limits=key.limits, image=key.image, run_id=run_id, data=data,
-            output_dir=output_dir, capacity=self.capacity, reaper=self.reaper, mode=mode,
+            engine=self.engine,
+            limits=key.limits,
+            image=key.image,
+            run_id=run_id,
+            data=data,
+            output_dir=output_dir,
+            capacity=self.capacity,
+            reaper=self.reaper,
+            mode=mode,
             lease=lease,
         )
 
@@ -379,8 +399,14 @@ class Pool:
     def _build(self, key: PoolKey, lease: Lease) -> None:
         """Create, attach and start one container for the pool (on a builder thread)."""
         pool_id = "pool-" + uuid.uuid4().hex[:12]
-        session = self._new_session(key, run_id=pool_id, data=[], mode=POOL_MODE, lease=lease,
-                                    output_dir=Path("sbx-output") / pool_id)
+        session = self._new_session(
+            key,
+            run_id=pool_id,
+            data=[],
+            mode=POOL_MODE,
+            lease=lease,
+            output_dir=Path("sbx-output") / pool_id,
+        )
         try:
             session.start()
         except Exception as exc:  # a builder thread must not die; the error is reported

@@ -180,9 +180,13 @@ print(json.dumps({"uid": os.getuid(), "capeff": status["CapEff"].strip(),
 """
 
 
-def check_privileges(probe: Probe, canary: str) -> list[CheckResult]:
+def check_privileges(probe: Probe) -> list[CheckResult]:
     """Non-root, no capabilities, no privilege gain, read-only root, no host paths, no host env."""
-    facts = probe.facts(PRIVILEGE_PROBE)
+    os.environ[CANARY_VARIABLE] = secrets.token_hex(12)  # set on the host: must not get in
+    try:
+        facts = probe.facts(PRIVILEGE_PROBE)
+    finally:
+        os.environ.pop(CANARY_VARIABLE, None)
     zero = "0000000000000000"
     env_value = facts.get("env")
     env = [str(name) for name in env_value] if isinstance(env_value, list) else None
@@ -220,7 +224,7 @@ def check_privileges(probe: Probe, canary: str) -> list[CheckResult]:
         ),
         CheckResult(
             name="environment.leak",
-            passed=env is not None and CANARY_VARIABLE not in env and canary != "",
+            passed=env is not None and CANARY_VARIABLE not in env,
             tried=f"look for {CANARY_VARIABLE}, set on the host",
             happened="could not tell"
             if env is None
@@ -245,8 +249,8 @@ else:
 """
 
 
-def check_resources(probe: Probe) -> list[CheckResult]:
-    """pids, memory, CPU and time limits bite."""
+def check_pids(probe: Probe) -> CheckResult:
+    """A fork bomb stops at the process limit (bounded: at most `pids + 32` children)."""
     forks = probe.fresh(
         FORK_PROBE.replace("LIMIT", str(probe.limits.pids + 32)),
         probe.limits.model_copy(update={"timeout": 30.0}),
@@ -255,36 +259,51 @@ def check_resources(probe: Probe) -> list[CheckResult]:
     stopped = len(words) > 1 and words[0] == "stopped" and int(words[1]) <= probe.limits.pids
     if probe.limits.runtime == "runsc" and forks.oom_killed and probe.limits.pids <= 1024:
         stopped = True  # gVisor: each process costs Sentry memory; the memory limit may win
+    return CheckResult(
+        name="limits.pids",
+        passed=stopped,
+        tried=f"fork up to {probe.limits.pids + 32} children (limit {probe.limits.pids})",
+        happened=(forks.stdout.strip() or "; ".join(forks.notes))[:120],
+    )
+
+
+def check_memory(probe: Probe) -> CheckResult:
+    """Allocating twice the memory limit is OOM-killed and reported as such."""
     memory = probe.fresh(f"b = bytearray({probe.limits.memory * 2})")
+    return CheckResult(
+        name="limits.memory",
+        passed=memory.oom_killed,
+        tried=f"allocate twice the {probe.limits.memory // 2**20} MiB limit",
+        happened="OOM-killed" if memory.oom_killed else f"exit {memory.exit_code}",
+    )
+
+
+def check_time(probe: Probe) -> CheckResult:
+    """A busy loop is killed at the wall-clock limit."""
     spin = probe.fresh("while True: pass", probe.limits.model_copy(update={"timeout": 2.0}))
+    return CheckResult(
+        name="limits.time",
+        passed=spin.timed_out and spin.duration_s < 10,
+        tried="busy loop under a 2 s limit",
+        happened=f"stopped after {spin.duration_s:.1f} s" if spin.timed_out else "not stopped",
+    )
+
+
+def check_cpu(probe: Probe) -> CheckResult:
+    """Two busy processes get no more CPU time than the quota allows."""
     busy = probe.fresh(CPU_PROBE)
     allowed = 1.5 * probe.limits.cpus * 1.3
-    return [
-        CheckResult(
-            name="limits.pids",
-            passed=stopped,
-            tried=f"fork up to {probe.limits.pids + 32} children (limit {probe.limits.pids})",
-            happened=(forks.stdout.strip() or "; ".join(forks.notes))[:120],
-        ),
-        CheckResult(
-            name="limits.memory",
-            passed=memory.oom_killed,
-            tried=f"allocate twice the {probe.limits.memory // 2**20} MiB limit",
-            happened="OOM-killed" if memory.oom_killed else f"exit {memory.exit_code}",
-        ),
-        CheckResult(
-            name="limits.time",
-            passed=spin.timed_out and spin.duration_s < 10,
-            tried="busy loop under a 2 s limit",
-            happened=f"stopped after {spin.duration_s:.1f} s" if spin.timed_out else "not stopped",
-        ),
-        CheckResult(
-            name="limits.cpu",
-            passed=busy.cpu_seconds is not None and busy.cpu_seconds <= allowed,
-            tried=f"two busy processes for 1.5 s under {probe.limits.cpus:g} CPUs",
-            happened=f"{busy.cpu_seconds} CPU seconds used (at most {allowed:.2f} allowed)",
-        ),
-    ]
+    return CheckResult(
+        name="limits.cpu",
+        passed=busy.cpu_seconds is not None and busy.cpu_seconds <= allowed,
+        tried=f"two busy processes for 1.5 s under {probe.limits.cpus:g} CPUs",
+        happened=f"{busy.cpu_seconds} CPU seconds used (at most {allowed:.2f} allowed)",
+    )
+
+
+def check_resources(probe: Probe) -> list[CheckResult]:
+    """pids, memory, time and CPU limits bite."""
+    return [check_pids(probe), check_memory(probe), check_time(probe), check_cpu(probe)]
 
 
 CPU_PROBE = """
@@ -426,31 +445,27 @@ def run_selftest(
     engine = engine or Engine.connect()
     engine.require_image(image)
     engine.require_runtime(limits.runtime)
-    canary = secrets.token_hex(12)
-    os.environ[CANARY_VARIABLE] = canary
     before = {c["Labels"].get("sbx.run_id", "") for c in engine.managed_containers()}
     started = time.monotonic()
     results: list[CheckResult] = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="sbx-selftest-") as scratch:
-            probe = Probe(
-                engine=engine, limits=limits, image=image, scratch=Path(scratch), egress=egress
-            )
-            batches: list[Callable[[], list[CheckResult]]] = [
-                lambda: check_network(probe),
-                lambda: check_privileges(probe, canary),
-                lambda: check_resources(probe),
-                lambda: check_output(probe),
-                lambda: check_isolation(probe),
-                lambda: check_cleanup(probe, before, started),
-            ]
-            for batch in batches:
-                for result in batch():
-                    results.append(result)
-                    if progress:
-                        progress(result)
-    finally:
-        os.environ.pop(CANARY_VARIABLE, None)
+    with tempfile.TemporaryDirectory(prefix="sbx-selftest-") as scratch:
+        probe = Probe(
+            engine=engine, limits=limits, image=image, scratch=Path(scratch), egress=egress
+        )
+        batches: list[Callable[[], list[CheckResult]]] = [
+            lambda: check_network(probe),
+            lambda: check_privileges(probe),
+            lambda: check_resources(probe),
+            lambda: check_output(probe),
+            lambda: check_isolation(probe),
+            lambda: check_cleanup(probe, before, started),
+        ]
+        for batch in batches:
+            for result in batch():
+                results.append(result)
+                if progress:
+                    progress(result)
+
     return results
 
 

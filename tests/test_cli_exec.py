@@ -88,3 +88,18 @@ def test_uncaught_exception_prints_the_trimmed_traceback(engine, tmp_path) -> No
     assert done.returncode == 1
     err = done.stderr.decode()
     assert "ZeroDivisionError: division by zero" in err and "runner.py" not in err
+
+
+def test_doctor_without_engine_says_how_to_fix() -> None:
+    done = sbx("doctor", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert done.returncode == 1
+    out = done.stdout.decode()
+    assert "FAIL" in out and "cannot reach the Docker engine" in out and "fix: dockerd" in out
+
+
+@pytest.mark.docker
+def test_doctor_passes_on_this_host_and_probes_each_runtime(engine) -> None:
+    done = sbx("doctor", "--image", TEST_IMAGE)
+    out = done.stdout.decode()
+    assert done.returncode == 0, out
+    assert "runtime runc" in out and "limits.memory" in out and "FAIL" not in out
