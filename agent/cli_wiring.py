@@ -36,7 +36,7 @@ from sandbox.units import format_size
 from tools.audit import AuditError, AuditLog, open_audit_log
 from tools.context import ToolContext
 from tools.gate import ToolGate, build_gate
-from tools.policy import Policy, load_policy
+from tools.policy import Policy, PolicyError, load_policy
 
 RUNS_DIR = Path("sbx-runs")
 OUTPUT_DIR = Path("sbx-output")
@@ -135,7 +135,10 @@ def ask(
         emit = fanout(transcript.record, progress) if progress else transcript.record
         try:
             result = _run_with_sandbox(spec, audit, emit)
-        except (SandboxError, AuditError) as exc:
+        except KeyboardInterrupt:  # outside the loop, which records its own cancellation
+            emit({"type": "run_error", "error": "cancelled while the run was starting or ending"})
+            raise
+        except (SandboxError, AuditError, PolicyError) as exc:
             emit({"type": "run_error", "error": f"{type(exc).__name__}: {exc}"})
             raise
     return AskOutcome(

@@ -147,6 +147,15 @@ def load_turns(path: Path) -> list[Turn]:
     return [turn_from_dict(item) for item in data["turns"]]
 
 
+class _Server(ThreadingHTTPServer):
+    """Quiet about clients that hang up (a timed-out request is a normal test scenario)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Drop the error: the test that caused it sees its own timeout or failure."""
+
+
 @dataclass(kw_only=True)
 class _Script:
     """The queue and the record, shared with the handler threads under one lock."""
@@ -162,7 +171,7 @@ class ScriptedLLM:
 
     def __init__(self, turns: Iterable[Turn] = ()) -> None:
         self._script = _Script(turns=deque(turns))
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     def script(self, turns: Iterable[Turn]) -> None:
@@ -191,8 +200,7 @@ class ScriptedLLM:
 
     def start(self) -> ScriptedLLM:
         """Bind 127.0.0.1 on a free port and serve in a daemon thread."""
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self._script))
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), _handler(self._script))
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), name="scripted-llm", daemon=True
         )

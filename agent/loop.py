@@ -36,6 +36,7 @@ class FinalAnswer:
     """The reply has text and no tool calls: the run is complete."""
 
     text: str
+    """The answer, as the model wrote it."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class RunTools:
     """The reply asks for tool calls (any text beside them is kept, not treated as an answer)."""
 
     calls: tuple[ToolCallRequest, ...]
+    """The calls, in the reply's order."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class EmptyReply:
     """Neither text nor tool calls: nothing to act on."""
 
     finish_reason: str | None
+    """Why the model stopped, as the endpoint said."""
 
 
 NextStep = FinalAnswer | RunTools | EmptyReply
@@ -86,7 +89,7 @@ def run(
                 break
     except KeyboardInterrupt:
         cancelled = True
-        ending = Ending(status="cancelled", message="Cancelled by the operator (Ctrl-C)")
+        ending = Ending(status="cancelled", message="Cancelled by the operator (Ctrl-C or SIGTERM)")
     finally:
         dispatcher.close(wait=not cancelled)
     return finish(state, ending, emit)
@@ -118,7 +121,8 @@ def take_turn(
         case FinalAnswer(text=text):
             return Ending(status="completed", message="The model answered.", answer=text)
         case EmptyReply(finish_reason=reason):
-            message = f"The model replied with neither text nor tool calls ({reason=})"
+            said = f"finish_reason={reason!r}"
+            message = f"The model replied with neither text nor tool calls ({said})"
             return Ending(status="model_error", message=message)
         case RunTools(calls=calls):
             ending = before_tools(state, budget, now=time.monotonic(), calls=len(calls))
@@ -225,7 +229,7 @@ def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
         tool_calls=state.tool_calls,
         usage=state.usage,
         duration_s=time.monotonic() - state.started,
-        artifacts=tuple(state.artifacts),
+        artifacts=tuple(dict.fromkeys(state.artifacts)),  # a file rewritten is listed once
     )
     emit({"type": "run_end", **result.as_dict()})
     return result

@@ -82,6 +82,12 @@ def no_real_model(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(openai.OpenAI, "__init__", guarded)
 
 
+def body(observation: str) -> str:
+    """An observation without its `[resources]` line (timings differ from run to run)."""
+    lines = observation.splitlines()
+    return "\n".join(line for line in lines if not line.startswith("[resources] "))
+
+
 def policy(*enabled: str, custom: tuple[str, ...] = (), **extra: Any) -> Policy:
     """A policy enabling the named built-in tools (and custom ones); `extra` merges top-level."""
     tools: dict[str, Any] = {name: {"enabled": True} for name in enabled}

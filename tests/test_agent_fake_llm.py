@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import scripted_llm
-from scripted_llm import FIXTURES, FAKE_KEY
+from scripted_llm import FAKE_KEY, FIXTURES
 
-from agent.fake_llm import HttpFailure, ScriptError, ScriptedLLM, assistant, load_turns
+from agent.fake_llm import HttpFailure, ScriptedLLM, ScriptError, assistant, load_turns
 from agent.model import ModelClient, ModelError
 from agent.settings import AgentSettings, Endpoint
 

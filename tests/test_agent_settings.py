@@ -33,14 +33,18 @@ def test_an_unknown_or_invalid_agent_key_is_one_line_naming_it():
     assert str(unknown.value) == "invalid agent settings: agent.max_turn: unknown key"
     with pytest.raises(SettingsError) as invalid:
         resolve_settings({}, {"max_turns": 0})
-    assert "agent.budget.max_turns: Input should be greater than or equal to 1" in str(invalid.value)
+    assert "agent.budget.max_turns: Input should be greater than or equal to 1" in str(
+        invalid.value
+    )
     with pytest.raises(SettingsError, match="agent.budget.max_wall_time"):
         resolve_settings({}, {"max_wall_time": "soon"})
 
 
 def test_endpoint_flag_beats_environment_beats_policy():
     policy = AgentSettings(model="policy-model", base_url="http://policy:1/v1")
-    env = {"OPENAI_BASE_URL": "http://env:2/v1", "OPENAI_API_KEY": "env-key", "SBX_MODEL": "env-model"}
+    env = {
+        "OPENAI_BASE_URL": "http://env:2/v1", "OPENAI_API_KEY": "env-key", "SBX_MODEL": "env-model"
+    }
 
     from_env = resolve_endpoint(policy, base_url=None, api_key=None, model=None, environ=env)
     from_flags = resolve_endpoint(

@@ -19,13 +19,13 @@ import scripted_llm
 from click.testing import CliRunner
 from conftest import TEST_IMAGE
 from scripted_llm import FAKE_KEY
+from tools_support import records
 
 from agent.cli import cli
 from agent.demo import demo_data
 from agent.fake_llm import HttpFailure, assistant, call, tool_call, tool_calls
 from sandbox.config import RUN_ID_LABEL
 from tools.audit_verify import verify_log
-from tools_support import records
 
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model
@@ -202,31 +202,36 @@ def test_the_demo_writes_its_own_table_when_the_example_is_absent(tmp_path, monk
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_mid_execution_removes_the_container_and_closes_the_audit_log(
-    llm, tmp_path, engine
+    llm, tmp_path, engine, signum
 ):
     llm.script([tool_call("execute_python", code="import time\ntime.sleep(60)")])
+    policy = CALC_ONLY + "[tools.execute_python]\nenabled = true\n"
     command = [sys.executable, "-c", "from agent.cli import main; main()",
-               "ask", "Wait a minute", *_args(llm, tmp_path, policy=CALC_ONLY +
-               "[tools.execute_python]\nenabled = true\n")]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        run_id = _wait_for_execution(process, tmp_path, engine)
-        time.sleep(0.5)  # the program is sleeping inside the container now
-        process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=30)
-    finally:
-        process.kill()
-
+               "ask", "Wait a minute", *_args(llm, tmp_path, policy=policy)]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            run_id = _wait_for_execution(process, tmp_path, engine)
+            time.sleep(0.5)  # the program is sleeping inside the container now
+            started = time.monotonic()
+            process.send_signal(signum)
+            _, stderr = process.communicate(timeout=20)
+        finally:
+            process.kill()
     assert process.returncode == 130, stderr
+    assert time.monotonic() - started < 10  # not the execution's 30 s timeout
     assert "sbx: cancelled; the sandbox was removed and the audit log closed" in stderr
     assert "Traceback" not in stderr
     assert _containers_of(engine, run_id) == []
     transcript = _transcript(tmp_path)
     assert transcript[-1]["type"] == "run_end" and transcript[-1]["status"] == "cancelled"
     assert transcript[-1]["answer"] is None
-    ends = [r for r in records(tmp_path / "audit.jsonl") if r["event"] == "run_end"]
-    assert [e["data"]["reason"] for e in ends] == ["cancelled"]
+    audit = records(tmp_path / "audit.jsonl")
+    assert [r["event"] for r in audit] == ["run_start", "request", "decision", "outcome", "run_end"]
+    assert audit[-1]["data"]["reason"] == "cancelled"
     assert verify_log(tmp_path / "audit.jsonl", key=None).ok
 
 

@@ -103,3 +103,10 @@ def test_doctor_passes_on_this_host_and_probes_each_runtime(engine) -> None:
     out = done.stdout.decode()
     assert done.returncode == 0, out
     assert "runtime runc" in out and "limits.memory" in out and "FAIL" not in out
+
+
+@pytest.mark.docker
+def test_unregistered_runtime_is_an_error_never_a_fallback(engine) -> None:
+    done = sbx("exec", "-", "--image", TEST_IMAGE, "--runtime", "kata", stdin=b"print(1)")
+    assert done.returncode == 125 and done.stdout == b""
+    assert "runtime 'kata' is not registered" in one_line(done.stderr)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 import scripted_llm
-from scripted_llm import FIXTURES, ask, policy
+from scripted_llm import FIXTURES, ask, body, policy
+from tools_support import events, make_gate
 
 from agent.fake_llm import ScriptedRequest, assistant, load_turns, tool_call
-from tools_support import events, make_gate
 
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model
@@ -37,7 +37,7 @@ def test_a_question_that_needs_no_tool_is_answered_directly(llm, tmp_path):
 @pytest.mark.docker
 def test_one_execution_is_run_in_the_sandbox_and_its_output_observed(llm, tmp_path, sandbox):
     def answer(request: ScriptedRequest):
-        assert request.last_tool_message == "[stdout]\n42"
+        assert body(request.last_tool_message) == "[stdout]\n42"
         return assistant("It is 42.")
 
     llm.script([tool_call("execute_python", code="print(6 * 7)"), answer])
@@ -66,7 +66,7 @@ def test_first_execution_raises_the_traceback_goes_back_and_the_second_succeeds(
     )
     assert "Traceback (most recent call last)" in first_observation
     assert "print(values.mean())" in first_observation  # the user's own frame, with the line
-    assert llm.requests[2].last_tool_message == "[stdout]\nmean: 4.0"
+    assert body(llm.requests[2].last_tool_message) == "[stdout]\nmean: 4.0"
     results = [e for e in seen if e["type"] == "tool_result"]
     assert [r["failed"] for r in results] == [True, False]
 
@@ -84,4 +84,4 @@ def test_variables_persist_between_two_executions(llm, tmp_path, sandbox):
 
     assert result.status == "completed"
     assert llm.requests[1].last_tool_message.startswith("(no output")
-    assert llm.requests[2].last_tool_message == "[stdout]\n90"
+    assert body(llm.requests[2].last_tool_message) == "[stdout]\n90"

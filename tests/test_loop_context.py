@@ -1,4 +1,4 @@
-"""Self-correction support: repeated identical failures get a notice; long runs keep a bounded context.
+"""Self-correction support: a notice after repeated identical failures; a bounded context.
 
 The observation text is the tools layer's; these tests check what the loop
 adds (one notice) and what it shortens (old observations only, never the
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import scripted_llm
 from scripted_llm import ask, policy, settings
+from tools_support import make_gate
 
 from agent.compaction import shorten_text
 from agent.fake_llm import assistant, call, tool_call, tool_calls
 from tools.registry import ToolFailure, tool
-from tools_support import make_gate
 
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model
@@ -114,7 +114,8 @@ def test_older_observations_are_shortened_but_the_question_preview_and_newest_er
     tools = [m["content"] for m in last if m["role"] == "tool"]
     preview, part1, part2, part3, part4, part5 = tools
     assert "showing 50 row(s)" in preview and len(preview) > 1500  # the data preview: whole
-    assert part2.startswith("Error from dump: part 2 is broken") and len(part2) > 2400  # newest error
+    assert part2.startswith("Error from dump: part 2 is broken")  # the newest error: whole
+    assert len(part2) > 2400
     assert part5 == "part 5: " + "x" * 2400  # the latest turn: not read yet, whole
     for shortened in (part1, part3):
         assert "characters of this older observation were cut" in shortened

@@ -1,4 +1,4 @@
-"""Acceptance 3: each budget ends its run with its status; model errors: retried, then `model_error`.
+"""Acceptance 3: each budget ends its run with its status; model errors are retried, then end it.
 
 A budget end never carries an answer, and its message names the limit and the flag.
 """
@@ -10,13 +10,13 @@ import time
 
 import scripted_llm
 from scripted_llm import FAKE_KEY, SYSTEM, ask, policy, settings
+from tools_support import events, make_gate
 
 from agent.fake_llm import HttpFailure, Reply, assistant, call, tool_call, tool_calls
 from agent.loop import run
 from agent.model import ModelClient
 from agent.settings import Endpoint
 from tools.registry import tool
-from tools_support import events, make_gate
 
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model
@@ -30,7 +30,7 @@ def _calc_gate(tmp_path, **kwargs):
 def test_max_turns_ends_with_step_limit_before_the_extra_request(llm, tmp_path):
     llm.script([
         tool_call("calculate", expression="1 + 1"),
-        Reply(content="Almost there, I think it is 2", tool_calls=(call("calculate", expression="2"),)),
+        Reply(content="I think it is 2", tool_calls=(call("calculate", expression="2"),)),
     ])
     gate, _ = _calc_gate(tmp_path)
 
@@ -170,4 +170,6 @@ def test_a_reply_with_neither_text_nor_tools_is_a_model_error(llm, tmp_path):
     result = ask(llm, gate)
 
     assert (result.status, result.answer) == ("model_error", None)
-    assert result.message == "The model replied with neither text nor tool calls (reason='stop')"
+    assert result.message == (
+        "The model replied with neither text nor tool calls (finish_reason='stop')"
+    )

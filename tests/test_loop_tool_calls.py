@@ -10,11 +10,11 @@ import time
 
 import pytest
 import scripted_llm
-from scripted_llm import FIXTURES, ask, policy
+from scripted_llm import FIXTURES, ask, body, policy
+from tools_support import events, make_gate
 
 from agent.fake_llm import ScriptedRequest, assistant, call, load_turns, tool_calls
 from tools.registry import tool
-from tools_support import events, make_gate
 
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model
@@ -74,7 +74,9 @@ def test_calls_without_a_shared_sandbox_run_concurrently_and_answer_in_call_orde
     assert result.status == "completed"
     assert windows["a"][0] < windows["b"][1] and windows["b"][0] < windows["a"][1]
     _, *answers = _reply_messages(llm.requests[1])
-    assert [(m["tool_call_id"], m["content"]) for m in answers] == [("call_a", "a"), ("call_b", "b")]
+    assert [(m["tool_call_id"], m["content"]) for m in answers] == [
+        ("call_a", "a"), ("call_b", "b")
+    ]
 
 
 @pytest.mark.docker
@@ -93,7 +95,7 @@ def test_executions_in_one_reply_share_the_session_and_run_in_order(llm, tmp_pat
 
     assert result.status == "completed"
     _, *answers = _reply_messages(llm.requests[1])
-    assert [(m["tool_call_id"], m["content"]) for m in answers] == [
+    assert [(m["tool_call_id"], body(m["content"])) for m in answers] == [
         ("call_1", "(no output: the code ran without error; print() what you need to see)"),
         ("call_2", "[stdout]\n21"),
         ("call_3", "[stdout]\n22"),
