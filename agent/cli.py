@@ -16,7 +16,7 @@ from agent import cli_ask, cli_audit, cli_exec, cli_image, cli_selftest
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="sbx")
 def cli() -> None:
-    r"""sbx: run model-written Python in locked-down, throw-away Docker containers.
+    """sbx: run model-written Python in locked-down, throw-away Docker containers.
 
     \b
     First steps:

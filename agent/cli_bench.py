@@ -99,7 +99,7 @@ def add_gate(report: BenchReport, samples: int) -> None:
 @click.option("--quick", is_flag=True, help="A short run: 3 repetitions, 8 runs per throughput.")
 @click.option("--reps", type=click.IntRange(1, 1000), help="Timed repetitions per latency cell.")
 @click.option("--runs", type=click.IntRange(1, 10_000), help="Executions per throughput figure.")
-@click.option("--pool-size", type=click.IntRange(1, 64), default=8, show_default=True,
+@click.option("--pool-size", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Warm containers kept during the bench.")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")

@@ -106,7 +106,7 @@ def exit_code_for(result: ExecutionResult) -> int:
 def exec_command(
     source: str, data: tuple[Path, ...], output: Path, image: str, as_json: bool, **limit_flags: Any
 ) -> None:
-    r"""Run a Python program in a fresh, locked-down container and exit with its status.
+    """Run a Python program in a fresh, locked-down container and exit with its status.
 
     \b
     Exit status: the program's own; 124 timeout; 137 memory limit;

@@ -30,7 +30,7 @@ def print_check(result: CheckResult) -> None:
 @limit_options
 @operator_errors
 def selftest_command(image: str, as_json_flag: bool, no_egress: bool, **limit_flags: Any) -> None:
-    r"""Try to break out of the sandbox as configured, and report every control that held or not.
+    """Try to break out of the sandbox as configured, and report every control that held or not.
 
     \b
     Run it after installing or upgrading sbx, Docker or the kernel, with the same

@@ -10,9 +10,11 @@ own stderr is kept only up to a small cap, and every read has a deadline.
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
 import struct
+import threading
 import time
 from typing import Any
 
@@ -46,6 +48,10 @@ class Channel:
         self._frame_stream = 0
         self.runner_stderr = bytearray()
         self.closed = False
+        self._state = threading.Lock()
+        self._readers = 0
+        self._released = False
+        self._wake_r, self._wake_w = os.pipe()
 
     def send(self, request: dict[str, object]) -> None:
         """Write one request line to the runner's stdin."""
@@ -72,24 +78,43 @@ class Channel:
             self._fill(deadline)
 
     def _fill(self, deadline: float) -> None:
-        """Read more from the socket and demultiplex it into stdout lines and runner stderr."""
-        if self.closed:
-            raise ChannelClosed(self._closed_message())
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise ChannelTimeout("no answer from the sandbox before the deadline")
-        ready, _, _ = select.select([self.sock], [], [], remaining)
-        if not ready:
-            raise ChannelTimeout("no answer from the sandbox before the deadline")
+        """Read more from the socket and demultiplex it into stdout lines and runner stderr.
+
+        `close()` from another thread wakes this through a pipe; the descriptors
+        are released by whichever side finishes last, so a blocked reader never
+        ends up waiting on a reused descriptor number.
+        """
+        with self._state:
+            if self.closed:
+                raise ChannelClosed(self._closed_message())
+            self._readers += 1
         try:
-            chunk = self.sock.recv(1 << 18)
-        except OSError:
-            chunk = b""
+            chunk = self._read_once(deadline)
+        finally:
+            with self._state:
+                self._readers -= 1
+                if self.closed and self._readers == 0:
+                    self._release()
         if not chunk:
             self.closed = True
             raise ChannelClosed(self._closed_message())
         self._raw += chunk
         self._demultiplex()
+
+    def _read_once(self, deadline: float) -> bytes:
+        """One bounded wait for data; b"" when the stream ended or the channel was closed."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ChannelTimeout("no answer from the sandbox before the deadline")
+        ready, _, _ = select.select([self.sock.fileno(), self._wake_r], [], [], remaining)
+        if not ready:
+            raise ChannelTimeout("no answer from the sandbox before the deadline")
+        if self._wake_r in ready or self.closed:
+            return b""
+        try:
+            return self.sock.recv(1 << 18)
+        except OSError:
+            return b""
 
     def _demultiplex(self) -> None:
         """Move complete parts of Docker's stream frames to their destinations."""
@@ -115,15 +140,27 @@ class Channel:
         return f"the sandbox's runner stopped{detail}"
 
     def close(self) -> None:
-        """Close the stream; the runner sees end of input and exits."""
-        self.closed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        """Close the stream (the runner sees end of input and exits); safe from any thread."""
+        with self._state:
+            self.closed = True
+            try:
+                os.write(self._wake_w, b"x")
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            if self._readers == 0:
+                self._release()
+
+    def _release(self) -> None:
+        """Free the descriptors once no reader is waiting on them (call with the lock held)."""
+        if self._released:
+            return
+        self._released = True
         for resource in (getattr(self._owner, "_response", None), self._owner, self.sock):
             try:
                 if resource is not None:
                     resource.close()
             except (OSError, ValueError):
                 pass  # already closed through another of the three handles
+        os.close(self._wake_r)
+        os.close(self._wake_w)

@@ -118,6 +118,8 @@ class _Slot:
     building: int = 0
     retry_at: float = 0.0
     backoff: float = 0.0
+    starved: bool = False
+    """The last refill found no room under the host cap (or a queue ahead of it)."""
 
 
 class Pool:
@@ -251,6 +253,23 @@ class Pool:
                     return False
                 self._wake.wait(min(remaining, 0.05))
 
+    def settle(self, key: PoolKey, timeout: float = 60.0) -> bool:
+        """Block until no build of `key` is in flight and the pool is full or out of room."""
+        deadline = time.monotonic() + timeout
+        with self._wake:
+            while True:
+                slot = self._slots.get(key)
+                if slot is None or self._closing:
+                    return True
+                full = len(slot.idle) >= self.config.size
+                stuck = slot.starved or time.monotonic() < slot.retry_at
+                if slot.building == 0 and (full or stuck):
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._wake.wait(min(remaining, 0.05))
+
     def close(self) -> None:
         """Drain: stop refilling, remove every idle container, wait for all removals."""
         with self._wake:
@@ -319,6 +338,8 @@ class Pool:
         found: LeasedSession | None = None
         with self._wake:
             slot = self._slots.get(key)
+            if slot is not None:
+                slot.starved = False  # settle() now waits for the next refill attempt
             while slot is not None and slot.idle and found is None:
                 candidate = slot.idle.popleft().session
                 if candidate.usable():
@@ -361,6 +382,10 @@ class Pool:
         queued = self.capacity.waiting() > 0
         if queued:
             discard.extend(self._shed_one())
+            with self._wake:
+                for slot in self._slots.values():
+                    slot.starved = True
+                self._wake.notify_all()
         for session in discard:
             session.close()
         if not queued:
@@ -390,9 +415,11 @@ class Pool:
                 if len(slot.idle) + slot.building >= self.config.size:
                     return
             lease = self.capacity.try_acquire(need)
-            if lease is None:
-                return
-            with self._lock:
+            with self._wake:
+                slot.starved = lease is None
+                if lease is None:
+                    self._wake.notify_all()
+                    return
                 slot.building += 1
             self._builder.submit(self._build, key, lease)
 

@@ -238,13 +238,17 @@ class Session:
             return False
 
     def close(self) -> None:
-        """Kill and remove the container (idempotent)."""
+        """Kill and remove the container, then close the stream (idempotent, any thread).
+
+        Removing first makes a reader blocked in another thread see the stream
+        end, rather than its descriptor vanish under it.
+        """
         channel, self._channel = self._channel, None
         container_id, self.container_id = self.container_id, None
-        if channel is not None:
-            channel.close()
         if container_id is not None:
             self.engine.remove(container_id)
+        if channel is not None:
+            channel.close()
 
     def __enter__(self) -> Session:
         return self

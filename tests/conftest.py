@@ -18,6 +18,7 @@ from sandbox.errors import SandboxError
 from sandbox.gc import owner_alive, owner_tag
 from sandbox.limits import Limits
 from sandbox.session import Session
+from scripted_llm import no_real_model  # noqa: F401 - autouse for the whole suite (G9)
 
 TEST_IMAGE = os.environ.get("SBX_TEST_IMAGE", DEFAULT_IMAGE)
 RUNTIMES = [name for name in os.environ.get("SBX_TEST_RUNTIMES", "runc,runsc").split(",") if name]
