@@ -1,6 +1,6 @@
 """Example analysis: which region grew fastest in 2024? Runs inside the sandbox.
 
-    sbx exec examples/analysis.py --data examples/sales.csv --output out/
+sbx exec examples/analysis.py --data examples/sales.csv --output out/
 """
 
 import matplotlib.pyplot as plt
@@ -14,7 +14,8 @@ by_year = by_year.sort_values("growth_%", ascending=False)
 print("Revenue by region (sum over all products and quarters):")
 print(by_year.round(1).to_string())
 leader = by_year.index[0]
-print(f"\nFastest-growing region in 2024: {leader} ({by_year.loc[leader, 'growth_%']:+.1f}% vs 2023)")
+growth = by_year.loc[leader, "growth_%"]
+print(f"\nFastest-growing region in 2024: {leader} ({growth:+.1f}% vs 2023)")
 
 quarterly = sales.pivot_table(index="period", columns="region", values="revenue", aggfunc="sum")
 ax = quarterly.plot(marker="o", figsize=(8, 4.5), title="Quarterly revenue by region")

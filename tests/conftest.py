@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
+import openai
 import pytest
 
 from sandbox.config import DEFAULT_IMAGE
@@ -18,9 +21,10 @@ from sandbox.errors import SandboxError
 from sandbox.gc import owner_alive, owner_tag
 from sandbox.limits import Limits
 from sandbox.session import Session
-from scripted_llm import no_real_model  # noqa: F401 - autouse for the whole suite (G9)
 
 TEST_IMAGE = os.environ.get("SBX_TEST_IMAGE", DEFAULT_IMAGE)
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+_PROXY_VARS = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
 RUNTIMES = [name for name in os.environ.get("SBX_TEST_RUNTIMES", "runc,runsc").split(",") if name]
 
 
@@ -64,8 +68,11 @@ def no_leaked_containers(request: pytest.FixtureRequest) -> Iterator[None]:
     except SandboxError:
         return
     mine = owner_tag()
-    left = [c for c in engine.managed_containers()
-            if c["Labels"].get("sbx.owner") == mine or not owner_alive(c["Labels"].get("sbx.owner", ""))]
+    left = [
+        c
+        for c in engine.managed_containers()
+        if c["Labels"].get("sbx.owner") == mine or not owner_alive(c["Labels"].get("sbx.owner", ""))
+    ]
     for container in left:  # other live sbx processes' containers are not ours to judge
         engine.remove(container["Id"])
     assert not left, f"containers leaked: {[c['Id'][:12] for c in left]}"
@@ -81,6 +88,26 @@ def output_dir(tmp_path: Path) -> Path:
 def session(engine: Engine, runtime: str, output_dir: Path) -> Iterator[Session]:
     """A session with default limits except a short timeout, under each runtime."""
     limits = Limits(timeout="5s", runtime=runtime)
-    with Session.open(limits=limits, image=TEST_IMAGE, engine=engine,
-                      output_dir=output_dir) as live:
+    with Session.open(
+        limits=limits, image=TEST_IMAGE, engine=engine, output_dir=output_dir
+    ) as live:
         yield live
+
+
+@pytest.fixture(autouse=True)
+def no_real_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reaches a real model: OPENAI_*, SBX_MODEL and proxies are removed, and any
+    SDK client whose base URL is not loopback fails the test."""
+    for name in list(os.environ):
+        if name.startswith("OPENAI_") or name == "SBX_MODEL" or name.lower() in _PROXY_VARS:
+            monkeypatch.delenv(name)
+    original = openai.OpenAI.__init__
+
+    def guarded(self: openai.OpenAI, *args: Any, **kwargs: Any) -> None:
+        base_url = kwargs.get("base_url")
+        host = urlsplit(str(base_url)).hostname if base_url else None
+        if host not in LOOPBACK:
+            pytest.fail(f"a test tried to reach a model at {base_url!r}: loopback only")
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(openai.OpenAI, "__init__", guarded)

@@ -14,15 +14,11 @@ expect or if turns were left unconsumed (G8).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import openai
 import pytest
-from conftest import TEST_IMAGE
 
 from agent.fake_llm import ScriptedLLM
 from agent.loop import run
@@ -30,6 +26,7 @@ from agent.model import ModelClient
 from agent.settings import AgentSettings, Budget, Endpoint
 from agent.state import RunResult
 from agent.transcript import Event
+from conftest import TEST_IMAGE, no_real_model  # noqa: F401 - autouse guard (G9)
 from sandbox.engine import Engine
 from sandbox.limits import Limits
 from sandbox.session import Session
@@ -38,9 +35,7 @@ from tools.policy import Policy
 
 FIXTURES = Path(__file__).parent / "fixtures" / "turns"
 FAKE_KEY = "sk-test-SCRIPTED0123456789abcdefghijkl"
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 SYSTEM = "You are a test. Use tools when told."
-_PROXY_VARS = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
 
 
 @pytest.fixture
@@ -63,25 +58,6 @@ def llm() -> Iterator[ScriptedLLM]:
     server.assert_complete()
 
 
-@pytest.fixture(autouse=True)
-def no_real_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test reaches a real model: OPENAI_*, SBX_MODEL and proxies are removed, and any
-    SDK client whose base URL is not loopback fails the test."""
-    for name in list(os.environ):
-        if name.startswith("OPENAI_") or name == "SBX_MODEL" or name.lower() in _PROXY_VARS:
-            monkeypatch.delenv(name)
-    original = openai.OpenAI.__init__
-
-    def guarded(self: openai.OpenAI, *args: Any, **kwargs: Any) -> None:
-        base_url = kwargs.get("base_url")
-        host = urlsplit(str(base_url)).hostname if base_url else None
-        if host not in LOOPBACK:
-            pytest.fail(f"a test tried to reach a model at {base_url!r}: loopback only")
-        original(self, *args, **kwargs)
-
-    monkeypatch.setattr(openai.OpenAI, "__init__", guarded)
-
-
 def body(observation: str) -> str:
     """An observation without its `[resources]` line (timings differ from run to run)."""
     lines = observation.splitlines()
@@ -98,8 +74,11 @@ def policy(*enabled: str, custom: tuple[str, ...] = (), **extra: Any) -> Policy:
 
 def settings(**budget: Any) -> AgentSettings:
     """Settings with a budget override and fast retries; `max_retries`/`context_tokens` too."""
-    top = {key: budget.pop(key) for key in ("max_retries", "context_tokens", "request_timeout")
-           if key in budget}
+    top = {
+        key: budget.pop(key)
+        for key in ("max_retries", "context_tokens", "request_timeout")
+        if key in budget
+    }
     return AgentSettings(budget=Budget(**budget), **top)
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import scripted_llm
-from scripted_llm import FAKE_KEY, FIXTURES
 
+import scripted_llm
 from agent.fake_llm import HttpFailure, ScriptedLLM, ScriptError, assistant, load_turns
 from agent.model import ModelClient, ModelError
 from agent.settings import AgentSettings, Endpoint
+from scripted_llm import FAKE_KEY, FIXTURES
 
 no_real_model = scripted_llm.no_real_model
 

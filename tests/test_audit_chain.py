@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tools_support import records, run_calls, worker_command
 
 from agent.cli import cli
 from tools.audit import AuditError, AuditLog
 from tools.audit_chain import seal
 from tools.audit_verify import verify_log
 from tools.redact import Redactor
+from tools_support import records, run_calls, worker_command
 
 KEY = "k" * 32
 

@@ -6,13 +6,12 @@ import json
 import os
 from urllib.parse import quote
 
-from tools_support import FAKE_KEY, SubprocessRunner, policy_from
-
 from tools.audit import open_audit_log
 from tools.context import ToolContext
 from tools.gate import build_gate
 from tools.redact import REDACTED, Redactor
 from tools.registry import tool
+from tools_support import FAKE_KEY, SubprocessRunner, policy_from
 
 
 @tool

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from click.testing import CliRunner
-from tools_support import make_gate, policy_from
 
 from agent.cli import cli
+from tools_support import make_gate, policy_from
 
 
 def make_log(tmp_path):

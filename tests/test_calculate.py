@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from tools_support import make_gate, policy_from
 
 from tools.builtin.calc_engine import evaluate, render
 from tools.builtin.calc_guards import CalcError
+from tools_support import make_gate, policy_from
 
 
 def calc(expression: str, **limits) -> str:

@@ -15,17 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
-import scripted_llm
 from click.testing import CliRunner
-from conftest import TEST_IMAGE
-from scripted_llm import FAKE_KEY
-from tools_support import records
 
+import scripted_llm
 from agent.cli import cli
 from agent.demo import demo_data
 from agent.fake_llm import HttpFailure, assistant, call, tool_call, tool_calls
+from conftest import TEST_IMAGE
 from sandbox.config import RUN_ID_LABEL
+from scripted_llm import FAKE_KEY
 from tools.audit_verify import verify_log
+from tools_support import records
 
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model

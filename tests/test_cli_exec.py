@@ -14,10 +14,17 @@ from conftest import TEST_IMAGE
 SBX = [sys.executable, "-c", "from agent.cli import main; main()"]
 
 
-def sbx(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None,
-        cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([*SBX, *args], input=stdin, capture_output=True, timeout=120,
-                          env={**os.environ, **(env or {})}, cwd=cwd)
+def sbx(
+    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [*SBX, *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
 
 
 def one_line(stderr: bytes) -> str:
@@ -55,8 +62,9 @@ def test_missing_image_says_build_it(engine) -> None:
 
 @pytest.mark.docker
 def test_missing_data_path_and_bad_code(engine, tmp_path) -> None:
-    done = sbx("exec", "-", "--image", TEST_IMAGE, "--data", str(tmp_path / "nope.csv"),
-               stdin=b"print(1)")
+    done = sbx(
+        "exec", "-", "--image", TEST_IMAGE, "--data", str(tmp_path / "nope.csv"), stdin=b"print(1)"
+    )
     assert done.returncode == 125 and "does not exist" in one_line(done.stderr)
     done = sbx("exec", "-", "--image", TEST_IMAGE, stdin=b"print('\xff\xfe')")
     assert done.returncode == 125 and "UTF-8" in one_line(done.stderr)
@@ -74,11 +82,29 @@ def test_exit_status_output_and_artifacts(engine, tmp_path) -> None:
 
 @pytest.mark.docker
 def test_timeout_and_oom_have_their_own_codes(engine, tmp_path) -> None:
-    done = sbx("exec", "-", "--image", TEST_IMAGE, "--timeout", "1s", "--output", str(tmp_path),
-               stdin=b"while True: pass")
+    done = sbx(
+        "exec",
+        "-",
+        "--image",
+        TEST_IMAGE,
+        "--timeout",
+        "1s",
+        "--output",
+        str(tmp_path),
+        stdin=b"while True: pass",
+    )
     assert done.returncode == 124 and "timed out" in one_line(done.stderr)
-    done = sbx("exec", "-", "--image", TEST_IMAGE, "--memory", "64m", "--output", str(tmp_path),
-               stdin=b"x = bytearray(1 << 30)")
+    done = sbx(
+        "exec",
+        "-",
+        "--image",
+        TEST_IMAGE,
+        "--memory",
+        "64m",
+        "--output",
+        str(tmp_path),
+        stdin=b"x = bytearray(1 << 30)",
+    )
     assert done.returncode == 137 and "memory limit 64 MiB" in one_line(done.stderr)
 
 

@@ -1,8 +1,7 @@
 """The whole hardened create configuration, pinned (G11). The claims are proved live elsewhere."""
 
-from pathlib import Path
-
 import json
+from pathlib import Path
 
 from sandbox.config import DataMount, container_config
 from sandbox.limits import Limits
@@ -33,8 +32,12 @@ def test_default_limits_produce_closed_container() -> None:
             "MKL_NUM_THREADS": "1",
             "SBX_SANDBOX": "1",
         },
-        "labels": {"sbx.managed": "true", "sbx.run_id": "r1", "sbx.mode": "session",
-                   "sbx.owner": "h:1"},
+        "labels": {
+            "sbx.managed": "true",
+            "sbx.run_id": "r1",
+            "sbx.mode": "session",
+            "sbx.owner": "h:1",
+        },
         "stdin_open": True,
         "use_config_proxy": False,
         "tty": False,
@@ -63,8 +66,15 @@ def test_default_limits_produce_closed_container() -> None:
                 {"name": "fsize", "soft": 268435456, "hard": 268435456},
                 {"name": "core", "soft": 0, "hard": 0},
             ],
-            "mounts": [{"Type": "bind", "Source": "/srv/sales.csv", "Target": "/data/sales.csv",
-                        "ReadOnly": True, "BindOptions": {"Propagation": "rprivate"}}],
+            "mounts": [
+                {
+                    "Type": "bind",
+                    "Source": "/srv/sales.csv",
+                    "Target": "/data/sales.csv",
+                    "ReadOnly": True,
+                    "BindOptions": {"Propagation": "rprivate"},
+                }
+            ],
             "runtime": "runc",
         },
     }
@@ -73,7 +83,10 @@ def test_default_limits_produce_closed_container() -> None:
 def test_opening_the_network_is_explicit() -> None:
     cfg = container_config(Limits(network="bridge"), run_id="r1", mode="fresh")
     assert cfg["host_config"]["network_mode"] == "bridge"
-    assert container_config(Limits(), run_id="r1", mode="fresh")["host_config"]["network_mode"] == "none"
+    assert (
+        container_config(Limits(), run_id="r1", mode="fresh")["host_config"]["network_mode"]
+        == "none"
+    )
 
 
 def test_cpu_threads_follow_the_quota() -> None:
@@ -94,9 +107,25 @@ def test_shipped_seccomp_json_is_the_reviewed_generator_output() -> None:
     assert SHIPPED_SECCOMP.read_text() == render_profile()
     profile = build_profile()
     allowed = set(profile["syscalls"][0]["names"])
-    denied = {"ptrace", "keyctl", "add_key", "request_key", "userfaultfd", "perf_event_open",
-              "bpf", "unshare", "setns", "mount", "umount2", "pivot_root", "io_uring_setup",
-              "process_vm_readv", "kexec_load", "init_module", "open_by_handle_at"}
+    denied = {
+        "ptrace",
+        "keyctl",
+        "add_key",
+        "request_key",
+        "userfaultfd",
+        "perf_event_open",
+        "bpf",
+        "unshare",
+        "setns",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "io_uring_setup",
+        "process_vm_readv",
+        "kexec_load",
+        "init_module",
+        "open_by_handle_at",
+    }
     assert not allowed & denied
     assert profile["defaultAction"] == "SCMP_ACT_ERRNO"
 

@@ -8,10 +8,10 @@ import time
 from typing import Any
 
 import pytest
-from tools_support import SubprocessRunner, events, make_gate, policy_from
 
 from tools.builtin.http_get import make_http_get
 from tools.registry import Tool, build_tool, tool
+from tools_support import SubprocessRunner, events, make_gate, policy_from
 
 ENTERED: list[str] = []
 

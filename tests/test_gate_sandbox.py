@@ -19,15 +19,27 @@ def test_execute_python_runs_in_the_session_and_is_audited(engine, runtime, tmp_
     policy = load_policy(None)
     limits = Limits(timeout="3s", runtime=runtime)
     policy = policy.model_copy(update={"sandbox": limits})
-    with Session.open(limits=limits, image=TEST_IMAGE, engine=engine,
-                      output_dir=tmp_path / "out", run_id="run-gate-sbx") as session:
+    with Session.open(
+        limits=limits,
+        image=TEST_IMAGE,
+        engine=engine,
+        output_dir=tmp_path / "out",
+        run_id="run-gate-sbx",
+    ) as session:
         gate, log = make_gate(tmp_path, policy, runner=session, run_id=session.run_id)
-        first = gate.call(name="execute_python", arguments=json.dumps({"code": "x = [1, 2]\nx.mean()"}),
-                          call_id="c1")
-        second = gate.call(name="execute_python",
-                           arguments=json.dumps({"code": "print(sum(x) / len(x))"}), call_id="c2")
-        stuck = gate.call(name="execute_python", arguments=json.dumps({"code": "while True: pass"}),
-                          call_id="c3")
+        first = gate.call(
+            name="execute_python",
+            arguments=json.dumps({"code": "x = [1, 2]\nx.mean()"}),
+            call_id="c1",
+        )
+        second = gate.call(
+            name="execute_python",
+            arguments=json.dumps({"code": "print(sum(x) / len(x))"}),
+            call_id="c2",
+        )
+        stuck = gate.call(
+            name="execute_python", arguments=json.dumps({"code": "while True: pass"}), call_id="c3"
+        )
         gate.close()
     assert first.status == "ok" and "AttributeError" in first.text and "mean" in first.text
     assert second.status == "ok" and "1.5" in second.text

@@ -7,11 +7,11 @@ sandbox session are real.
 from __future__ import annotations
 
 import pytest
+
 import scripted_llm
+from agent.fake_llm import ScriptedRequest, assistant, load_turns, tool_call
 from scripted_llm import FIXTURES, ask, body, policy
 from tools_support import events, make_gate
-
-from agent.fake_llm import ScriptedRequest, assistant, load_turns, tool_call
 
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model

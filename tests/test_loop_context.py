@@ -9,12 +9,11 @@ events keep every observation whole.
 from __future__ import annotations
 
 import scripted_llm
-from scripted_llm import ask, policy, settings
-from tools_support import make_gate
-
 from agent.compaction import shorten_text
 from agent.fake_llm import assistant, call, tool_call, tool_calls
+from scripted_llm import ask, policy, settings
 from tools.registry import ToolFailure, tool
+from tools_support import make_gate
 
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model

@@ -9,14 +9,13 @@ import socket
 import time
 
 import scripted_llm
-from scripted_llm import FAKE_KEY, SYSTEM, ask, policy, settings
-from tools_support import events, make_gate
-
 from agent.fake_llm import HttpFailure, Reply, assistant, call, tool_call, tool_calls
 from agent.loop import run
 from agent.model import ModelClient
 from agent.settings import Endpoint
+from scripted_llm import FAKE_KEY, SYSTEM, ask, policy, settings
 from tools.registry import tool
+from tools_support import events, make_gate
 
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model

@@ -9,12 +9,12 @@ import threading
 import time
 
 import pytest
-import scripted_llm
-from scripted_llm import FIXTURES, ask, body, policy
-from tools_support import events, make_gate
 
+import scripted_llm
 from agent.fake_llm import ScriptedRequest, assistant, call, load_turns, tool_calls
+from scripted_llm import FIXTURES, ask, body, policy
 from tools.registry import tool
+from tools_support import events, make_gate
 
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model

@@ -64,10 +64,21 @@ def test_oversized_and_too_many_artifacts_are_refused(engine, runtime, tmp_path)
     assert len(result.artifacts) == 2
 
 
-@pytest.mark.parametrize("name", [
-    "../../escape", "../escape", "/etc/passwd", "a/../../b", "a/./b", "", "a\\b", "x\x00y",
-    "new\nline", "ok/" + "y" * 300,
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../../escape",
+        "../escape",
+        "/etc/passwd",
+        "a/../../b",
+        "a/./b",
+        "",
+        "a\\b",
+        "x\x00y",
+        "new\nline",
+        "ok/" + "y" * 300,
+    ],
+)
 def test_host_refuses_unsafe_names_from_the_container(name) -> None:
     assert unsafe_name_reason(name) is not None
 
@@ -87,8 +98,9 @@ def test_sink_never_writes_outside_the_directory_even_for_forged_frames(tmp_path
         data = base64.b64encode(b"data").decode()
         frame = ArtifactFrame(type="artifact", id=1, name=name, size=4, data=data)
         sink.accept(frame, accepted, refused)
-    sink.accept(ArtifactFrame(type="artifact", id=1, name="lie.txt", size=1, data="AAAA"),
-                accepted, refused)
+    sink.accept(
+        ArtifactFrame(type="artifact", id=1, name="lie.txt", size=1, data="AAAA"), accepted, refused
+    )
     assert [a.name for a in accepted] == ["ok.txt"]
     assert [r.name for r in refused] == ["../../escape", "link/escape", "lie.txt"]
     assert not (tmp_path / "escape").exists() and not (tmp_path.parent / "escape").exists()

@@ -16,11 +16,13 @@ pytestmark = pytest.mark.docker
 
 @pytest.mark.parametrize("attempt", range(5))
 def test_close_from_another_thread_wakes_the_reader(engine, tmp_path, attempt) -> None:
-    session = Session.open(limits=Limits(timeout="60s"), image=TEST_IMAGE, engine=engine,
-                           output_dir=tmp_path)
+    session = Session.open(
+        limits=Limits(timeout="60s"), image=TEST_IMAGE, engine=engine, output_dir=tmp_path
+    )
     outcome = {}
-    worker = threading.Thread(target=lambda: outcome.setdefault("r", session.run(
-        "import time\ntime.sleep(60)")))
+    worker = threading.Thread(
+        target=lambda: outcome.setdefault("r", session.run("import time\ntime.sleep(60)"))
+    )
     worker.start()
     time.sleep(0.5 + attempt * 0.1)
     started = time.monotonic()

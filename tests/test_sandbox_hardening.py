@@ -47,8 +47,13 @@ def test_data_is_the_only_host_mount_and_it_is_read_only(engine, runtime, tmp_pa
     data = tmp_path / "sales.csv"
     data.write_text("region,amount\nnorth,1\n")
     data.chmod(0o666)  # only the read-only mount may stop the write
-    with Session.open(image=TEST_IMAGE, engine=engine, data=[data], output_dir=tmp_path / "o",
-                      limits=Limits(runtime=runtime)) as s:
+    with Session.open(
+        image=TEST_IMAGE,
+        engine=engine,
+        data=[data],
+        output_dir=tmp_path / "o",
+        limits=Limits(runtime=runtime),
+    ) as s:
         mounts = s.engine.inspect(s.container_id or "")["Mounts"]
         assert [(m["Destination"], m["RW"]) for m in mounts] == [("/data/sales.csv", False)]
         result = s.run("print(open('/data/sales.csv').read())\nopen('/data/sales.csv', 'a')")
@@ -71,7 +76,8 @@ except OSError as exc:
 root = [line.split() for line in open('/proc/mounts') if line.split()[1] == '/']
 facts["root_mount_options"] = root[-1][3].split(',') if root else []
 tcp = {}
-for host, port in [("1.1.1.1", 80), ("172.17.0.1", 2375), ("10.0.0.1", 80), ("169.254.169.254", 80)]:
+TARGETS = [("1.1.1.1", 80), ("172.17.0.1", 2375), ("10.0.0.1", 80), ("169.254.169.254", 80)]
+for host, port in TARGETS:
     try:
         socket.create_connection((host, port), timeout=2).close(); tcp[host] = "connected"
     except OSError as exc:
@@ -108,7 +114,11 @@ def test_host_environment_absent_in_fresh_mode(engine, runtime, tmp_path, monkey
     from sandbox.session import run_fresh
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fresh-secret-456")
-    result = run_fresh("import os; print(sorted(os.environ))", image=TEST_IMAGE, engine=engine,
-                       limits=Limits(runtime=runtime),
-                       output_dir=tmp_path)
+    result = run_fresh(
+        "import os; print(sorted(os.environ))",
+        image=TEST_IMAGE,
+        engine=engine,
+        limits=Limits(runtime=runtime),
+        output_dir=tmp_path,
+    )
     assert "OPENAI_API_KEY" not in result.stdout and result.exit_code == 0

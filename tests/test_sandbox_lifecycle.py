@@ -33,8 +33,12 @@ def test_ctrl_c_during_an_execution_removes_the_container(engine, runtime, tmp_p
     main_thread = threading.main_thread().ident
     assert main_thread is not None
     timer = threading.Timer(1.5, lambda: signal.pthread_kill(main_thread, signal.SIGINT))
-    session = Session.open(limits=Limits(runtime=runtime, timeout="30s"), image=TEST_IMAGE, engine=engine,
-                           output_dir=tmp_path)
+    session = Session.open(
+        limits=Limits(runtime=runtime, timeout="30s"),
+        image=TEST_IMAGE,
+        engine=engine,
+        output_dir=tmp_path,
+    )
     timer.start()
     with pytest.raises(KeyboardInterrupt), session:
         session.run("import time\ntime.sleep(60)")
@@ -53,8 +57,9 @@ time.sleep(300)
 
 
 def test_container_of_a_killed_owner_disappears_without_gc(engine, runtime, tmp_path) -> None:
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path)], stdout=subprocess.PIPE,
-                             text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
     assert owner.stdout is not None
     run_id = owner.stdout.readline().strip()
     time.sleep(0.5)
@@ -68,8 +73,15 @@ def test_container_of_a_killed_owner_disappears_without_gc(engine, runtime, tmp_
 def test_gc_removes_orphans_and_spares_live_sessions(engine, runtime, tmp_path) -> None:
     from sandbox.config import container_config
 
-    orphan = engine.create(container_config(Limits(runtime=runtime), run_id="orphan-test", mode="fresh",
-                                            image=TEST_IMAGE, owner="nohost:1"))
+    orphan = engine.create(
+        container_config(
+            Limits(runtime=runtime),
+            run_id="orphan-test",
+            mode="fresh",
+            image=TEST_IMAGE,
+            owner="nohost:1",
+        )
+    )
     with Session.open(image=TEST_IMAGE, engine=engine, output_dir=tmp_path) as live:
         removed = collect_orphans(engine)
         assert [item["run_id"] for item in removed] == ["orphan-test"]

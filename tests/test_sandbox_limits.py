@@ -18,8 +18,13 @@ pytestmark = pytest.mark.docker
 
 def test_memory_bomb_is_reported_as_oom_killed(engine, runtime, tmp_path) -> None:
     code = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 * 1024 * 1024))"
-    result = run_fresh(code, limits=Limits(runtime=runtime, memory="128m", timeout="20s"), image=TEST_IMAGE,
-                       engine=engine, output_dir=tmp_path)
+    result = run_fresh(
+        code,
+        limits=Limits(runtime=runtime, memory="128m", timeout="20s"),
+        image=TEST_IMAGE,
+        engine=engine,
+        output_dir=tmp_path,
+    )
     assert result.oom_killed and not result.timed_out
     assert result.exit_code == 137
     assert any("memory limit 128 MiB" in note for note in result.notes)
@@ -43,8 +48,13 @@ def test_fork_bomb_hits_the_pids_limit_and_host_stays_responsive(engine, runtime
     outcome = {}
 
     def bomb() -> None:
-        outcome["result"] = run_fresh(FORK_BOMB, limits=Limits(runtime=runtime, pids=64, timeout="20s"),
-                                      image=TEST_IMAGE, engine=engine, output_dir=tmp_path)
+        outcome["result"] = run_fresh(
+            FORK_BOMB,
+            limits=Limits(runtime=runtime, pids=64, timeout="20s"),
+            image=TEST_IMAGE,
+            engine=engine,
+            output_dir=tmp_path,
+        )
 
     thread = threading.Thread(target=bomb)
     thread.start()
@@ -65,8 +75,13 @@ def test_fork_bomb_hits_the_pids_limit_and_host_stays_responsive(engine, runtime
 
 
 def test_busy_loop_is_killed_at_the_timeout(engine, runtime, tmp_path) -> None:
-    result = run_fresh("while True: pass", limits=Limits(runtime=runtime, timeout="2s"), image=TEST_IMAGE,
-                       engine=engine, output_dir=tmp_path)
+    result = run_fresh(
+        "while True: pass",
+        limits=Limits(runtime=runtime, timeout="2s"),
+        image=TEST_IMAGE,
+        engine=engine,
+        output_dir=tmp_path,
+    )
     assert result.timed_out and result.exit_code == 124
     assert 1.9 <= result.duration_s < 10
 

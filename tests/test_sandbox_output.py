@@ -27,9 +27,16 @@ print(json.dumps({"truncated": result.truncated, "kept": len(result.stdout),
 """
 
 
-def test_one_gigabyte_of_stdout_is_truncated_with_flat_host_memory(engine, runtime, tmp_path) -> None:
-    done = subprocess.run([sys.executable, "-c", DRIVER, TEST_IMAGE, str(tmp_path), runtime],
-                          capture_output=True, text=True, timeout=180, check=True)
+def test_one_gigabyte_of_stdout_is_truncated_with_flat_host_memory(
+    engine, runtime, tmp_path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, TEST_IMAGE, str(tmp_path), runtime],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
     child_peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["truncated"] and report["exit"] == 0 and not report["timed_out"]

@@ -18,9 +18,15 @@ def test_session_keeps_variables_between_executions(session: Session) -> None:
     assert result.stdout == "42\n" and not result.state_reset
 
 
-def test_after_a_timeout_the_next_execution_works_and_reports_the_reset(engine, runtime, tmp_path) -> None:
-    with Session.open(limits=Limits(runtime=runtime, timeout="2s"), image=TEST_IMAGE, engine=engine,
-                      output_dir=tmp_path) as session:
+def test_after_a_timeout_the_next_execution_works_and_reports_the_reset(
+    engine, runtime, tmp_path
+) -> None:
+    with Session.open(
+        limits=Limits(runtime=runtime, timeout="2s"),
+        image=TEST_IMAGE,
+        engine=engine,
+        output_dir=tmp_path,
+    ) as session:
         session.run("x = 41")
         stuck = session.run("import time\ntime.sleep(60)")
         assert stuck.timed_out and stuck.state_reset
@@ -46,10 +52,22 @@ def test_sys_exit_and_os_exit(session: Session) -> None:
 
 def test_fresh_mode_uses_a_new_container_each_time(engine, runtime, tmp_path) -> None:
     ids = [new_run_id(), new_run_id()]
-    first = run_fresh("y = 1", image=TEST_IMAGE, limits=Limits(runtime=runtime), run_id=ids[0],
-                      engine=engine, output_dir=tmp_path)
-    second = run_fresh("print('y' in globals())", image=TEST_IMAGE, run_id=ids[1],
-                       limits=Limits(runtime=runtime), engine=engine, output_dir=tmp_path)
+    first = run_fresh(
+        "y = 1",
+        image=TEST_IMAGE,
+        limits=Limits(runtime=runtime),
+        run_id=ids[0],
+        engine=engine,
+        output_dir=tmp_path,
+    )
+    second = run_fresh(
+        "print('y' in globals())",
+        image=TEST_IMAGE,
+        run_id=ids[1],
+        limits=Limits(runtime=runtime),
+        engine=engine,
+        output_dir=tmp_path,
+    )
     assert first.ok and second.stdout == "False\n"
     left = [c for c in engine.managed_containers() if c["Labels"].get("sbx.run_id") in ids]
     assert not left

@@ -1,4 +1,4 @@
-"""Acceptance (issue 6) 3: ptrace and unshare fail under the shipped profile; real work still runs."""
+"""Issue 6, acceptance 3: ptrace and unshare fail under the shipped profile; real work runs."""
 
 from __future__ import annotations
 
@@ -46,11 +46,12 @@ t = threading.Thread(target=print, args=("thread",)); t.start(); t.join()
 
 
 def test_ptrace_unshare_and_friends_are_denied_under_runc(engine, tmp_path) -> None:
-    with Session.open(limits=Limits(runtime="runc"), image=TEST_IMAGE, engine=engine,
-                      output_dir=tmp_path) as session:
+    with Session.open(
+        limits=Limits(runtime="runc"), image=TEST_IMAGE, engine=engine, output_dir=tmp_path
+    ) as session:
         result = session.run(DENIED)
     outcomes = dict(line.split(" ", 1) for line in result.stdout.splitlines())
-    assert outcomes == {name: "Operation not permitted" for name in outcomes}
+    assert outcomes == dict.fromkeys(outcomes, "Operation not permitted")
     assert set(outcomes) >= {"ptrace", "unshare", "keyctl", "bpf", "userfaultfd"}
 
 

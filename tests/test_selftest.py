@@ -33,9 +33,21 @@ def test_weakened_configuration_fails_the_right_checks(engine) -> None:
 
 def test_cli_prints_one_line_per_check_and_json(engine) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "from agent.cli import main; main()", "selftest", "--json",
-         "--image", TEST_IMAGE], capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-c",
+            "from agent.cli import main; main()",
+            "selftest",
+            "--json",
+            "--image",
+            TEST_IMAGE,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     report = json.loads(done.stdout)
     assert done.returncode == 0 and report["passed"] is True
     assert {"network.public", "limits.memory", "isolation.processes"} <= {
-        check["name"] for check in report["checks"]}
+        check["name"] for check in report["checks"]
+    }

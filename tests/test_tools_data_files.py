@@ -6,10 +6,10 @@ import json
 import os
 
 import pytest
-from tools_support import make_gate, policy_from
 
 from tools.builtin.data_files import index_data_files, open_data_file
 from tools.registry import ToolFailure
+from tools_support import make_gate, policy_from
 
 POLICY = {
     "tools": {

@@ -18,11 +18,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import cast
 
 import pytest
-from tools_support import events, make_gate, policy_from
 
 from tools.builtin.http_get import make_http_get
 from tools.policy import HttpGetRule
 from tools.registry import ToolFailure
+from tools_support import events, make_gate, policy_from
 
 LOOPBACK = ipaddress.ip_address("127.0.0.1")
 

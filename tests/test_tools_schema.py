@@ -9,11 +9,11 @@ from typing import Literal
 import pytest
 from openai.types.chat import ChatCompletionToolParam
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
-from tools_support import make_gate, policy_from
 
 from tools.context import ToolContext
 from tools.registry import tool
 from tools.schema import parse_docstring
+from tools_support import make_gate, policy_from
 
 
 class Unit(StrEnum):
