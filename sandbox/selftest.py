@@ -25,6 +25,14 @@ from sandbox.engine import Engine
 from sandbox.gc import owner_tag
 from sandbox.limits import Limits
 from sandbox.result import ExecutionResult
+from sandbox.selftest_probes import (
+    ARTIFACT_PROBE,
+    CPU_PROBE,
+    FORK_PROBE,
+    INTERFACES_PROBE,
+    NETWORK_PROBE,
+    PRIVILEGE_PROBE,
+)
 from sandbox.session import Session, new_run_id, run_fresh
 
 CANARY_VARIABLE = "SBX_SELFTEST_CANARY"
@@ -75,27 +83,7 @@ class Probe:
         return parsed if isinstance(parsed, dict) else {}
 
 
-NETWORK_PROBE = r"""
-import json, os, socket
-def attempt(host, port):
-    try:
-        socket.create_connection((host, port), timeout=3).close()
-        return "connected"
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
-try:
-    socket.getaddrinfo("example.com", 443)
-    dns = "resolved"
-except OSError as exc:
-    dns = str(exc)
-print(json.dumps({"interfaces": sorted(os.listdir("/sys/class/net")),
-                  "public": attempt("1.1.1.1", 443), "gateway": attempt(GATEWAY, 2375),
-                  "metadata": attempt("169.254.169.254", 80), "dns": dns}))
-"""
 UNREACHABLE = ("Network is unreachable", "No route to host")
-INTERFACES_PROBE = (
-    'import json, os\nprint(json.dumps({"interfaces": sorted(os.listdir("/sys/class/net"))}))'
-)
 
 
 def check_network(probe: Probe) -> list[CheckResult]:
@@ -154,32 +142,6 @@ def bridge_gateway(engine: Engine) -> str:
         return "172.17.0.1"
 
 
-PRIVILEGE_PROBE = r"""
-import ctypes, json, os
-status = dict(line.split(":", 1) for line in open("/proc/self/status"))
-try:
-    os.setuid(0); setuid = "became root"
-except OSError as exc:
-    setuid = exc.strerror
-def write(path):
-    try:
-        open(path, "w").write("x"); return "written"
-    except OSError as exc:
-        return exc.strerror
-HOST_PATHS = ("/host", "/var/run", "/root", "/home", "/etc/docker")
-root = [l.split() for l in open("/proc/mounts") if l.split()[1] == "/"]
-mounts = [l.split()[1] for l in open("/proc/mounts")]
-print(json.dumps({"uid": os.getuid(), "capeff": status["CapEff"].strip(),
-                  "capbnd": status["CapBnd"].strip(),
-                  "nnp": ctypes.CDLL(None).prctl(39, 0, 0, 0, 0), "setuid": setuid,
-                  "root_write": write("/data/selftest"),
-                  "root_ro": bool(root) and "ro" in root[-1][3].split(","),
-                  "docker_sock": os.path.exists("/var/run/docker.sock"),
-                  "host_mounts": [m for m in mounts if m.startswith(HOST_PATHS)],
-                  "env": sorted(os.environ)}))
-"""
-
-
 def check_privileges(probe: Probe) -> list[CheckResult]:
     """Non-root, no capabilities, no privilege gain, read-only root, no host paths, no host env."""
     os.environ[CANARY_VARIABLE] = secrets.token_hex(12)  # set on the host: must not get in
@@ -231,22 +193,6 @@ def check_privileges(probe: Probe) -> list[CheckResult]:
             else ("absent" if CANARY_VARIABLE not in env else "PRESENT inside"),
         ),
     ]
-
-
-FORK_PROBE = """
-import os, time
-children = 0
-try:
-    for _ in range(LIMIT):
-        if os.fork() == 0:
-            time.sleep(20)
-            os._exit(0)
-        children += 1
-except OSError as exc:
-    print("stopped", children, exc.strerror)
-else:
-    print("unbounded", children)
-"""
 
 
 def check_pids(probe: Probe) -> CheckResult:
@@ -304,26 +250,6 @@ def check_cpu(probe: Probe) -> CheckResult:
 def check_resources(probe: Probe) -> list[CheckResult]:
     """pids, memory, time and CPU limits bite."""
     return [check_pids(probe), check_memory(probe), check_time(probe), check_cpu(probe)]
-
-
-CPU_PROBE = """
-import multiprocessing, time
-def spin():
-    end = time.time() + 1.5
-    while time.time() < end:
-        pass
-workers = [multiprocessing.Process(target=spin) for _ in range(2)]
-[w.start() for w in workers]
-[w.join() for w in workers]
-"""
-
-ARTIFACT_PROBE = """
-import os
-os.symlink("/etc/passwd", "/output/passwd")
-os.mkfifo("/output/fifo")
-open("/output/big.bin", "wb").write(b"x" * (LIMIT + 1))
-open("/output/ok.txt", "w").write("ok")
-"""
 
 
 def check_output(probe: Probe) -> list[CheckResult]:
