@@ -15,32 +15,42 @@ from sandbox.units import format_size
 RESET = "variables were reset"
 
 
-def resource_notes(
-    result: ExecutionResult, limits: Limits, *, persistent: bool = True
-) -> list[str]:
-    """One sentence per limit hit (`persistent`: a session, whose lost state is worth a word)."""
-    reset = f"; {RESET}" if persistent else ""
+def resource_notes(result: ExecutionResult, limits: Limits) -> list[str]:
+    """One sentence per limit hit, naming the limit and the knob that changes it.
+
+    This is the one wording of these notes: the CLI prints them, and the
+    `execute_python` observation (`tools/observation.py`) shows them to the model.
+    """
+    reset = f"; {RESET}" if result.state_reset else ""
     notes: list[str] = []
     if result.timed_out:
         notes.append(
-            f"timed out: wall-clock limit of {limits.timeout:g} s reached (timeout){reset}"
+            f"timed out: the execution passed the {limits.timeout:g} s wall-clock limit and "
+            f"was killed{reset} (limit: `timeout` in the policy's [sandbox] table, or --timeout)"
         )
     if result.oom_killed:
-        notes.append(f"killed: memory limit {format_size(limits.memory)} reached (memory){reset}")
-    elif result.state_reset and not result.timed_out and persistent:
-        notes.append(f"the interpreter exited (status {result.exit_code}); {RESET}")
+        notes.append(
+            f"killed: memory limit {format_size(limits.memory)} reached{reset} "
+            "(limit: `memory` in the policy's [sandbox] table, or --memory)"
+        )
+    elif result.state_reset and not result.timed_out:
+        notes.append(
+            f"state reset: the interpreter exited (status {result.exit_code}); "
+            "earlier variables are gone"
+        )
     if result.stdout_dropped_bytes:
         notes.append(
-            f"stdout truncated: {result.stdout_dropped_bytes} bytes cut from the middle "
-            f"(stdout_bytes = {format_size(limits.stdout_bytes)})"
+            f"output truncated: {result.stdout_dropped_bytes} bytes of stdout cut from the "
+            f"middle (keeps {format_size(limits.stdout_bytes)}; print less, or summarise)"
         )
     if result.stderr_dropped_bytes:
         notes.append(
-            f"stderr truncated: {result.stderr_dropped_bytes} bytes cut from the middle "
-            f"(stderr_bytes = {format_size(limits.stderr_bytes)})"
+            f"output truncated: {result.stderr_dropped_bytes} bytes of stderr cut from the "
+            f"middle (keeps {format_size(limits.stderr_bytes)})"
         )
-    for item in result.refused_artifacts:
-        notes.append(f"artifact refused: {item.name!r}: {item.reason}")
+    if result.refused_artifacts:
+        refused = ", ".join(f"{r.name!r} ({r.reason})" for r in result.refused_artifacts)
+        notes.append(f"artifacts refused: {refused}")
     return notes
 
 
@@ -79,7 +89,7 @@ def build_result(
         ]
         + refused,
     )
-    result.notes = resource_notes(result, limits, persistent=persistent)
+    result.notes = resource_notes(result, limits)
     return result
 
 
@@ -101,7 +111,7 @@ def lost_runner_result(
         duration_s=round(duration, 4),
     )
     result.notes = [
-        *resource_notes(result, limits, persistent=persistent),
+        *resource_notes(result, limits),
         f"the sandbox container was replaced ({str(exc)[:200]})",
     ]
     return result
@@ -135,6 +145,6 @@ def merge_host_figures(
         if not result.timed_out:
             result.exit_code = 137
         result.notes = [
-            *resource_notes(result, limits, persistent=persistent),
+            *resource_notes(result, limits),
             *[n for n in result.notes if n.startswith("the sandbox container")],
         ]

@@ -58,16 +58,22 @@ def test_resource_notes_name_the_limit_and_the_knob() -> None:
         "variables were reset" in text
     )
     assert "`timeout` in the policy's [sandbox] table, or --timeout" in text
-    oom = ExecutionResult(
+    oom = ExecutionResult(exit_code=137, oom_killed=True, state_reset=True)
+    text = render_execution(oom, limits=LIMITS)
+    assert "- killed: memory limit 512 MiB reached; variables were reset" in text
+    assert "`memory` in the policy's [sandbox] table, or --memory" in text
+
+
+def test_the_sandboxs_own_notes_are_shown_once_and_verbatim() -> None:
+    noted = ExecutionResult(
         exit_code=137,
         oom_killed=True,
         state_reset=True,
-        notes=["killed: memory limit 512 MiB reached", "cgroup says hi"],
+        notes=["killed: memory limit 512 MiB reached", "container replaced"],
     )
-    text = render_execution(oom, limits=LIMITS)
-    assert "- killed: memory limit 512 MiB reached; variables were reset" in text
-    assert text.count("killed:") == 1  # the sandbox's own note is not repeated
-    assert "- cgroup says hi" in text
+    text = render_execution(noted, limits=LIMITS)
+    assert text.count("killed:") == 1
+    assert "- container replaced" in text
 
 
 def test_truncation_artifacts_and_refusals() -> None:
@@ -88,8 +94,10 @@ def test_truncation_artifacts_and_refusals() -> None:
 def test_silent_success_and_exit_codes() -> None:
     assert render_execution(ExecutionResult(), limits=LIMITS).startswith("(no output")
     assert "- exit code 3" in render_execution(ExecutionResult(exit_code=3), limits=LIMITS)
-    reset = ExecutionResult(state_reset=True)
-    assert "state reset: the interpreter was restarted" in render_execution(reset, limits=LIMITS)
+    reset = ExecutionResult(exit_code=7, state_reset=True)
+    assert "state reset: the interpreter exited (status 7)" in render_execution(
+        reset, limits=LIMITS
+    )
 
 
 def test_render_failure_texts() -> None:
@@ -118,8 +126,9 @@ def test_render_failure_texts() -> None:
 
 
 def test_resources_line_reports_wall_cpu_and_peak_memory() -> None:
-    result = ExecutionResult(stdout="1\n", duration_s=0.25, cpu_seconds=0.2,
-                             peak_memory_bytes=48 * 1024 * 1024)
+    result = ExecutionResult(
+        stdout="1\n", duration_s=0.25, cpu_seconds=0.2, peak_memory_bytes=48 * 1024 * 1024
+    )
     assert render_execution(result, limits=LIMITS).splitlines()[-1] == (
         "[resources] 0.25 s wall, 0.20 s CPU, peak memory 48 MiB"
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox.limits import Limits
+from sandbox.outcome import resource_notes as limit_notes
 from sandbox.result import ExecutionResult
 from sandbox.units import format_size
 
@@ -140,44 +141,16 @@ def _trim_traceback(traceback: str) -> str:
 
 
 def resource_notes(result: ExecutionResult, *, limits: Limits) -> list[str]:
-    """Plain-language notes on limits hit, state lost and files produced."""
-    reset = "; variables were reset" if result.state_reset else ""
-    notes: list[str] = []
-    if result.timed_out:
-        notes.append(
-            f"timed out: the execution passed the {limits.timeout:g} s wall-clock limit and "
-            f"was killed{reset} (limit: `timeout` in the policy's [sandbox] table, or --timeout)"
-        )
-    if result.oom_killed:
-        notes.append(f"killed: memory limit {format_size(limits.memory)} reached{reset}")
-    if result.state_reset and not (result.timed_out or result.oom_killed):
-        notes.append("state reset: the interpreter was restarted; earlier variables are gone")
-    if not result.ok and result.error is None and not (result.timed_out or result.oom_killed):
+    """The sandbox's notes on limits hit and state lost, then the files produced.
+
+    The wording of limit notes lives in one place, `sandbox.outcome.resource_notes`;
+    a result built elsewhere (without notes) gets them computed the same way.
+    """
+    notes = list(result.notes) or limit_notes(result, limits)
+    limit_hit = result.timed_out or result.oom_killed or result.state_reset
+    if not result.ok and result.error is None and not limit_hit:
         notes.append(f"exit code {result.exit_code}")
-    notes.extend(_truncation_notes(result, limits))
     if result.artifacts:
         saved = ", ".join(f"{a.name} ({format_size(a.size)})" for a in result.artifacts)
         notes.append(f"artifacts saved: {saved}")
-    if result.refused_artifacts:
-        refused = ", ".join(f"{r.name!r} ({r.reason})" for r in result.refused_artifacts)
-        notes.append(f"artifacts refused: {refused}")
-    ours = tuple(note.split(":", 1)[0] for note in notes)
-    notes.extend(note for note in result.notes if not note.startswith(ours or ("\0",)))
-    return notes
-
-
-def _truncation_notes(result: ExecutionResult, limits: Limits) -> list[str]:
-    notes: list[str] = []
-    if result.stdout_dropped_bytes:
-        notes.append(
-            f"output truncated: {result.stdout_dropped_bytes} bytes of stdout cut from the middle "
-            f"(keeps {format_size(limits.stdout_bytes)}; print less, or summarise)"
-        )
-    if result.stderr_dropped_bytes:
-        notes.append(
-            f"output truncated: {result.stderr_dropped_bytes} bytes of stderr cut from the middle "
-            f"(keeps {format_size(limits.stderr_bytes)})"
-        )
-    if result.truncated and not notes:
-        notes.append("output truncated: the sandbox kept only the head and tail")
     return notes
