@@ -99,6 +99,14 @@ class Progress:
         )
         colour = "green" if status == "completed" else "red"
         self._echo(f"== {status}: {summary}", fg=colour, bold=True)
+        sandbox = event.get("sandbox") or {}
+        if sandbox.get("executions"):
+            self._echo(
+                f"   sandbox: {sandbox['executions']} execution(s), "
+                f"{sandbox.get('execution_s', 0):.2f} s, "
+                f"{sandbox.get('cpu_seconds', 0):.2f} CPU s, "
+                f"peak memory {sandbox.get('peak_memory_bytes', 0) / 2**20:.0f} MiB"
+            )
         if status != "completed":
             self._echo(f"   {event.get('message')}", fg=colour)
         for path in event.get("artifacts") or []:

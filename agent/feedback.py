@@ -43,6 +43,18 @@ def artifact_paths(outcome: ToolOutcome) -> list[str]:
     return [str(getattr(artifact, "path", "")) for artifact in artifacts]
 
 
+def count_execution(state: RunState, outcome: ToolOutcome) -> None:
+    """Add an execution's wall time, CPU seconds and peak memory to the run's totals."""
+    result = outcome.result
+    if result is None or not hasattr(result, "duration_s"):
+        return
+    state.sandbox.add(
+        float(getattr(result, "duration_s", 0.0)),
+        getattr(result, "cpu_seconds", None),
+        getattr(result, "peak_memory_bytes", None),
+    )
+
+
 def repeated_failure_notices(state: RunState, outcomes: Sequence[ToolOutcome]) -> list[str]:
     """Update the per-tool failure streaks; a notice for each that reaches `REPEAT_LIMIT`."""
     notices: list[str] = []

@@ -23,7 +23,12 @@ from typing import Any
 from agent.budget import before_request, before_tools, remaining_s, time_ending
 from agent.compaction import estimate_tokens, shorten_observations
 from agent.dispatch import ToolDispatcher
-from agent.feedback import artifact_paths, is_failure, repeated_failure_notices
+from agent.feedback import (
+    artifact_paths,
+    count_execution,
+    is_failure,
+    repeated_failure_notices,
+)
 from agent.model import ModelClient, ModelError, ModelReply, ToolCallRequest
 from agent.settings import AgentSettings
 from agent.state import Ending, Observation, RunResult, RunState
@@ -181,6 +186,7 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
         )
         saved = artifact_paths(outcome)
         state.artifacts.extend(saved)
+        count_execution(state, outcome)
         emit(
             {
                 "type": "tool_result",
@@ -230,6 +236,7 @@ def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
         usage=state.usage,
         duration_s=time.monotonic() - state.started,
         artifacts=tuple(dict.fromkeys(state.artifacts)),  # a file rewritten is listed once
+        sandbox=state.sandbox,
     )
     emit({"type": "run_end", **result.as_dict()})
     return result

@@ -37,6 +37,36 @@ STATUSES: tuple[Status, ...] = (
 )
 
 
+@dataclass(kw_only=True)
+class SandboxUsage:
+    """Totals over a run's executions: the figures ops teams bill and alert on."""
+
+    executions: int = 0
+    """Programs run in the sandbox."""
+    execution_s: float = 0.0
+    """Wall-clock seconds spent executing, summed."""
+    cpu_seconds: float = 0.0
+    """CPU seconds used by the sandbox, summed (from the container's cgroup)."""
+    peak_memory_bytes: int = 0
+    """Highest memory use of any one execution."""
+
+    def add(self, wall: float, cpu: float | None, peak: int | None) -> None:
+        """Count one execution."""
+        self.executions += 1
+        self.execution_s += wall
+        self.cpu_seconds += cpu or 0.0
+        self.peak_memory_bytes = max(self.peak_memory_bytes, peak or 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        """For the transcript and `--json`."""
+        return {
+            "executions": self.executions,
+            "execution_s": round(self.execution_s, 3),
+            "cpu_seconds": round(self.cpu_seconds, 3),
+            "peak_memory_bytes": self.peak_memory_bytes,
+        }
+
+
 @dataclass(kw_only=True, frozen=True)
 class Observation:
     """Where a tool observation sits in the conversation, for shortening old context."""
@@ -75,6 +105,8 @@ class RunState:
     shortened: int = 0
     """Observations shortened so far to keep the context under `context_tokens`."""
     artifacts: list[str] = field(default_factory=list)
+    sandbox: SandboxUsage = field(default_factory=SandboxUsage)
+    """Executions, CPU seconds and peak memory of the run's sandbox, so far."""
     """Host paths of the files the sandbox copied out of `/output`, in order."""
 
 
@@ -112,6 +144,8 @@ class RunResult:
     """Wall-clock seconds of the whole run."""
     artifacts: tuple[str, ...]
     """Host paths of files copied out of the sandbox's `/output`."""
+    sandbox: SandboxUsage
+    """Totals over the run's executions (wall, CPU seconds, peak memory)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The machine-readable form (`sbx ask --json`, the transcript's `run_end`)."""
@@ -125,4 +159,5 @@ class RunResult:
             "usage": self.usage.as_dict(),
             "duration_s": round(self.duration_s, 3),
             "artifacts": list(self.artifacts),
+            "sandbox": self.sandbox.as_dict(),
         }

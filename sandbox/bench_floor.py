@@ -18,6 +18,7 @@ import select
 import socket
 import struct
 import subprocess
+import threading
 import time
 from typing import Any
 
@@ -119,7 +120,9 @@ class PersistentFloor:
 def docker_run(engine: Engine, program: str, *, image: str, limits: Limits) -> tuple[str, str]:
     """One hardened `docker run --rm` of `python3 -c program`; return (stdout, container id).
 
-    The caller forgets the id afterwards, outside the timed section.
+    Like the CLI, it asks the engine to report the removal before starting the
+    container (asking afterwards can miss it). The caller forgets the id
+    afterwards, outside the timed section.
     """
     config = container_config(
         limits, run_id="bench-baseline", mode="bench", image=image, owner=owner_tag()
@@ -129,6 +132,8 @@ def docker_run(engine: Engine, program: str, *, image: str, limits: Limits) -> t
     container_id = engine.create(config)
     raw = engine.api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1})
     sock: socket.socket = getattr(raw, "_sock", raw)
+    removed = threading.Thread(target=_wait_removed, args=(engine, container_id), daemon=True)
+    removed.start()
     try:
         engine.start(container_id)
         demux = _Demux(sock)
@@ -137,8 +142,13 @@ def docker_run(engine: Engine, program: str, *, image: str, limits: Limits) -> t
             pass
     finally:
         _close(raw, sock)
+    removed.join(READ_TIMEOUT_S)
+    return demux.stdout.decode("utf-8", "replace"), container_id
+
+
+def _wait_removed(engine: Engine, container_id: str) -> None:
+    """Block until the engine has removed the container (what `--rm` waits for)."""
     try:
         engine.api.wait(container_id, condition="removed", timeout=READ_TIMEOUT_S)
     except docker.errors.NotFound:
-        pass  # already removed by the engine: what `--rm` waits for
-    return demux.stdout.decode("utf-8", "replace"), container_id
+        pass

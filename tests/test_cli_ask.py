@@ -99,6 +99,10 @@ def test_ask_shows_progress_answers_and_its_transcript_and_audit_log_agree(
     assert verify_log(tmp_path / "audit.jsonl", key=None).ok
     assert FAKE_KEY not in (tmp_path / "run.jsonl").read_text()
     assert _containers_of(engine, run_id) == []
+    totals = transcript[-1]["sandbox"]  # the run's accounting: what ops teams bill
+    assert totals["executions"] == 1 and totals["cpu_seconds"] > 0
+    assert totals["peak_memory_bytes"] > 1 << 20
+    assert "   sandbox: 1 execution(s)" in outcome.stderr
 
 
 def test_json_output_and_the_exit_status_of_a_budget_end(llm, tmp_path):
