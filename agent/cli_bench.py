@@ -63,8 +63,7 @@ def measure_gate(samples: int) -> dict[str, Summary]:
             calls, appends = [], []
             for index in range(samples + 5):
                 started = time.perf_counter()
-                outcome = gate.call(name="execute_python", arguments=arguments,
-                                    call_id=f"c{index}")
+                outcome = gate.call(name="execute_python", arguments=arguments, call_id=f"c{index}")
                 calls.append(time.perf_counter() - started)
                 if outcome.status != "ok":
                     raise click.ClickException(f"bench: the gate refused: {outcome.text}")
@@ -88,24 +87,33 @@ def add_gate(report: BenchReport, samples: int) -> None:
         f"one fsync'd audit append alone {figures['audit_append'].median_s * 1000:.3f} ms"
         + ("" if share is None else f"; {share:.1%} of a session print(1)")
     )
-    report.targets.append(Target(
-        name="gate + audit per tool call vs session print(1)", limit="<= 5%",
-        measured="n/a" if share is None else f"{share:.1%}",
-        met=None if share is None else share <= GATE_TARGET,
-    ))
+    report.targets.append(
+        Target(
+            name="gate + audit per tool call vs session print(1)",
+            limit="<= 5%",
+            measured="n/a" if share is None else f"{share:.1%}",
+            met=None if share is None else share <= GATE_TARGET,
+        )
+    )
 
 
 @click.command("bench")
 @click.option("--quick", is_flag=True, help="A short run: 3 repetitions, 8 runs per throughput.")
 @click.option("--reps", type=click.IntRange(1, 1000), help="Timed repetitions per latency cell.")
 @click.option("--runs", type=click.IntRange(1, 10_000), help="Executions per throughput figure.")
-@click.option("--pool-size", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Warm containers kept during the bench.")
+@click.option(
+    "--pool-size",
+    type=click.IntRange(1, 64),
+    default=4,
+    show_default=True,
+    help="Warm containers kept during the bench.",
+)
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @operator_errors
-def bench_command(quick: bool, reps: int | None, runs: int | None, pool_size: int, image: str,
-                  as_json: bool) -> None:
+def bench_command(
+    quick: bool, reps: int | None, runs: int | None, pool_size: int, image: str, as_json: bool
+) -> None:
     r"""Measure sbx against its floors and a hardened `docker run`, interleaved in one run.
 
     \b

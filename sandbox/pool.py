@@ -9,8 +9,10 @@ processes, variables) can reach the next run, because there is no next run.
 
 The pool is keyed by everything that shapes a container (`PoolKey`: image and
 `Limits`, the runtime included). Only keys named with `warm()` are kept
-filled; a request for any other key, and any request with `/data` inputs,
-gets a container created on the spot. Data is never delivered into a
+filled. A request for a warmed key with no idle container waits for a build
+already in flight (it is further along than a new create); a request for any
+other key, and any request with `/data` inputs, gets a container created on
+the spot. Data is never delivered into a
 pre-created container: bind mounts are fixed at create time, and copying
 files through the runner protocol would be a second, unaudited way in. Such
 runs pay the create on their critical path, and say so in `PoolStats`.
@@ -31,7 +33,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,66 +44,19 @@ from sandbox.config import DEFAULT_IMAGE
 from sandbox.engine import Engine
 from sandbox.gc import collect_orphans
 from sandbox.limits import Limits
+from sandbox.pool_config import PoolConfig, PoolKey, PoolStats
 from sandbox.pool_session import LeasedSession, Reaper
 from sandbox.result import ExecutionResult
 from sandbox.session import Session, code_text, new_run_id
 
+__all__ = ["POOL_MODE", "Pool", "PoolConfig", "PoolKey", "PoolStats"]
+
 logger = logging.getLogger(__name__)
 
+BUILD_WAIT_S = 10.0
+"""Seconds a caller waits for a build already in flight for its key before creating its own."""
 POOL_MODE = "pool"
 """`sbx.mode` label of a container created for the pool (it keeps it after the hand-over)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class PoolKey:
-    """Everything that shapes a container: two requests share warm containers only if equal."""
-
-    image: str = DEFAULT_IMAGE
-    """Image reference, as given to the engine."""
-    limits: Limits = field(default_factory=Limits)
-    """Every limit, the runtime and the network mode included."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class PoolConfig:
-    """How many warm containers to keep and how the pool maintains them."""
-
-    size: int = 2
-    """Warm containers kept per warmed key (0: no warm containers, only capped creates)."""
-    max_age_s: float = 600.0
-    """Seconds an idle container may wait before it is replaced by a new one."""
-    refill_workers: int = 2
-    """Containers built in parallel (each create+start costs the engine a few hundred ms)."""
-    reap_workers: int = 2
-    """Containers removed in parallel, off the callers' critical path."""
-    tick_s: float = 0.05
-    """Seconds between maintenance passes (a take or a release wakes it early)."""
-    retry_s: float = 1.0
-    """First pause after a failed build; it doubles up to 30 s while builds keep failing."""
-
-
-@dataclass(kw_only=True)
-class PoolStats:
-    """Counters for reports and tests."""
-
-    idle: int = 0
-    """Warm containers ready now (all keys)."""
-    building: int = 0
-    """Containers being created for the pool."""
-    hits: int = 0
-    """Requests served by a warm container."""
-    misses: int = 0
-    """Requests that created a container on their own path (no warm one, or `/data` given)."""
-    built: int = 0
-    """Containers the pool created."""
-    shed: int = 0
-    """Idle containers removed early to make room for queued callers."""
-    expired: int = 0
-    """Idle containers replaced for reaching `max_age_s`."""
-    failures: int = 0
-    """Builds that failed."""
-    last_error: str = ""
-    """The most recent build failure, for `sbx doctor`-style reports."""
 
 
 @dataclass
@@ -242,31 +197,26 @@ class Pool:
     def wait_warm(self, key: PoolKey, count: int | None = None, timeout: float = 60.0) -> bool:
         """Block until `count` (default: the pool size) containers of `key` are ready."""
         want = self.config.size if count is None else count
-        deadline = time.monotonic() + timeout
-        with self._wake:
-            while True:
-                slot = self._slots.get(key)
-                if slot is not None and len(slot.idle) >= want:
-                    return True
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._closing:
-                    return False
-                self._wake.wait(min(remaining, 0.05))
+        return self._wait_for(key, lambda slot: len(slot.idle) >= want, timeout)
 
     def settle(self, key: PoolKey, timeout: float = 60.0) -> bool:
         """Block until no build of `key` is in flight and the pool is full or out of room."""
+
+        def settled(slot: _Slot) -> bool:
+            stuck = slot.starved or time.monotonic() < slot.retry_at
+            return slot.building == 0 and (len(slot.idle) >= self.config.size or stuck)
+
+        return self._wait_for(key, settled, timeout)
+
+    def _wait_for(self, key: PoolKey, done: Callable[[_Slot], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self._wake:
             while True:
                 slot = self._slots.get(key)
-                if slot is None or self._closing:
-                    return True
-                full = len(slot.idle) >= self.config.size
-                stuck = slot.starved or time.monotonic() < slot.retry_at
-                if slot.building == 0 and (full or stuck):
+                if slot is not None and done(slot):
                     return True
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or self._closing:
                     return False
                 self._wake.wait(min(remaining, 0.05))
 
@@ -340,13 +290,21 @@ class Pool:
             slot = self._slots.get(key)
             if slot is not None:
                 slot.starved = False  # settle() now waits for the next refill attempt
-            while slot is not None and slot.idle and found is None:
-                candidate = slot.idle.popleft().session
-                if candidate.usable():
-                    found = candidate
-                    self.stats.hits += 1
-                else:
-                    dead.append(candidate)
+            deadline = time.monotonic() + BUILD_WAIT_S
+            while slot is not None and found is None:
+                if slot.idle:
+                    candidate = slot.idle.popleft().session
+                    if candidate.usable():
+                        found = candidate
+                        self.stats.hits += 1
+                    else:
+                        dead.append(candidate)
+                    continue
+                remaining = deadline - time.monotonic()
+                if slot.building == 0 or self._closing or remaining <= 0:
+                    break
+                self._wake.notify()
+                self._wake.wait(remaining)  # a build in flight is further along than a new one
             self._wake.notify()  # refill now, not at the next tick
         for session in dead:
             session.close()
@@ -421,7 +379,13 @@ class Pool:
                     self._wake.notify_all()
                     return
                 slot.building += 1
-            self._builder.submit(self._build, key, lease)
+            try:
+                self._builder.submit(self._build, key, lease)
+            except RuntimeError:  # the interpreter is shutting down: give the slot back
+                lease.release()
+                with self._lock:
+                    slot.building -= 1
+                return
 
     def _build(self, key: PoolKey, lease: Lease) -> None:
         """Create, attach and start one container for the pool (on a builder thread)."""

@@ -19,8 +19,14 @@ GIB = 1 << 30
 SMALL = Need(memory=GIB // 2, cpus=1.0)
 
 
-def make(tmp_path: Path, *, sandboxes: int = 4, memory: int = 4 * GIB, cpus: float = 8.0,
-         wait_s: float = 5.0) -> HostCapacity:
+def make(
+    tmp_path: Path,
+    *,
+    sandboxes: int = 4,
+    memory: int = 4 * GIB,
+    cpus: float = 8.0,
+    wait_s: float = 5.0,
+) -> HostCapacity:
     caps = HostCaps(sandboxes=sandboxes, memory=memory, cpus=cpus)
     return HostCapacity(directory=tmp_path / "ledger", caps=caps, wait_s=wait_s)
 
@@ -127,8 +133,9 @@ time.sleep(300)
 
 def test_the_ledger_is_shared_between_processes_and_a_dead_holder_is_dropped(tmp_path) -> None:
     capacity = make(tmp_path, sandboxes=1, memory=GIB, cpus=1.0)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "ledger")],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path / "ledger")], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with pytest.raises(HostBusy, match="1 of 1 sandboxes"):
@@ -153,8 +160,9 @@ def test_a_damaged_ledger_stops_rather_than_guesses(tmp_path) -> None:
 
 
 def test_caps_come_from_the_environment_with_host_sized_defaults() -> None:
-    caps = HostCaps.from_env({"SBX_MAX_SANDBOXES": "3", "SBX_MAX_MEMORY": "2g",
-                              "SBX_MAX_CPUS": "1.5"})
+    caps = HostCaps.from_env(
+        {"SBX_MAX_SANDBOXES": "3", "SBX_MAX_MEMORY": "2g", "SBX_MAX_CPUS": "1.5"}
+    )
     assert (caps.sandboxes, caps.memory, caps.cpus) == (3, 2 * GIB, 1.5)
     defaults = HostCaps.from_env({})
     assert defaults.sandboxes == 32 and defaults.cpus == 4 * (os.cpu_count() or 1)

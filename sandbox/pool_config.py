@@ -1,0 +1,64 @@
+"""The pool's public value types: what keys it, how it is configured, what it counts.
+
+Kept apart from `sandbox.pool` so the pool's machinery stays readable; import
+them from either module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sandbox.config import DEFAULT_IMAGE
+from sandbox.limits import Limits
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolKey:
+    """Everything that shapes a container: two requests share warm containers only if equal."""
+
+    image: str = DEFAULT_IMAGE
+    """Image reference, as given to the engine."""
+    limits: Limits = field(default_factory=Limits)
+    """Every limit, the runtime and the network mode included."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolConfig:
+    """How many warm containers to keep and how the pool maintains them."""
+
+    size: int = 2
+    """Warm containers kept per warmed key (0: no warm containers, only capped creates)."""
+    max_age_s: float = 600.0
+    """Seconds an idle container may wait before it is replaced by a new one."""
+    refill_workers: int = 2
+    """Containers built in parallel (each create+start costs the engine a few hundred ms)."""
+    reap_workers: int = 2
+    """Containers removed in parallel, off the callers' critical path."""
+    tick_s: float = 0.05
+    """Seconds between maintenance passes (a take or a release wakes it early)."""
+    retry_s: float = 1.0
+    """First pause after a failed build; it doubles up to 30 s while builds keep failing."""
+
+
+@dataclass(kw_only=True)
+class PoolStats:
+    """Counters for reports and tests."""
+
+    idle: int = 0
+    """Warm containers ready now (all keys)."""
+    building: int = 0
+    """Containers being created for the pool."""
+    hits: int = 0
+    """Requests served by a warm container."""
+    misses: int = 0
+    """Requests that created a container on their own path (no warm one, or `/data` given)."""
+    built: int = 0
+    """Containers the pool created."""
+    shed: int = 0
+    """Idle containers removed early to make room for queued callers."""
+    expired: int = 0
+    """Idle containers replaced for reaching `max_age_s`."""
+    failures: int = 0
+    """Builds that failed."""
+    last_error: str = ""
+    """The most recent build failure, for `sbx doctor`-style reports."""

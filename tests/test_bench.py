@@ -1,0 +1,118 @@
+"""`sbx bench`: the arithmetic, the report's shape, and one tiny real run (no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from agent import cli_bench
+from conftest import TEST_IMAGE
+from sandbox.bench import (
+    BASELINE,
+    BURST,
+    FLOOR,
+    HOST,
+    MODES,
+    POOLED,
+    SESSION,
+    THROUGHPUT_MODES,
+    BenchOptions,
+    evaluate_targets,
+    run_bench,
+)
+from sandbox.bench_render import render
+from sandbox.bench_stats import BenchReport, Summary, ratio
+from sandbox.bench_workloads import PRINT_ONE, STATEFUL_PAIR
+from sandbox.capacity import HostCapacity, HostCaps
+from sandbox.gc import owner_tag
+
+
+def test_summary_uses_the_median_and_the_nearest_rank_p90() -> None:
+    summary = Summary.of([float(x) for x in range(1, 11)])
+    assert (summary.samples, summary.median_s, summary.p90_s) == (10, 5.5, 9.0)
+    assert Summary.of([2.0]).p90_s == 2.0
+    with pytest.raises(ValueError):
+        Summary.of([])
+    assert ratio(1.0, 4.0) == 0.25 and ratio(None, 1.0) is None and ratio(1.0, 0.0) is None
+
+
+def test_stateless_modes_resend_the_earlier_steps() -> None:
+    assert STATEFUL_PAIR.fresh_programs() == ["x = 41", "x = 41\nprint(x + 1)"]
+    assert PRINT_ONE.fresh_programs() == ["print(1)"]
+
+
+def synthetic_report() -> BenchReport:
+    report = BenchReport(environment={"cores": 2, "reps": 3})
+    cells = {HOST: 0.02, FLOOR: 0.001, BASELINE: 0.3, "sbx fresh": 0.3, POOLED: 0.003}
+    report.latency[PRINT_ONE.name] = {mode: Summary.of([value]) for mode, value in cells.items()}
+    report.latency[PRINT_ONE.name][SESSION] = Summary.of([0.0012])
+    report.latency[STATEFUL_PAIR.name] = dict.fromkeys(MODES)
+    report.throughput = {BASELINE: {4: 5.0}, POOLED: {4: 11.0}, BURST: {4: 40.0}}
+    report.idle_memory = {"cgroup_usage": 16.0, "rss_sum": 31.0}
+    return report
+
+
+def test_targets_are_ratios_of_this_runs_numbers() -> None:
+    report = synthetic_report()
+    evaluate_targets(report)
+    met = {target.name.strip(): target.met for target in report.targets}
+    assert met["session print(1) vs persistent floor"] is True  # 1.2x
+    assert met["pooled fresh print(1) vs docker run"] is True  # 0.01x
+    assert met["pooled fresh throughput at c=4 vs docker run"] is True  # 2.2x
+    assert met["idle pooled container resident memory (RSS sum)"] is False  # 31 MiB
+
+
+def test_the_report_renders_as_tables_and_as_json() -> None:
+    report = synthetic_report()
+    evaluate_targets(report)
+    text = render(report)
+    assert "Latency per workload" in text and "Throughput of print(1)" in text
+    assert "1.00 / 1.00" in text  # the floor's print(1) in ms
+    assert "n/a" in text and "Targets:" in text
+    data = json.loads(json.dumps(report.as_json()))
+    assert data["latency"][PRINT_ONE.name][SESSION]["median_ms"] == 1.2
+    assert data["throughput_per_s"][POOLED]["4"] == 11.0
+
+
+def test_gate_overhead_is_measured_through_the_real_gate(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SBX_AUDIT_LOG", raising=False)
+    figures = cli_bench.measure_gate(samples=5)
+    assert figures["gate_call"].samples == 5 and figures["audit_append"].median_s > 0
+    assert list(tmp_path.iterdir()) == []  # the scratch audit log is gone
+
+
+def test_bench_command_is_registered_with_its_options() -> None:
+    group = click.Group("sbx")
+    cli_bench.register(group)
+    done = CliRunner().invoke(group, ["bench", "--help"])
+    assert done.exit_code == 0
+    for option in ("--quick", "--json", "--reps", "--runs", "--pool-size"):
+        assert option in done.output
+
+
+@pytest.mark.docker
+def test_a_tiny_real_run_fills_every_cell_and_leaves_nothing(engine, tmp_path) -> None:
+    caps = HostCaps(sandboxes=16, memory=16 << 30, cpus=32.0)
+    capacity = HostCapacity(directory=tmp_path / "ledger", caps=caps)
+    options = BenchOptions(
+        reps=1,
+        throughput_runs=2,
+        concurrency=(2,),
+        pool_size=1,
+        image=TEST_IMAGE,
+        workloads=(PRINT_ONE, STATEFUL_PAIR),
+    )
+    report = run_bench(options, engine=engine, capacity=capacity)
+    for mode in MODES:
+        assert report.latency[PRINT_ONE.name][mode] is not None, mode
+    assert set(report.throughput) == set(THROUGHPUT_MODES)
+    assert all(value > 0 for levels in report.throughput.values() for value in levels.values())
+    assert report.idle_memory["cgroup_usage"] > 0
+    assert len(report.targets) == 5
+    assert capacity.usage().sandboxes == 0
+    ours = [c for c in engine.managed_containers() if c["Labels"].get("sbx.owner") == owner_tag()]
+    assert ours == []
