@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from agent import cli_ask, cli_audit, cli_exec, cli_image, cli_selftest
+from agent import cli_ask, cli_audit, cli_bench, cli_exec, cli_image, cli_selftest
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -31,6 +31,7 @@ cli_image.register(cli)
 cli_audit.register(cli)
 cli_ask.register(cli)
 cli_selftest.register(cli)
+cli_bench.register(cli)
 
 
 def main() -> None:

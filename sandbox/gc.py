@@ -1,8 +1,9 @@
 """Find and remove sandbox containers whose owning process is gone.
 
 Every container carries `sbx.owner = host:pid`. A container is an orphan when
-that process no longer runs on this host (or the label is missing or from
-another host and `everything` is asked for). The runner already exits when
+its owner label names this host and that process no longer runs. Containers
+of other hosts (a shared remote engine) are left alone unless `everything` is
+asked for, since their liveness cannot be checked from here. The runner already exits when
 its owner's stream closes, and the engine auto-removes it; this is the net
 under that net, run by `sbx gc` and at pool start.
 """
@@ -35,13 +36,19 @@ def owner_alive(tag: str) -> bool:
     return True
 
 
+def owned_here(tag: str) -> bool:
+    """Whether an owner label names this host (a shared remote engine serves many hosts)."""
+    return tag.rpartition(":")[0] == socket.gethostname()
+
+
 def collect_orphans(engine: Engine, *, everything: bool = False) -> list[dict[str, str]]:
     """Remove orphaned (or, with `everything`, all) managed containers; return what was removed."""
     removed: list[dict[str, str]] = []
     for container in engine.managed_containers():
         labels = container.get("Labels") or {}
-        if not everything and owner_alive(labels.get(OWNER_LABEL, "")):
-            continue
+        owner = labels.get(OWNER_LABEL, "")
+        if not everything and (owner_alive(owner) or not owned_here(owner)):
+            continue  # alive, or another host's: we cannot tell, so only --all removes it
         engine.remove(container["Id"])
         removed.append(
             {

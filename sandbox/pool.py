@@ -32,10 +32,8 @@ import logging
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -44,7 +42,7 @@ from sandbox.config import DEFAULT_IMAGE
 from sandbox.engine import Engine
 from sandbox.gc import collect_orphans
 from sandbox.limits import Limits
-from sandbox.pool_config import PoolConfig, PoolKey, PoolStats
+from sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats, WarmEntry
 from sandbox.pool_session import LeasedSession, Reaper
 from sandbox.result import ExecutionResult
 from sandbox.session import Session, code_text, new_run_id
@@ -59,24 +57,6 @@ POOL_MODE = "pool"
 """`sbx.mode` label of a container created for the pool (it keeps it after the hand-over)."""
 
 
-@dataclass
-class _Warm:
-    session: LeasedSession
-    born: float
-
-
-@dataclass
-class _Slot:
-    """The warm containers of one key, and the builds in flight for it."""
-
-    idle: deque[_Warm] = field(default_factory=deque)
-    building: int = 0
-    retry_at: float = 0.0
-    backoff: float = 0.0
-    starved: bool = False
-    """The last refill found no room under the host cap (or a queue ahead of it)."""
-
-
 class Pool:
     """Warm, single-use sandboxes for one process; `Pool.start()` or a `with` block."""
 
@@ -86,7 +66,7 @@ class Pool:
         self.config = config
         self.reaper = Reaper(engine, workers=config.reap_workers)
         self.stats = PoolStats()
-        self._slots: dict[PoolKey, _Slot] = {}
+        self._slots: dict[PoolKey, KeySlot] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._closing = False
@@ -123,7 +103,7 @@ class Pool:
         self.engine.require_image(key.image)
         self.engine.require_runtime(key.limits.runtime)
         with self._wake:
-            self._slots.setdefault(key, _Slot())
+            self._slots.setdefault(key, KeySlot())
             self._wake.notify()
 
     def session(
@@ -202,13 +182,13 @@ class Pool:
     def settle(self, key: PoolKey, timeout: float = 60.0) -> bool:
         """Block until no build of `key` is in flight and the pool is full or out of room."""
 
-        def settled(slot: _Slot) -> bool:
+        def settled(slot: KeySlot) -> bool:
             stuck = slot.starved or time.monotonic() < slot.retry_at
             return slot.building == 0 and (len(slot.idle) >= self.config.size or stuck)
 
         return self._wait_for(key, settled, timeout)
 
-    def _wait_for(self, key: PoolKey, done: Callable[[_Slot], bool], timeout: float) -> bool:
+    def _wait_for(self, key: PoolKey, done: Callable[[KeySlot], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self._wake:
             while True:
@@ -353,7 +333,7 @@ class Pool:
     def _shed_one(self) -> list[LeasedSession]:
         """The oldest idle container of any key, to free its lease for a queued caller."""
         with self._lock:
-            oldest: _Slot | None = None
+            oldest: KeySlot | None = None
             for slot in self._slots.values():
                 if slot.idle and (oldest is None or slot.idle[0].born < oldest.idle[0].born):
                     oldest = slot
@@ -411,7 +391,7 @@ class Pool:
             self.stats.built += 1
             keep = not self._closing
             if keep:
-                slot.idle.append(_Warm(session=session, born=time.monotonic()))
+                slot.idle.append(WarmEntry(session=session, born=time.monotonic()))
             self._wake.notify_all()
         if not keep:
             session.close()

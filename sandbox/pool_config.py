@@ -1,15 +1,17 @@
-"""The pool's public value types: what keys it, how it is configured, what it counts.
+"""The pool's value types: what keys it, how it is configured, what it counts, what it holds.
 
 Kept apart from `sandbox.pool` so the pool's machinery stays readable; import
-them from either module.
+the public ones (`PoolKey`, `PoolConfig`, `PoolStats`) from either module.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from sandbox.config import DEFAULT_IMAGE
 from sandbox.limits import Limits
+from sandbox.pool_session import LeasedSession
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,3 +64,23 @@ class PoolStats:
     """Builds that failed."""
     last_error: str = ""
     """The most recent build failure, for `sbx doctor`-style reports."""
+
+
+@dataclass
+class WarmEntry:
+    """One idle warm container (internal to `Pool`)."""
+
+    session: LeasedSession
+    born: float
+
+
+@dataclass
+class KeySlot:
+    """The warm containers of one key and the builds in flight for it (internal to `Pool`)."""
+
+    idle: deque[WarmEntry] = field(default_factory=deque)
+    building: int = 0
+    retry_at: float = 0.0
+    backoff: float = 0.0
+    starved: bool = False
+    """The last refill found no room under the host cap (or a queue ahead of it)."""

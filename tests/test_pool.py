@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -124,7 +125,11 @@ def test_idle_warm_containers_make_way_for_a_queued_caller(engine, tmp_path) -> 
 def test_orphans_of_a_crashed_process_are_removed_at_pool_start(engine, tmp_path) -> None:
     orphan = engine.create(
         container_config(
-            Limits(), run_id="orphan-pool", mode="pool", image=TEST_IMAGE, owner="nohost:1"
+            Limits(),
+            run_id="orphan-pool",
+            mode="pool",
+            image=TEST_IMAGE,
+            owner=f"{socket.gethostname()}:4194305",  # a pid above pid_max: dead
         )
     )
     with Pool.start(engine=engine, capacity=capacity(tmp_path), config=PoolConfig(size=0)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -79,7 +80,7 @@ def test_gc_removes_orphans_and_spares_live_sessions(engine, runtime, tmp_path) 
             run_id="orphan-test",
             mode="fresh",
             image=TEST_IMAGE,
-            owner="nohost:1",
+            owner=f"{socket.gethostname()}:4194305",  # a pid above pid_max: dead,
         )
     )
     with Session.open(image=TEST_IMAGE, engine=engine, output_dir=tmp_path) as live:
@@ -87,3 +88,22 @@ def test_gc_removes_orphans_and_spares_live_sessions(engine, runtime, tmp_path) 
         assert [item["run_id"] for item in removed] == ["orphan-test"]
         assert live.run("print(1)").ok
     assert orphan[:12] == removed[0]["id"]
+
+
+def test_gc_leaves_other_hosts_containers_unless_told(engine, runtime, tmp_path) -> None:
+    from sandbox.config import container_config
+
+    foreign = engine.create(
+        container_config(
+            Limits(runtime=runtime),
+            run_id="foreign-host",
+            mode="fresh",
+            image=TEST_IMAGE,
+            owner="another-host:1",
+        )
+    )
+    try:
+        assert "foreign-host" not in [item["run_id"] for item in collect_orphans(engine)]
+        assert any(c["Id"] == foreign for c in engine.managed_containers())
+    finally:
+        engine.remove(foreign)
