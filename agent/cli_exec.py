@@ -20,8 +20,10 @@ from sandbox.doctor import run_checks
 from sandbox.engine import Engine
 from sandbox.gc import collect_orphans
 from sandbox.limits import Limits
+from sandbox.pool import Pool
+from sandbox.pool_config import PoolConfig
 from sandbox.result import ExecutionResult
-from sandbox.session import new_run_id, run_fresh
+from sandbox.session import new_run_id
 from sandbox.units import format_size
 
 
@@ -117,9 +119,15 @@ def exec_command(
     """
     limits = limits_from(limit_flags)
     code = read_code(source)
-    result = run_fresh(
-        code, limits=limits, image=image, data=list(data), output_dir=output, run_id=new_run_id()
-    )
+    with Pool.start(config=PoolConfig(size=0)) as pool:  # the host-wide cap, no warm-up
+        result = pool.run_fresh(
+            code,
+            limits=limits,
+            image=image,
+            data=list(data),
+            output_dir=output,
+            run_id=new_run_id(),
+        )
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:

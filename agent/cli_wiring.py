@@ -16,8 +16,8 @@ the audit log and the transcript.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,8 @@ from agent.state import RunResult
 from agent.transcript import Event, EventSink, Transcript, fanout
 from sandbox.config import DEFAULT_IMAGE
 from sandbox.errors import SandboxError
-from sandbox.result import ExecutionResult
+from sandbox.pool import Pool
+from sandbox.pool_config import PoolConfig
 from sandbox.session import Session, new_run_id
 from sandbox.units import format_size
 from tools.audit import AuditError, AuditLog, open_audit_log
@@ -40,8 +41,6 @@ from tools.policy import Policy, PolicyError, load_policy
 
 RUNS_DIR = Path("sbx-runs")
 OUTPUT_DIR = Path("sbx-output")
-CANCEL_GRACE_S = 10.0
-"""Seconds to wait, after killing the container, for an execution in flight to return."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +123,11 @@ def ask(
     )
     run_id = new_run_id()
     spec = _Run(
-        options=options, policy=policy, settings=settings, endpoint=endpoint, run_id=run_id,
+        options=options,
+        policy=policy,
+        settings=settings,
+        endpoint=endpoint,
+        run_id=run_id,
         output_dir=options.output or OUTPUT_DIR / run_id,
     )
     transcript_path = options.transcript or RUNS_DIR / f"{run_id}.jsonl"
@@ -142,90 +145,76 @@ def ask(
             emit({"type": "run_error", "error": f"{type(exc).__name__}: {exc}"})
             raise
     return AskOutcome(
-        result=result, transcript=transcript_path, audit_log=audit.path,
+        result=result,
+        transcript=transcript_path,
+        audit_log=audit.path,
         output_dir=spec.output_dir,
     )
 
 
 def _run_with_sandbox(spec: _Run, audit: AuditLog, emit: EventSink) -> RunResult:
-    """Open the session (if `execute_python` is enabled) and the gate, run, close both."""
-    runner: SessionRunner | None = None
+    """Open the session (if `execute_python` is enabled) and the gate, run, close both.
+
+    The session comes from a pool with no warm containers: one `ask` is one
+    run, so there is nothing to pre-warm, but the pool holds the host-wide
+    lease (SBX_MAX_SANDBOXES and friends) and removes the container off the
+    answer's path. `Session.close` is safe while a tool thread still reads
+    (Ctrl-C): it removes the container first, which ends that read.
+    """
     gate: ToolGate | None = None
     reason = "error"
-    try:
-        if spec.policy.tools.execute_python.enabled:
-            runner = SessionRunner(Session.open(
-                limits=spec.policy.sandbox, image=spec.options.image,
-                data=list(spec.options.data), output_dir=spec.output_dir, run_id=spec.run_id,
-            ))
-        context = ToolContext(
-            run_id=spec.run_id, runner=runner, data_paths=list(spec.options.data),
-            api_key=spec.endpoint.api_key,
-        )
-        gate = build_gate(spec.policy, context=context, audit=audit)
-        result = _run_loop(spec, gate, emit)
-        reason = result.status
-        return result
-    except KeyboardInterrupt:
-        reason = "cancelled"
-        raise
-    finally:
-        if runner is not None:
-            runner.close()
-        if gate is not None:
-            gate.close(reason=reason)
-
-
-class SessionRunner:
-    """The run's session as the gate's `CodeRunner`, safe to close while an execution runs.
-
-    After Ctrl-C the loop returns while a tool thread may still be blocked reading the
-    session's stream. Closing the session's socket from this thread would not wake that
-    reader, and the descriptor number could be reused before it looks again. So `close`
-    first kills the container, which ends the stream: the reader sees it, closes its own
-    side and returns; only then is the session closed (idempotently) here.
-    """
-
-    def __init__(self, session: Session) -> None:
-        self._session = session
-        self._idle = threading.Condition()
-        self._running = 0
-
-    def run(self, code: str) -> ExecutionResult:
-        """Execute in the session, counting executions in flight."""
-        with self._idle:
-            self._running += 1
+    with ExitStack() as stack:
         try:
-            return self._session.run(code)
+            session: Session | None = None
+            if spec.policy.tools.execute_python.enabled:
+                pool = stack.enter_context(Pool.start(config=PoolConfig(size=0)))
+                session = stack.enter_context(
+                    pool.session(
+                        limits=spec.policy.sandbox,
+                        image=spec.options.image,
+                        data=list(spec.options.data),
+                        output_dir=spec.output_dir,
+                        run_id=spec.run_id,
+                    )
+                )
+            context = ToolContext(
+                run_id=spec.run_id,
+                runner=session,
+                data_paths=list(spec.options.data),
+                api_key=spec.endpoint.api_key,
+            )
+            gate = build_gate(spec.policy, context=context, audit=audit)
+            result = _run_loop(spec, gate, emit)
+            reason = result.status
+            return result
+        except KeyboardInterrupt:
+            reason = "cancelled"
+            raise
         finally:
-            with self._idle:
-                self._running -= 1
-                self._idle.notify_all()
-
-    def close(self) -> None:
-        """Kill the container under a running execution, wait for it to return, then close."""
-        with self._idle:
-            running = self._running > 0
-        container_id = self._session.container_id
-        if running and container_id is not None:
-            self._session.engine.remove(container_id)
-            with self._idle:
-                self._idle.wait_for(lambda: self._running == 0, timeout=CANCEL_GRACE_S)
-        self._session.close()
+            if session is not None:
+                session.close()
+            if gate is not None:
+                gate.close(reason=reason)
 
 
 def _run_loop(spec: _Run, gate: ToolGate, emit: EventSink) -> RunResult:
     """Build the system prompt, announce the run, and hand over to the loop."""
     limits = spec.policy.sandbox
     prompt = build_system_prompt(
-        data=spec.options.data, tools=gate.enabled_names(), timeout_s=limits.timeout,
+        data=spec.options.data,
+        tools=gate.enabled_names(),
+        timeout_s=limits.timeout,
         memory=format_size(limits.memory),
     )
     with ModelClient.connect(spec.endpoint, spec.settings) as model:
         emit(_run_start(spec, model, prompt.version, gate.enabled_names()))
         return run(
-            spec.options.question, model=model, gate=gate, settings=spec.settings,
-            system_prompt=prompt.text, emit=emit,
+            spec.options.question,
+            model=model,
+            gate=gate,
+            settings=spec.settings,
+            system_prompt=prompt.text,
+            emit=emit,
         )
 
 

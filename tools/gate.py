@@ -78,6 +78,10 @@ class _Refusal:
     rule: str | None = None
 
 
+CLOSE_GRACE_S = 10.0
+"""Seconds `close` waits for calls still in flight before writing the run-end record."""
+
+
 class ToolGate:
     """Checks, records and runs tool calls for one agent run; thread-safe."""
 
@@ -92,6 +96,8 @@ class ToolGate:
         self._lock = threading.Lock()
         self._halted: str | None = None
         self._closed = False
+        self._in_flight = 0
+        self._settled = threading.Condition(self._lock)
         keys = {t.sequential for t in self._tools.values() if t.sequential is not None}
         self._sequential = {key: threading.Lock() for key in keys}
 
@@ -123,17 +129,32 @@ class ToolGate:
         }
         self._audit.record(self.run_id, "run_start", data)
 
-    def close(self, *, reason: str = "closed") -> None:
-        """Append the run-end record (once)."""
+    def close(self, *, reason: str = "closed", grace_s: float = CLOSE_GRACE_S) -> None:
+        """Append the run-end record (once), after the outcomes of calls still in flight.
+
+        On Ctrl-C the loop returns while a tool thread may still be finishing (its
+        sandbox was just removed); waiting a bounded moment keeps `run_end` last.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            self._settled.wait_for(lambda: self._in_flight == 0, timeout=grace_s)
         data = {"reason": reason, "halted": self._halted, **self._quota.snapshot()}
         self._audit.record(self.run_id, "run_end", data)
 
     def call(self, *, name: str, arguments: str, call_id: str) -> ToolOutcome:
         """Check, record and run one call; model errors come back as data, never raised."""
+        with self._lock:
+            self._in_flight += 1
+        try:
+            return self._call(name=name, arguments=arguments, call_id=call_id)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._settled.notify_all()
+
+    def _call(self, *, name: str, arguments: str, call_id: str) -> ToolOutcome:
         started = time.perf_counter()
         tool = self._tools.get(name)
         decided = self._decide(name, tool, arguments)
