@@ -99,8 +99,13 @@ def exec_request(
     stderr_cap: int,
     max_artifact_bytes: int,
     max_artifacts: int,
+    measure: bool = True,
 ) -> dict[str, object]:
-    """The request line the runner expects for one execution."""
+    """The request line the runner expects for one execution.
+
+    `measure=False` when the host reads the container's cgroup itself
+    (`sandbox.accounting`): the runner then skips its own, forgeable readings.
+    """
     return {
         "type": "exec",
         "id": request_id,
@@ -110,4 +115,5 @@ def exec_request(
         "stderr_cap": stderr_cap,
         "max_artifact_bytes": max_artifact_bytes,
         "max_artifacts": max_artifacts,
+        "measure": measure,
     }

@@ -141,6 +141,8 @@ class Session:
                 raise SandboxBroken(f"runner sent {frame.type!r} before 'ready'")
             meter = CgroupAccounting(self.container_id)  # the cgroup exists once started
             self._meter = meter if meter.available else None
+            if not meter.available:
+                meter.close()
         except BaseException:
             self.close()
             raise
@@ -197,6 +199,7 @@ class Session:
                 stderr_cap=self.limits.stderr_bytes,
                 max_artifact_bytes=self.limits.max_artifact_bytes,
                 max_artifacts=self.limits.max_artifacts,
+                measure=self._meter is None,
             )
         )
         sink = ArtifactSink(
@@ -245,6 +248,9 @@ class Session:
         """
         channel, self._channel = self._channel, None
         container_id, self.container_id = self.container_id, None
+        meter, self._meter = self._meter, None
+        if meter is not None:
+            meter.close()
         if container_id is not None:
             self.engine.remove(container_id)
         if channel is not None:
