@@ -35,9 +35,9 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import TracebackType
 
 from sandbox.capacity import HostCapacity, Lease, Need
+from sandbox.closing import Closing
 from sandbox.config import DEFAULT_IMAGE
 from sandbox.engine import Engine
 from sandbox.gc import collect_orphans
@@ -57,7 +57,7 @@ POOL_MODE = "pool"
 """`sbx.mode` label of a container created for the pool (it keeps it after the hand-over)."""
 
 
-class Pool:
+class Pool(Closing):
     """Warm, single-use sandboxes for one process; `Pool.start()` or a `with` block."""
 
     def __init__(self, *, engine: Engine, capacity: HostCapacity, config: PoolConfig) -> None:
@@ -217,17 +217,6 @@ class Pool:
         for session in leftovers:
             session.close()
         self.reaper.close()
-
-    def __enter__(self) -> Pool:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def snapshot(self) -> PoolStats:
         """A copy of the counters with the current idle and building figures."""

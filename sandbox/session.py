@@ -18,10 +18,10 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from types import TracebackType
 
 from sandbox.accounting import CgroupAccounting
 from sandbox.channel import Channel, ChannelClosed, ChannelTimeout
+from sandbox.closing import Closing
 from sandbox.config import DEFAULT_IMAGE, container_config
 from sandbox.engine import Engine
 from sandbox.errors import InvalidInput, SandboxBroken
@@ -63,7 +63,7 @@ def code_text(code: str | bytes, limits: Limits) -> str:
     return code
 
 
-class Session:
+class Session(Closing):
     """A sandbox container kept for one run; use `Session.open()` or a `with` block."""
 
     def __init__(
@@ -255,17 +255,6 @@ class Session:
             self.engine.remove(container_id)
         if channel is not None:
             channel.close()
-
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def max_frame_bytes(limits: Limits) -> int:
