@@ -114,7 +114,7 @@ def add_gate(report: BenchReport, samples: int) -> None:
 def bench_command(
     quick: bool, reps: int | None, runs: int | None, pool_size: int, image: str, as_json: bool
 ) -> None:
-    r"""Measure sbx against its floors and a hardened `docker run`, interleaved in one run.
+    """Measure sbx against its floors and a hardened `docker run`, interleaved in one run.
 
     \b
     Prints medians and p90 per workload and mode, the ratios to the floor and
