@@ -57,19 +57,18 @@ def resource_notes(result: ExecutionResult, limits: Limits) -> list[str]:
 def build_result(
     frame: ResultFrame,
     *,
-    limits: Limits,
     artifacts: list[Artifact],
     refused: list[RefusedArtifact],
     duration: float,
     persistent: bool = True,
 ) -> ExecutionResult:
-    """Combine a result frame with the artifacts the host accepted."""
+    """Combine a result frame with the artifacts the host accepted (notes come later)."""
     error = None
     if frame.error is not None:
         error = ExecutionError(
             type=frame.error.type, message=frame.error.message, traceback=frame.error.traceback
         )
-    result = ExecutionResult(
+    return ExecutionResult(
         stdout=frame.stdout,
         stderr=frame.stderr,
         exit_code=frame.exit_code,
@@ -89,32 +88,25 @@ def build_result(
         ]
         + refused,
     )
-    result.notes = resource_notes(result, limits)
-    return result
 
 
 def lost_runner_result(
     exc: Exception,
     *,
-    limits: Limits,
     oom: bool,
     duration: float,
     timed_out: bool,
     persistent: bool = True,
 ) -> ExecutionResult:
     """The result when the runner stopped answering and its container was replaced."""
-    result = ExecutionResult(
+    return ExecutionResult(
         exit_code=124 if timed_out else (137 if oom else 1),
         timed_out=timed_out,
         oom_killed=oom,
         state_reset=persistent,
         duration_s=round(duration, 4),
+        notes=[f"the sandbox container was replaced ({str(exc)[:200]})"],
     )
-    result.notes = [
-        *resource_notes(result, limits),
-        f"the sandbox container was replaced ({str(exc)[:200]})",
-    ]
-    return result
 
 
 def merge_host_figures(
@@ -123,8 +115,6 @@ def merge_host_figures(
     before: Snapshot,
     *,
     peak_reset: bool,
-    limits: Limits,
-    persistent: bool,
 ) -> None:
     """Prefer the host's view of the cgroup over what the runner reported.
 
@@ -144,7 +134,3 @@ def merge_host_figures(
         result.oom_killed = True
         if not result.timed_out:
             result.exit_code = 137
-        result.notes = [
-            *resource_notes(result, limits),
-            *[n for n in result.notes if n.startswith("the sandbox container")],
-        ]

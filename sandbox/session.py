@@ -28,7 +28,12 @@ from sandbox.errors import InvalidInput, SandboxBroken
 from sandbox.files import ArtifactSink, data_mounts
 from sandbox.gc import owner_tag
 from sandbox.limits import Limits
-from sandbox.outcome import build_result, lost_runner_result, merge_host_figures
+from sandbox.outcome import (
+    build_result,
+    lost_runner_result,
+    merge_host_figures,
+    resource_notes,
+)
 from sandbox.protocol import ArtifactFrame, FatalFrame, ReadyFrame, ResultFrame, exec_request
 from sandbox.result import Artifact, ExecutionResult, RefusedArtifact
 
@@ -166,21 +171,15 @@ class Session(Closing):
                 lost = True
                 result = lost_runner_result(
                     exc,
-                    limits=self.limits,
                     oom=self._container_oom_killed(),
                     duration=time.monotonic() - started,
                     timed_out=isinstance(exc, ChannelTimeout),
                     persistent=self.mode == "session",
                 )
             if meter is not None and before is not None:
-                merge_host_figures(
-                    result,
-                    meter,
-                    before,
-                    peak_reset=peak_reset,
-                    limits=self.limits,
-                    persistent=self.mode == "session",
-                )
+                merge_host_figures(result, meter, before, peak_reset=peak_reset)
+            # Derived once, from the final figures: the limits hit first, then how it ended.
+            result.notes = [*resource_notes(result, self.limits), *result.notes]
             if lost:
                 self.close()  # replaced on the next run: the interpreter's state is gone
             return result
@@ -224,7 +223,6 @@ class Session(Closing):
             if isinstance(frame, ResultFrame):
                 return build_result(
                     frame,
-                    limits=self.limits,
                     artifacts=accepted,
                     refused=refused,
                     duration=time.monotonic() - started,
