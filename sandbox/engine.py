@@ -58,9 +58,7 @@ class Engine:
         try:
             attrs: dict[str, Any] = self.api.inspect_image(image)
         except docker.errors.ImageNotFound:
-            raise ImageMissing(
-                f"sandbox image {image!r} not found; build it with `sbx image build`"
-            ) from None
+            raise image_missing(image) from None
         except docker.errors.DockerException as exc:
             raise DockerUnavailable(
                 f"engine error inspecting {image!r}: {first_line(exc)}"
@@ -103,9 +101,7 @@ class Engine:
             host_config = self.api.create_host_config(**host)
             created = self.api.create_container(host_config=host_config, **kwargs)
         except docker.errors.ImageNotFound:
-            raise ImageMissing(
-                f"sandbox image {kwargs['image']!r} not found; build it with `sbx image build`"
-            ) from None
+            raise image_missing(kwargs["image"]) from None  # removed since require_image
         except docker.errors.DockerException as exc:
             raise SandboxBroken(
                 f"engine refused to create the sandbox: {first_line(exc)}"
@@ -168,6 +164,11 @@ class Engine:
             live = list(self._live)
         for container_id in live:
             self.remove(container_id)
+
+
+def image_missing(image: str) -> ImageMissing:
+    """The one message for a missing image: we never pull, so say how to build it."""
+    return ImageMissing(f"sandbox image {image!r} not found; build it with `sbx image build`")
 
 
 def first_line(exc: BaseException) -> str:
