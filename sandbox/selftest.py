@@ -93,10 +93,8 @@ def check_network(probe: Probe) -> list[CheckResult]:
     even if the configuration under test has a network (used by our own tests,
     which must not send traffic off this machine).
     """
-    gateway = bridge_gateway(probe.engine)
-    code = NETWORK_PROBE.replace("GATEWAY", repr(gateway))
-    if not probe.egress:
-        code = INTERFACES_PROBE
+    gateway = bridge_gateway(probe.engine) if probe.egress else ""
+    code = NETWORK_PROBE.replace("GATEWAY", repr(gateway)) if probe.egress else INTERFACES_PROBE
     facts = probe.facts(code)
     checks = [
         CheckResult(
