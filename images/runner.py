@@ -11,13 +11,14 @@ Two processes, so that model-written code can never speak the protocol:
   it. It enforces the execution timeout, caps stdout and stderr (head and
   tail), kills stray processes after each execution, reads the cgroup's CPU and
   memory figures, and lists `/output` for artifacts.
-* The **kernel** (`--kernel R W`) holds the user's variables between
-  executions, like a notebook. Its stdout and stderr are pipes to the
-  supervisor; it gets requests and sends replies on two other pipes. When it
-  dies (timeout, OOM kill, `os._exit`) the supervisor starts a new one and the
-  result says that state was reset. The first kernel runs an empty cell before
-  the supervisor says `ready`, so a warm pooled container never makes its
-  first execution wait for the kernel's interpreter to boot.
+* The **kernel** holds the user's variables between executions, like a
+  notebook. It is forked from the supervisor (one interpreter boot per
+  container, and a reset costs a fork, not a boot), then drops every
+  descriptor but its own four pipes: stdout and stderr to the supervisor, and
+  a request and a reply pipe. When it dies (timeout, OOM kill, `os._exit`)
+  the supervisor forks a new one and the result says that state was reset.
+  The first kernel runs an empty cell before the supervisor says `ready`, so
+  a warm pooled container never makes its first execution wait for it.
 
 The host treats every frame from here as untrusted input anyway: the
 container is the boundary, not this file.
@@ -49,7 +50,6 @@ import select
 import shutil
 import signal
 import struct
-import subprocess
 import sys
 import time
 import traceback
@@ -62,6 +62,7 @@ MAX_REPLY_BYTES = 1 << 20
 MAX_ERROR_CHARS = 16_000
 MAX_ARTIFACT_DEPTH = 8
 _LENGTH = struct.Struct(">I")
+PR_SET_DUMPABLE = 4
 
 
 # ---------------------------------------------------------------- framing helpers
@@ -380,74 +381,119 @@ def read_regular_file(path: str, cap: int) -> bytes | None:
         os.close(fd)
 
 
+class Kernel:
+    """A forked child that runs code; the supervisor holds the other ends of its four pipes."""
+
+    def __init__(self) -> None:
+        request_r, self.request_w = os.pipe()
+        self.reply_r, reply_w = os.pipe()
+        self.stdout_r, stdout_w = os.pipe()
+        self.stderr_r, stderr_w = os.pipe()
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:
+            become_kernel(request_r, reply_w, stdout_w, stderr_w)  # never returns
+        for fd in (request_r, reply_w, stdout_w, stderr_w):
+            os.close(fd)
+        for fd in (self.stdout_r, self.stderr_r):
+            os.set_blocking(fd, False)  # read after select; drain without blocking
+
+    def outputs(self) -> tuple[int, int]:
+        """The read ends of the kernel's stdout and stderr."""
+        return self.stdout_r, self.stderr_r
+
+    def kill(self) -> int | None:
+        """Kill the kernel's process group and reap it; the killing signal or None.
+
+        The output pipes stay open, so what the kernel wrote before it died can
+        still be drained; `close_outputs()` releases them.
+        """
+        for fd in (self.request_w, self.reply_r):
+            _close_quietly(fd)
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return -self.returncode if self.returncode < 0 else None
+
+    def close_outputs(self) -> None:
+        """Release the read ends of stdout and stderr (after a final drain)."""
+        for fd in self.outputs():
+            _close_quietly(fd)
+        self.stdout_r = self.stderr_r = -1
+
+
+def become_kernel(request_r: int, reply_w: int, stdout_w: int, stderr_w: int) -> None:
+    """In the forked child: keep only the kernel's pipes, then serve requests; never return.
+
+    Descriptors 0-2 become /dev/null and the two output pipes, the control
+    pipes move to 3 and 4, and everything else the supervisor held (the
+    protocol stream, the cgroup files) is closed, so code run here cannot
+    reach them. The child is made dumpable again (as an exec would), so it may
+    lower its own OOM priority and debug its own subprocesses.
+    """
+    code = 1
+    try:
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        for source, target in ((null, 0), (stdout_w, 1), (stderr_w, 2)):
+            os.dup2(source, target)
+        request_fd, reply_fd = os.dup(request_r), os.dup(reply_w)
+        os.dup2(request_fd, 3, inheritable=False)
+        os.dup2(reply_fd, 4, inheritable=False)
+        os.closerange(5, os.sysconf("SC_OPEN_MAX"))
+        _prctl(PR_SET_DUMPABLE, 1)
+        kernel_main(3, 4)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
 class Supervisor:
     """Serve exec requests from stdin; one kernel at a time."""
 
     def __init__(self) -> None:
         self.cgroup = Cgroup()
-        self.kernel: subprocess.Popen[bytes] | None = None
-        self.request_w = -1
-        self.reply_r = -1
+        self.kernel: Kernel | None = None
         self.seen: dict[str, tuple[int, int, int]] = {}
         self.refused_seen: set[tuple[str, str]] = set()
 
-    def start_kernel(self) -> None:
-        """Start a fresh kernel with empty state."""
-        request_r, self.request_w = os.pipe()
-        self.reply_r, reply_w = os.pipe()
-        self.kernel = subprocess.Popen(
-            [
-                sys.executable,
-                "-I",
-                "-u",
-                os.path.abspath(__file__),
-                "--kernel",
-                str(request_r),
-                str(reply_w),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=(request_r, reply_w),
-            start_new_session=True,
-            close_fds=True,
-        )
-        os.close(request_r)
-        os.close(reply_w)
-        for stream in (self.kernel.stdout, self.kernel.stderr):
-            if stream is not None:
-                os.set_blocking(stream.fileno(), False)  # read after select; drain without fcntl
+    def start_kernel(self) -> Kernel:
+        """Fork a fresh kernel with empty state."""
+        self.kernel = Kernel()
+        return self.kernel
 
     def warm_up(self) -> None:
-        """Run an empty cell before saying ready: the kernel has booted and its paths are warm."""
+        """Run an empty cell before saying ready: the kernel is up and its paths are warm."""
         kernel = self.kernel
         if kernel is None:
             return
-        send_message(self.request_w, {"id": 0, "code": "None"})
-        ready, _, _ = select.select([self.reply_r], [], [], 30.0)
+        send_message(kernel.request_w, {"id": 0, "code": "None"})
+        ready, _, _ = select.select([kernel.reply_r], [], [], 30.0)
         if ready:
-            receive_message(self.reply_r)
+            receive_message(kernel.reply_r)
         self.drain(kernel, Capture(0), Capture(0))
 
-    def stop_kernel(self) -> int | None:
-        """Kill the kernel and its process group; return the wait status's signal or None."""
+    def stop_kernel(self, *, keep_outputs: bool = False) -> int | None:
+        """Kill the kernel and its process group; return the killing signal or None."""
         kernel, self.kernel = self.kernel, None
         if kernel is None:
             return None
-        for fd in (self.request_w, self.reply_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        try:
-            os.killpg(kernel.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        kernel.wait()
-        for stream in (kernel.stdout, kernel.stderr):
-            if stream is not None:
-                stream.close()
-        return -kernel.returncode if kernel.returncode < 0 else None
+        killed = kernel.kill()
+        if not keep_outputs:
+            kernel.close_outputs()
+        return killed
 
     def serve(self) -> None:
         """Main loop: one request per stdin line until the host goes away."""
@@ -479,22 +525,22 @@ class Supervisor:
 
     def execute(self, request: dict[str, Any]) -> None:
         """Run one program in the kernel under the request's limits and report it."""
-        if self.kernel is None:
-            self.start_kernel()
-        kernel = self.kernel
-        if kernel is None or kernel.stdout is None or kernel.stderr is None:
-            raise RuntimeError("kernel did not start")
+        kernel = self.kernel or self.start_kernel()
         out, err = Capture(request["stdout_cap"]), Capture(request["stderr_cap"])
         meter: Cgroup | Unmeasured = self.cgroup if request.get("measure", True) else UNMEASURED
         cpu_before, peak_before, oom_before = meter.cpu_seconds(), meter.peak(), meter.oom_kills()
-        send_message(self.request_w, {"id": request["id"], "code": request["code"]})
+        send_message(kernel.request_w, {"id": request["id"], "code": request["code"]})
         reply, timed_out, sampled_peak = self.pump(kernel, out, err, request["timeout"], meter)
         killed_signal, state_reset = None, False
         if reply is None:
-            killed_signal = self.stop_kernel() or (signal.SIGKILL if timed_out else None)
+            killed_signal = self.stop_kernel(keep_outputs=True) or (
+                signal.SIGKILL if timed_out else None
+            )
             state_reset = True
         self.reap_strays(kernel)
         self.drain(kernel, out, err)
+        if state_reset:
+            kernel.close_outputs()
         oom_after = meter.oom_kills()
         oom = bool(
             not timed_out
@@ -531,7 +577,7 @@ class Supervisor:
         if self.kernel is None:
             self.start_kernel()  # ready for the next request, off its critical path
 
-    def reap_strays(self, kernel: subprocess.Popen[bytes]) -> None:
+    def reap_strays(self, kernel: Kernel) -> None:
         """Kill leftover processes; skip the /proc scan when the task count rules them out.
 
         init, this supervisor and a live kernel are one task each at least, so
@@ -545,29 +591,27 @@ class Supervisor:
 
     def pump(
         self,
-        kernel: subprocess.Popen[bytes],
+        kernel: Kernel,
         out: Capture,
         err: Capture,
         timeout: float,
         meter: Cgroup | Unmeasured,
     ) -> tuple[dict[str, Any] | None, bool, int | None]:
         """Move output into the captures until the kernel replies, dies or runs out of time."""
-        if kernel.stdout is None or kernel.stderr is None:
-            raise RuntimeError("kernel has no output pipes")
-        streams = {kernel.stdout.fileno(): out, kernel.stderr.fileno(): err}
+        streams = {kernel.stdout_r: out, kernel.stderr_r: err}
         deadline = time.monotonic() + timeout
         peak: int | None = None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None, True, peak
-            ready, _, _ = select.select([*streams, self.reply_r], [], [], min(remaining, 0.05))
+            ready, _, _ = select.select([*streams, kernel.reply_r], [], [], min(remaining, 0.05))
             usage = meter.memory()
             if usage is not None:
                 peak = max(peak or 0, usage)
             for fd in ready:
-                if fd == self.reply_r:
-                    return receive_message(self.reply_r), False, peak
+                if fd == kernel.reply_r:
+                    return receive_message(kernel.reply_r), False, peak
                 try:
                     data = os.read(fd, 1 << 16)
                 except BlockingIOError:
@@ -578,13 +622,13 @@ class Supervisor:
                     del streams[fd]
 
     @staticmethod
-    def drain(kernel: subprocess.Popen[bytes], out: Capture, err: Capture) -> None:
+    def drain(kernel: Kernel, out: Capture, err: Capture) -> None:
         """Read what is left in the output pipes without blocking."""
-        for stream, capture in ((kernel.stdout, out), (kernel.stderr, err)):
-            if stream is None or stream.closed:
+        for fd, capture in zip(kernel.outputs(), (out, err), strict=True):
+            if fd < 0:
                 continue
             try:
-                while data := os.read(stream.fileno(), 1 << 16):
+                while data := os.read(fd, 1 << 16):
                     capture.feed(data)
             except OSError:
                 pass  # BlockingIOError: the pipes are non-blocking, and nothing is left
@@ -678,12 +722,17 @@ def peak_during(peak_after: int | None, peak_before: int | None, sampled: int | 
     return sampled
 
 
-def prepare_environment() -> None:
-    """Make this process non-dumpable and seed matplotlib's font cache into writable /tmp."""
+def _prctl(option: int, value: int) -> None:
+    """prctl(2) through libc; a failure leaves the flag as it was."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def prepare_environment() -> None:
+    """Make this process non-dumpable and seed matplotlib's font cache into writable /tmp."""
+    _prctl(PR_SET_DUMPABLE, 0)
     target = os.environ.get("MPLCONFIGDIR", "/tmp/matplotlib")
     if os.path.isdir(FONT_CACHE) and not os.path.exists(target):
         try:
@@ -692,12 +741,8 @@ def prepare_environment() -> None:
             pass
 
 
-def main(argv: list[str]) -> None:
-    """Entry point: supervisor by default, kernel with `--kernel R W`."""
-    if len(argv) == 3 and argv[0] == "--kernel":
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        kernel_main(int(argv[1]), int(argv[2]))
-        return
+def main() -> None:
+    """Entry point: the supervisor, which forks its kernels."""
     prepare_environment()
     supervisor = Supervisor()
     try:
@@ -710,4 +755,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -68,6 +68,16 @@ class Snapshot:
     """Processes the OOM killer has killed in the container so far."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Baseline:
+    """Where the next execution's figures start: counters read, high-water mark restarted."""
+
+    before: Snapshot
+    """The cumulative counters when the container went idle."""
+    peak_reset: bool
+    """Whether the memory high-water mark was restarted (so it is the execution's own)."""
+
+
 class CgroupAccounting:
     """Host-side reader for one container's cgroup; every figure may be None. Call `close()`."""
 

@@ -228,21 +228,35 @@ def measure_latency(bench: _Bench, report: BenchReport) -> None:
 
 
 def measure_throughput(bench: _Bench, report: BenchReport) -> None:
-    """Executions per second of `print(1)` at each concurrency level, modes interleaved."""
+    """Executions per second of `print(1)` at each concurrency level, modes interleaved.
+
+    Each figure also gets the host's CPU time per execution: every process
+    (engine, containers, this one), from just before the runs until the pool
+    has refilled and removals have finished, so a pooled execution pays for
+    the container that replaces it.
+    """
     options = bench.options
     if bench.session is not None:  # its lease would count against the host cap at c=8
         bench.session.close()
         bench.session = None
     for mode in THROUGHPUT_MODES:
         report.throughput[mode] = {}
+        report.cpu_per_execution[mode] = {}
     for level in options.concurrency:
         for mode in THROUGHPUT_MODES:
             bench.progress(f"throughput: {mode} at concurrency {level}")
             bench.quiesce()
-            report.throughput[mode][level] = _throughput(bench, mode, level)
+            busy_before = host_busy_seconds()
+            runs, elapsed = _throughput(bench, mode, level)
+            bench.quiesce()
+            busy_after = host_busy_seconds()
+            report.throughput[mode][level] = runs / elapsed
+            if busy_before is not None and busy_after is not None:
+                report.cpu_per_execution[mode][level] = (busy_after - busy_before) / runs
 
 
-def _throughput(bench: _Bench, mode: str, level: int) -> float:
+def _throughput(bench: _Bench, mode: str, level: int) -> tuple[int, float]:
+    """Run the figure's executions; return how many ran and the seconds they took."""
     runs = bench.options.throughput_runs
     if mode == SESSION:
         sessions = [bench.open_session() for _ in range(level)]
@@ -260,13 +274,25 @@ def _throughput(bench: _Bench, mode: str, level: int) -> float:
         finally:
             for session in sessions:
                 session.close()
-        return runs / elapsed
+        return runs, elapsed
     if mode == BURST:  # as many executions as there are warm containers, from a full pool
         runs, mode = bench.options.pool_size, POOLED
     started = time.perf_counter()
     with ThreadPoolExecutor(level) as workers:
         list(workers.map(lambda _: bench.sample(mode, PRINT_ONE), range(runs)))
-    return runs / (time.perf_counter() - started)
+    return runs, time.perf_counter() - started
+
+
+def host_busy_seconds(stat: Path = Path("/proc/stat")) -> float | None:
+    """CPU seconds all processes of this host have used since boot (None off Linux)."""
+    try:
+        fields = stat.read_text().splitlines()[0].split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = (int(value) for value in fields[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def evaluate_targets(report: BenchReport) -> None:

@@ -64,14 +64,28 @@ def _x(value: float | None) -> str:
 
 
 def throughput_table(report: BenchReport) -> list[str]:
-    """Executions per second of `print(1)` at each concurrency."""
+    """Executions per second of `print(1)` at each concurrency, and host CPU per execution."""
     levels = sorted({level for values in report.throughput.values() for level in values})
-    rows = [
-        [mode, *(f"{values[level]:.1f}" if level in values else "n/a" for level in levels)]
-        for mode, values in report.throughput.items()
-    ]
     header = ["mode", *(f"c={level}" for level in levels)]
-    return ["Throughput of print(1), executions/s:", *_grid(header, rows)]
+    lines = ["Throughput of print(1), executions/s:"]
+    lines += _grid(header, _level_rows(report.throughput, levels, ".1f"))
+    if any(report.cpu_per_execution.values()):
+        ms = {
+            mode: {level: seconds * 1000 for level, seconds in values.items()}
+            for mode, values in report.cpu_per_execution.items()
+        }
+        lines += ["", "Host CPU per execution, ms (every process: engine, containers, sbx):"]
+        lines += _grid(header, _level_rows(ms, levels, ".3g"))
+    return lines
+
+
+def _level_rows(
+    table: dict[str, dict[int, float]], levels: list[int], spec: str
+) -> list[list[str]]:
+    return [
+        [mode, *(format(values[level], spec) if level in values else "n/a" for level in levels)]
+        for mode, values in table.items()
+    ]
 
 
 def render(report: BenchReport) -> str:

@@ -72,6 +72,8 @@ class BenchReport:
     """workload -> mode -> summary (None: not measurable here, e.g. no pandas on the host)."""
     throughput: dict[str, dict[int, float]] = field(default_factory=dict)
     """mode -> concurrency -> executions per second."""
+    cpu_per_execution: dict[str, dict[int, float]] = field(default_factory=dict)
+    """mode -> concurrency -> host CPU seconds (all processes) per execution."""
     idle_memory: dict[str, float] = field(default_factory=dict)
     """Resident memory of one idle pooled container, MiB, by measure."""
     gate: dict[str, Any] = field(default_factory=dict)
@@ -97,6 +99,10 @@ class BenchReport:
             "throughput_per_s": {
                 mode: {str(c): round(v, 2) for c, v in levels.items()}
                 for mode, levels in self.throughput.items()
+            },
+            "host_cpu_ms_per_execution": {
+                mode: {str(c): round(v * 1000, 1) for c, v in levels.items()}
+                for mode, levels in self.cpu_per_execution.items()
             },
             "idle_pooled_container_mib": {k: round(v, 1) for k, v in self.idle_memory.items()},
             "gate": self.gate,

@@ -6,7 +6,7 @@ both the model and the operator know what happened and what to do.
 
 from __future__ import annotations
 
-from sandbox.accounting import CgroupAccounting, Snapshot, cpu_seconds_between, oom_between
+from sandbox.accounting import Snapshot, cpu_seconds_between, oom_between
 from sandbox.limits import Limits
 from sandbox.protocol import ResultFrame
 from sandbox.result import Artifact, ExecutionError, ExecutionResult, RefusedArtifact
@@ -110,24 +110,19 @@ def lost_runner_result(
 
 
 def merge_host_figures(
-    result: ExecutionResult,
-    meter: CgroupAccounting,
-    before: Snapshot,
-    *,
-    peak_reset: bool,
+    result: ExecutionResult, before: Snapshot, after: Snapshot, peak: int | None
 ) -> None:
     """Prefer the host's view of the cgroup over what the runner reported.
 
     The host's counters cannot be forged by the code in the container, and
     they exist under gVisor too, where the runner sees no cgroup at all. An
     OOM kill the host saw but the runner missed (a child process, or the
-    runner itself) becomes `oom_killed` when the execution failed.
+    runner itself) becomes `oom_killed` when the execution failed. `peak` is
+    the high-water mark since it was last restarted, or None when it could not be.
     """
-    after = meter.snapshot()
     cpu = cpu_seconds_between(before, after)
     if cpu is not None:
         result.cpu_seconds = cpu
-    peak = meter.peak() if peak_reset else None
     if peak:
         result.peak_memory_bytes = peak
     if oom_between(before, after) and not result.oom_killed and not result.ok:

@@ -19,7 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-from sandbox.accounting import CgroupAccounting
+from sandbox.accounting import Baseline, CgroupAccounting
 from sandbox.channel import Channel, ChannelClosed, ChannelTimeout
 from sandbox.closing import Closing
 from sandbox.config import DEFAULT_IMAGE, container_config
@@ -92,6 +92,7 @@ class Session(Closing):
         self.container_id: str | None = None
         self._channel: Channel | None = None
         self._meter: CgroupAccounting | None = None
+        self._baseline: Baseline | None = None
         self._next_id = 1
         self._lock = threading.Lock()
         self.executions = 0
@@ -148,6 +149,7 @@ class Session(Closing):
             self._meter = meter if meter.available else None
             if not meter.available:
                 meter.close()
+            self._baseline = self._arm_meter()
         except BaseException:
             self.close()
             raise
@@ -161,8 +163,7 @@ class Session(Closing):
             self.executions += 1
             request_id, self._next_id = self._next_id, self._next_id + 1
             meter = self._meter
-            peak_reset = meter.reset_peak() if meter else False
-            before = meter.snapshot() if meter else None
+            baseline = self._baseline or self._arm_meter()
             started = time.monotonic()
             lost = False
             try:
@@ -176,13 +177,30 @@ class Session(Closing):
                     timed_out=isinstance(exc, ChannelTimeout),
                     persistent=self.mode == "session",
                 )
-            if meter is not None and before is not None:
-                merge_host_figures(result, meter, before, peak_reset=peak_reset)
+            if meter is not None and baseline is not None:
+                after = meter.snapshot()
+                peak = meter.peak() if baseline.peak_reset else None
+                merge_host_figures(result, baseline.before, after, peak)
+                # The next run starts from here: the container is idle in between.
+                self._baseline = Baseline(before=after, peak_reset=meter.reset_peak())
             # Derived once, from the final figures: the limits hit first, then how it ended.
             result.notes = [*resource_notes(result, self.limits), *result.notes]
             if lost:
                 self.close()  # replaced on the next run: the interpreter's state is gone
             return result
+
+    def _arm_meter(self) -> Baseline | None:
+        """Restart the memory high-water mark and read the counters a run starts from.
+
+        Done when the container starts and reused from each run's closing
+        reading, so a run does not touch cgroupfs before its request is sent:
+        idle between runs, the runner uses no CPU and no new memory.
+        """
+        meter = self._meter
+        if meter is None:
+            return None
+        peak_reset = meter.reset_peak()
+        return Baseline(before=meter.snapshot(), peak_reset=peak_reset)
 
     def _exchange(self, code: str, request_id: int, started: float) -> ExecutionResult:
         """Send one request and collect its artifact frames and result frame."""
@@ -247,6 +265,7 @@ class Session(Closing):
         channel, self._channel = self._channel, None
         container_id, self.container_id = self.container_id, None
         meter, self._meter = self._meter, None
+        self._baseline = None
         if meter is not None:
             meter.close()
         if container_id is not None:

@@ -49,12 +49,17 @@ def engine() -> Engine:
 def runtime(request: pytest.FixtureRequest, engine: Engine) -> str:
     """Each OCI runtime the security tests must pass under: runc, and gVisor's runsc."""
     name: str = request.param
+    require_runtime(engine, name)
+    return name
+
+
+def require_runtime(engine: Engine, name: str) -> None:
+    """Skip (fail in CI) when the engine does not have the OCI runtime `name`."""
     if name not in engine.runtimes():
         message = f"runtime {name} is not registered with the engine (setup.sh registers runsc)"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    return name
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 import pytest
@@ -21,6 +22,7 @@ from sandbox.bench import (
     THROUGHPUT_MODES,
     BenchOptions,
     evaluate_targets,
+    host_busy_seconds,
     run_bench,
 )
 from sandbox.bench_render import render
@@ -51,6 +53,7 @@ def synthetic_report() -> BenchReport:
     report.latency[PRINT_ONE.name][SESSION] = Summary.of([0.0012])
     report.latency[STATEFUL_PAIR.name] = dict.fromkeys(MODES)
     report.throughput = {BASELINE: {4: 5.0}, POOLED: {4: 11.0}, BURST: {4: 40.0}}
+    report.cpu_per_execution = {BASELINE: {4: 0.3125}, POOLED: {4: 0.375}}
     report.idle_memory = {"cgroup_usage": 16.0, "rss_sum": 31.0}
     return report
 
@@ -75,6 +78,17 @@ def test_the_report_renders_as_tables_and_as_json() -> None:
     data = json.loads(json.dumps(report.as_json()))
     assert data["latency"][PRINT_ONE.name][SESSION]["median_ms"] == 1.2
     assert data["throughput_per_s"][POOLED]["4"] == 11.0
+    assert "Host CPU per execution" in text and "312" in text
+    assert data["host_cpu_ms_per_execution"][POOLED]["4"] == 375.0
+
+
+def test_host_busy_seconds_counts_every_state_but_idle_and_steal(tmp_path) -> None:
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice, in clock ticks
+    stat.write_text("cpu  100 20 30 5000 400 5 5 700 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert host_busy_seconds(stat) == pytest.approx(160 / ticks)
+    assert host_busy_seconds(tmp_path / "missing") is None
 
 
 def test_gate_overhead_is_measured_through_the_real_gate(tmp_path, monkeypatch) -> None:
@@ -111,6 +125,10 @@ def test_a_tiny_real_run_fills_every_cell_and_leaves_nothing(engine, tmp_path) -
         assert report.latency[PRINT_ONE.name][mode] is not None, mode
     assert set(report.throughput) == set(THROUGHPUT_MODES)
     assert all(value > 0 for levels in report.throughput.values() for value in levels.values())
+    cpu = report.cpu_per_execution
+    assert set(cpu) == set(THROUGHPUT_MODES) and all(2 in levels for levels in cpu.values())
+    # A fresh container costs the engine far more CPU than a session execution does.
+    assert cpu[BASELINE][2] > cpu[SESSION][2] > 0
     assert report.idle_memory["cgroup_usage"] > 0
     assert len(report.targets) == 5
     assert capacity.usage().sandboxes == 0

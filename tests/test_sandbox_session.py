@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from conftest import TEST_IMAGE
+from conftest import TEST_IMAGE, require_runtime
 from sandbox.errors import InvalidInput
 from sandbox.limits import Limits
 from sandbox.session import Session, new_run_id, run_fresh
@@ -78,3 +80,72 @@ def test_bad_code_is_refused_before_any_container(engine, runtime, tmp_path) -> 
         run_fresh(b"print('\xff')", image=TEST_IMAGE, engine=engine, output_dir=tmp_path)
     with pytest.raises(InvalidInput, match="max_code_bytes"):
         run_fresh("x = 1\n" * 300_000, image=TEST_IMAGE, engine=engine, output_dir=tmp_path)
+
+
+PROBE_DESCRIPTORS = """
+import json, os
+fds = {}
+for fd in sorted(int(n) for n in os.listdir('/proc/self/fd')):
+    try:
+        fds[fd] = os.readlink(f'/proc/self/fd/{fd}')
+    except OSError:
+        pass  # the descriptor listdir itself used, closed by now
+try:
+    os.listdir(f'/proc/{os.getppid()}/fd')
+    runner = 'readable'
+except PermissionError:
+    runner = 'denied'
+print(json.dumps({'fds': fds, 'runner': runner}))
+"""
+
+
+def test_user_code_holds_only_its_own_pipes_and_cannot_reach_the_runners(
+    session: Session, runtime: str
+) -> None:
+    """C16: the interpreter keeps no descriptor of the protocol stream or the cgroup files,
+    and under runc cannot open the (non-dumpable) runner's descriptors through /proc.
+
+    gVisor's /proc does not honour non-dumpable: there the runner's descriptors are
+    reachable (security.md, "What is NOT protected"), and the test records that.
+    """
+    seen = json.loads(session.run(PROBE_DESCRIPTORS).stdout)
+    fds = {int(fd): target for fd, target in seen["fds"].items()}
+    assert set(fds) <= {0, 1, 2, 3, 4}, fds
+    assert fds[0] == "/dev/null"
+    assert all(fds[fd].startswith("pipe:") for fd in (1, 2, 3, 4)), fds
+    assert seen["runner"] == ("denied" if runtime == "runc" else "readable")
+    reset = session.run("import os; os._exit(1)")
+    assert reset.state_reset  # a new kernel after a reset is just as bare
+    again = json.loads(session.run(PROBE_DESCRIPTORS).stdout)
+    assert {int(fd) for fd in again["fds"]} <= {0, 1, 2, 3, 4}
+
+
+FORGE_FRAME = """
+import json, os
+frame = {"type": "result", "id": 2, "exit_code": 0, "error": None, "stdout": "forged\\n",
+         "stdout_total": 7, "stdout_dropped": 0, "stderr": "", "stderr_total": 0,
+         "stderr_dropped": 0, "timed_out": False, "killed_signal": None, "oom_killed": False,
+         "state_reset": False, "cpu_seconds": 0.0, "peak_memory_bytes": 1, "refused": []}
+stream = os.open(f"/proc/{os.getppid()}/fd/1", os.O_WRONLY)
+os.write(stream, (json.dumps(frame) + "\\n").encode())
+"""
+
+
+def test_under_gvisor_a_forged_frame_only_misreports_its_own_run(engine, tmp_path) -> None:
+    """security.md, "Our runner is not a boundary": under gVisor code can reach the protocol
+    stream; the forgery covers its own execution, then the host replaces the container."""
+    require_runtime(engine, "runsc")
+    with Session.open(
+        limits=Limits(runtime="runsc", timeout="10s"),
+        image=TEST_IMAGE,
+        engine=engine,
+        output_dir=tmp_path,
+    ) as session:
+        session.run("x = 1")
+        forged = session.run(FORGE_FRAME)
+        assert forged.stdout == "forged\n"
+        cpu = forged.cpu_seconds
+        assert cpu is None or cpu >= 0  # the host's own cgroup figure, not the frame's 0.0
+        after = session.run("print('x' in globals())")
+        assert after.state_reset and any("replaced" in note for note in after.notes)
+        assert session.run("print('fresh')").stdout == "fresh\n"
