@@ -168,9 +168,9 @@ def exit_code_of(stop: SystemExit) -> int:
 def describe_error(exc: BaseException) -> dict[str, str]:
     """Type, message and a traceback without this file's frames."""
     summary = traceback.TracebackException.from_exception(exc)
-    own_file = os.path.abspath(__file__)
+    own_file = describe_error.__code__.co_filename  # runner.py, even when run from its .pyc
     summary.stack = traceback.StackSummary.from_list(
-        [frame for frame in summary.stack if os.path.abspath(frame.filename) != own_file]
+        [frame for frame in summary.stack if frame.filename != own_file]
     )
     try:
         message = str(exc)

@@ -49,7 +49,9 @@ POOLED = "sbx fresh (pool)"
 SESSION = "sbx session"
 MODES = (HOST, FLOOR, BASELINE, FRESH, POOLED, SESSION)
 BURST = "sbx fresh (pool, burst)"
-THROUGHPUT_MODES = (BASELINE, FRESH, POOLED, BURST, SESSION)
+BARE = "bare container (true)"
+"""Throughput only: a hardened `docker run --rm` of `true`, the engine's cost per container."""
+THROUGHPUT_MODES = (BARE, BASELINE, FRESH, POOLED, BURST, SESSION)
 SESSION_THROUGHPUT_FACTOR = 25
 """Session executions are ~1000x cheaper: run this many more of them for a stable figure."""
 
@@ -150,6 +152,17 @@ class _Bench:
             raise SandboxBroken(f"bench: {mode} gave a wrong answer for {workload.name!r}")
         if workload.artifact and mode in (FLOOR, BASELINE) and "plot.png" not in outputs[-1]:
             raise SandboxBroken(f"bench: {mode} returned no artifact for {workload.name!r}")
+        return elapsed
+
+    def bare_container(self) -> float:
+        """Seconds for one hardened `docker run --rm` of `true` (no Python at all)."""
+        started = time.perf_counter()
+        _, container_id = docker_run(
+            self.engine, "", image=self.options.image, limits=self.options.limits,
+            command=["true"],
+        )
+        elapsed = time.perf_counter() - started
+        self.engine.remove(container_id)  # untimed: the engine removed it already
         return elapsed
 
     def _execute(self, mode: str, workload: Workload) -> tuple[list[str], list[str]]:
@@ -277,9 +290,10 @@ def _throughput(bench: _Bench, mode: str, level: int) -> tuple[int, float]:
         return runs, elapsed
     if mode == BURST:  # as many executions as there are warm containers, from a full pool
         runs, mode = bench.options.pool_size, POOLED
+    one = bench.bare_container if mode == BARE else lambda: bench.sample(mode, PRINT_ONE)
     started = time.perf_counter()
     with ThreadPoolExecutor(level) as workers:
-        list(workers.map(lambda _: bench.sample(mode, PRINT_ONE), range(runs)))
+        list(workers.map(lambda _: one(), range(runs)))
     return runs, time.perf_counter() - started
 
 
@@ -356,7 +370,7 @@ def run_bench(
         finally:
             bench.close()
     report.environment["load_after"] = _load()
-    report.notes = _notes(options, capacity)
+    report.notes = _notes(options, capacity) + _engine_ceiling(report)
     report.environment["host_floor_missing"] = sorted(bench.host_missing)
     evaluate_targets(report)
     return report
@@ -379,6 +393,20 @@ def _notes(options: BenchOptions, capacity: HostCapacity) -> list[str]:
             "the pool, sbx waits in the host queue while docker run does not"
         )
     return notes
+
+
+def _engine_ceiling(report: BenchReport) -> list[str]:
+    """What the engine's own cost per container allows a never-reused pool, at c=4."""
+    cpu = report.cpu_per_execution
+    bare, baseline = cpu.get(BARE, {}).get(4), cpu.get(BASELINE, {}).get(4)
+    if not bare or not baseline:
+        return []
+    return [
+        f"engine floor: a bare hardened container (`true`) costs the host {bare * 1000:.0f} ms "
+        f"of CPU, docker run of print(1) {baseline * 1000:.0f} ms; every pooled execution "
+        "consumes a container, so on a CPU-bound host sustained pooled throughput is at most "
+        f"{baseline / bare:.2g}x docker run's"
+    ]
 
 
 def _load() -> list[float]:

@@ -6,7 +6,10 @@
   least any design with a container boundary can cost per execution.
 * `docker_run`: a hardened `docker run --rm` done through the SDK the way the
   CLI does it: create (engine-side auto-remove), attach, start, read the
-  output to its end, wait until the engine has removed the container.
+  output to its end, wait until the engine has removed the container. Run
+  with the command `true`, it is the engine's own floor per container (the
+  `bare container` throughput row): no design that never reuses a container
+  can spend less host CPU per execution.
 
 None of these take a host-capacity lease: they are the yardsticks, not sbx.
 """
@@ -117,17 +120,25 @@ class PersistentFloor:
         self.engine.remove(self.container_id)
 
 
-def docker_run(engine: Engine, program: str, *, image: str, limits: Limits) -> tuple[str, str]:
+def docker_run(
+    engine: Engine,
+    program: str,
+    *,
+    image: str,
+    limits: Limits,
+    command: list[str] | None = None,
+) -> tuple[str, str]:
     """One hardened `docker run --rm` of `python3 -c program`; return (stdout, container id).
 
     Like the CLI, it asks the engine to report the removal before starting the
     container (asking afterwards can miss it). The caller forgets the id
-    afterwards, outside the timed section.
+    afterwards, outside the timed section. `command` replaces the program
+    (the bare-container floor runs `true`).
     """
     config = container_config(
         limits, run_id="bench-baseline", mode="bench", image=image, owner=owner_tag()
     )
-    config["command"] = ["python3", "-I", "-c", program + SHIP_OUTPUT]
+    config["command"] = command or ["python3", "-I", "-c", program + SHIP_OUTPUT]
     config["stdin_open"] = False
     container_id = engine.create(config)
     raw = engine.api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1})

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from agent import cli_bench
 from conftest import TEST_IMAGE
 from sandbox.bench import (
+    BARE,
     BASELINE,
     BURST,
     FLOOR,
@@ -21,6 +22,7 @@ from sandbox.bench import (
     SESSION,
     THROUGHPUT_MODES,
     BenchOptions,
+    _engine_ceiling,
     evaluate_targets,
     host_busy_seconds,
     run_bench,
@@ -53,7 +55,7 @@ def synthetic_report() -> BenchReport:
     report.latency[PRINT_ONE.name][SESSION] = Summary.of([0.0012])
     report.latency[STATEFUL_PAIR.name] = dict.fromkeys(MODES)
     report.throughput = {BASELINE: {4: 5.0}, POOLED: {4: 11.0}, BURST: {4: 40.0}}
-    report.cpu_per_execution = {BASELINE: {4: 0.3125}, POOLED: {4: 0.375}}
+    report.cpu_per_execution = {BARE: {4: 0.25}, BASELINE: {4: 0.3125}, POOLED: {4: 0.375}}
     report.idle_memory = {"cgroup_usage": 16.0, "rss_sum": 31.0}
     return report
 
@@ -80,6 +82,12 @@ def test_the_report_renders_as_tables_and_as_json() -> None:
     assert data["throughput_per_s"][POOLED]["4"] == 11.0
     assert "Host CPU per execution" in text and "312" in text
     assert data["host_cpu_ms_per_execution"][POOLED]["4"] == 375.0
+
+
+def test_the_engine_floor_bounds_what_a_single_use_pool_can_sustain() -> None:
+    (note,) = _engine_ceiling(synthetic_report())
+    assert "250 ms" in note and "312 ms" in note and "at most 1.2x" in note
+    assert _engine_ceiling(BenchReport()) == []
 
 
 def test_host_busy_seconds_counts_every_state_but_idle_and_steal(tmp_path) -> None:

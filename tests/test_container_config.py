@@ -15,7 +15,7 @@ def test_default_limits_produce_closed_container() -> None:
     cfg = container_config(Limits(), run_id="r1", mode="session", data=(mount,), owner="h:1")
     assert cfg == {
         "image": "sbx-python:latest",
-        "command": ["python3", "-I", "-u", "/opt/sbx/runner.py"],
+        "command": ["python3", "-I", "-u", "/opt/sbx/runner.pyc"],
         "user": "1000:1000",
         "working_dir": "/work",
         "hostname": "sandbox",

@@ -76,7 +76,7 @@ def test_config_runs_the_runner_as_user_1000(image: Any) -> None:
     config = image.attrs["Config"]
     assert config["User"] == "1000:1000"
     assert config["WorkingDir"] == "/work"
-    assert config["Cmd"] == ["python3", "-I", "-u", "/opt/sbx/runner.py"]
+    assert config["Cmd"] == ["python3", "-I", "-u", "/opt/sbx/runner.pyc"]
     env = dict(item.split("=", 1) for item in config["Env"])
     assert env["LANG"] == "C.UTF-8"
     assert env["MPLBACKEND"] == "Agg"
@@ -91,8 +91,9 @@ assert pwd.getpwuid(1000).pw_name == "sandbox" and pwd.getpwuid(1000).pw_dir == 
 for path in ("/data", "/output", "/work"):
     info = os.stat(path)
     assert (info.st_uid, info.st_gid) == (1000, 1000), path
-runner = os.stat("/opt/sbx/runner.py")
-assert runner.st_mode & 0o004 and runner.st_uid == 0
+for name in ("runner.py", "runner.pyc"):
+    runner = os.stat("/opt/sbx/" + name)
+    assert runner.st_mode & 0o004 and runner.st_uid == 0 and not runner.st_mode & 0o022, name
 assert any(n.startswith("fontlist") for n in os.listdir("/opt/sbx/matplotlib"))
 print("layout ok")
 """)
