@@ -149,3 +149,18 @@ def test_under_gvisor_a_forged_frame_only_misreports_its_own_run(engine, tmp_pat
         after = session.run("print('x' in globals())")
         assert after.state_reset and any("replaced" in note for note in after.notes)
         assert session.run("print('fresh')").stdout == "fresh\n"
+
+
+def test_each_forked_interpreter_seeds_its_own_random_state(session: Session) -> None:
+    """Interpreters are forked from the runner: none may inherit a seeded `random` state."""
+    draw = "import random; print(random.getrandbits(64))"
+    first = session.run(draw).stdout
+    assert session.run("import os; os._exit(1)").state_reset
+    second = session.run(draw).stdout
+    assert first and second and first != second
+
+
+def test_the_interpreter_is_the_oom_killers_first_choice(session: Session) -> None:
+    """C6: the forked interpreter (made dumpable again) sets its own oom_score_adj to 1000."""
+    result = session.run("print(open('/proc/self/oom_score_adj').read().strip())")
+    assert result.stdout == "1000\n"
