@@ -433,7 +433,7 @@ def become_kernel(request_r: int, reply_w: int, stdout_w: int, stderr_w: int) ->
     pipes move to 3 and 4, and everything else the supervisor held (the
     protocol stream, the cgroup files) is closed, so code run here cannot
     reach them. The child is made dumpable again (as an exec would), so it may
-    lower its own OOM priority and debug its own subprocesses.
+    raise its own `oom_score_adj` and debug its own subprocesses.
     """
     code = 1
     try:
@@ -485,15 +485,12 @@ class Supervisor:
             receive_message(kernel.reply_r)
         self.drain(kernel, Capture(0), Capture(0))
 
-    def stop_kernel(self, *, keep_outputs: bool = False) -> int | None:
-        """Kill the kernel and its process group; return the killing signal or None."""
+    def stop_kernel(self) -> None:
+        """Kill the kernel and its process group, and release its pipes."""
         kernel, self.kernel = self.kernel, None
-        if kernel is None:
-            return None
-        killed = kernel.kill()
-        if not keep_outputs:
+        if kernel is not None:
+            kernel.kill()
             kernel.close_outputs()
-        return killed
 
     def serve(self) -> None:
         """Main loop: one request per stdin line until the host goes away."""
@@ -533,12 +530,11 @@ class Supervisor:
         reply, timed_out, sampled_peak = self.pump(kernel, out, err, request["timeout"], meter)
         killed_signal, state_reset = None, False
         if reply is None:
-            killed_signal = self.stop_kernel(keep_outputs=True) or (
-                signal.SIGKILL if timed_out else None
-            )
+            self.kernel = None
+            killed_signal = kernel.kill() or (signal.SIGKILL if timed_out else None)
             state_reset = True
         self.reap_strays(kernel)
-        self.drain(kernel, out, err)
+        self.drain(kernel, out, err)  # a killed kernel's output pipes are still open
         if state_reset:
             kernel.close_outputs()
         oom_after = meter.oom_kills()
@@ -552,30 +548,30 @@ class Supervisor:
         refused = self.send_artifacts(request)
         stdout, stdout_dropped = out.render()
         stderr, stderr_dropped = err.render()
-        write_frame(
-            1,
-            {
-                "type": "result",
-                "id": request["id"],
-                "exit_code": exit_status(reply, killed_signal, timed_out, oom, kernel.returncode),
-                "error": (reply or {}).get("error"),
-                "stdout": stdout,
-                "stdout_total": out.total,
-                "stdout_dropped": stdout_dropped,
-                "stderr": stderr,
-                "stderr_total": err.total,
-                "stderr_dropped": stderr_dropped,
-                "timed_out": timed_out,
-                "killed_signal": killed_signal,
-                "oom_killed": oom,
-                "state_reset": state_reset,
-                "cpu_seconds": difference(meter.cpu_seconds(), cpu_before),
-                "peak_memory_bytes": peak_during(meter.peak(), peak_before, sampled_peak),
-                "refused": refused,
-            },
-        )
+        frame = {
+            "type": "result",
+            "id": request["id"],
+            "exit_code": exit_status(reply, killed_signal, timed_out, oom, kernel.returncode),
+            "error": (reply or {}).get("error"),
+            "stdout": stdout,
+            "stdout_total": out.total,
+            "stdout_dropped": stdout_dropped,
+            "stderr": stderr,
+            "stderr_total": err.total,
+            "stderr_dropped": stderr_dropped,
+            "timed_out": timed_out,
+            "killed_signal": killed_signal,
+            "oom_killed": oom,
+            "state_reset": state_reset,
+            "cpu_seconds": difference(meter.cpu_seconds(), cpu_before),
+            "peak_memory_bytes": peak_during(meter.peak(), peak_before, sampled_peak),
+            "refused": refused,
+        }
         if self.kernel is None:
-            self.start_kernel()  # ready for the next request, off its critical path
+            # Before the frame, not after: the host reads the cgroup when the frame
+            # arrives and charges what follows to the next run.
+            self.start_kernel()
+        write_frame(1, frame)
 
     def reap_strays(self, kernel: Kernel) -> None:
         """Kill leftover processes; skip the /proc scan when the task count rules them out.
@@ -625,8 +621,6 @@ class Supervisor:
     def drain(kernel: Kernel, out: Capture, err: Capture) -> None:
         """Read what is left in the output pipes without blocking."""
         for fd, capture in zip(kernel.outputs(), (out, err), strict=True):
-            if fd < 0:
-                continue
             try:
                 while data := os.read(fd, 1 << 16):
                     capture.feed(data)

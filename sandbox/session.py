@@ -163,7 +163,7 @@ class Session(Closing):
             self.executions += 1
             request_id, self._next_id = self._next_id, self._next_id + 1
             meter = self._meter
-            baseline = self._baseline or self._arm_meter()
+            baseline = self._baseline  # armed at start and at the end of every run
             started = time.monotonic()
             lost = False
             try:
