@@ -12,8 +12,8 @@ by its own timeout, not interrupted.
 
 from __future__ import annotations
 
-from agent.settings import Budget
-from agent.state import Ending, RunState
+from sbx.agent.settings import Budget
+from sbx.agent.state import Ending, RunState
 
 
 def remaining_s(state: RunState, budget: Budget, now: float) -> float:

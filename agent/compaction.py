@@ -21,7 +21,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agent.state import RunState
+from sbx.agent.state import RunState
 
 CHARS_PER_TOKEN = 4
 SHRINK_TO = 0.75

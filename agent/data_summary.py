@@ -25,8 +25,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from sandbox.units import format_size
-from tools.builtin.data_files import DataFile, index_data_files, open_data_file
+from sbx.sandbox.units import format_size
+from sbx.tools.builtin.data_files import DataFile, index_data_files, open_data_file
 
 HEAD_BYTES = 64 * 1024
 MAX_FILES = 20

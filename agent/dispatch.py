@@ -24,8 +24,8 @@ import signal
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from agent.model import ToolCallRequest
-from tools.gate import ToolGate, ToolOutcome
+from sbx.agent.model import ToolCallRequest
+from sbx.tools.gate import ToolGate, ToolOutcome
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent.state import RunState
-from tools.gate import ToolOutcome
+from sbx.agent.state import RunState
+from sbx.tools.gate import ToolOutcome
 
 REPEAT_LIMIT = 3
 

@@ -20,20 +20,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.budget import before_request, before_tools, remaining_s, time_ending
-from agent.compaction import estimate_tokens, shorten_observations
-from agent.dispatch import ToolDispatcher
-from agent.feedback import (
+from sbx.agent.budget import before_request, before_tools, remaining_s, time_ending
+from sbx.agent.compaction import estimate_tokens, shorten_observations
+from sbx.agent.dispatch import ToolDispatcher
+from sbx.agent.feedback import (
     artifact_paths,
     count_execution,
     is_failure,
     repeated_failure_notices,
 )
-from agent.model import ModelClient, ModelError, ModelReply, ToolCallRequest
-from agent.settings import AgentSettings
-from agent.state import Ending, Observation, RunResult, RunState
-from agent.transcript import Event, EventSink
-from tools.gate import ToolGate, ToolOutcome
+from sbx.agent.model import ModelClient, ModelError, ModelReply, ToolCallRequest
+from sbx.agent.settings import AgentSettings
+from sbx.agent.state import Ending, Observation, RunResult, RunState
+from sbx.agent.transcript import Event, EventSink
+from sbx.tools.gate import ToolGate, ToolOutcome
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 import openai
 from openai import OpenAI, Timeout
 
-from agent.settings import AgentSettings, Endpoint
+from sbx.agent.settings import AgentSettings, Endpoint
 
 logger = logging.getLogger(__name__)
 

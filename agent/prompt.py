@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from agent.data_summary import summarize_data
+from sbx.agent.data_summary import summarize_data
 
 _HEADER = re.compile(r"\A<!--(.*?)-->\s*", re.DOTALL)
 _VERSION = re.compile(r"version (\d+)")
@@ -33,7 +33,7 @@ class SystemPrompt:
 
 def load_template() -> tuple[str, str]:
     """The template's body (header comment removed) and its version."""
-    raw = resources.files("agent").joinpath("prompts/system.md").read_text(encoding="utf-8")
+    raw = resources.files("sbx.agent").joinpath("prompts/system.md").read_text(encoding="utf-8")
     header = _HEADER.match(raw)
     found = _VERSION.search(header.group(1)) if header else None
     body = raw[header.end() :] if header else raw

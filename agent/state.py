@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.model import Usage
+from sbx.agent.model import Usage
 
 Status = Literal[
     "completed",

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from images.errors import ImageBuildError
+from sbx.images.errors import ImageBuildError
 
 DEBIAN_SUITES = frozenset(
     {"oldoldstable", "oldstable", "stable", "testing", "unstable", "sid", "experimental",

@@ -32,11 +32,11 @@ from typing import Any, TextIO
 
 import docker
 
-from images import engine
-from images.apt_source import Mirror, host_mirror
-from images.errors import ImageBuildError
-from images.recipe import Recipe, load_recipe
-from images.rootfs import build_rootfs
+from sbx.images import engine
+from sbx.images.apt_source import Mirror, host_mirror
+from sbx.images.errors import ImageBuildError
+from sbx.images.recipe import Recipe, load_recipe
+from sbx.images.rootfs import build_rootfs
 
 __all__ = ["BuildResult", "ImageBuildError", "ImageInfo", "build_image", "current_recipe",
            "describe_image"]

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import docker
 import docker.errors
 
-from images.errors import ImageBuildError
+from sbx.images.errors import ImageBuildError
 
 CHUNK = 1 << 20
 """Bytes per chunk streamed to the engine."""

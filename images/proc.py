@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TextIO
 
-from images.errors import ImageBuildError
+from sbx.images.errors import ImageBuildError
 
 
 def run_step(

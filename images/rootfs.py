@@ -25,11 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from images import wheels
-from images.apt_source import Mirror
-from images.errors import ImageBuildError
-from images.proc import run_step
-from images.recipe import ARCH, VARIANT, Recipe
+from sbx.images import wheels
+from sbx.images.apt_source import Mirror
+from sbx.images.errors import ImageBuildError
+from sbx.images.proc import run_step
+from sbx.images.recipe import ARCH, VARIANT, Recipe
 
 SANDBOX_UID = 1000
 """The unprivileged user every sandbox runs as (sandbox/config.py's SANDBOX_USER)."""

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from images.errors import ImageBuildError
-from images.proc import run_step
+from sbx.images.errors import ImageBuildError
+from sbx.images.proc import run_step
 
 PYTHON_VERSION = "3.11"
 """The image interpreter's version (Debian bookworm's python3)."""
@@ -92,7 +92,7 @@ def parse_lock(text: str) -> list[LockedWheel]:
     if requirements != len(wheels) or not wheels:
         raise ImageBuildError(
             "requirements.lock is malformed (edited by hand?); regenerate it with "
-            "`python -m images.lock`"
+            "`python -m sbx.images.lock`"
         )
     return wheels
 

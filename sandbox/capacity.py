@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox.errors import HostBusy, SandboxError
-from sandbox.limits import Limits
-from sandbox.units import format_size, parse_cpus, parse_duration, parse_size
+from sbx.sandbox.errors import HostBusy, SandboxError
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.units import format_size, parse_cpus, parse_duration, parse_size
 
 ENV_MAX_SANDBOXES = "SBX_MAX_SANDBOXES"
 ENV_MAX_MEMORY = "SBX_MAX_MEMORY"

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sandbox.errors import SandboxBroken
-from sandbox.protocol import Frame, parse_frame
+from sbx.sandbox.errors import SandboxBroken
+from sbx.sandbox.protocol import Frame, parse_frame
 
 _HEADER = struct.Struct(">BxxxI")
 RUNNER_STDERR_CAP = 16 * 1024

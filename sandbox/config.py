@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox.errors import InvalidInput
-from sandbox.limits import Limits
+from sbx.sandbox.errors import InvalidInput
+from sbx.sandbox.limits import Limits
 
 DEFAULT_IMAGE = "sbx-python:latest"
 SANDBOX_USER = "1000:1000"

@@ -19,8 +19,8 @@ import docker
 import docker.errors
 from docker.types import LogConfig, Mount, Ulimit
 
-from sandbox.config import MANAGED_LABEL
-from sandbox.errors import DockerUnavailable, ImageMissing, RuntimeUnavailable, SandboxBroken
+from sbx.sandbox.config import MANAGED_LABEL
+from sbx.sandbox.errors import DockerUnavailable, ImageMissing, RuntimeUnavailable, SandboxBroken
 
 logger = logging.getLogger(__name__)
 

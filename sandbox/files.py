@@ -18,10 +18,10 @@ import re
 import unicodedata
 from pathlib import Path, PurePosixPath
 
-from sandbox.config import DataMount
-from sandbox.errors import InvalidInput
-from sandbox.protocol import ArtifactFrame
-from sandbox.result import Artifact, RefusedArtifact
+from sbx.sandbox.config import DataMount
+from sbx.sandbox.errors import InvalidInput
+from sbx.sandbox.protocol import ArtifactFrame
+from sbx.sandbox.result import Artifact, RefusedArtifact
 
 _SAFE_PART = re.compile(r"^[^\x00-\x1f\x7f/\\]+$")
 MAX_NAME_BYTES = 255

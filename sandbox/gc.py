@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import socket
 
-from sandbox.config import OWNER_LABEL, RUN_ID_LABEL
-from sandbox.engine import Engine
+from sbx.sandbox.config import OWNER_LABEL, RUN_ID_LABEL
+from sbx.sandbox.engine import Engine
 
 
 def owner_tag() -> str:

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
-from sandbox.units import parse_cpus, parse_duration, parse_size
+from sbx.sandbox.units import parse_cpus, parse_duration, parse_size
 
 Bytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0), PlainSerializer(int)]
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]

@@ -6,11 +6,11 @@ both the model and the operator know what happened and what to do.
 
 from __future__ import annotations
 
-from sandbox.accounting import Snapshot, cpu_seconds_between, oom_between
-from sandbox.limits import Limits
-from sandbox.protocol import ResultFrame
-from sandbox.result import Artifact, ExecutionError, ExecutionResult, RefusedArtifact
-from sandbox.units import format_size
+from sbx.sandbox.accounting import Snapshot, cpu_seconds_between, oom_between
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.protocol import ResultFrame
+from sbx.sandbox.result import Artifact, ExecutionError, ExecutionResult, RefusedArtifact
+from sbx.sandbox.units import format_size
 
 RESET = "variables were reset"
 

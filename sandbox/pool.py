@@ -36,16 +36,16 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sandbox.capacity import HostCapacity, Lease, Need
-from sandbox.closing import Closing
-from sandbox.config import DEFAULT_IMAGE
-from sandbox.engine import Engine
-from sandbox.gc import collect_orphans
-from sandbox.limits import Limits
-from sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats, WarmEntry
-from sandbox.pool_session import LeasedSession, Reaper
-from sandbox.result import ExecutionResult
-from sandbox.session import Session, code_text, new_run_id
+from sbx.sandbox.capacity import HostCapacity, Lease, Need
+from sbx.sandbox.closing import Closing
+from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.engine import Engine
+from sbx.sandbox.gc import collect_orphans
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats, WarmEntry
+from sbx.sandbox.pool_session import LeasedSession, Reaper
+from sbx.sandbox.result import ExecutionResult
+from sbx.sandbox.session import Session, code_text, new_run_id
 
 __all__ = ["POOL_MODE", "Pool", "PoolConfig", "PoolKey", "PoolStats"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from sandbox.config import DEFAULT_IMAGE
-from sandbox.limits import Limits
-from sandbox.pool_session import LeasedSession
+from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.pool_session import LeasedSession
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,10 +17,10 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from sandbox.capacity import HostCapacity, Lease, Need
-from sandbox.engine import Engine
-from sandbox.limits import Limits
-from sandbox.session import Session
+from sbx.sandbox.capacity import HostCapacity, Lease, Need
+from sbx.sandbox.engine import Engine
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.session import Session
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The shipped seccomp profile: deny by default, allow what Python data analysis uses.
 
-`sandbox/seccomp.json` is generated from this module (`python -m sandbox.seccomp`)
+`sandbox/seccomp.json` is generated from this module (`python -m sbx.sandbox.seccomp`)
 and a test keeps the two identical, so the profile an operator reads is the one
 we reviewed. Left out on purpose, because data analysis never needs them and each
 is kernel attack surface or a way around the other controls:

@@ -19,23 +19,23 @@ import time
 import uuid
 from pathlib import Path
 
-from sandbox.accounting import Baseline, CgroupAccounting
-from sandbox.channel import Channel, ChannelClosed, ChannelTimeout
-from sandbox.closing import Closing
-from sandbox.config import DEFAULT_IMAGE, container_config
-from sandbox.engine import Engine
-from sandbox.errors import InvalidInput, SandboxBroken
-from sandbox.files import ArtifactSink, data_mounts
-from sandbox.gc import owner_tag
-from sandbox.limits import Limits
-from sandbox.outcome import (
+from sbx.sandbox.accounting import Baseline, CgroupAccounting
+from sbx.sandbox.channel import Channel, ChannelClosed, ChannelTimeout
+from sbx.sandbox.closing import Closing
+from sbx.sandbox.config import DEFAULT_IMAGE, container_config
+from sbx.sandbox.engine import Engine
+from sbx.sandbox.errors import InvalidInput, SandboxBroken
+from sbx.sandbox.files import ArtifactSink, data_mounts
+from sbx.sandbox.gc import owner_tag
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.outcome import (
     build_result,
     lost_runner_result,
     merge_host_figures,
     resource_notes,
 )
-from sandbox.protocol import ArtifactFrame, FatalFrame, ReadyFrame, ResultFrame, exec_request
-from sandbox.result import Artifact, ExecutionResult, RefusedArtifact
+from sbx.sandbox.protocol import ArtifactFrame, FatalFrame, ReadyFrame, ResultFrame, exec_request
+from sbx.sandbox.result import Artifact, ExecutionResult, RefusedArtifact
 
 START_TIMEOUT_S = 60.0
 """Seconds to wait for the runner's ready frame (gVisor starts slower than runc)."""

@@ -15,12 +15,12 @@ from urllib.parse import urlsplit
 import openai
 import pytest
 
-from sandbox.config import DEFAULT_IMAGE
-from sandbox.engine import Engine
-from sandbox.errors import SandboxError
-from sandbox.gc import owner_alive, owner_tag
-from sandbox.limits import Limits
-from sandbox.session import Session
+from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.engine import Engine
+from sbx.sandbox.errors import SandboxError
+from sbx.sandbox.gc import owner_alive, owner_tag
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.session import Session
 
 TEST_IMAGE = os.environ.get("SBX_TEST_IMAGE", DEFAULT_IMAGE)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}

@@ -20,18 +20,18 @@ from typing import Any
 
 import pytest
 
-from agent.fake_llm import ScriptedLLM
-from agent.loop import run
-from agent.model import ModelClient
-from agent.settings import AgentSettings, Budget, Endpoint
-from agent.state import RunResult
-from agent.transcript import Event
 from conftest import TEST_IMAGE, no_real_model  # noqa: F401 - autouse guard (G9)
-from sandbox.engine import Engine
-from sandbox.limits import Limits
-from sandbox.session import Session
-from tools.gate import ToolGate
-from tools.policy import Policy
+from sbx.agent.cli.scripted_model import ScriptedLLM
+from sbx.agent.loop import run
+from sbx.agent.model import ModelClient
+from sbx.agent.settings import AgentSettings, Budget, Endpoint
+from sbx.agent.state import RunResult
+from sbx.agent.transcript import Event
+from sbx.sandbox.engine import Engine
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.session import Session
+from sbx.tools.gate import ToolGate
+from sbx.tools.policy import Policy
 
 FIXTURES = Path(__file__).parent / "fixtures" / "turns"
 FAKE_KEY = "sk-test-SCRIPTED0123456789abcdefghijkl"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.settings import AgentSettings, SettingsError, resolve_endpoint, resolve_settings
-from tools.policy import load_policy
+from sbx.agent.settings import AgentSettings, SettingsError, resolve_endpoint, resolve_settings
+from sbx.tools.policy import load_policy
 
 
 def test_the_packaged_policy_gives_the_documented_defaults():

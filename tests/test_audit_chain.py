@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from tools.audit import AuditError, AuditLog
-from tools.audit_chain import seal
-from tools.audit_verify import verify_log
-from tools.redact import Redactor
+from sbx.agent.cli.main import cli
+from sbx.tools.audit import AuditError, AuditLog
+from sbx.tools.audit_chain import seal
+from sbx.tools.audit_verify import verify_log
+from sbx.tools.redact import Redactor
 from tools_support import records, run_calls, worker_command
 
 KEY = "k" * 32
@@ -162,7 +162,7 @@ def _rewrite_chain(path: Path, key: bytes | None, edit_line: int) -> None:
     """What an attacker with write access does: edit a record, then reseal everything after it."""
     import json
 
-    from tools.audit_chain import algorithm, canonical
+    from sbx.tools.audit_chain import algorithm, canonical
 
     recs = records(path)
     recs[edit_line]["data"]["text"] = "forged"
@@ -276,7 +276,7 @@ def test_damaged_tail_stops_writers(tmp_path) -> None:
 
 
 def test_real_cli_exit_codes(clean_log, tmp_path) -> None:
-    sbx = [sys.executable, "-c", "from agent.cli import main; main()"]
+    sbx = [sys.executable, "-c", "from sbx.agent.cli.main import main; main()"]
     env = {k: v for k, v in os.environ.items() if k != "SBX_AUDIT_KEY"}
     ok = subprocess.run(
         [*sbx, "audit", "verify", str(clean_log)], capture_output=True, text=True, env=env
@@ -307,7 +307,7 @@ def test_records_larger_than_the_tail_window_chain_correctly(tmp_path) -> None:
 
 
 def test_audit_path_precedence(tmp_path) -> None:
-    from tools.audit import DEFAULT_AUDIT_PATH, resolve_audit_path
+    from sbx.tools.audit import DEFAULT_AUDIT_PATH, resolve_audit_path
 
     option, env, policy = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     environ = {"SBX_AUDIT_LOG": str(env)}

@@ -6,11 +6,11 @@ import json
 import os
 from urllib.parse import quote
 
-from tools.audit import open_audit_log
-from tools.context import ToolContext
-from tools.gate import build_gate
-from tools.redact import REDACTED, Redactor
-from tools.registry import tool
+from sbx.tools.audit import open_audit_log
+from sbx.tools.context import ToolContext
+from sbx.tools.gate import build_gate
+from sbx.tools.redact import REDACTED, Redactor
+from sbx.tools.registry import tool
 from tools_support import FAKE_KEY, SubprocessRunner, policy_from
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from agent.cli import cli
+from sbx.agent.cli.main import cli
 from tools_support import make_gate, policy_from
 
 

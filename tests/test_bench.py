@@ -9,9 +9,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from agent import cli_bench
 from conftest import TEST_IMAGE
-from sandbox.bench import (
+from sbx.agent.cli import bench as cli_bench
+from sbx.sandbox.bench.render import render
+from sbx.sandbox.bench.run import (
     BARE,
     BASELINE,
     BURST,
@@ -27,11 +28,10 @@ from sandbox.bench import (
     host_busy_seconds,
     run_bench,
 )
-from sandbox.bench_render import render
-from sandbox.bench_stats import BenchReport, Summary, ratio
-from sandbox.bench_workloads import PRINT_ONE, STATEFUL_PAIR
-from sandbox.capacity import HostCapacity, HostCaps
-from sandbox.gc import owner_tag
+from sbx.sandbox.bench.stats import BenchReport, Summary, ratio
+from sbx.sandbox.bench.workloads import PRINT_ONE, STATEFUL_PAIR
+from sbx.sandbox.capacity import HostCapacity, HostCaps
+from sbx.sandbox.gc import owner_tag
 
 
 def test_summary_uses_the_median_and_the_nearest_rank_p90() -> None:

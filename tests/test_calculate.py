@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tools.builtin.calc_engine import evaluate, render
-from tools.builtin.calc_guards import CalcError
+from sbx.tools.builtin.calc_engine import evaluate, render
+from sbx.tools.builtin.calc_guards import CalcError
 from tools_support import make_gate, policy_from
 
 

@@ -18,13 +18,13 @@ import pytest
 from click.testing import CliRunner
 
 import scripted_llm
-from agent.cli import cli
-from agent.demo import demo_data
-from agent.fake_llm import HttpFailure, assistant, call, tool_call, tool_calls
 from conftest import TEST_IMAGE
-from sandbox.config import RUN_ID_LABEL
+from sbx.agent.cli.demo import demo_data
+from sbx.agent.cli.main import cli
+from sbx.agent.cli.scripted_model import HttpFailure, assistant, call, tool_call, tool_calls
+from sbx.sandbox.config import RUN_ID_LABEL
+from sbx.tools.audit_verify import verify_log
 from scripted_llm import FAKE_KEY
-from tools.audit_verify import verify_log
 from tools_support import records
 
 llm = scripted_llm.llm
@@ -212,7 +212,7 @@ def test_ctrl_c_mid_execution_removes_the_container_and_closes_the_audit_log(
 ):
     llm.script([tool_call("execute_python", code="import time\ntime.sleep(60)")])
     policy = CALC_ONLY + "[tools.execute_python]\nenabled = true\n"
-    command = [sys.executable, "-c", "from agent.cli import main; main()",
+    command = [sys.executable, "-c", "from sbx.agent.cli.main import main; main()",
                "ask", "Wait a minute", *_args(llm, tmp_path, policy=policy)]
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

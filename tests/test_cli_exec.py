@@ -11,7 +11,7 @@ import pytest
 
 from conftest import TEST_IMAGE
 
-SBX = [sys.executable, "-c", "from agent.cli import main; main()"]
+SBX = [sys.executable, "-c", "from sbx.agent.cli.main import main; main()"]
 
 
 def sbx(

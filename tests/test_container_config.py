@@ -3,9 +3,9 @@
 import json
 from pathlib import Path
 
-from sandbox.config import DataMount, container_config
-from sandbox.limits import Limits
-from sandbox.seccomp import build_profile, render_profile
+from sbx.sandbox.config import DataMount, container_config
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.seccomp import build_profile, render_profile
 
 SHIPPED_PROFILE = json.dumps(build_profile(), separators=(",", ":"))
 
@@ -102,7 +102,7 @@ def test_gvisor_gets_no_unenforced_seccomp_option() -> None:
 
 
 def test_shipped_seccomp_json_is_the_reviewed_generator_output() -> None:
-    from sandbox.config import SHIPPED_SECCOMP
+    from sbx.sandbox.config import SHIPPED_SECCOMP
 
     assert SHIPPED_SECCOMP.read_text() == render_profile()
     profile = build_profile()
@@ -133,7 +133,7 @@ def test_shipped_seccomp_json_is_the_reviewed_generator_output() -> None:
 def test_operator_seccomp_file_must_be_json(tmp_path) -> None:
     import pytest
 
-    from sandbox.errors import InvalidInput
+    from sbx.sandbox.errors import InvalidInput
 
     bad = tmp_path / "p.json"
     bad.write_text("{not json")

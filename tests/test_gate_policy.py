@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tools.builtin.http_get import make_http_get
-from tools.registry import Tool, build_tool, tool
+from sbx.tools.builtin.http_get import make_http_get
+from sbx.tools.registry import Tool, build_tool, tool
 from tools_support import SubprocessRunner, events, make_gate, policy_from
 
 ENTERED: list[str] = []

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from conftest import TEST_IMAGE
-from sandbox.limits import Limits
-from sandbox.session import Session
-from tools.policy import load_policy
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.session import Session
+from sbx.tools.policy import load_policy
 from tools_support import make_gate
 
 pytestmark = pytest.mark.docker

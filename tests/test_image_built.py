@@ -13,9 +13,9 @@ import docker
 import docker.errors
 import pytest
 
-from images.build import REPOSITORY, current_recipe
-from sandbox.config import MANAGED_LABEL, OWNER_LABEL
-from sandbox.gc import owner_tag
+from sbx.images.build import REPOSITORY, current_recipe
+from sbx.sandbox.config import MANAGED_LABEL, OWNER_LABEL
+from sbx.sandbox.gc import owner_tag
 
 pytestmark = pytest.mark.docker
 

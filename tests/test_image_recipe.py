@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from images.apt_source import (
+from sbx.images.apt_source import (
     parse_deb822,
     parse_one_line,
     pick_debian_mirror,
     read_host_sources,
 )
-from images.errors import ImageBuildError
-from images.recipe import BASE_CODE_FILES, IMAGES_DIR, Recipe, load_recipe
-from images.wheels import LockedWheel, parse_lock, render_lock
+from sbx.images.errors import ImageBuildError
+from sbx.images.recipe import BASE_CODE_FILES, IMAGES_DIR, Recipe, load_recipe
+from sbx.images.wheels import LockedWheel, parse_lock, render_lock
 
 ARCHIVE = "http://archive.example.test/debian"
 SECURITY = "http://archive.example.test/debian-security"

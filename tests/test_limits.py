@@ -3,8 +3,8 @@
 import pytest
 from pydantic import ValidationError
 
-from sandbox.limits import Limits
-from sandbox.units import format_size, parse_duration, parse_size
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.units import format_size, parse_duration, parse_size
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import scripted_llm
-from agent.fake_llm import ScriptedRequest, assistant, load_turns, tool_call
+from sbx.agent.cli.scripted_model import ScriptedRequest, assistant, load_turns, tool_call
 from scripted_llm import FIXTURES, ask, body, policy
 from tools_support import events, make_gate
 

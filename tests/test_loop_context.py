@@ -9,10 +9,10 @@ events keep every observation whole.
 from __future__ import annotations
 
 import scripted_llm
-from agent.compaction import shorten_text
-from agent.fake_llm import assistant, call, tool_call, tool_calls
+from sbx.agent.cli.scripted_model import assistant, call, tool_call, tool_calls
+from sbx.agent.compaction import shorten_text
+from sbx.tools.registry import ToolFailure, tool
 from scripted_llm import ask, policy, settings
-from tools.registry import ToolFailure, tool
 from tools_support import make_gate
 
 llm = scripted_llm.llm

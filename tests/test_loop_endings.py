@@ -9,12 +9,12 @@ import socket
 import time
 
 import scripted_llm
-from agent.fake_llm import HttpFailure, Reply, assistant, call, tool_call, tool_calls
-from agent.loop import run
-from agent.model import ModelClient
-from agent.settings import Endpoint
+from sbx.agent.cli.scripted_model import HttpFailure, Reply, assistant, call, tool_call, tool_calls
+from sbx.agent.loop import run
+from sbx.agent.model import ModelClient
+from sbx.agent.settings import Endpoint
+from sbx.tools.registry import tool
 from scripted_llm import FAKE_KEY, SYSTEM, ask, policy, settings
-from tools.registry import tool
 from tools_support import events, make_gate
 
 llm = scripted_llm.llm

@@ -11,9 +11,9 @@ import time
 import pytest
 
 import scripted_llm
-from agent.fake_llm import ScriptedRequest, assistant, call, load_turns, tool_calls
+from sbx.agent.cli.scripted_model import ScriptedRequest, assistant, call, load_turns, tool_calls
+from sbx.tools.registry import tool
 from scripted_llm import FIXTURES, ask, body, policy
-from tools.registry import tool
 from tools_support import events, make_gate
 
 llm = scripted_llm.llm

@@ -6,8 +6,8 @@ import tomllib
 
 import pytest
 
-from sandbox.limits import Limits
-from tools.policy import BUILTIN_TOOLS, Policy, PolicyError, default_policy_path, load_policy
+from sbx.sandbox.limits import Limits
+from sbx.tools.policy import BUILTIN_TOOLS, Policy, PolicyError, default_policy_path, load_policy
 
 
 def write(tmp_path, text: str):

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_IMAGE
-from sandbox.capacity import HostCapacity, HostCaps
-from sandbox.config import container_config
-from sandbox.errors import HostBusy
-from sandbox.gc import owner_tag
-from sandbox.limits import Limits
-from sandbox.pool import Pool, PoolConfig, PoolKey
+from sbx.sandbox.capacity import HostCapacity, HostCaps
+from sbx.sandbox.config import container_config
+from sbx.sandbox.errors import HostBusy
+from sbx.sandbox.gc import owner_tag
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
 
 pytestmark = pytest.mark.docker
 

@@ -6,9 +6,9 @@ import base64
 
 import pytest
 
-from sandbox.files import ArtifactSink, unsafe_name_reason
-from sandbox.protocol import ArtifactFrame
-from sandbox.session import Session
+from sbx.sandbox.files import ArtifactSink, unsafe_name_reason
+from sbx.sandbox.protocol import ArtifactFrame
+from sbx.sandbox.session import Session
 
 
 @pytest.mark.docker
@@ -50,7 +50,7 @@ def test_symlinks_fifos_and_escapes_are_refused_and_reported(session: Session, o
 @pytest.mark.docker
 def test_oversized_and_too_many_artifacts_are_refused(engine, runtime, tmp_path) -> None:
     from conftest import TEST_IMAGE
-    from sandbox.limits import Limits
+    from sbx.sandbox.limits import Limits
 
     limits = Limits(runtime=runtime, max_artifact_bytes="1k", max_artifacts=2)
     with Session.open(limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path) as s:

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from conftest import TEST_IMAGE
-from sandbox.limits import Limits
-from sandbox.session import Session
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.session import Session
 
 pytestmark = pytest.mark.docker
 

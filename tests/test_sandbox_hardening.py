@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from sandbox.limits import Limits
-from sandbox.session import Session
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.session import Session
 
 pytestmark = pytest.mark.docker
 
@@ -111,7 +111,7 @@ def test_code_inside_is_confined(session: Session, monkeypatch) -> None:
 
 def test_host_environment_absent_in_fresh_mode(engine, runtime, tmp_path, monkeypatch) -> None:
     from conftest import TEST_IMAGE
-    from sandbox.session import run_fresh
+    from sbx.sandbox.session import run_fresh
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fresh-secret-456")
     result = run_fresh(

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from conftest import TEST_IMAGE
-from sandbox.gc import collect_orphans
-from sandbox.limits import Limits
-from sandbox.session import Session
+from sbx.sandbox.gc import collect_orphans
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.session import Session
 
 pytestmark = pytest.mark.docker
 
@@ -49,7 +49,7 @@ def test_ctrl_c_during_an_execution_removes_the_container(engine, runtime, tmp_p
 OWNER = f"""
 import sys, time
 from pathlib import Path
-from sandbox.session import Session
+from sbx.sandbox.session import Session
 s = Session.open(image={TEST_IMAGE!r}, output_dir=Path(sys.argv[1]))
 print(s.run_id, flush=True)
 s.run("x = 1")
@@ -72,7 +72,7 @@ def test_container_of_a_killed_owner_disappears_without_gc(engine, runtime, tmp_
 
 
 def test_gc_removes_orphans_and_spares_live_sessions(engine, runtime, tmp_path) -> None:
-    from sandbox.config import container_config
+    from sbx.sandbox.config import container_config
 
     orphan = engine.create(
         container_config(
@@ -91,7 +91,7 @@ def test_gc_removes_orphans_and_spares_live_sessions(engine, runtime, tmp_path) 
 
 
 def test_gc_leaves_other_hosts_containers_unless_told(engine, runtime, tmp_path) -> None:
-    from sandbox.config import container_config
+    from sbx.sandbox.config import container_config
 
     foreign = engine.create(
         container_config(

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from conftest import TEST_IMAGE
-from sandbox.limits import Limits
-from sandbox.session import Session, run_fresh
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.session import Session, run_fresh
 
 pytestmark = pytest.mark.docker
 

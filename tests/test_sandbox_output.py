@@ -16,8 +16,8 @@ pytestmark = pytest.mark.docker
 DRIVER = """
 import json, sys
 from pathlib import Path
-from sandbox.limits import Limits
-from sandbox.session import run_fresh
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.session import run_fresh
 flood = "import sys\\nchunk = 'x' * (1 << 20)\\nfor _ in range(1024):\\n    sys.stdout.write(chunk)"
 limits = Limits(timeout="60s", runtime=sys.argv[3])
 result = run_fresh(flood, limits=limits, image=sys.argv[1], output_dir=Path(sys.argv[2]))

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from conftest import TEST_IMAGE, require_runtime
-from sandbox.errors import InvalidInput
-from sandbox.limits import Limits
-from sandbox.session import Session, new_run_id, run_fresh
+from sbx.sandbox.errors import InvalidInput
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.session import Session, new_run_id, run_fresh
 
 pytestmark = pytest.mark.docker
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from conftest import TEST_IMAGE
-from sandbox.limits import Limits
-from sandbox.selftest import run_selftest
+from sbx.sandbox.checks.selftest import run_selftest
+from sbx.sandbox.limits import Limits
 
 pytestmark = pytest.mark.docker
 
@@ -36,7 +36,7 @@ def test_cli_prints_one_line_per_check_and_json(engine) -> None:
         [
             sys.executable,
             "-c",
-            "from agent.cli import main; main()",
+            "from sbx.agent.cli.main import main; main()",
             "selftest",
             "--json",
             "--image",

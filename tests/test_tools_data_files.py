@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from tools.builtin.data_files import index_data_files, open_data_file
-from tools.registry import ToolFailure
+from sbx.tools.builtin.data_files import index_data_files, open_data_file
+from sbx.tools.registry import ToolFailure
 from tools_support import make_gate, policy_from
 
 POLICY = {

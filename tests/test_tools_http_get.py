@@ -19,9 +19,9 @@ from typing import cast
 
 import pytest
 
-from tools.builtin.http_get import make_http_get
-from tools.policy import HttpGetRule
-from tools.registry import ToolFailure
+from sbx.tools.builtin.http_get import make_http_get
+from sbx.tools.policy import HttpGetRule
+from sbx.tools.registry import ToolFailure
 from tools_support import events, make_gate, policy_from
 
 LOOPBACK = ipaddress.ip_address("127.0.0.1")

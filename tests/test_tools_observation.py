@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sandbox.limits import Limits
-from sandbox.result import Artifact, ExecutionError, ExecutionResult, RefusedArtifact
-from tools.observation import (
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.result import Artifact, ExecutionError, ExecutionResult, RefusedArtifact
+from sbx.tools.observation import (
     Denied,
     Halted,
     InvalidArguments,

@@ -10,9 +10,9 @@ import pytest
 from openai.types.chat import ChatCompletionToolParam
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from tools.context import ToolContext
-from tools.registry import tool
-from tools.schema import parse_docstring
+from sbx.tools.context import ToolContext
+from sbx.tools.registry import tool
+from sbx.tools.schema import parse_docstring
 from tools_support import make_gate, policy_from
 
 

@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbox.result import ExecutionError, ExecutionResult
-from tools.audit import AuditLog
-from tools.context import ToolContext
-from tools.gate import ToolGate, build_gate
-from tools.policy import Policy
-from tools.redact import Redactor
-from tools.registry import Tool
+from sbx.sandbox.result import ExecutionError, ExecutionResult
+from sbx.tools.audit import AuditLog
+from sbx.tools.context import ToolContext
+from sbx.tools.gate import ToolGate, build_gate
+from sbx.tools.policy import Policy
+from sbx.tools.redact import Redactor
+from sbx.tools.registry import Tool
 
 FAKE_KEY = "sk-test-FAKE0123456789abcdefghijklmnop"
 
@@ -123,7 +123,7 @@ def run_calls(log_path: str, run_id: str, calls: int, key: str | None = None) ->
 
 def write_forever_then_tear(log_path: str, marker: str) -> None:
     """Subprocess body: append records, then write half of one and wait to be killed."""
-    import tools.audit as audit_module
+    import sbx.tools.audit as audit_module
 
     log = open_log(Path(log_path))
     for i in range(20):

@@ -17,14 +17,14 @@ Map of the package (data flows top to bottom):
     builtin/      execute_python, calculate, list_data_files, preview_data_file, http_get
 """
 
-from tools.audit import AuditError, AuditLog
-from tools.audit_verify import VerifyReport, verify_log
-from tools.context import CodeRunner, ToolContext
-from tools.gate import ToolGate, ToolOutcome, build_gate
-from tools.observation import render_execution, render_failure
-from tools.policy import Policy, PolicyError, load_policy
-from tools.redact import Redactor
-from tools.registry import Tool, ToolFailure, ToolReturn, tool
+from sbx.tools.audit import AuditError, AuditLog
+from sbx.tools.audit_verify import VerifyReport, verify_log
+from sbx.tools.context import CodeRunner, ToolContext
+from sbx.tools.gate import ToolGate, ToolOutcome, build_gate
+from sbx.tools.observation import render_execution, render_failure
+from sbx.tools.policy import Policy, PolicyError, load_policy
+from sbx.tools.redact import Redactor
+from sbx.tools.registry import Tool, ToolFailure, ToolReturn, tool
 
 __all__ = [
     "AuditError",

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.audit_chain import GENESIS, make_line
-from tools.policy import AuditPolicy
-from tools.redact import Redactor
+from sbx.tools.audit_chain import GENESIS, make_line
+from sbx.tools.policy import AuditPolicy
+from sbx.tools.redact import Redactor
 
 DEFAULT_AUDIT_PATH = Path("sbx-audit.jsonl")
 KEY_ENV = "SBX_AUDIT_KEY"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.audit_chain import GENESIS, algorithm, canonical, seal
+from sbx.tools.audit_chain import GENESIS, algorithm, canonical, seal
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from sandbox.result import ExecutionResult
+from sbx.sandbox.result import ExecutionResult
 
 
 class CodeRunner(Protocol):

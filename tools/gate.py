@@ -27,11 +27,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from sandbox.errors import SandboxError
-from tools.audit import AuditError, AuditLog
-from tools.builtin import builtin_tools
-from tools.context import ToolContext
-from tools.observation import (
+from sbx.sandbox.errors import SandboxError
+from sbx.tools.audit import AuditError, AuditLog
+from sbx.tools.builtin import builtin_tools
+from sbx.tools.context import ToolContext
+from sbx.tools.observation import (
     Denied,
     Failure,
     Halted,
@@ -40,9 +40,9 @@ from tools.observation import (
     UnknownTool,
     render_failure,
 )
-from tools.policy import BUILTIN_TOOLS, Policy, PolicyError
-from tools.registry import Tool, ToolFailure, ToolReturn, render_value
-from tools.rules import QuotaCounter, check_arguments
+from sbx.tools.policy import BUILTIN_TOOLS, Policy, PolicyError
+from sbx.tools.registry import Tool, ToolFailure, ToolReturn, render_value
+from sbx.tools.rules import QuotaCounter, check_arguments
 
 logger = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.limits import Limits
-from sandbox.outcome import resource_notes as limit_notes
-from sandbox.result import ExecutionResult
-from sandbox.units import format_size
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.outcome import resource_notes as limit_notes
+from sbx.sandbox.result import ExecutionResult
+from sbx.sandbox.units import format_size
 
 MAX_TRACEBACK_LINES = 40
 FIX_AND_RETRY = "Fix the errors and try again."

@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sandbox.limits import Bytes, Limits, Seconds
-from tools.toml_lines import key_lines, line_of
+from sbx.sandbox.limits import Bytes, Limits, Seconds
+from sbx.tools.toml_lines import key_lines, line_of
 
 BUILTIN_TOOLS = ("execute_python", "calculate", "list_data_files", "preview_data_file", "http_get")
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
@@ -188,7 +188,7 @@ class Policy(BaseModel):
 
 def default_policy_path() -> Path:
     """The documented default policy shipped inside the package."""
-    return Path(str(resources.files("tools").joinpath("sbx.toml")))
+    return Path(str(resources.files("sbx.tools").joinpath("sbx.toml")))
 
 
 def load_policy(path: Path | None) -> Policy:

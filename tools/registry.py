@@ -27,8 +27,8 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from tools.context import ToolContext
-from tools.schema import is_strict_compatible, parse_docstring, strict_schema
+from sbx.tools.context import ToolContext
+from sbx.tools.schema import is_strict_compatible, parse_docstring, strict_schema
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 

@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
-from tools.netguard import host_matches
-from tools.observation import Denied
-from tools.policy import Policy, Quotas
+from sbx.tools.netguard import host_matches
+from sbx.tools.observation import Denied
+from sbx.tools.policy import Policy, Quotas
 
 
 def check_arguments(policy: Policy, name: str, args: BaseModel) -> Denied | None:

@@ -11,12 +11,12 @@ Every built-in is registered; the policy decides which are enabled.
 
 from __future__ import annotations
 
-from tools.builtin.calculate import make_calculate
-from tools.builtin.data_files import make_list_data_files, make_preview_data_file
-from tools.builtin.execute_python import make_execute_python
-from tools.builtin.http_get import make_http_get
-from tools.policy import Policy
-from tools.registry import Tool
+from sbx.tools.builtin.calculate import make_calculate
+from sbx.tools.builtin.data_files import make_list_data_files, make_preview_data_file
+from sbx.tools.builtin.execute_python import make_execute_python
+from sbx.tools.builtin.http_get import make_http_get
+from sbx.tools.policy import Policy
+from sbx.tools.registry import Tool
 
 __all__ = ["builtin_tools"]
 

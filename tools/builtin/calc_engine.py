@@ -22,7 +22,7 @@ from typing import Any
 from RestrictedPython.compile import compile_restricted_eval
 from RestrictedPython.transformer import RestrictingNodeTransformer
 
-from tools.builtin.calc_guards import CalcError, Guards
+from sbx.tools.builtin.calc_guards import CalcError, Guards
 
 _MATH_FUNCTIONS = (
     "sqrt isqrt exp log log2 log10 sin cos tan asin acos atan atan2 sinh cosh tanh "

@@ -8,10 +8,10 @@ functions, nothing else.
 
 from __future__ import annotations
 
-from tools.builtin.calc_engine import evaluate, render
-from tools.builtin.calc_guards import CalcError
-from tools.policy import CalculateRule
-from tools.registry import Tool, ToolFailure, build_tool
+from sbx.tools.builtin.calc_engine import evaluate, render
+from sbx.tools.builtin.calc_guards import CalcError
+from sbx.tools.policy import CalculateRule
+from sbx.tools.registry import Tool, ToolFailure, build_tool
 
 
 def make_calculate(rule: CalculateRule) -> Tool:

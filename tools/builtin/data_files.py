@@ -24,11 +24,11 @@ from typing import Annotated
 
 from pydantic import Field
 
-from sandbox.units import format_size
-from tools.builtin.data_preview import preview_text
-from tools.context import ToolContext
-from tools.policy import ListDataFilesRule, PreviewDataFileRule
-from tools.registry import Tool, ToolFailure, build_tool
+from sbx.sandbox.units import format_size
+from sbx.tools.builtin.data_preview import preview_text
+from sbx.tools.context import ToolContext
+from sbx.tools.policy import ListDataFilesRule, PreviewDataFileRule
+from sbx.tools.registry import Tool, ToolFailure, build_tool
 
 _BINARY_SUFFIXES = {".parquet": "pyarrow/pandas", ".xlsx": "openpyxl/pandas", ".xls": "pandas",
                     ".feather": "pyarrow", ".pkl": "pandas", ".zip": "zipfile", ".gz": "gzip"}

@@ -6,8 +6,8 @@ import csv
 import io
 from pathlib import Path
 
-from sandbox.units import format_size
-from tools.registry import ToolFailure
+from sbx.sandbox.units import format_size
+from sbx.tools.registry import ToolFailure
 
 MAX_CELL = 40
 MAX_COLUMNS = 30

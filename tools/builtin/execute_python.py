@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.limits import Limits
-from sandbox.result import ExecutionResult
-from tools.context import ToolContext
-from tools.observation import render_execution
-from tools.registry import Tool, ToolFailure, ToolReturn, build_tool
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.result import ExecutionResult
+from sbx.tools.context import ToolContext
+from sbx.tools.observation import render_execution
+from sbx.tools.registry import Tool, ToolFailure, ToolReturn, build_tool
 
 SESSION_KEY = "sandbox-session"
 

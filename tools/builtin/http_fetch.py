@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass, field, replace
 from urllib.parse import urljoin, urlsplit
 
-from tools.netguard import IPAddress, Resolver, host_matches, non_public_reason, parse_ip
-from tools.policy import HttpGetRule
-from tools.registry import ToolFailure
+from sbx.tools.netguard import IPAddress, Resolver, host_matches, non_public_reason, parse_ip
+from sbx.tools.policy import HttpGetRule
+from sbx.tools.registry import ToolFailure
 
 _REDIRECTS = {301, 302, 303, 307, 308}
 _CHUNK = 64 * 1024

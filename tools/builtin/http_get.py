@@ -10,10 +10,10 @@ file cannot reach them.
 
 from __future__ import annotations
 
-from tools.builtin.http_fetch import Fetcher, FetchResult
-from tools.netguard import IPAddress, Resolver, system_resolver
-from tools.policy import HttpGetRule
-from tools.registry import Tool, ToolReturn, build_tool
+from sbx.tools.builtin.http_fetch import Fetcher, FetchResult
+from sbx.tools.netguard import IPAddress, Resolver, system_resolver
+from sbx.tools.policy import HttpGetRule
+from sbx.tools.registry import Tool, ToolReturn, build_tool
 
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/csv", "+json", "+xml")
 

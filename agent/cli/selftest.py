@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 
-from agent.cli_errors import operator_errors
-from agent.cli_exec import limit_options, limits_from
-from sandbox.config import DEFAULT_IMAGE
-from sandbox.selftest import CheckResult, as_json, run_selftest
+from sbx.agent.cli.errors import operator_errors
+from sbx.agent.cli.exec import limit_options, limits_from
+from sbx.sandbox.checks.selftest import CheckResult, as_json, run_selftest
+from sbx.sandbox.config import DEFAULT_IMAGE
 
 
 def print_check(result: CheckResult) -> None:

@@ -20,12 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sandbox.config import DEFAULT_IMAGE
-from sandbox.engine import Engine
-from sandbox.gc import owner_tag
-from sandbox.limits import Limits
-from sandbox.result import ExecutionResult
-from sandbox.selftest_probes import (
+from sbx.sandbox.checks.probes import (
     ARTIFACT_PROBE,
     CPU_PROBE,
     FORK_PROBE,
@@ -33,7 +28,12 @@ from sandbox.selftest_probes import (
     NETWORK_PROBE,
     PRIVILEGE_PROBE,
 )
-from sandbox.session import Session, new_run_id, run_fresh
+from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.engine import Engine
+from sbx.sandbox.gc import owner_tag
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.result import ExecutionResult
+from sbx.sandbox.session import Session, new_run_id, run_fresh
 
 CANARY_VARIABLE = "SBX_SELFTEST_CANARY"
 

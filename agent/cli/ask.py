@@ -22,17 +22,17 @@ from typing import Any, NoReturn
 
 import click
 
-from agent.cli_errors import EXIT_INTERRUPTED, fail, operator_errors
-from agent.cli_wiring import AskOptions, AskOutcome, ask
-from agent.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, demo_turns
-from agent.display import Progress
-from agent.fake_llm import ScriptedLLM
-from agent.settings import SettingsError
-from agent.state import Status
-from agent.transcript import TranscriptError, read_transcript
-from sandbox.config import DEFAULT_IMAGE
-from tools.audit import AuditError
-from tools.policy import PolicyError
+from sbx.agent.app import AskOptions, AskOutcome, ask
+from sbx.agent.cli.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, demo_turns
+from sbx.agent.cli.display import Progress
+from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
+from sbx.agent.cli.scripted_model import ScriptedLLM
+from sbx.agent.settings import SettingsError
+from sbx.agent.state import Status
+from sbx.agent.transcript import TranscriptError, read_transcript
+from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.tools.audit import AuditError
+from sbx.tools.policy import PolicyError
 
 EXIT_BUDGET = 3
 EXIT_MODEL_ERROR = 4

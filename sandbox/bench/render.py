@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sandbox.bench_stats import BenchReport, ratio
+from sbx.sandbox.bench.stats import BenchReport, ratio
 
 SBX_MODES = ("sbx fresh", "sbx fresh (pool)", "sbx session")
 FLOOR = "persistent floor"

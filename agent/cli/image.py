@@ -17,7 +17,7 @@ import click
 import docker
 import docker.errors
 
-from images.build import ImageBuildError, build_image, describe_image
+from sbx.images.build import ImageBuildError, build_image, describe_image
 
 START_DOCKER_HINT = "start it with `dockerd &` (or `systemctl start docker`)"
 

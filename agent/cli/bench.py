@@ -1,6 +1,6 @@
 """`sbx bench`: measure sandboxed execution against its floors and `docker run`, in one run.
 
-The sandbox figures come from `sandbox.bench`. The gate and audit overhead
+The sandbox figures come from `sbx.sandbox.bench`. The gate and audit overhead
 per tool call is measured here, because only this top layer may import both
 `tools` and `sandbox`: `ToolGate.call` of `execute_python` with a runner that
 answers at once (the answer of a real `print(1)`), so what is timed is
@@ -21,18 +21,18 @@ from typing import Any
 
 import click
 
-from agent.cli_errors import operator_errors
-from sandbox.bench import SESSION, BenchOptions, run_bench
-from sandbox.bench_render import render
-from sandbox.bench_stats import BenchReport, Summary, Target
-from sandbox.bench_workloads import PRINT_ONE
-from sandbox.config import DEFAULT_IMAGE
-from sandbox.result import ExecutionResult
-from tools.audit import AuditLog, resolve_audit_path
-from tools.context import ToolContext
-from tools.gate import build_gate
-from tools.policy import Quotas, load_policy
-from tools.redact import Redactor
+from sbx.agent.cli.errors import operator_errors
+from sbx.sandbox.bench.render import render
+from sbx.sandbox.bench.run import SESSION, BenchOptions, run_bench
+from sbx.sandbox.bench.stats import BenchReport, Summary, Target
+from sbx.sandbox.bench.workloads import PRINT_ONE
+from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.result import ExecutionResult
+from sbx.tools.audit import AuditLog, resolve_audit_path
+from sbx.tools.context import ToolContext
+from sbx.tools.gate import build_gate
+from sbx.tools.policy import Quotas, load_policy
+from sbx.tools.redact import Redactor
 
 GATE_TARGET = 0.05
 """Target 5: gate + audit overhead at most 5% of a session execution of `print(1)`."""

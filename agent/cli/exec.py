@@ -14,17 +14,17 @@ from typing import Any
 
 import click
 
-from agent.cli_errors import EXIT_OOM, EXIT_TIMEOUT, fail, operator_errors
-from sandbox.config import DEFAULT_IMAGE
-from sandbox.doctor import run_checks
-from sandbox.engine import Engine
-from sandbox.gc import collect_orphans
-from sandbox.limits import Limits
-from sandbox.pool import Pool
-from sandbox.pool_config import PoolConfig
-from sandbox.result import ExecutionResult
-from sandbox.session import new_run_id
-from sandbox.units import format_size
+from sbx.agent.cli.errors import EXIT_OOM, EXIT_TIMEOUT, fail, operator_errors
+from sbx.sandbox.checks.doctor import run_checks
+from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.engine import Engine
+from sbx.sandbox.gc import collect_orphans
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.pool import Pool
+from sbx.sandbox.pool_config import PoolConfig
+from sbx.sandbox.result import ExecutionResult
+from sbx.sandbox.session import new_run_id
+from sbx.sandbox.units import format_size
 
 
 def limit_options(command: Any) -> Any:

@@ -1,7 +1,7 @@
 """`sbx doctor`: check the engine, the image, the runtimes, and that the limits really bite.
 
 Each check comes with a fix for when it fails. The hardening and limit checks
-reuse a quick subset of `sandbox.selftest` (privileges, interfaces, memory,
+reuse a quick subset of `sbx.sandbox.checks.selftest` (privileges, interfaces, memory,
 time) in real probe containers, so a misconfigured engine (one that ignores
 memory limits, say) shows up here, not in production. `sbx selftest` runs the
 whole battery.
@@ -13,12 +13,18 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox.config import DEFAULT_IMAGE
-from sandbox.engine import Engine, first_line
-from sandbox.errors import SandboxError
-from sandbox.limits import Limits
-from sandbox.selftest import Probe, check_memory, check_network, check_privileges, check_time
-from sandbox.session import run_fresh
+from sbx.sandbox.checks.selftest import (
+    Probe,
+    check_memory,
+    check_network,
+    check_privileges,
+    check_time,
+)
+from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.engine import Engine, first_line
+from sbx.sandbox.errors import SandboxError
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.session import run_fresh
 
 GVISOR_FIX = "see security.md, 'Operator's hardening guide', item 2 (gVisor)"
 ENGINE_FIX = "the engine did not apply the container config; run `sbx selftest` and see security.md"

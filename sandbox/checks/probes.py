@@ -1,6 +1,6 @@
 """The programs `sbx selftest` runs inside sandboxes, each printing what it found.
 
-Kept apart from the checks that judge their output (`sandbox/selftest.py`), so
+Kept apart from the checks that judge their output (`sandbox/checks/selftest.py`), so
 each file reads on its own: here, what a hostile program would try.
 """
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import click
 
-from tools.audit import AuditError, audit_key_from_env
-from tools.audit_show import COLUMNS, call_rows
-from tools.audit_verify import iter_records, verify_log
+from sbx.tools.audit import AuditError, audit_key_from_env
+from sbx.tools.audit_show import COLUMNS, call_rows
+from sbx.tools.audit_verify import iter_records, verify_log
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 

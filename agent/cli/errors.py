@@ -19,7 +19,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 from pydantic import ValidationError
 
-from sandbox.errors import SandboxError
+from sbx.sandbox.errors import SandboxError
 
 EXIT_TIMEOUT = 124
 EXIT_SBX_ERROR = 125

@@ -8,7 +8,7 @@ so each sample sees the background work of its own mode only; throughput
 runs include all background work. The modes:
 
     host python3 -c     a process on the host, no container
-    persistent floor    a bare Python loop in a running hardened container (bench_floor)
+    persistent floor    a bare Python loop in a running hardened container (floor.py)
     docker run          hardened `docker run --rm` through the SDK: the baseline
     sbx fresh           a container created for the execution (no warm pool), removed off-path
     sbx fresh (pool)    a warm pooled container handed over, used once, removed off-path
@@ -28,18 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from sandbox.bench_floor import PersistentFloor, docker_run, host_floor
-from sandbox.bench_memory import idle_memory_mib
-from sandbox.bench_stats import BenchReport, Summary, Target, ratio
-from sandbox.bench_workloads import PRINT_ONE, WORKLOADS, Workload
-from sandbox.capacity import HostCapacity
-from sandbox.config import DEFAULT_IMAGE
-from sandbox.engine import Engine
-from sandbox.errors import SandboxBroken
-from sandbox.limits import Limits
-from sandbox.pool import Pool, PoolConfig, PoolKey
-from sandbox.result import ExecutionResult
-from sandbox.session import Session
+from sbx.sandbox.bench.floor import PersistentFloor, docker_run, host_floor
+from sbx.sandbox.bench.memory import idle_memory_mib
+from sbx.sandbox.bench.stats import BenchReport, Summary, Target, ratio
+from sbx.sandbox.bench.workloads import PRINT_ONE, WORKLOADS, Workload
+from sbx.sandbox.capacity import HostCapacity
+from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.engine import Engine
+from sbx.sandbox.errors import SandboxBroken
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
+from sbx.sandbox.result import ExecutionResult
+from sbx.sandbox.session import Session
 
 HOST = "host python3 -c"
 FLOOR = "persistent floor"

@@ -1,7 +1,7 @@
 """The `sbx` command line: wires the layers together and turns operator errors into one line.
 
-Each command group lives in its own module (`cli_exec`, `cli_image`, `cli_audit`,
-`cli_ask`); this module only assembles them and owns the error boundary:
+Each command group lives in its own module of this package (`exec`, `image`, `audit`,
+`ask`, ...); this module only assembles them and owns the error boundary:
 a `SandboxError` (or any error the operator must fix) prints one line on stderr
 and exits non-zero, never a stack trace from our own code.
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import click
 
-from agent import cli_ask, cli_audit, cli_bench, cli_exec, cli_image, cli_selftest
+from sbx.agent.cli import ask, audit, bench, image, selftest
+from sbx.agent.cli import exec as exec_commands
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -26,12 +27,12 @@ def cli() -> None:
     """
 
 
-cli_exec.register(cli)
-cli_image.register(cli)
-cli_audit.register(cli)
-cli_ask.register(cli)
-cli_selftest.register(cli)
-cli_bench.register(cli)
+exec_commands.register(cli)
+image.register(cli)
+audit.register(cli)
+ask.register(cli)
+selftest.register(cli)
+bench.register(cli)
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.engine import Engine
+from sbx.sandbox.engine import Engine
 
 MIB = 1024 * 1024
 

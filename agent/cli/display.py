@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import click
 
-from agent.transcript import Event
+from sbx.agent.transcript import Event
 
 MAX_CODE_LINES = 30
 MAX_LINE = 160

@@ -22,22 +22,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.loop import run
-from agent.model import ModelClient
-from agent.prompt import build_system_prompt
-from agent.settings import AgentSettings, Endpoint, resolve_endpoint, resolve_settings
-from agent.state import RunResult
-from agent.transcript import Event, EventSink, Transcript, fanout
-from sandbox.config import DEFAULT_IMAGE
-from sandbox.errors import SandboxError
-from sandbox.pool import Pool
-from sandbox.pool_config import PoolConfig
-from sandbox.session import Session, new_run_id
-from sandbox.units import format_size
-from tools.audit import AuditError, AuditLog, open_audit_log
-from tools.context import ToolContext
-from tools.gate import ToolGate, build_gate
-from tools.policy import Policy, PolicyError, load_policy
+from sbx.agent.loop import run
+from sbx.agent.model import ModelClient
+from sbx.agent.prompt import build_system_prompt
+from sbx.agent.settings import AgentSettings, Endpoint, resolve_endpoint, resolve_settings
+from sbx.agent.state import RunResult
+from sbx.agent.transcript import Event, EventSink, Transcript, fanout
+from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.errors import SandboxError
+from sbx.sandbox.pool import Pool
+from sbx.sandbox.pool_config import PoolConfig
+from sbx.sandbox.session import Session, new_run_id
+from sbx.sandbox.units import format_size
+from sbx.tools.audit import AuditError, AuditLog, open_audit_log
+from sbx.tools.context import ToolContext
+from sbx.tools.gate import ToolGate, build_gate
+from sbx.tools.policy import Policy, PolicyError, load_policy
 
 RUNS_DIR = Path("sbx-runs")
 OUTPUT_DIR = Path("sbx-output")

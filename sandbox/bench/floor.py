@@ -27,12 +27,12 @@ from typing import Any
 
 import docker.errors
 
-from sandbox.bench_workloads import FLOOR_SOURCE, SHIP_OUTPUT
-from sandbox.config import container_config
-from sandbox.engine import Engine
-from sandbox.errors import SandboxBroken
-from sandbox.gc import owner_tag
-from sandbox.limits import Limits
+from sbx.sandbox.bench.workloads import FLOOR_SOURCE, SHIP_OUTPUT
+from sbx.sandbox.config import container_config
+from sbx.sandbox.engine import Engine
+from sbx.sandbox.errors import SandboxBroken
+from sbx.sandbox.gc import owner_tag
+from sbx.sandbox.limits import Limits
 
 _HEADER = struct.Struct(">BxxxI")
 READ_TIMEOUT_S = 120.0

@@ -1,0 +1,1 @@
+"""`sbx bench`: measured costs of the sandbox paths, interleaved in one run."""

@@ -1,0 +1,1 @@
+"""`sbx doctor` and `sbx selftest`: checks that the host and the sandbox hold their promises."""
