@@ -8,9 +8,11 @@ raises for them); errors the operator must fix (sandbox, audit log) propagate
 as exceptions and stop the run. The loop never imports `sandbox`: the code
 runner reaches it inside the gate, wired by the CLI.
 
-Everything that happens is reported to `emit` as an event (see
-`agent.transcript`), which the CLI sends to the transcript and the progress
-display.
+Everything that happens is reported to `emit` as a typed event (see
+`sbx.agent.events`), which the conversation sends to the transcript and to
+its subscribers (the CLI's progress display, the service's event stream).
+A run may continue a conversation: `history` holds the messages of the
+earlier runs, system prompt first.
 """
 
 from __future__ import annotations
@@ -23,16 +25,19 @@ from typing import Any
 from sbx.agent.budget import before_request, before_tools, remaining_s, time_ending
 from sbx.agent.compaction import estimate_tokens, shorten_observations
 from sbx.agent.dispatch import ToolDispatcher
-from sbx.agent.feedback import (
-    artifact_paths,
-    count_execution,
-    is_failure,
-    repeated_failure_notices,
+from sbx.agent.events import (
+    Compaction,
+    EventSink,
+    MessageAdded,
+    ModelReplied,
+    RunEnd,
+    ToolResult,
+    discard,
 )
+from sbx.agent.feedback import artifact_paths, count_execution, repeated_failure_notices
 from sbx.agent.model import ModelClient, ModelError, ModelReply, ToolCallRequest
 from sbx.agent.settings import AgentSettings
 from sbx.agent.state import Ending, Observation, RunResult, RunState
-from sbx.agent.transcript import Event, EventSink
 from sbx.tools.gate import ToolGate, ToolOutcome
 
 
@@ -63,10 +68,6 @@ class EmptyReply:
 NextStep = FinalAnswer | RunTools | EmptyReply
 
 
-def _discard(event: Event) -> None:
-    """The default event sink."""
-
-
 def run(
     question: str,
     *,
@@ -74,15 +75,19 @@ def run(
     gate: ToolGate,
     settings: AgentSettings,
     system_prompt: str,
-    emit: EventSink = _discard,
+    history: Sequence[dict[str, Any]] = (),
+    emit: EventSink = discard,
 ) -> RunResult:
     """Answer `question` with the model and the gate's tools, within `settings.budget`.
 
-    Returns a `RunResult` for every ending, Ctrl-C included (`cancelled`); raises only
+    `history` continues a conversation (its first message is the system prompt
+    it began with); without it the run starts from `system_prompt`. Returns a
+    `RunResult` for every ending, Ctrl-C included (`cancelled`); raises only
     for operator errors from the gate (the sandbox or the audit log failed).
     """
-    state = RunState(run_id=gate.run_id, started=time.monotonic(), messages=[])
-    add_message(state, {"role": "system", "content": system_prompt}, emit)
+    state = RunState(run_id=gate.run_id, started=time.monotonic(), messages=list(history))
+    if not history:
+        add_message(state, {"role": "system", "content": system_prompt}, emit)
     add_message(state, {"role": "user", "content": question}, emit)
     tools = gate.schemas()
     dispatcher = ToolDispatcher(gate, workers=settings.parallel_tools)
@@ -151,7 +156,7 @@ def next_step(reply: ModelReply) -> NextStep:
 def add_message(state: RunState, message: dict[str, Any], emit: EventSink) -> None:
     """Append a message the harness wrote (system prompt, question, notices)."""
     state.messages.append(message)
-    emit({"type": "message", "turn": state.turns, "message": message})
+    emit(MessageAdded(run_id=state.run_id, turn=state.turns, message=message))
 
 
 def record_reply(state: RunState, reply: ModelReply, emit: EventSink) -> None:
@@ -161,15 +166,15 @@ def record_reply(state: RunState, reply: ModelReply, emit: EventSink) -> None:
     message = reply.message()
     state.messages.append(message)
     emit(
-        {
-            "type": "model_reply",
-            "turn": state.turns,
-            "message": message,
-            "usage": reply.usage.as_dict(),
-            "total_usage": state.usage.as_dict(),
-            "finish_reason": reply.finish_reason,
-            "duration_s": round(reply.duration_s, 3),
-        }
+        ModelReplied(
+            run_id=state.run_id,
+            turn=state.turns,
+            message=message,
+            usage=reply.usage.as_dict(),
+            total_usage=state.usage.as_dict(),
+            finish_reason=reply.finish_reason,
+            duration_s=round(reply.duration_s, 3),
+        )
     )
 
 
@@ -177,7 +182,7 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
     """Append one `tool` message per outcome, in call order, then any repeated-failure notice."""
     for outcome in outcomes:
         state.tool_calls += 1
-        failed = is_failure(outcome)
+        failed = outcome.failed
         index = len(state.messages)
         message = {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.text}
         state.messages.append(message)
@@ -188,18 +193,18 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
         state.artifacts.extend(saved)
         count_execution(state, outcome)
         emit(
-            {
-                "type": "tool_result",
-                "turn": state.turns,
-                "call_id": outcome.call_id,
-                "name": outcome.name,
-                "status": outcome.status,
-                "failed": failed,
-                "rule": outcome.rule,
-                "duration_s": round(outcome.duration_s, 3),
-                "content": outcome.text,
-                "artifacts": saved,
-            }
+            ToolResult(
+                run_id=state.run_id,
+                turn=state.turns,
+                call_id=outcome.call_id,
+                name=outcome.name,
+                status=outcome.status,
+                failed=failed,
+                rule=outcome.rule,
+                duration_s=round(outcome.duration_s, 3),
+                content=outcome.text,
+                artifacts=saved,
+            )
         )
     for notice in repeated_failure_notices(state, outcomes):
         add_message(state, {"role": "user", "content": notice}, emit)
@@ -210,7 +215,7 @@ def halted(outcomes: Sequence[ToolOutcome]) -> Ending | None:
     for outcome in outcomes:
         if outcome.status == "halted":
             message = f"The tool gate halted the run: {outcome.text}"
-            return Ending(status="tool_limit", message=message)
+            return Ending(status="gate_halt", message=message)
     return None
 
 
@@ -221,7 +226,9 @@ def compact(
     done = shorten_observations(state, limit_tokens=settings.context_tokens, tools=tools)
     if done:
         estimate = estimate_tokens(state.messages, tools)
-        emit({"type": "compaction", "turn": state.turns, "shortened": done, "estimate": estimate})
+        emit(
+            Compaction(run_id=state.run_id, turn=state.turns, shortened=done, estimate=estimate)
+        )
 
 
 def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
@@ -237,6 +244,7 @@ def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
         duration_s=time.monotonic() - state.started,
         artifacts=tuple(dict.fromkeys(state.artifacts)),  # a file rewritten is listed once
         sandbox=state.sandbox,
+        messages=tuple(state.messages),
     )
-    emit({"type": "run_end", **result.as_dict()})
+    emit(RunEnd.model_validate(result.as_dict()))
     return result

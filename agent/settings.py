@@ -3,7 +3,8 @@
 Everything here is immutable and fixed before a run starts (G2); what changes
 during a run lives in `agent.state.RunState`. Values come from, highest first:
 command-line flags, the environment (`OPENAI_BASE_URL`, `OPENAI_API_KEY`,
-`SBX_MODEL`), the policy file's `[agent]` table, then the defaults below.
+`SBX_MODEL`), the policy file's `[agent]` table (read by `sbx.agent.config`),
+then the defaults below.
 
 Two timeouts, two names (G13): `request_timeout` bounds one HTTP request to
 the model; the sandbox's `timeout` (policy `[sandbox]`, `--timeout` on
@@ -21,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from sbx.sandbox.limits import Seconds
+from sbx.tools.policy import Seconds
 
 BASE_URL_ENV = "OPENAI_BASE_URL"
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -91,26 +92,23 @@ class Endpoint:
 BUDGET_FLAGS = tuple(Budget.model_fields)
 
 
-def resolve_settings(table: Mapping[str, Any], flags: Mapping[str, Any]) -> AgentSettings:
-    """Merge the policy's `[agent]` table with the flags that were given (not None) and validate.
+def apply_flags(settings: AgentSettings, flags: Mapping[str, Any]) -> AgentSettings:
+    """The settings with the flags that were given (not None) applied, validated again.
 
     `flags` holds budget and tuning flags only; the endpoint flags go to `resolve_endpoint`,
-    because the environment ranks between them and the policy.
+    because the environment ranks between them and the policy. A bad value raises
+    pydantic's `ValidationError`; the config step words it as the flag.
     """
-    data: dict[str, Any] = {key: value for key, value in table.items() if key != "budget"}
-    budget: dict[str, Any] = dict(table.get("budget") or {})
+    data = settings.model_dump(exclude={"budget"})
+    budget = settings.budget.model_dump()
     for key, value in flags.items():
-        if value is None:
-            continue
-        if key in BUDGET_FLAGS:
-            budget[key] = value
-        else:
-            data[key] = value
-    data["budget"] = budget
-    try:
-        return AgentSettings.model_validate(data)
-    except ValidationError as exc:
-        raise SettingsError(describe(exc)) from None
+        if value is not None:
+            (budget if key in BUDGET_FLAGS else data)[key] = value
+    return AgentSettings.model_validate({**data, "budget": budget})
+
+
+FLAG_NAMES = {"max_wall_time": "max-time", "max_total_tokens": "max-tokens"}
+"""Settings whose command-line flag is not simply the field name with dashes."""
 
 
 def resolve_endpoint(
@@ -138,13 +136,3 @@ def resolve_endpoint(
     if url is not None and urlsplit(url).scheme not in ("http", "https"):
         raise SettingsError(f"base URL {url!r} must start with http:// or https://")
     return Endpoint(base_url=url, api_key=key, model=name)
-
-
-def describe(exc: ValidationError) -> str:
-    """One line naming each invalid `[agent]` key (or flag) and why."""
-    parts = []
-    for error in exc.errors(include_url=False):
-        where = ".".join(str(part) for part in error["loc"]) or "value"
-        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
-        parts.append(f"agent.{where}: {message}")
-    return "invalid agent settings: " + "; ".join(parts)

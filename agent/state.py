@@ -9,6 +9,8 @@ them. Every way out of the loop is one of the `Status` values (G3):
     time_limit    the run's wall time reached Budget.max_wall_time
     token_limit   used plus the next request's estimate would pass Budget.max_total_tokens
     tool_limit    a reply asked for more tool calls than a turn or the run may make
+    gate_halt     the tool gate halted the run (a policy event an operator must see,
+                  e.g. too many denied calls); no tool can run any more
     model_error   the endpoint failed after the SDK's retries, or replied unusably
     cancelled     Ctrl-C (or SIGTERM)
 
@@ -17,6 +19,7 @@ Only `completed` carries an answer; a budget end is never presented as one.
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,13 +31,11 @@ Status = Literal[
     "time_limit",
     "token_limit",
     "tool_limit",
+    "gate_halt",
     "model_error",
     "cancelled",
 ]
-STATUSES: tuple[Status, ...] = (
-    "completed", "step_limit", "time_limit", "token_limit", "tool_limit", "model_error",
-    "cancelled",
-)
+STATUSES: tuple[Status, ...] = typing.get_args(Status)
 
 
 @dataclass(kw_only=True)
@@ -105,9 +106,9 @@ class RunState:
     shortened: int = 0
     """Observations shortened so far to keep the context under `context_tokens`."""
     artifacts: list[str] = field(default_factory=list)
+    """Host paths of the files the sandbox copied out of `/output`, in order."""
     sandbox: SandboxUsage = field(default_factory=SandboxUsage)
     """Executions, CPU seconds and peak memory of the run's sandbox, so far."""
-    """Host paths of the files the sandbox copied out of `/output`, in order."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -146,6 +147,9 @@ class RunResult:
     """Host paths of files copied out of the sandbox's `/output`."""
     sandbox: SandboxUsage
     """Totals over the run's executions (wall, CPU seconds, peak memory)."""
+    messages: tuple[dict[str, Any], ...] = ()
+    """The conversation as it stands after this run (the next question continues it);
+    not part of `as_dict`: the transcript has every message already."""
 
     def as_dict(self) -> dict[str, Any]:
         """The machine-readable form (`sbx ask --json`, the transcript's `run_end`)."""

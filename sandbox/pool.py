@@ -36,11 +36,12 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sbx.sandbox.capacity import HostCapacity, Lease, Need
+from sbx.sandbox.capacity import HostCapacity, Lease
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.gc import collect_orphans
+from sbx.sandbox.host_caps import Need
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats, WarmEntry
 from sbx.sandbox.pool_session import LeasedSession, Reaper

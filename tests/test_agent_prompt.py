@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import re
 
-from sbx.agent.data_summary import describe_table, infer_dtype, summarize_data
 from sbx.agent.prompt import build_system_prompt, load_template
+from sbx.tools.builtin.data_summary import describe_table, infer_dtype, summarize_data
 
 
 def test_a_csv_is_described_with_columns_dtypes_row_count_and_first_rows(tmp_path):

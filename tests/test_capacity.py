@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sbx.sandbox.capacity import HostCapacity, HostCaps, LedgerDamaged, Need
+from sbx.sandbox.capacity import HostCapacity, LedgerDamaged
 from sbx.sandbox.errors import HostBusy, SandboxError
+from sbx.sandbox.host_caps import HostCaps, Need
 
 GIB = 1 << 30
 SMALL = Need(memory=GIB // 2, cpus=1.0)
@@ -122,7 +123,8 @@ def test_try_acquire_takes_only_what_fits_now(tmp_path) -> None:
 HOLDER = """
 import sys, time
 from pathlib import Path
-from sbx.sandbox.capacity import HostCapacity, HostCaps, Need
+from sbx.sandbox.capacity import HostCapacity
+from sbx.sandbox.host_caps import HostCaps, Need
 caps = HostCaps(sandboxes=1, memory=1 << 30, cpus=1.0)
 capacity = HostCapacity(directory=Path(sys.argv[1]), caps=caps)
 capacity.acquire(Need(memory=1 << 20, cpus=1.0))

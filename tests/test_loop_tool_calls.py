@@ -113,7 +113,7 @@ def test_invalid_json_unknown_and_denied_tools_are_observations_and_the_run_goes
 
     assert (result.status, result.answer) == ("completed", "I could only use calculate.")
     observations = {
-        e["call_id"]: (e["status"], e["content"]) for e in seen if e["type"] == "tool_result"
+        e.call_id: (e.status, e.content) for e in seen if e.type == "tool_result"
     }
     status, text = observations["call_bad_json"]
     assert status == "invalid"

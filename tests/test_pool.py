@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_IMAGE
-from sbx.sandbox.capacity import HostCapacity, HostCaps
+from sbx.sandbox.capacity import HostCapacity
 from sbx.sandbox.config import container_config
 from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.gc import owner_tag
+from sbx.sandbox.host_caps import HostCaps
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
 

@@ -34,5 +34,8 @@ class ToolContext:
     """Where `execute_python` sends code; `None` when no sandbox was started for this run."""
     data_paths: list[Path] = field(default_factory=list)
     """Files or directories the operator gave with `--data`; the only files data tools can read."""
-    api_key: str | None = None
-    """The model endpoint's API key, so the audit log can redact it; no built-in tool reads it."""
+    principal: str = "local"
+    """Who asked, as the face authenticated them (the OS user on the CLI, the API key's
+    principal over HTTP); written into every audit record. The model never sets it."""
+    conversation_id: str | None = None
+    """The conversation this run belongs to (follow-up questions share one)."""

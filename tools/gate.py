@@ -28,6 +28,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from sbx.sandbox.errors import SandboxError
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.result import Artifact, ExecutionResult
 from sbx.tools.audit import AuditError, AuditLog
 from sbx.tools.builtin import builtin_tools
 from sbx.tools.context import ToolContext
@@ -46,7 +48,8 @@ from sbx.tools.rules import QuotaCounter, check_arguments
 
 logger = logging.getLogger(__name__)
 
-Status = Literal["ok", "error", "invalid", "denied", "unknown", "halted"]
+CallStatus = Literal["ok", "error", "invalid", "denied", "unknown", "halted", "cancelled"]
+"""How one call went at the gate (a run's ending is `sbx.agent.state.Status`, another thing)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -57,27 +60,41 @@ class ToolOutcome:
     """The model's `tool_call_id`, echoed so the answer message can be matched."""
     name: str
     """The tool name as the model sent it."""
-    status: Status
-    """`ok`; `error` (the tool failed); `invalid`/`denied`/`unknown` (not run); `halted`."""
+    status: CallStatus
+    """`ok`; `error` (the tool failed); `invalid`/`denied`/`unknown` (not run); `halted`;
+    `cancelled` (the run was cancelled while the call ran: its result is not trusted)."""
     text: str
     """The exact observation the model receives (from the one renderer, G7)."""
-    result: Any = None
-    """A structured value, e.g. the `ExecutionResult` of `execute_python`."""
+    execution: ExecutionResult | None = None
+    """The sandbox's result, when the call ran code (`execute_python`)."""
+    value: object = None
+    """Any other tool's structured value, kept for the caller, never sent as is."""
     duration_s: float = 0.0
     """Wall-clock seconds from the call's arrival at the gate to its outcome."""
     rule: str | None = None
     """For denials and halts: the dotted policy key that decided."""
+
+    @property
+    def failed(self) -> bool:
+        """Refused, failed, or ran code that raised, timed out or was killed."""
+        return self.status != "ok" or (self.execution is not None and not self.execution.ok)
+
+    @property
+    def artifacts(self) -> tuple[Artifact, ...]:
+        """Files the execution copied out of `/output` (none for other tools)."""
+        return tuple(self.execution.artifacts) if self.execution is not None else ()
 
 
 @dataclass(frozen=True)
 class _Refusal:
     """A decision not to run the tool."""
 
-    status: Status
+    status: CallStatus
     failure: Failure
     rule: str | None = None
 
 
+CANCELLED_TEXT = "Cancelled: the run was cancelled by the operator while this call ran."
 CLOSE_GRACE_S = 10.0
 """Seconds `close` waits for calls still in flight before writing the run-end record."""
 
@@ -86,15 +103,23 @@ class ToolGate:
     """Checks, records and runs tool calls for one agent run; thread-safe."""
 
     def __init__(
-        self, *, policy: Policy, tools: Mapping[str, Tool], context: ToolContext, audit: AuditLog
+        self,
+        *,
+        policy: Policy,
+        limits: Limits,
+        tools: Mapping[str, Tool],
+        context: ToolContext,
+        audit: AuditLog,
     ) -> None:
         self._policy = policy
+        self._limits = limits
         self._tools = dict(tools)
         self._context = context
         self._audit = audit
         self._quota = QuotaCounter(policy.quotas)
         self._lock = threading.Lock()
         self._halted: str | None = None
+        self._cancelled = False
         self._closed = False
         self._in_flight = 0
         self._settled = threading.Condition(self._lock)
@@ -125,9 +150,10 @@ class ToolGate:
             "policy_sha256": self._policy.digest(),
             "enabled_tools": self.enabled_names(),
             "quotas": self._policy.quotas.model_dump(),
-            "sandbox": self._policy.sandbox.model_dump(),
+            "sandbox": self._limits.model_dump(),
+            "conversation_id": self._context.conversation_id,
         }
-        self._audit.record(self.run_id, "run_start", data)
+        self._record("run_start", data)
 
     def close(self, *, reason: str = "closed", grace_s: float = CLOSE_GRACE_S) -> None:
         """Append the run-end record (once), after the outcomes of calls still in flight.
@@ -141,7 +167,21 @@ class ToolGate:
             self._closed = True
             self._settled.wait_for(lambda: self._in_flight == 0, timeout=grace_s)
         data = {"reason": reason, "halted": self._halted, **self._quota.snapshot()}
-        self._audit.record(self.run_id, "run_end", data)
+        self._record("run_end", data)
+
+    def _record(self, kind: str, data: Mapping[str, Any]) -> None:
+        """One audit record, always with the principal the face authenticated (never the model)."""
+        self._audit.record(self.run_id, kind, {**data, "principal": self._context.principal})
+
+    def cancel(self) -> None:
+        """The run is being cancelled: calls still running end `cancelled`, none start.
+
+        The caller then removes the sandbox; an execution interrupted that way
+        reports a lost runner, which must not be recorded as the call's result.
+        """
+        with self._lock:
+            self._cancelled = True
+            self._halted = self._halted or "the run was cancelled by the operator"
 
     def call(self, *, name: str, arguments: str, call_id: str) -> ToolOutcome:
         """Check, record and run one call; model errors come back as data, never raised."""
@@ -186,7 +226,8 @@ class ToolGate:
             errors = exc.errors(include_url=False, include_context=False, include_input=False)
             invalid = InvalidArguments(tool=name, errors=[dict(e) for e in errors])
             return _Refusal("invalid", invalid)
-        denied_or_none = check_arguments(self._policy, name, args) or self._quota.take(name)
+        denied_or_none = check_arguments(self._policy, self._limits, name, args)
+        denied_or_none = denied_or_none or self._quota.take(name)
         return self._deny(denied_or_none) if denied_or_none else args
 
     def _deny(self, denied: Denied) -> _Refusal:
@@ -216,7 +257,11 @@ class ToolGate:
             decision["rule"] = decided.rule
             decision["text"] = render_failure(decided.failure)
         try:
-            self._audit.record_many(self.run_id, [("request", request), ("decision", decision)])
+            principal = {"principal": self._context.principal}
+            self._audit.record_many(
+                self.run_id,
+                [("request", {**request, **principal}), ("decision", {**decision, **principal})],
+            )
         except AuditError as exc:
             self._halted = str(exc)
             raise
@@ -224,8 +269,8 @@ class ToolGate:
     def _run(self, tool: Tool, args: BaseModel, call_id: str, started: float) -> ToolOutcome:
         """Run an allowed call (one at a time per sequential key) and record its outcome."""
         lock = self._sequential.get(tool.sequential or "")
-        status: Status = "ok"
-        value: Any = None
+        status: CallStatus = "ok"
+        returned: object = None
         extra: Mapping[str, Any] = {}
         try:
             if lock is not None:
@@ -233,25 +278,32 @@ class ToolGate:
                     returned = tool.invoke(args, self._context)
             else:
                 returned = tool.invoke(args, self._context)
-            text, value, extra = _unpack(returned)
+            text, extra = _unpack(returned)
         except ToolFailure as exc:
             status, text = "error", render_failure(ToolError(tool=tool.name, message=str(exc)))
         except (SandboxError, AuditError, KeyboardInterrupt) as exc:
-            self._halted = f"operator error: {type(exc).__name__}: {exc}"
-            self._record_outcome(tool, call_id, "halted", self._halted, started, {})
-            raise
+            if not self._cancelled:  # a cancelled run's sandbox was removed on purpose
+                self._halted = f"operator error: {type(exc).__name__}: {exc}"
+                self._record_outcome(tool, call_id, "halted", self._halted, started, {})
+                raise
+            text = CANCELLED_TEXT
         except Exception as exc:  # a tool's bug: the model is told, the operator sees the log
             logger.warning("Tool %s raised %s", tool.name, type(exc).__name__)
             message = f"{type(exc).__name__}: {exc}"
             status, text = "error", render_failure(ToolError(tool=tool.name, message=message))
+        if self._cancelled:
+            status, text, extra = "cancelled", CANCELLED_TEXT, {}
+            returned = None
         duration = self._record_outcome(tool, call_id, status, text, started, extra)
+        execution = returned.execution if isinstance(returned, ToolReturn) else None
+        value = returned.value if isinstance(returned, ToolReturn) else returned
         return ToolOutcome(
-            call_id=call_id, name=tool.name, status=status, text=text, result=value,
-            duration_s=duration,
+            call_id=call_id, name=tool.name, status=status, text=text, execution=execution,
+            value=value if status == "ok" else None, duration_s=duration,
         )
 
     def _record_outcome(
-        self, tool: Tool, call_id: str, status: Status, text: str, started: float,
+        self, tool: Tool, call_id: str, status: CallStatus, text: str, started: float,
         extra: Mapping[str, Any],
     ) -> float:
         duration = time.perf_counter() - started
@@ -261,18 +313,18 @@ class ToolGate:
             **extra,
         }
         try:
-            self._audit.record(self.run_id, "outcome", data)
+            self._record("outcome", data)
         except AuditError as exc:
             self._halted = str(exc)
             raise
         return duration
 
 
-def _unpack(returned: Any) -> tuple[str, Any, Mapping[str, Any]]:
-    """(observation text, structured value, extra audit fields) from a tool's return value."""
+def _unpack(returned: object) -> tuple[str, Mapping[str, Any]]:
+    """(observation text, extra audit fields) from a tool's return value."""
     if isinstance(returned, ToolReturn):
-        return returned.text, returned.value, returned.audit
-    return render_value(returned), returned, {}
+        return returned.text, returned.audit
+    return render_value(returned), {}
 
 
 def _request_data(name: str, arguments: str, call_id: str) -> dict[str, Any]:
@@ -290,7 +342,12 @@ def _request_data(name: str, arguments: str, call_id: str) -> dict[str, Any]:
 
 
 def build_gate(
-    policy: Policy, *, context: ToolContext, audit: AuditLog, extra_tools: Sequence[Tool] = ()
+    policy: Policy,
+    *,
+    limits: Limits | None = None,
+    context: ToolContext,
+    audit: AuditLog,
+    extra_tools: Sequence[Tool] = (),
 ) -> ToolGate:
     """Register the built-in tools plus `extra_tools`, check them against the policy, start the run.
 
@@ -305,6 +362,8 @@ def build_gate(
         raise PolicyError(f"policy [tools.custom.{missing[0]}] names a tool that is not registered")
     if policy.tools.execute_python.enabled and context.runner is None:
         raise PolicyError("policy enables execute_python but no sandbox runner was started")
-    gate = ToolGate(policy=policy, tools=tools, context=context, audit=audit)
+    gate = ToolGate(
+        policy=policy, limits=limits or Limits(), tools=tools, context=context, audit=audit
+    )
     gate.start()
     return gate

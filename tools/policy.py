@@ -4,23 +4,23 @@ A policy is a TOML file (`sbx.toml`; the packaged default is `tools/sbx.toml`,
 every key commented there). Everything is closed by default: a tool absent
 from the file is disabled, an unknown key or tool name is an error at load,
 and each rule has a dotted name (`tools.http_get.allowed_domains`,
-`quotas.total`) that denials and audit records quote. The `[agent]` table is
-kept raw for the agent layer, which validates it itself.
+`quotas.per_tool`) that denials and audit records quote. The file is read
+once by the configuration step (`sbx.agent.config`); this module holds the
+gate's models only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sbx.sandbox.limits import Bytes, Limits, Seconds
-from sbx.tools.toml_lines import key_lines, line_of
+# Seconds is re-exported: the agent's settings take durations in the same units.
+from sbx.sandbox.limits import Bytes
+from sbx.sandbox.limits import Seconds as Seconds
 
 BUILTIN_TOOLS = ("execute_python", "calculate", "list_data_files", "preview_data_file", "http_get")
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
@@ -128,12 +128,14 @@ class ToolsPolicy(BaseModel):
 
 
 class Quotas(BaseModel):
-    """Per-run call budgets, counted on allowed calls only."""
+    """Per-run call budgets of single tools, counted on allowed calls only.
+
+    The run's total of tool calls is one budget, the agent's
+    (`[agent.budget] max_tool_calls`), checked before the calls are made.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    total: int | None = Field(default=100, ge=0)
-    """Allowed tool calls per run, all tools together (`None`: no cap)."""
     per_tool: dict[str, int] = Field(default_factory=dict)
     """Allowed calls per run for one tool, by name."""
     max_denied: int | None = Field(default=20, ge=0)
@@ -158,7 +160,12 @@ class AuditPolicy(BaseModel):
 
 
 class Policy(BaseModel):
-    """The whole policy file. Unknown keys anywhere are an error (`extra="forbid"`)."""
+    """The gate's part of the policy file: `[tools.*]`, `[quotas]`, `[audit]`.
+
+    The file's `[sandbox]` and `[agent]` tables belong to other layers; the
+    configuration step (`sbx.agent.config`) reads the file once and hands each
+    table to its owner. Unknown keys anywhere are an error (`extra="forbid"`).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -166,12 +173,8 @@ class Policy(BaseModel):
     """Which tools are enabled and their argument rules."""
     quotas: Quotas = Quotas()
     """How many calls a run may make."""
-    sandbox: Limits = Limits()
-    """Limits for `execute_python`'s container (see `sandbox.limits.Limits`)."""
     audit: AuditPolicy = AuditPolicy()
     """The audit log's path and redaction."""
-    agent: dict[str, Any] = Field(default_factory=dict)
-    """The `[agent]` table, kept raw: the agent layer validates it."""
 
     @model_validator(mode="after")
     def _quota_names(self) -> Policy:
@@ -189,35 +192,3 @@ class Policy(BaseModel):
 def default_policy_path() -> Path:
     """The documented default policy shipped inside the package."""
     return Path(str(resources.files("sbx.tools").joinpath("sbx.toml")))
-
-
-def load_policy(path: Path | None) -> Policy:
-    """Read and validate a policy file; `None` loads the packaged default `tools/sbx.toml`."""
-    source = path or default_policy_path()
-    try:
-        text = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(f"{source}: cannot read policy: {exc}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"{source}: not valid TOML: {exc}") from None
-    try:
-        return Policy.model_validate(data)
-    except ValidationError as exc:
-        raise PolicyError(_describe(source, text, exc)) from None
-
-
-def _describe(source: Path, text: str, exc: ValidationError) -> str:
-    """One line: `file:line: dotted.key: what is wrong` for the first error, and a count."""
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    loc = [part for part in first["loc"] if isinstance(part, str | int)]
-    dotted = ".".join(str(part) for part in loc) or "(top level)"
-    line = line_of(key_lines(text), loc)
-    where = f"{source}:{line}" if line else str(source)
-    message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-    if message.startswith("Value error, "):
-        message = message.removeprefix("Value error, ")
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where}: {dotted}: {message}{more}"

@@ -27,6 +27,7 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from sbx.sandbox.result import ExecutionResult
 from sbx.tools.context import ToolContext
 from sbx.tools.schema import is_strict_compatible, parse_docstring, strict_schema
 
@@ -43,8 +44,10 @@ class ToolReturn:
 
     text: str
     """The observation the model receives."""
-    value: Any = None
-    """A structured result kept for the caller (e.g. the `ExecutionResult`), never sent as is."""
+    value: object = None
+    """A structured result kept for the caller, never sent as is."""
+    execution: ExecutionResult | None = None
+    """The sandbox's result, for a tool that ran code (`execute_python`)."""
     audit: Mapping[str, Any] = field(default_factory=dict)
     """Extra outcome fields for the audit record (exit code, artifacts, ...)."""
 

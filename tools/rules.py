@@ -15,13 +15,14 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
+from sbx.sandbox.limits import Limits
 from sbx.tools.netguard import host_matches
 from sbx.tools.observation import Denied
 from sbx.tools.policy import Policy, Quotas
 
 
-def check_arguments(policy: Policy, name: str, args: BaseModel) -> Denied | None:
-    """The per-tool argument rules of the policy, for the built-in tools that have them."""
+def check_arguments(policy: Policy, limits: Limits, name: str, args: BaseModel) -> Denied | None:
+    """The per-tool argument rules of the policy (and the sandbox's code size), per built-in."""
     values: dict[str, Any] = dict(args)
     match name:
         case "http_get":
@@ -38,7 +39,7 @@ def check_arguments(policy: Policy, name: str, args: BaseModel) -> Denied | None
                 reason = f"at most {limit} rows may be previewed"
                 return Denied(tool=name, rule="tools.preview_data_file.max_rows", reason=reason)
         case "execute_python":
-            limit = policy.sandbox.max_code_bytes
+            limit = limits.max_code_bytes
             if len(str(values.get("code", "")).encode()) > limit:
                 reason = f"the program is larger than {limit} bytes"
                 return Denied(tool=name, rule="sandbox.max_code_bytes", reason=reason)
@@ -83,10 +84,6 @@ class QuotaCounter:
             if limit is not None and self._calls[name] >= limit:
                 reason = f"this run already made {limit} call(s) to {name!r}, the most allowed"
                 return Denied(tool=name, rule=f"quotas.per_tool.{name}", reason=reason)
-            total = self._quotas.total
-            if total is not None and sum(self._calls.values()) >= total:
-                reason = f"this run already made {total} tool calls, the most allowed"
-                return Denied(tool=name, rule="quotas.total", reason=reason)
             self._calls[name] += 1
             return None
 

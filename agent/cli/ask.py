@@ -7,6 +7,7 @@ JSON document with `--json`. Exit status:
     0    completed: the model answered
     3    a budget ended the run (step_limit, time_limit, token_limit, tool_limit); no answer
     4    model_error: the endpoint failed after retries, or replied unusably
+    5    gate_halt: the tool gate halted the run (e.g. too many denied calls); see the audit log
     2    bad flag or setting; 125 sbx could not run (policy, engine, image, audit log)
     130  cancelled (Ctrl-C or SIGTERM): the sandbox was removed, the audit log closed
 """
@@ -14,7 +15,6 @@ JSON document with `--json`. Exit status:
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -22,82 +22,37 @@ from typing import Any, NoReturn
 
 import click
 
-from sbx.agent.app import AskOptions, AskOutcome, ask
+from sbx.agent.app import Answer, answer_one
 from sbx.agent.cli.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, demo_turns
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
+from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.scripted_model import ScriptedLLM
-from sbx.agent.settings import SettingsError
 from sbx.agent.state import Status
 from sbx.agent.transcript import TranscriptError, read_transcript
-from sbx.sandbox.config import DEFAULT_IMAGE
-from sbx.tools.audit import AuditError
-from sbx.tools.policy import PolicyError
 
 EXIT_BUDGET = 3
 EXIT_MODEL_ERROR = 4
+EXIT_GATE_HALT = 5
 _EXIT: dict[Status, int] = {
     "completed": 0,
     "step_limit": EXIT_BUDGET,
     "time_limit": EXIT_BUDGET,
     "token_limit": EXIT_BUDGET,
     "tool_limit": EXIT_BUDGET,
+    "gate_halt": EXIT_GATE_HALT,
     "model_error": EXIT_MODEL_ERROR,
     "cancelled": EXIT_INTERRUPTED,
 }
 _FILE = click.Path(path_type=Path, dir_okay=False)
 
 
-def run_options(command: Any) -> Any:
-    """Where the run's inputs and records go; shared by `ask` and `demo`."""
-    options = [
-        click.option("--output", type=click.Path(path_type=Path, file_okay=False),
-                     help="Directory for files the code saves to /output. [default: "
-                     "sbx-output/RUN_ID]"),
-        click.option("--policy", type=_FILE,
-                     help="Policy file (tools, quotas, sandbox limits, [agent]). [default: the "
-                     "packaged sbx.toml]"),
-        click.option("--audit-log", type=_FILE,
-                     help="Audit log to append to. [default: $SBX_AUDIT_LOG, the policy's, or "
-                     "./sbx-audit.jsonl]"),
-        click.option("--transcript", type=_FILE,
-                     help="Transcript to write (JSON Lines). [default: sbx-runs/RUN_ID.jsonl]"),
-        click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image."),
-        click.option("--json", "as_json", is_flag=True,
-                     help="Print one JSON document (status, answer, usage, paths) on stdout."),
-        click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def model_options(command: Any) -> Any:
-    """The endpoint, the budget and the tuning flags of `ask`; omitted flags keep the policy's."""
-    options = [
-        click.option("--base-url", help="OpenAI-compatible endpoint. [env: OPENAI_BASE_URL]"),
-        click.option("--api-key", help="API key (prefer the env var). [env: OPENAI_API_KEY]"),
-        click.option("--model", help="Model name. [env: SBX_MODEL]"),
-        click.option("--max-turns", type=int, help="Most model requests. [default: 20]"),
-        click.option("--max-tool-calls", type=int,
-                     help="Most tool calls in the run. [default: 40]"),
-        click.option("--max-tool-calls-per-turn", type=int,
-                     help="Most tool calls one reply may ask for. [default: 8]"),
-        click.option("--max-time", "max_wall_time",
-                     help="Wall-clock limit of the whole run, e.g. 10m. [default: 10m]"),
-        click.option("--max-tokens", "max_total_tokens", type=int,
-                     help="Most tokens (prompt + completion) in the run. [default: 200000]"),
-        click.option("--request-timeout",
-                     help="Limit of one model HTTP request, e.g. 2m. [default: 120s]"),
-        click.option("--max-retries", type=int,
-                     help="Retries of a failed model request. [default: 2]"),
-        click.option("--context-tokens", type=int,
-                     help="Estimated size past which old observations are shortened. "
-                     "[default: 60000]"),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+def output_options(command: Any) -> Any:
+    """How the result is printed; shared by `ask` and `demo`."""
+    command = click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")(command)
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print one JSON document (status, answer, usage, paths) on "
+                        "stdout.")(command)
 
 
 @click.command("ask")
@@ -105,6 +60,7 @@ def model_options(command: Any) -> Any:
 @click.option("--data", "data", multiple=True, type=click.Path(path_type=Path, exists=True),
               help="File or directory the code can read at /data/<name>. Repeatable.")
 @run_options
+@output_options
 @model_options
 @operator_errors
 def ask_command(
@@ -117,18 +73,19 @@ def ask_command(
     Example: sbx ask "Which region grew fastest in 2024?" --data examples/sales.csv
 
     Exit status: 0 answered; 3 a budget ended the run (no answer); 4 model error;
-    2 bad flag or setting; 125 sbx could not run; 130 cancelled.
+    5 the tool gate halted the run; 2 bad flag or setting; 125 sbx could not run;
+    130 cancelled. For follow-up questions, use `sbx chat`.
     """
-    options = AskOptions(
-        question=question, data=data, output=output, policy=policy, audit_log=audit_log,
-        transcript=transcript, image=image, base_url=base_url, api_key=api_key, model=model,
-        flags=flags,
+    options = FaceOptions(
+        data=data, output=output, policy=policy, audit_log=audit_log, transcript=transcript,
+        image=image, base_url=base_url, api_key=api_key, model=model, flags=flags,
     )
-    _finish(_run(options, quiet=quiet), as_json=as_json)
+    _finish(_run(question, options, quiet=quiet), as_json=as_json)
 
 
 @click.command("demo")
 @run_options
+@output_options
 @operator_errors
 def demo_command(
     output: Path | None, policy: Path | None, audit_log: Path | None, transcript: Path | None,
@@ -142,19 +99,19 @@ def demo_command(
     with tempfile.TemporaryDirectory(prefix="sbx-demo-") as scratch, ScriptedLLM(
         demo_turns()
     ) as llm:
-        options = AskOptions(
-            question=QUESTION, data=(demo_data(Path(scratch)),), output=output, policy=policy,
+        options = FaceOptions(
+            data=(demo_data(Path(scratch)),), output=output, policy=policy,
             audit_log=audit_log, transcript=transcript, image=image, base_url=llm.base_url,
             api_key=API_KEY, model=MODEL_NAME, label=LABEL,
         )
-        outcome = _run(options, quiet=quiet)
+        outcome = _run(QUESTION, options, quiet=quiet)
     _finish(outcome, as_json=as_json)
 
 
 @click.command("replay")
 @click.argument("transcript", type=_FILE)
 def replay_command(transcript: Path) -> None:
-    """Re-render a past run from its transcript, answer included."""
+    """Re-render a past run (or every run of a conversation) from its transcript."""
     render = Progress(sys.stdout, show_answer=True)
     try:
         for event in read_transcript(transcript):
@@ -163,18 +120,17 @@ def replay_command(transcript: Path) -> None:
         fail(str(exc), 2)
 
 
-def _run(options: AskOptions, *, quiet: bool) -> AskOutcome:
-    """Run, turning configuration errors into one line on stderr."""
+def _run(question: str, options: FaceOptions, *, quiet: bool) -> Answer:
+    """One question in a conversation of its own, through the application core."""
     progress = None if quiet else Progress(sys.stderr)
-    try:
-        return ask(options, environ=os.environ, progress=progress)
-    except SettingsError as exc:
-        fail(str(exc), 2)
-    except (PolicyError, AuditError, TranscriptError) as exc:
-        fail(str(exc))
+    with opened_app(options) as (app, endpoint):
+        return answer_one(
+            app, question, spec=options.spec(), endpoint=endpoint,
+            transcript=options.transcript, progress=progress,
+        )
 
 
-def _finish(outcome: AskOutcome, *, as_json: bool) -> NoReturn:
+def _finish(outcome: Answer, *, as_json: bool) -> NoReturn:
     """Print the answer (or why there is none) and exit with the run's status."""
     result = outcome.result
     if as_json:

@@ -15,8 +15,10 @@ from typing import Any, TextIO
 
 import click
 
-from sbx.agent.transcript import Event
+from sbx.agent.events import Event
 
+Row = dict[str, Any]
+"""An event as plain data: the renderers read fields with defaults, as replay must."""
 MAX_CODE_LINES = 30
 MAX_LINE = 160
 _SECTION = re.compile(r"^\[(stdout|stderr|notes)\]$")
@@ -30,15 +32,15 @@ class Progress:
         self._show_answer = show_answer
 
     def __call__(self, event: Event) -> None:
-        """Render one event (unknown types are skipped: newer transcripts stay readable)."""
-        render = getattr(self, f"_on_{event.get('type')}", None)
+        """Render one event (types without a renderer are skipped)."""
+        render = getattr(self, f"_on_{event.type}", None)
         if render is not None:
-            render(event)
+            render(event.model_dump())
 
     def _echo(self, text: str, **style: Any) -> None:
         click.echo(click.style(text, **style) if style else text, file=self._stream)
 
-    def _on_run_start(self, event: Event) -> None:
+    def _on_run_start(self, event: Row) -> None:
         label = event.get("label")
         if label:
             self._echo(f"== {label}", fg="magenta", bold=True)
@@ -51,12 +53,12 @@ class Progress:
         for item in event.get("data") or []:
             self._echo(f"   data: {item}")
 
-    def _on_message(self, event: Event) -> None:
+    def _on_message(self, event: Row) -> None:
         message = event.get("message") or {}
         if message.get("role") == "user" and event.get("turn"):
             self._echo(f"!  {_clip(str(message.get('content')))}", fg="yellow")
 
-    def _on_model_reply(self, event: Event) -> None:
+    def _on_model_reply(self, event: Row) -> None:
         usage = event.get("usage") or {}
         total = (event.get("total_usage") or {}).get("total_tokens", 0)
         self._echo(
@@ -74,7 +76,7 @@ class Progress:
             for line in _arguments_lines(str(function.get("arguments") or "")):
                 self._echo(f"   | {line}", dim=True)
 
-    def _on_tool_result(self, event: Event) -> None:
+    def _on_tool_result(self, event: Row) -> None:
         failed = bool(event.get("failed"))
         word = event.get("status") if event.get("status") != "ok" or not failed else "failed"
         line = f"<- {word} ({event.get('duration_s', 0):.1f} s): {one_line(event.get('content'))}"
@@ -82,7 +84,7 @@ class Progress:
         for path in event.get("artifacts") or []:
             self._echo(f"   saved {path}")
 
-    def _on_compaction(self, event: Event) -> None:
+    def _on_compaction(self, event: Row) -> None:
         count = len(event.get("shortened") or [])
         self._echo(
             f"   (shortened {count} older observation(s) to bound the context; "
@@ -90,7 +92,7 @@ class Progress:
             dim=True,
         )
 
-    def _on_run_end(self, event: Event) -> None:
+    def _on_run_end(self, event: Row) -> None:
         status = event.get("status")
         usage = event.get("usage") or {}
         summary = (
@@ -115,7 +117,7 @@ class Progress:
             self._echo("")
             self._echo(str(event["answer"]))
 
-    def _on_run_error(self, event: Event) -> None:
+    def _on_run_error(self, event: Row) -> None:
         self._echo(f"== error: {event.get('error')}", fg="red", bold=True)
 
 

@@ -25,7 +25,7 @@ def builtin_tools(policy: Policy) -> list[Tool]:
     """Every built-in tool, configured from the policy (enabled or not)."""
     rules = policy.tools
     return [
-        make_execute_python(policy.sandbox),
+        make_execute_python(),
         make_calculate(rules.calculate),
         make_list_data_files(rules.list_data_files),
         make_preview_data_file(rules.preview_data_file),

@@ -1,0 +1,138 @@
+"""`sbx chat`: a conversation at the terminal; follow-up questions see the earlier runs' variables.
+
+Each line is a question, answered by one run in the same sandbox session: the
+steps stream on stderr as they happen, the answer comes on stdout. Commands:
+`/reset` (new sandbox, messages forgotten), `/exit` (or Ctrl-D). Ctrl-C while
+a question runs cancels that run, not the chat: its sandbox is removed and the
+next question starts with a fresh one (and is told so). SIGTERM ends the chat.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from sbx.agent.cli.display import Progress
+from sbx.agent.cli.errors import EXIT_INTERRUPTED, operator_errors
+from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
+from sbx.agent.conversation import Conversation
+from sbx.agent.state import RunResult
+
+PROMPT = "you> "
+HELP = "Ask a question. /reset starts afresh, /exit leaves; Ctrl-C cancels a running question."
+
+
+class _Signals:
+    """Whether SIGTERM arrived: the current run is cancelled, then the chat ends."""
+
+    terminating = False
+
+
+@click.command("chat")
+@click.option("--data", "data", multiple=True, type=click.Path(path_type=Path, exists=True),
+              help="File or directory the code can read at /data/<name>. Repeatable.")
+@run_options
+@click.option("--quiet", "-q", is_flag=True, help="No step-by-step progress on stderr.")
+@model_options
+@operator_errors
+def chat_command(
+    data: tuple[Path, ...], output: Path | None, policy: Path | None, audit_log: Path | None,
+    transcript: Path | None, image: str, quiet: bool, base_url: str | None,
+    api_key: str | None, model: str | None, **flags: Any,
+) -> None:
+    """Talk with the agent about your data: each question can build on the last.
+
+    The code of every question runs in one sandbox, so a follow-up can use the
+    variables, imports and files of the earlier ones. Budgets (--max-turns,
+    --max-time, ...) apply to each question.
+
+    \b
+    Example:
+      sbx chat --data examples/sales.csv
+      you> Which region grew fastest in 2024?
+      you> And in 2023?
+    """
+    options = FaceOptions(
+        data=data, output=output, policy=policy, audit_log=audit_log, transcript=transcript,
+        image=image, base_url=base_url, api_key=api_key, model=model, flags=flags,
+    )
+    progress = None if quiet else Progress(sys.stderr)
+    with opened_app(options) as (app, endpoint):
+        with app.conversation(
+            options.spec(), endpoint=endpoint, transcript=options.transcript
+        ) as conversation:
+            if progress is not None:
+                conversation.subscribe(progress)
+            click.echo(f"sbx chat: conversation {conversation.id}. {HELP}", err=True)
+            code = converse(conversation)
+            click.echo(f"sbx: transcript {conversation.transcript.path}, audit log "
+                       f"{app.audit.path}", err=True)
+    sys.exit(code)
+
+
+def converse(conversation: Conversation) -> int:
+    """Read questions until /exit or end of input; the exit status of the chat."""
+    _Signals.terminating = False
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        while True:
+            line = _read_line()
+            if _Signals.terminating:
+                return EXIT_INTERRUPTED
+            if line is None or line.strip() == "/exit":
+                return 0
+            question = line.strip()
+            if not question:
+                continue
+            if question == "/reset":
+                conversation.reset()
+                click.echo("(the sandbox and the conversation were reset)", err=True)
+            elif question in ("/help", "/?"):
+                click.echo(HELP, err=True)
+            else:
+                show(conversation.ask(question))
+            if _Signals.terminating:
+                return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _read_line() -> str | None:
+    """One line from the user; None at end of input. Ctrl-C at the prompt does not leave."""
+    while True:
+        try:
+            return input(PROMPT)
+        except EOFError:
+            return None
+        except KeyboardInterrupt:
+            if _Signals.terminating:
+                return None
+            click.echo("\n(to leave, type /exit or press Ctrl-D)", err=True)
+
+
+def show(result: RunResult) -> None:
+    """The answer on stdout, or why there is none on stderr."""
+    if result.status == "completed":
+        click.echo(result.answer)
+        for path in result.artifacts:
+            click.echo(f"  artifact: {path}")
+    elif result.status == "cancelled":
+        click.echo("sbx: cancelled; the sandbox was removed (its variables are gone)", err=True)
+    else:
+        click.echo(f"sbx: no answer ({result.status}): {result.message}", err=True)
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM cancels the run in progress (as Ctrl-C does), then the chat ends."""
+    _Signals.terminating = True
+    raise KeyboardInterrupt
+
+
+def register(cli: click.Group) -> None:
+    """Add `sbx chat` to the `sbx` group."""
+    cli.add_command(chat_command)
