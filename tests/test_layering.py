@@ -70,3 +70,14 @@ def test_no_module_is_over_its_budget() -> None:
         rel: n for rel, n in sizes.items() if n > MAX_MODULE_LINES and rel not in OVERSIZE_ALLOWED
     }
     assert over == {}
+
+
+def test_the_docker_engine_implements_the_sandbox_seam() -> None:
+    from sbx.sandbox.backend import ContainerBackend
+    from sbx.sandbox.engine import Engine
+
+    calls = {name for name in vars(ContainerBackend) if not name.startswith("_")}
+    assert len(calls) == 9
+    assert calls <= set(dir(Engine))
+    seam: type[ContainerBackend] = Engine  # mypy checks the signatures here
+    assert seam is Engine
