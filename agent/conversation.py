@@ -34,14 +34,14 @@ from sbx.agent.model import ModelClient, Usage
 from sbx.agent.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.state import RunResult, SandboxUsage
 from sbx.agent.transcript import Transcript
+from sbx.agent.workspace import Workspace, WorkspaceSpec
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.pool import Pool
-from sbx.sandbox.session import Session, new_run_id
+from sbx.sandbox.session import new_run_id
 from sbx.sandbox.units import format_size
 from sbx.tools.audit import AuditError, AuditLog
-from sbx.tools.context import ToolContext
-from sbx.tools.gate import ToolGate, build_gate
+from sbx.tools.gate import ToolGate
 
 logger = logging.getLogger(__name__)
 
@@ -95,12 +95,15 @@ class Conversation(Closing):
         self.model = model
         self.image = image
         self.transcript = transcript
-        self._audit = audit
-        self._pool = pool
-        self._session: Session | None = None
+        self.workspace = Workspace(
+            spec=WorkspaceSpec(
+                owner_id=self.id, principal=spec.principal, data=spec.data, output=spec.output,
+                output_root=spec.output_root,
+            ),
+            config=config, audit=audit, pool=pool, image=image,
+        )
         self._messages: list[dict[str, Any]] = []
         self._prompt: SystemPrompt | None = None
-        self._reset_pending = False
         self._sinks: list[EventSink] = []
         self._lock = threading.Lock()
         self._gate: ToolGate | None = None
@@ -147,14 +150,14 @@ class Conversation(Closing):
         gate = self._gate
         if gate is not None:
             gate.cancel()
-        self._discard_session()
+        self.workspace.discard()
 
     def reset(self) -> None:
         """Forget the messages and replace the sandbox: the next question starts afresh."""
         with self._lock:
-            self._discard_session()
+            self.workspace.discard()
+            self.workspace.take_reset()  # a fresh start needs no note
             self._messages = []
-            self._reset_pending = False
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -164,7 +167,7 @@ class Conversation(Closing):
     def close(self) -> None:
         """Remove the sandbox, close the model client and the transcript (idempotent)."""
         try:
-            self._discard_session()
+            self.workspace.close()
         finally:
             self.model.close()
             self.transcript.close()
@@ -173,23 +176,14 @@ class Conversation(Closing):
 
     def _run(self, question: str, run_id: str) -> RunResult:
         """Open the gate for one run, run the loop, settle the history, close the gate."""
-        session = self._ensure_session(run_id)
-        context = ToolContext(
-            run_id=run_id,
-            runner=session,
-            data_paths=list(self.spec.data),
-            principal=self.spec.principal,
-            conversation_id=self.id,
-        )
-        gate = build_gate(self.config.policy, limits=self.config.limits, context=context,
-                          audit=self._audit)
+        gate = self.workspace.open_gate(run_id)
         self._gate = gate
         reason = "error"
         try:
             prompt = self._system_prompt(gate)
-            asked = f"{RESET_NOTE}\n\n{question}" if self._reset_pending else question
-            self.emit(self._run_start(run_id, question, prompt, gate))
-            self._reset_pending = False
+            reset = self.workspace.take_reset() and bool(self._messages)
+            asked = f"{RESET_NOTE}\n\n{question}" if reset else question
+            self.emit(self._run_start(run_id, question, prompt, gate, reset=reset))
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
@@ -205,35 +199,10 @@ class Conversation(Closing):
         finally:
             if reason == "cancelled":
                 gate.cancel()
-                self._discard_session()
+                self.workspace.discard()
             self._gate = None
             gate.close(reason=reason)
         return result
-
-    def _ensure_session(self, run_id: str) -> Session | None:
-        """The conversation's sandbox, opened at its first run (None without execute_python)."""
-        if not self.config.policy.tools.execute_python.enabled or self._pool is None:
-            return None
-        if self._session is None:
-            self._session = self._pool.session(
-                limits=self.config.limits,
-                image=self.image,
-                data=list(self.spec.data),
-                output_dir=self._output_dir(run_id),
-                run_id=run_id,  # the container is labelled with the run that opened it
-            )
-        self._session.output_dir = self._output_dir(run_id)
-        return self._session
-
-    def _output_dir(self, run_id: str) -> Path:
-        return self.spec.output or self.spec.output_root / run_id
-
-    def _discard_session(self) -> None:
-        """Remove the sandbox (any running code dies with it); the next run opens a new one."""
-        session, self._session = self._session, None
-        if session is not None:
-            session.close()
-            self._reset_pending = bool(self._messages)
 
     def _system_prompt(self, gate: ToolGate) -> SystemPrompt:
         """Built once per conversation: later runs continue the messages it began."""
@@ -248,7 +217,7 @@ class Conversation(Closing):
         return self._prompt
 
     def _run_start(
-        self, run_id: str, question: str, prompt: SystemPrompt, gate: ToolGate
+        self, run_id: str, question: str, prompt: SystemPrompt, gate: ToolGate, *, reset: bool
     ) -> RunStart:
         settings = self.config.settings
         return RunStart(
@@ -264,10 +233,10 @@ class Conversation(Closing):
             budget=settings.budget.model_dump(),
             settings=settings.model_dump(exclude={"budget"}),
             data=[str(path) for path in self.spec.data],
-            output_dir=str(self._output_dir(run_id)),
+            output_dir=str(self.workspace.output_dir(run_id)),
             image=self.image,
             principal=self.spec.principal,
-            sandbox_reset=self._reset_pending,
+            sandbox_reset=reset,
         )
 
     def _cancelled(self, run_id: str) -> RunResult:

@@ -33,6 +33,11 @@ def _app(tmp_path: Path) -> App:
     )
 
 
+def _container(conversation) -> str | None:
+    session = conversation.workspace._session
+    return session.container_id if session is not None else None
+
+
 def _endpoint(llm) -> Endpoint:
     return Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model="scripted")
 
@@ -54,9 +59,9 @@ def test_a_follow_up_uses_the_first_runs_variable_in_the_same_sandbox(llm, tmp_p
         with conversation:
             conversation.subscribe(seen.append)
             first = conversation.ask("What is the sum of 0..9?")
-            container = conversation._session.container_id if conversation._session else None
+            container = _container(conversation)
             second = conversation.ask("And twice that?")
-            same = conversation._session.container_id if conversation._session else None
+            same = _container(conversation)
         assert app.pool is not None and app.pool.reaper.wait_idle(timeout=60)
         gone = engine.api.containers(
             all=True, filters={"label": f"{RUN_ID_LABEL}={first.run_id}"}

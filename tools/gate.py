@@ -94,7 +94,7 @@ class _Refusal:
     rule: str | None = None
 
 
-CANCELLED_TEXT = "Cancelled: the run was cancelled by the operator while this call ran."
+CANCELLED_TEXT = "Cancelled while it ran; the sandbox was removed, so its variables are gone."
 CLOSE_GRACE_S = 10.0
 """Seconds `close` waits for calls still in flight before writing the run-end record."""
 
@@ -119,7 +119,7 @@ class ToolGate:
         self._quota = QuotaCounter(policy.quotas)
         self._lock = threading.Lock()
         self._halted: str | None = None
-        self._cancelled = False
+        self._cancels = 0
         self._closed = False
         self._in_flight = 0
         self._settled = threading.Condition(self._lock)
@@ -173,15 +173,18 @@ class ToolGate:
         """One audit record, always with the principal the face authenticated (never the model)."""
         self._audit.record(self.run_id, kind, {**data, "principal": self._context.principal})
 
-    def cancel(self) -> None:
-        """The run is being cancelled: calls still running end `cancelled`, none start.
+    def cancel(self, *, halt: bool = True) -> None:
+        """Calls running now end `cancelled`; with `halt`, no later call runs either.
 
         The caller then removes the sandbox; an execution interrupted that way
         reports a lost runner, which must not be recorded as the call's result.
+        `halt=False` cancels only what runs now (an MCP client cancelling one
+        call); the next call runs in a fresh sandbox.
         """
         with self._lock:
-            self._cancelled = True
-            self._halted = self._halted or "the run was cancelled by the operator"
+            self._cancels += 1
+            if halt:
+                self._halted = self._halted or "the run was cancelled by the operator"
 
     def call(self, *, name: str, arguments: str, call_id: str) -> ToolOutcome:
         """Check, record and run one call; model errors come back as data, never raised."""
@@ -269,6 +272,7 @@ class ToolGate:
     def _run(self, tool: Tool, args: BaseModel, call_id: str, started: float) -> ToolOutcome:
         """Run an allowed call (one at a time per sequential key) and record its outcome."""
         lock = self._sequential.get(tool.sequential or "")
+        cancels = self._cancels
         status: CallStatus = "ok"
         returned: object = None
         extra: Mapping[str, Any] = {}
@@ -282,7 +286,7 @@ class ToolGate:
         except ToolFailure as exc:
             status, text = "error", render_failure(ToolError(tool=tool.name, message=str(exc)))
         except (SandboxError, AuditError, KeyboardInterrupt) as exc:
-            if not self._cancelled:  # a cancelled run's sandbox was removed on purpose
+            if self._cancels == cancels:  # a cancelled call's sandbox was removed on purpose
                 self._halted = f"operator error: {type(exc).__name__}: {exc}"
                 self._record_outcome(tool, call_id, "halted", self._halted, started, {})
                 raise
@@ -291,7 +295,7 @@ class ToolGate:
             logger.warning("Tool %s raised %s", tool.name, type(exc).__name__)
             message = f"{type(exc).__name__}: {exc}"
             status, text = "error", render_failure(ToolError(tool=tool.name, message=message))
-        if self._cancelled:
+        if self._cancels != cancels:
             status, text, extra = "cancelled", CANCELLED_TEXT, {}
             returned = None
         duration = self._record_outcome(tool, call_id, status, text, started, extra)
