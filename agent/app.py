@@ -25,11 +25,18 @@ from typing import Any
 from sbx.agent.loop import run
 from sbx.agent.model import ModelClient
 from sbx.agent.prompt import build_system_prompt
-from sbx.agent.settings import AgentSettings, Endpoint, resolve_endpoint, resolve_settings
+from sbx.agent.settings import (
+    AgentSettings,
+    Endpoint,
+    SettingsError,
+    resolve_endpoint,
+    resolve_settings,
+)
 from sbx.agent.state import RunResult
 from sbx.agent.transcript import Event, EventSink, Transcript, fanout
 from sbx.sandbox.config import DEFAULT_IMAGE
-from sbx.sandbox.errors import SandboxError
+from sbx.sandbox.errors import InvalidInput, SandboxError
+from sbx.sandbox.files import data_mounts
 from sbx.sandbox.pool import Pool
 from sbx.sandbox.pool_config import PoolConfig
 from sbx.sandbox.session import Session, new_run_id
@@ -121,6 +128,10 @@ def ask(
         model=options.model,
         environ=environ,
     )
+    try:  # data the sandbox could not read: a settings error before anything runs
+        data_mounts(list(options.data))
+    except InvalidInput as exc:
+        raise SettingsError(str(exc)) from None
     run_id = new_run_id()
     spec = _Run(
         options=options,

@@ -747,7 +747,8 @@ class Supervisor:
         self.refused_seen.update((item["name"], item["reason"]) for item in fresh)
         if len(fresh) > MAX_REFUSED_REPORTED:
             more = len(fresh) - MAX_REFUSED_REPORTED
-            fresh = [*fresh[:MAX_REFUSED_REPORTED], {"name": "...", "reason": f"{more} more refused"}]
+            summary = {"name": "...", "reason": f"{more} more refused"}
+            fresh = [*fresh[:MAX_REFUSED_REPORTED], summary]
         return fresh
 
 

@@ -192,9 +192,7 @@ def unsafe_name_reason(name: str) -> str | None:
 
 def shown_name(name: str) -> str:
     """`name` safe to report anywhere: non-printable characters escaped, length bounded."""
-    shown = "".join(
-        ch if ch.isprintable() and ch != "\\" else ascii(ch)[1:-1] for ch in name
-    )
+    shown = "".join(ch if ch.isprintable() and ch != "\\" else ascii(ch)[1:-1] for ch in name)
     if len(shown) > MAX_SHOWN_CHARS:
         shown = shown[: MAX_SHOWN_CHARS - 1] + "…"
     return shown
