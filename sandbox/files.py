@@ -228,7 +228,7 @@ class ArtifactSink:
         self.directory = directory
         self.max_bytes = max_bytes
         self.max_count = max_count
-        self._written: dict[str, tuple[int, int]] = {}
+        self._written: dict[str, tuple[int, int, str]] = {}
 
     def accept(
         self, frame: ArtifactFrame, accepted: list[Artifact], refused: list[RefusedArtifact]
@@ -286,27 +286,43 @@ class ArtifactSink:
         return self.directory.joinpath(*parts)
 
     def _place(self, dir_fd: int, name: str, leaf: str, data: bytes) -> None:
-        """Create `leaf`, or replace it only when it is this sink's own earlier copy."""
+        """Create `leaf`, or replace it only when it is still this sink's own earlier copy.
+
+        "Own" means the same inode and exactly the bytes written then (inode
+        numbers are reused and timestamps are coarse, content is not), so a
+        replacement never loses anything but our own copy.
+        """
         try:
             existing = os.stat(leaf, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
-            self._written[name] = _create(dir_fd, leaf, data)
-            return
-        ours = self._written.get(name) == (existing.st_dev, existing.st_ino)
-        if not (ours and stat.S_ISREG(existing.st_mode)):
-            raise FileExistsError(errno.EEXIST, "exists")
-        temp = f".sbx-{secrets.token_hex(8)}.part"
-        identity = _create(dir_fd, temp, data)
-        try:
-            os.rename(temp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=dir_fd)
-            raise
-        self._written[name] = identity
+            _create(dir_fd, leaf, data)
+        else:
+            if not self._still_ours(dir_fd, name, leaf, existing):
+                raise FileExistsError(errno.EEXIST, "exists")
+            temp = f".sbx-{secrets.token_hex(8)}.part"
+            _create(dir_fd, temp, data)
+            try:
+                os.rename(temp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp, dir_fd=dir_fd)
+                raise
+        info = os.stat(leaf, dir_fd=dir_fd, follow_symlinks=False)
+        self._written[name] = (info.st_dev, info.st_ino, hashlib.sha256(data).hexdigest())
+
+    def _still_ours(self, dir_fd: int, name: str, leaf: str, existing: os.stat_result) -> bool:
+        """Whether `leaf` is the regular file this sink wrote for `name`, unchanged."""
+        written = self._written.get(name)
+        if written is None or not stat.S_ISREG(existing.st_mode):
+            return False
+        if (existing.st_dev, existing.st_ino) != written[:2] or existing.st_size > self.max_bytes:
+            return False
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        with os.fdopen(os.open(leaf, flags, dir_fd=dir_fd), "rb") as handle:
+            return hashlib.sha256(handle.read(self.max_bytes + 1)).hexdigest() == written[2]
 
 
-def _create(dir_fd: int, leaf: str, data: bytes) -> tuple[int, int]:
+def _create(dir_fd: int, leaf: str, data: bytes) -> None:
     """Write a new file exclusively; remove it again if anything fails (no partial artifact)."""
     fd = os.open(leaf, _NEW_FILE_FLAGS, 0o644, dir_fd=dir_fd)
     try:
@@ -314,11 +330,9 @@ def _create(dir_fd: int, leaf: str, data: bytes) -> tuple[int, int]:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            info = os.fstat(fd)
         finally:
             os.close(fd)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(leaf, dir_fd=dir_fd)
         raise
-    return info.st_dev, info.st_ino
