@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 
 import pytest
 
@@ -225,3 +226,26 @@ def test_a_locked_data_path_itself_is_refused(tmp_path, privileged) -> None:
     assert call(gate, "list_data_files").text == (
         "refused: locked.csv (not readable by the sandbox's user)"
     )
+
+
+def deny_acl(path, uid: int) -> None:
+    """Give `path` a POSIX ACL that denies `uid` what its mode bits (0644) allow everyone."""
+    entries = [
+        (0x01, 6, 0xFFFFFFFF),
+        (0x02, 0, uid),
+        (0x04, 4, 0xFFFFFFFF),
+        (0x10, 4, 0xFFFFFFFF),
+        (0x20, 4, 0xFFFFFFFF),
+    ]  # user::rw- user:uid:--- ... other::r--
+    value = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *entry) for entry in entries)
+    os.setxattr(path, "system.posix_acl_access", value)
+
+
+def test_a_file_whose_acl_denies_the_sandbox_is_not_read_on_the_host(tmp_path) -> None:
+    secret = tmp_path / "acl.csv"
+    secret.write_text("TOP SECRET\n")
+    secret.chmod(0o644)
+    deny_acl(secret, SANDBOX_UID)  # the mode bits still say everyone may read
+    outcome = call(gate_for(tmp_path, [secret]), "preview_data_file", name="acl.csv")
+    assert outcome.status == "error" and "TOP SECRET" not in outcome.text
+    assert "access control list" in outcome.text

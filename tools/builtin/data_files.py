@@ -11,7 +11,8 @@ device and inode). Reads stop at `max_bytes`.
 These tools run on the host as the sbx process (often root), so they read no
 more than the sandbox's uid could: a file or directory whose mode bits deny
 uid/gid 1000 is refused (`sandbox.files.sandbox_can_read`), checked again on
-the opened descriptor. A hard link inside a data directory (more than one
+the opened descriptor, where a file with a POSIX ACL (which mode bits do not
+show) is refused as well. A hard link inside a data directory (more than one
 name for the file) is refused too: it may be a second name for a file from
 anywhere on the same filesystem, so it is left to the sandbox, where the
 kernel checks the read as uid 1000.
@@ -42,6 +43,7 @@ from sbx.tools.registry import Tool, ToolFailure, build_tool
 
 UNREADABLE = "not readable by the sandbox's user"
 HARD_LINK = "hard link: not read on the host; the sandbox can try it under /data"
+ACL = "has an access control list: not read on the host; the sandbox can try it under /data"
 _BINARY_SUFFIXES = {".parquet": "pyarrow/pandas", ".xlsx": "openpyxl/pandas", ".xls": "pandas",
                     ".feather": "pyarrow", ".pkl": "pandas", ".zip": "zipfile", ".gz": "gzip"}
 
@@ -169,10 +171,31 @@ def open_data_file(item: DataFile) -> int:
     if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != (item.dev, item.ino):
         os.close(fd)
         raise ToolFailure(f"{item.name!r} changed since it was listed; refusing to read it")
-    if not sandbox_can_read(info) or (item.parts and info.st_nlink > 1):
-        os.close(fd)  # its mode or links changed since the listing
-        raise PermissionError(errno.EACCES, UNREADABLE if not sandbox_can_read(info) else HARD_LINK)
+    reason = _unsafe_to_read(fd, info, below=bool(item.parts))
+    if reason is not None:
+        os.close(fd)  # its mode, links or ACL changed since the listing, or mode bits cannot tell
+        raise PermissionError(errno.EACCES, reason)
     return fd
+
+
+def _unsafe_to_read(fd: int, info: os.stat_result, *, below: bool) -> str | None:
+    """Why the host must not read this open file for the model, or None.
+
+    Checked on the descriptor that will be read. A POSIX ACL can deny uid 1000
+    what the mode bits allow, and mode bits are all `sandbox_can_read` sees:
+    such files are left to the sandbox, where the kernel applies the ACL.
+    """
+    if not sandbox_can_read(info):
+        return UNREADABLE
+    if below and info.st_nlink > 1:
+        return HARD_LINK
+    try:
+        attributes = os.listxattr(fd)
+    except OSError:  # no extended attributes on this filesystem: no ACL either
+        attributes = []
+    if "system.posix_acl_access" in attributes:
+        return ACL
+    return None
 
 
 def make_list_data_files(rule: ListDataFilesRule) -> Tool:
