@@ -7,6 +7,7 @@ container is created.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,12 +15,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+import scripted_llm
 from conftest import TEST_IMAGE
+from sbx.agent.cli.main import cli
+from sbx.agent.cli.scripted_model import assistant, call, tool_calls
 from sbx.sandbox.config import RUN_ID_LABEL
 from sbx.sandbox.errors import InvalidInput
 from sbx.sandbox.session import Session, new_run_id
+from scripted_llm import FAKE_KEY
 
+llm = scripted_llm.llm
 SBX = [sys.executable, "-c", "from sbx.agent.cli.main import main; main()"]
 FULL = "no space left in the host's output directory"
 PROGRAM = (
@@ -123,3 +130,26 @@ def test_an_unwritable_output_directory_is_refused_before_the_run(engine, tmp_pa
     with tmpfs(tmp_path / "ro", "ro,size=4k") as locked:
         with pytest.raises(InvalidInput, match="is not writable"):
             Session.open(image=TEST_IMAGE, engine=engine, output_dir=locked / "out").close()
+
+
+@pytest.mark.docker
+def test_ask_tells_the_model_a_plain_reason_never_the_host_error(llm, engine, small_disk):
+    llm.script(
+        [
+            tool_calls(call("execute_python", "call_exec", code=PROGRAM)),
+            assistant("Done."),
+        ]
+    )
+    scratch = small_disk.parent
+    outcome = CliRunner().invoke(
+        cli,
+        ["ask", "q", "-q", "--base-url", llm.base_url, "--api-key", FAKE_KEY, "--model", "m",
+         "--audit-log", str(scratch / "audit.jsonl"), "--transcript", str(scratch / "run.jsonl"),
+         "--output", str(small_disk), "--image", TEST_IMAGE],  # fmt: skip
+    )
+    assert outcome.exit_code == 0, outcome.output
+    events = [json.loads(line) for line in (scratch / "run.jsonl").read_text().splitlines()]
+    seen = next(e["content"] for e in events if e["type"] == "tool_result")
+    assert "the output survives" in seen and FULL in seen
+    assert "Errno" not in seen and str(small_disk) not in seen
+    assert sorted(p.name for p in small_disk.iterdir()) == ["small.txt"]
