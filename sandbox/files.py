@@ -154,7 +154,7 @@ def check_output_dir(directory: Path) -> None:
     error rather than every artifact refused after the program ran. Nothing is
     created here: a run that writes no artifact leaves no empty directory.
     """
-    path = Path(directory).expanduser()
+    path = Path(directory)
     probe = path
     while not probe.exists():
         if probe.is_symlink():
