@@ -355,6 +355,10 @@ UNSAFE_NAME_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
 line and paragraph separators: the host refuses them, and terminals obey them."""
 
 
+PLAIN_NAME_BYTES = bytes(byte for byte in range(0x20, 0x7F) if byte != ord("\\"))
+"""Printable ASCII but the backslash: a name made only of these needs no further check."""
+
+
 def name_problem(raw: bytes) -> str | None:
     """Why an entry name of /output must not be sent to the host, or None.
 
@@ -367,6 +371,8 @@ def name_problem(raw: bytes) -> str | None:
         return "name too long"
     if raw.startswith(b"."):
         return "hidden name (starts with a dot)"
+    if not raw.translate(None, PLAIN_NAME_BYTES):
+        return None  # printable ASCII only: the common case, without a per-character lookup
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
