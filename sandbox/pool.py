@@ -40,6 +40,7 @@ from sbx.sandbox.capacity import HostCapacity, Lease
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine
+from sbx.sandbox.files import check_output_dir
 from sbx.sandbox.gc import collect_orphans
 from sbx.sandbox.host_caps import Need
 from sbx.sandbox.limits import Limits
@@ -126,6 +127,7 @@ class Pool(Closing):
         key = PoolKey(image=image, limits=limits or Limits())
         run_id = run_id or new_run_id()
         output_dir = output_dir or Path("sbx-output") / run_id
+        check_output_dir(output_dir)  # a warm session must not adopt an unusable directory
         if not data:
             taken = self._take(key)
             if taken is not None:

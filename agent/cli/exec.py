@@ -26,6 +26,9 @@ from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import new_run_id
 from sbx.sandbox.units import format_size
 
+DEFAULT_OUTPUT = Path("sbx-output")
+"""Where `sbx exec` puts each run's own directory unless `--output` names one."""
+
 
 def limit_options(command: Any) -> Any:
     """The flags that override `Limits` fields; omitted flags keep the closed defaults."""
@@ -63,13 +66,15 @@ def read_code(source: str) -> bytes:
         fail(f"cannot read {source!r}: {exc.strerror}", 2)
 
 
-def print_result(result: ExecutionResult) -> None:
+def print_result(result: ExecutionResult, output: Path) -> None:
     """Program output to our stdout/stderr; artifacts and notes as `sbx:` lines on stderr."""
     sys.stdout.write(result.stdout)
     sys.stdout.flush()
     sys.stderr.write(result.stderr)
     if result.error is not None:
         sys.stderr.write(result.error.traceback)
+    if result.artifacts:
+        click.echo(f"sbx: output directory {output}", err=True)
     for artifact in result.artifacts:
         click.echo(f"sbx: artifact {artifact.path} ({format_size(artifact.size)})", err=True)
     for note in result.notes:
@@ -97,16 +102,20 @@ def exit_code_for(result: ExecutionResult) -> int:
 @click.option(
     "--output",
     type=click.Path(path_type=Path),
-    default=Path("sbx-output"),
-    show_default=True,
-    help="Host directory that receives the files written to /output.",
+    help="Host directory that receives the files written to /output; existing files "
+    "there are never replaced. [default: sbx-output/RUN_ID, new for each run]",
 )
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ExecutionResult as JSON instead.")
 @limit_options
 @operator_errors
 def exec_command(
-    source: str, data: tuple[Path, ...], output: Path, image: str, as_json: bool, **limit_flags: Any
+    source: str,
+    data: tuple[Path, ...],
+    output: Path | None,
+    image: str,
+    as_json: bool,
+    **limit_flags: Any,
 ) -> None:
     """Run a Python program in a fresh, locked-down container and exit with its status.
 
@@ -119,6 +128,8 @@ def exec_command(
     """
     limits = limits_from(limit_flags)
     code = read_code(source)
+    run_id = new_run_id()
+    output = output or DEFAULT_OUTPUT / run_id  # one run never sees another's files
     with Pool.start(config=PoolConfig(size=0)) as pool:  # the host-wide cap, no warm-up
         result = pool.run_fresh(
             code,
@@ -126,12 +137,12 @@ def exec_command(
             image=image,
             data=list(data),
             output_dir=output,
-            run_id=new_run_id(),
+            run_id=run_id,
         )
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
-        print_result(result)
+        print_result(result, output)
     sys.exit(exit_code_for(result))
 
 

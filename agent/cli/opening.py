@@ -85,6 +85,8 @@ def opened_app(options: FaceOptions) -> Iterator[tuple[App, Endpoint]]:
     with app:
         try:
             yield app, endpoint
+        except SettingsError as exc:  # e.g. data the sandbox's user could not read
+            fail(str(exc), 2)
         except (AuditError, TranscriptError) as exc:
             fail(str(exc))
 
