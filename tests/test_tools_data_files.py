@@ -8,9 +8,9 @@ import struct
 
 import pytest
 
-from sbx.agent.data_summary import summarize_data
 from sbx.sandbox.config import SANDBOX_USER
 from sbx.tools.builtin.data_files import index_data_files, open_data_file
+from sbx.tools.builtin.data_summary import summarize_data
 from sbx.tools.registry import ToolFailure
 from tools_support import make_gate, policy_from
 
