@@ -183,7 +183,10 @@ def _run_with_sandbox(spec: _Run, audit: AuditLog, emit: EventSink) -> RunResult
                 data_paths=list(spec.options.data),
                 api_key=spec.endpoint.api_key,
             )
-            gate = build_gate(spec.policy, context=context, audit=audit)
+            gate = build_gate(
+                spec.policy, context=context, audit=audit,
+                max_argument_bytes=spec.settings.max_argument_bytes,
+            )
             result = _run_loop(spec, gate, emit)
             reason = result.status
             return result

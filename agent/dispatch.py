@@ -56,7 +56,10 @@ class ToolDispatcher:
 
     def _run_group(self, calls: list[ToolCallRequest]) -> list[ToolOutcome]:
         return [
-            self._gate.call(name=call.name, arguments=call.arguments, call_id=call.id)
+            self._gate.call(
+                name=call.name, arguments=call.arguments, call_id=call.id,
+                model_call_id=call.model_id,
+            )
             for call in calls
         ]
 

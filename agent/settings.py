@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sbx.sandbox.limits import Seconds
+from sbx.sandbox.limits import Bytes, Seconds
 
 BASE_URL_ENV = "OPENAI_BASE_URL"
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -72,6 +72,17 @@ class AgentSettings(BaseModel):
     shortened before a request (`--context-tokens`). Set it well below the model's window."""
     parallel_tools: int = Field(default=4, ge=1, le=32)
     """Tool calls of one reply that may run at once (calls sharing a sandbox still run in order)."""
+    max_answer_chars: int = Field(default=100_000, ge=100, le=10_000_000)
+    """Longest text the model's reply may carry (the answer, or text beside tool calls); the
+    rest is cut with a marker that says so, before the conversation, the transcript, the
+    audit log or stdout see it."""
+    max_argument_bytes: Bytes = Field(default=2 * 1024 * 1024, le=64 * 1024 * 1024)
+    """Largest arguments (JSON text) of one tool call; the gate refuses larger ones as invalid
+    and tells the model this cap, and the conversation keeps a note instead of them. Keep it
+    above the sandbox's `max_code_bytes`: code is JSON-escaped inside the arguments."""
+    max_reply_bytes: Bytes = Field(default=32 * 1024 * 1024, le=1024 * 1024 * 1024)
+    """Largest HTTP body the endpoint may send for one request (error bodies too); a larger
+    one ends the run `model_error`. It bounds sbx's memory, not what is kept (see above)."""
     budget: Budget = Budget()
     """The run's hard limits (`[agent.budget]`)."""
 

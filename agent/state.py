@@ -9,7 +9,8 @@ them. Every way out of the loop is one of the `Status` values (G3):
     time_limit    the run's wall time reached Budget.max_wall_time
     token_limit   used plus the next request's estimate would pass Budget.max_total_tokens
     tool_limit    a reply asked for more tool calls than a turn or the run may make
-    model_error   the endpoint failed after the SDK's retries, or replied unusably
+    truncated     the model's answer was cut off (finish_reason `length` or `content_filter`)
+    model_error   the endpoint failed after its retries, or replied unusably
     cancelled     Ctrl-C (or SIGTERM)
 
 Only `completed` carries an answer; a budget end is never presented as one.
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sbx.agent.model import Usage
+from sbx.agent.model_reply import Usage
 
 Status = Literal[
     "completed",
@@ -28,12 +29,13 @@ Status = Literal[
     "time_limit",
     "token_limit",
     "tool_limit",
+    "truncated",
     "model_error",
     "cancelled",
 ]
 STATUSES: tuple[Status, ...] = (
-    "completed", "step_limit", "time_limit", "token_limit", "tool_limit", "model_error",
-    "cancelled",
+    "completed", "step_limit", "time_limit", "token_limit", "tool_limit", "truncated",
+    "model_error", "cancelled",
 )
 
 

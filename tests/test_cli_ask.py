@@ -89,8 +89,8 @@ def test_ask_shows_progress_answers_and_its_transcript_and_audit_log_agree(
     assert {e["run_id"] for e in transcript} == {r["run_id"] for r in audit} == {run_id}
     asked = [c["id"] for e in transcript if e["type"] == "model_reply"
              for c in e["message"].get("tool_calls", [])]
-    answered = {e["call_id"]: e["content"] for e in transcript if e["type"] == "tool_result"}
-    requested = [r["data"]["call_id"] for r in audit if r["event"] == "request"]
+    answered = {e["audit_id"]: e["content"] for e in transcript if e["type"] == "tool_result"}
+    requested = [r["data"]["model_call_id"] for r in audit if r["event"] == "request"]
     outcomes = {r["data"]["call_id"]: r["data"]["text"] for r in audit if r["event"] == "outcome"}
     assert asked == requested == ["call_exec", "call_calc"]
     assert answered == outcomes

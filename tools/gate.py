@@ -9,9 +9,17 @@ reserve the quota; append the request and the decision to the audit log
 
 Three verdicts (openai-agents' guardrails): allow; reject with a message the
 model can act on (`denied`, `invalid`, `unknown`); halt, for what an operator
-must see: too many denials in one run, or an operator error (the audit log
-cannot be written, the sandbox is broken). An operator error is recorded and
-re-raised; after a halt every call returns status `halted` without running.
+must see: too many refused calls in one run (denied, unknown tool or invalid
+arguments alike: each is a model probing or flailing, and `quotas.max_denied`
+bounds them all), or an operator error (the audit log cannot be written, the
+sandbox is broken). An operator error is recorded and re-raised; after a halt
+every call returns status `halted` without running.
+
+The model chooses its tool-call ids, so they key nothing here: the gate gives
+every call its own id, `<run_id>-c<n>` (unique in the run), which the audit
+records join on; the model's id is kept beside it as data. Arguments larger
+than `max_argument_bytes` are refused as invalid before they are parsed, and
+the audit keeps only their size, digest and first bytes.
 """
 
 from __future__ import annotations
@@ -54,7 +62,9 @@ class ToolOutcome:
     """What one tool call produced, for the agent loop and the transcript."""
 
     call_id: str
-    """The model's `tool_call_id`, echoed so the answer message can be matched."""
+    """The `tool_call_id` the answering message carries, as the caller gave it."""
+    audit_id: str
+    """The id the gate gave the call (`<run_id>-c<n>`): the audit records' `call_id`."""
     name: str
     """The tool name as the model sent it."""
     status: Status
@@ -80,15 +90,28 @@ class _Refusal:
 
 CLOSE_GRACE_S = 10.0
 """Seconds `close` waits for calls still in flight before writing the run-end record."""
+DEFAULT_MAX_ARGUMENT_BYTES = 2 * 1024 * 1024
+"""Largest arguments accepted when the caller sets no cap (`AgentSettings.max_argument_bytes`)."""
+AUDIT_ARGUMENT_PREFIX = 1024
+"""Characters of refused oversized arguments the audit keeps (with their size and digest)."""
+MAX_REPORTED_ERRORS = 20
+"""Validation errors listed to the model (and the audit) for one call; the count says the rest."""
 
 
 class ToolGate:
     """Checks, records and runs tool calls for one agent run; thread-safe."""
 
     def __init__(
-        self, *, policy: Policy, tools: Mapping[str, Tool], context: ToolContext, audit: AuditLog
+        self,
+        *,
+        policy: Policy,
+        tools: Mapping[str, Tool],
+        context: ToolContext,
+        audit: AuditLog,
+        max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
     ) -> None:
         self._policy = policy
+        self.max_argument_bytes = max_argument_bytes
         self._tools = dict(tools)
         self._context = context
         self._audit = audit
@@ -97,6 +120,7 @@ class ToolGate:
         self._halted: str | None = None
         self._closed = False
         self._in_flight = 0
+        self._calls = 0
         self._settled = threading.Condition(self._lock)
         keys = {t.sequential for t in self._tools.values() if t.sequential is not None}
         self._sequential = {key: threading.Lock() for key in keys}
@@ -143,59 +167,86 @@ class ToolGate:
         data = {"reason": reason, "halted": self._halted, **self._quota.snapshot()}
         self._audit.record(self.run_id, "run_end", data)
 
-    def call(self, *, name: str, arguments: str, call_id: str) -> ToolOutcome:
-        """Check, record and run one call; model errors come back as data, never raised."""
+    def call(
+        self,
+        *,
+        name: str,
+        arguments: str | Mapping[str, Any],
+        call_id: str,
+        model_call_id: str | None = None,
+    ) -> ToolOutcome:
+        """Check, record and run one call; model errors come back as data, never raised.
+
+        `arguments` is JSON text, or an object (some servers send one): it is taken as that
+        object. `call_id` is echoed in the outcome; `model_call_id`, the id the model wrote
+        (if it differs or is missing), is kept in the audit as data. Neither keys anything.
+        """
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False, default=str)
         with self._lock:
             self._in_flight += 1
+            self._calls += 1
+            audit_id = f"{self.run_id}-c{self._calls}"
+        ids = _CallIds(audit=audit_id, reply=call_id, model=model_call_id)
         try:
-            return self._call(name=name, arguments=arguments, call_id=call_id)
+            return self._call(name=name, arguments=arguments, ids=ids)
         finally:
             with self._lock:
                 self._in_flight -= 1
                 self._settled.notify_all()
 
-    def _call(self, *, name: str, arguments: str, call_id: str) -> ToolOutcome:
+    def _call(self, *, name: str, arguments: str, ids: _CallIds) -> ToolOutcome:
         started = time.perf_counter()
         tool = self._tools.get(name)
-        decided = self._decide(name, tool, arguments)
-        self._record_intent(name, arguments, call_id, decided)
+        size = len(arguments.encode("utf-8", "surrogatepass"))
+        decided = self._decide(name, tool, arguments, size)
+        self._record_intent(name, arguments, size, ids, decided)
         if isinstance(decided, _Refusal):
             text = render_failure(decided.failure)
             return ToolOutcome(
-                call_id=call_id, name=name, status=decided.status, text=text,
-                duration_s=time.perf_counter() - started, rule=decided.rule,
+                call_id=ids.reply, audit_id=ids.audit, name=name, status=decided.status,
+                text=text, duration_s=time.perf_counter() - started, rule=decided.rule,
             )
         if tool is None:  # pragma: no cover - _decide refuses unknown tools
             raise RuntimeError("unreachable: an allowed call without a tool")
-        return self._run(tool, decided, call_id, started)
+        return self._run(tool, decided, ids, started)
 
-    def _decide(self, name: str, tool: Tool | None, arguments: str) -> BaseModel | _Refusal:
+    def _decide(
+        self, name: str, tool: Tool | None, arguments: str, size: int
+    ) -> BaseModel | _Refusal:
         """Return the validated arguments, or why the tool must not run."""
         if self._halted is not None:
             return _Refusal("halted", Halted(reason=self._halted), "halted")
         if tool is None:
-            return _Refusal("unknown", UnknownTool(name=name, available=self.enabled_names()))
+            return self._refuse("unknown", UnknownTool(name=name, available=self.enabled_names()))
         if not self._rule_enabled(name):
             hint = f"Available tools: {', '.join(self.enabled_names()) or '(none)'}"
             rule = self._enable_key(name)
             denied = Denied(tool=name, rule=rule, reason="this tool is not enabled", hint=hint)
-            return self._deny(denied)
+            return self._refuse("denied", denied, rule)
+        if size > self.max_argument_bytes:
+            return self._refuse("invalid", _too_large(name, size, self.max_argument_bytes))
         try:
             args = tool.parse_arguments(arguments)
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_context=False, include_input=False)
-            invalid = InvalidArguments(tool=name, errors=[dict(e) for e in errors])
-            return _Refusal("invalid", invalid)
+            return self._refuse("invalid", _invalid(name, [dict(e) for e in errors]))
         denied_or_none = check_arguments(self._policy, name, args) or self._quota.take(name)
-        return self._deny(denied_or_none) if denied_or_none else args
+        if denied_or_none is None:
+            return args
+        return self._refuse("denied", denied_or_none, denied_or_none.rule)
 
-    def _deny(self, denied: Denied) -> _Refusal:
-        """A denial; past `quotas.max_denied` it halts the run instead."""
+    def _refuse(self, status: Status, failure: Failure, rule: str | None = None) -> _Refusal:
+        """A refusal (denied, unknown or invalid); past `quotas.max_denied` it halts the run."""
         if self._quota.deny():
-            reason = f"more than {self._policy.quotas.max_denied} denied calls in this run"
+            limit = self._policy.quotas.max_denied
+            reason = (
+                f"more than {limit} refused calls (denied, unknown tool or invalid arguments) "
+                "in this run"
+            )
             self._halted = reason
             return _Refusal("halted", Halted(reason=reason), "quotas.max_denied")
-        return _Refusal("denied", denied, denied.rule)
+        return _Refusal(status, failure, rule)
 
     def _rule_enabled(self, name: str) -> bool:
         rule = self._policy.tools.rule(name)
@@ -206,11 +257,11 @@ class ToolGate:
         return f"tools.{name}.enabled" if name in BUILTIN_TOOLS else f"tools.custom.{name}.enabled"
 
     def _record_intent(
-        self, name: str, arguments: str, call_id: str, decided: BaseModel | _Refusal
+        self, name: str, arguments: str, size: int, ids: _CallIds, decided: BaseModel | _Refusal
     ) -> None:
         """Request and decision, one fsync'd append, before anything runs."""
-        request = _request_data(name, arguments, call_id)
-        decision: dict[str, Any] = {"call_id": call_id, "tool": name, "decision": "allowed"}
+        request = _request_data(name, arguments, size, ids, self.max_argument_bytes)
+        decision: dict[str, Any] = {"call_id": ids.audit, "tool": name, "decision": "allowed"}
         if isinstance(decided, _Refusal):
             decision["decision"] = decided.status
             decision["rule"] = decided.rule
@@ -221,7 +272,7 @@ class ToolGate:
             self._halted = str(exc)
             raise
 
-    def _run(self, tool: Tool, args: BaseModel, call_id: str, started: float) -> ToolOutcome:
+    def _run(self, tool: Tool, args: BaseModel, ids: _CallIds, started: float) -> ToolOutcome:
         """Run an allowed call (one at a time per sequential key) and record its outcome."""
         lock = self._sequential.get(tool.sequential or "")
         status: Status = "ok"
@@ -238,16 +289,16 @@ class ToolGate:
             status, text = "error", render_failure(ToolError(tool=tool.name, message=str(exc)))
         except (SandboxError, AuditError, KeyboardInterrupt) as exc:
             self._halted = f"operator error: {type(exc).__name__}: {exc}"
-            self._record_outcome(tool, call_id, "halted", self._halted, started, {})
+            self._record_outcome(tool, ids.audit, "halted", self._halted, started, {})
             raise
         except Exception as exc:  # a tool's bug: the model is told, the operator sees the log
             logger.warning("Tool %s raised %s", tool.name, type(exc).__name__)
             message = f"{type(exc).__name__}: {exc}"
             status, text = "error", render_failure(ToolError(tool=tool.name, message=message))
-        duration = self._record_outcome(tool, call_id, status, text, started, extra)
+        duration = self._record_outcome(tool, ids.audit, status, text, started, extra)
         return ToolOutcome(
-            call_id=call_id, name=tool.name, status=status, text=text, result=value,
-            duration_s=duration,
+            call_id=ids.reply, audit_id=ids.audit, name=tool.name, status=status, text=text,
+            result=value, duration_s=duration,
         )
 
     def _record_outcome(
@@ -275,22 +326,70 @@ def _unpack(returned: Any) -> tuple[str, Any, Mapping[str, Any]]:
     return render_value(returned), returned, {}
 
 
-def _request_data(name: str, arguments: str, call_id: str) -> dict[str, Any]:
-    """The request record: parsed arguments when they are JSON, the raw string otherwise."""
-    data: dict[str, Any] = {"call_id": call_id, "tool": name}
+@dataclass(frozen=True)
+class _CallIds:
+    """A call's ids: the gate's own (the audit key), the caller's, and the model's."""
+
+    audit: str
+    reply: str
+    model: str | None
+
+
+def _too_large(name: str, size: int, cap: int) -> InvalidArguments:
+    message = (
+        f"the arguments are {size} bytes, over the cap of {cap} bytes (max_argument_bytes); "
+        "send less: e.g. compute the data in the sandbox rather than pasting it"
+    )
+    return InvalidArguments(tool=name, errors=[{"type": "too_long", "loc": [], "msg": message}])
+
+
+def _invalid(name: str, errors: list[dict[str, Any]]) -> InvalidArguments:
+    """The validation errors, at most `MAX_REPORTED_ERRORS` of them, each location part bounded."""
+    shown = [
+        {**error, "loc": [str(part)[:100] for part in error.get("loc", ())]}
+        for error in errors[:MAX_REPORTED_ERRORS]
+    ]
+    if len(errors) > MAX_REPORTED_ERRORS:
+        more = len(errors) - MAX_REPORTED_ERRORS
+        shown.append({"type": "more", "loc": [], "msg": f"{more} more errors not listed"})
+    return InvalidArguments(tool=name, errors=shown)
+
+
+def _request_data(
+    name: str, arguments: str, size: int, ids: _CallIds, cap: int
+) -> dict[str, Any]:
+    """The request record: parsed arguments when they are JSON, the raw string otherwise.
+
+    Arguments over the cap are not stored: their size, SHA-256 and first characters are.
+    """
+    data: dict[str, Any] = {
+        "call_id": ids.audit, "tool_call_id": ids.reply, "model_call_id": ids.model, "tool": name,
+    }
+    if size > cap:
+        data["arguments_raw"] = arguments[:AUDIT_ARGUMENT_PREFIX]
+        data["arguments_bytes"] = size
+        data["arguments_sha256"] = hashlib.sha256(
+            arguments.encode("utf-8", "surrogatepass")
+        ).hexdigest()
+        return data
     try:
         data["arguments"] = json.loads(arguments or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         data["arguments_raw"] = arguments
     parsed = data.get("arguments")
     code = parsed.get("code") if isinstance(parsed, dict) else None
     if name == "execute_python" and isinstance(code, str):
-        data["code_sha256"] = hashlib.sha256(code.encode()).hexdigest()
+        data["code_sha256"] = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
     return data
 
 
 def build_gate(
-    policy: Policy, *, context: ToolContext, audit: AuditLog, extra_tools: Sequence[Tool] = ()
+    policy: Policy,
+    *,
+    context: ToolContext,
+    audit: AuditLog,
+    extra_tools: Sequence[Tool] = (),
+    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
 ) -> ToolGate:
     """Register the built-in tools plus `extra_tools`, check them against the policy, start the run.
 
@@ -305,6 +404,9 @@ def build_gate(
         raise PolicyError(f"policy [tools.custom.{missing[0]}] names a tool that is not registered")
     if policy.tools.execute_python.enabled and context.runner is None:
         raise PolicyError("policy enables execute_python but no sandbox runner was started")
-    gate = ToolGate(policy=policy, tools=tools, context=context, audit=audit)
+    gate = ToolGate(
+        policy=policy, tools=tools, context=context, audit=audit,
+        max_argument_bytes=max_argument_bytes,
+    )
     gate.start()
     return gate
