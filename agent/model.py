@@ -175,6 +175,8 @@ class ModelClient:
                     extra_headers={"x-stainless-retry-count": str(attempt)},
                     **extra,
                 )
+        except UnusableReply as exc:  # raised in the transport, under the SDK
+            raise ModelError(str(exc)) from None
         except openai.APIStatusError as exc:
             raise self._status_error(exc) from None
         except openai.APITimeoutError:
@@ -190,7 +192,7 @@ class ModelClient:
             ) from None
         except openai.APIConnectionError as exc:
             cause = _cause(exc)
-            if isinstance(cause, UnusableReply):
+            if isinstance(cause, UnusableReply):  # SDKs that wrap every send error
                 raise ModelError(str(cause)) from None
             raise _Retry(
                 f"cannot reach the model endpoint {self.base_url}: {cause} "

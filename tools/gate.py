@@ -351,7 +351,8 @@ def _invalid(name: str, errors: list[dict[str, Any]]) -> InvalidArguments:
     ]
     if len(errors) > MAX_REPORTED_ERRORS:
         more = len(errors) - MAX_REPORTED_ERRORS
-        shown.append({"type": "more", "loc": [], "msg": f"{more} more errors not listed"})
+        note = f"{more} more errors not listed ({len(errors)} in all)"
+        shown.append({"type": "truncated", "loc": [], "msg": note})
     return InvalidArguments(tool=name, errors=shown)
 
 

@@ -205,6 +205,8 @@ class _Handler(BaseHTTPRequestHandler):
             case HttpFailure():
                 error = {"error": {"message": reply.message, "type": "scripted"}}
                 self._send(reply.status, error, {"retry-after-ms": str(reply.retry_after_ms)})
+            case RawReply(trickle_s=trickle) if trickle > 0:
+                self._trickle(reply)
             case RawReply():
                 self._send_bytes(reply.status, dict(reply.headers), reply.body)
             case Hang():
@@ -218,6 +220,21 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> None:
         data = json.dumps(payload).encode()
         self._send_bytes(status, {"content-type": "application/json", **(headers or {})}, data)
+
+    def _trickle(self, reply: RawReply) -> None:
+        """Send the answer a byte at a time; stop when the client hangs up or the server closes."""
+        lines = [f"HTTP/1.1 {reply.status} Scripted", *(f"{k}: {v}" for k, v in reply.headers)]
+        lines.append(f"content-length: {len(reply.body)}")
+        data = ("\r\n".join(lines) + "\r\n\r\n").encode() + reply.body
+        self.close_connection = True
+        for index in range(len(data)):
+            if self.script.closing.wait(reply.trickle_s):
+                return
+            try:
+                self.wfile.write(data[index : index + 1])
+                self.wfile.flush()
+            except OSError:
+                return
 
     def _send_bytes(self, status: int, headers: Mapping[str, str], data: bytes) -> None:
         self.send_response(status)

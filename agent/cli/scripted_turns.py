@@ -72,6 +72,9 @@ class RawReply:
     """Response headers (content-length is added)."""
     body: bytes = b""
     """The body, sent as is."""
+    trickle_s: float = 0.0
+    """When set, the whole answer (status line and headers too) goes out one byte at a time,
+    this many seconds apart, until it is sent or the server closes: a slow-loris endpoint."""
 
 
 @dataclass(frozen=True, kw_only=True)
