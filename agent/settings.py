@@ -48,8 +48,9 @@ class Budget(BaseModel):
     max_wall_time: Seconds = 600.0
     """Wall-clock seconds for the whole run (`--max-time`, e.g. `10m`): `time_limit`."""
     max_total_tokens: int = Field(default=200_000, ge=1)
-    """Prompt plus completion tokens over the run, as the endpoint reports them
-    (`--max-tokens`); a request whose estimated prompt would pass it ends `token_limit`."""
+    """Prompt plus completion tokens over the run, as the endpoint reports them, or estimated
+    when a count is missing, negative or not an integer (`--max-tokens`); a request whose
+    estimated prompt would pass it ends `token_limit`."""
 
 
 class AgentSettings(BaseModel):
@@ -62,11 +63,13 @@ class AgentSettings(BaseModel):
     base_url: str | None = None
     """OpenAI-compatible endpoint (`--base-url`, `OPENAI_BASE_URL`); default: OpenAI's."""
     request_timeout: Seconds = 120.0
-    """Seconds one HTTP request to the model may take (`--request-timeout`); the SDK retries
-    a timed-out request. Not the sandbox's execution `timeout`."""
+    """Seconds one HTTP request to the model may take (`--request-timeout`), never more than
+    what is left of the run's `max_wall_time`; a timed-out request is retried. Not the
+    sandbox's execution `timeout`."""
     max_retries: int = Field(default=2, ge=0, le=10)
-    """Retries of a failed model request (connection errors, 408, 409, 429, 5xx), with the
-    SDK's exponential backoff (`--max-retries`)."""
+    """Retries of a failed model request (connection errors, timeouts, 408, 409, 429, 5xx)
+    (`--max-retries`), after the wait the endpoint asks for (`Retry-After`) or an exponential
+    backoff, and only while the wait fits in the run's `max_wall_time`."""
     context_tokens: int = Field(default=60_000, ge=1_000)
     """Estimated size (4 characters per token) past which older tool observations are
     shortened before a request (`--context-tokens`). Set it well below the model's window."""

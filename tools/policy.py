@@ -137,7 +137,8 @@ class Quotas(BaseModel):
     per_tool: dict[str, int] = Field(default_factory=dict)
     """Allowed calls per run for one tool, by name."""
     max_denied: int | None = Field(default=20, ge=0)
-    """Denials per run after which the gate halts the run (a model probing the policy)."""
+    """Refused calls per run (denied, unknown tool or invalid arguments) after which the gate
+    halts the run: a model probing the policy or flailing (`None`: no cap)."""
 
 
 class AuditPolicy(BaseModel):
