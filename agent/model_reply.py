@@ -238,7 +238,7 @@ def _tool_calls(value: Any, max_argument_bytes: int) -> tuple[ToolCallRequest, .
 
 def _tool_call(item: dict[str, Any], seen: set[str], max_argument_bytes: int) -> ToolCallRequest:
     """One call; its id is the model's unless missing, too long or already used in the reply."""
-    function = item.get("function")
+    function = item.get("function") or item.get("custom")  # `custom`: free-form tools
     function = function if isinstance(function, dict) else {}
     raw_id = item.get("id")
     model_id: str | None = None
@@ -248,7 +248,8 @@ def _tool_call(item: dict[str, Any], seen: set[str], max_argument_bytes: int) ->
         if len(raw_id) <= MAX_ID_CHARS and model_id not in seen:
             call_id = model_id
     name = function.get("name")
-    arguments = _arguments(function.get("arguments"))
+    raw = function["arguments"] if "arguments" in function else function.get("input")
+    arguments = _arguments(raw)
     size = len(arguments.encode("utf-8"))
     kept = None
     if size > max_argument_bytes:

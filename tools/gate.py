@@ -24,7 +24,6 @@ the audit keeps only their size, digest and first bytes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -38,12 +37,12 @@ from pydantic import BaseModel, ValidationError
 from sbx.sandbox.errors import SandboxError
 from sbx.tools.audit import AuditError, AuditLog
 from sbx.tools.builtin import builtin_tools
+from sbx.tools.call_records import CallIds, invalid_arguments, request_data, too_large
 from sbx.tools.context import ToolContext
 from sbx.tools.observation import (
     Denied,
     Failure,
     Halted,
-    InvalidArguments,
     ToolError,
     UnknownTool,
     render_failure,
@@ -92,10 +91,6 @@ CLOSE_GRACE_S = 10.0
 """Seconds `close` waits for calls still in flight before writing the run-end record."""
 DEFAULT_MAX_ARGUMENT_BYTES = 2 * 1024 * 1024
 """Largest arguments accepted when the caller sets no cap (`AgentSettings.max_argument_bytes`)."""
-AUDIT_ARGUMENT_PREFIX = 1024
-"""Characters of refused oversized arguments the audit keeps (with their size and digest)."""
-MAX_REPORTED_ERRORS = 20
-"""Validation errors listed to the model (and the audit) for one call; the count says the rest."""
 
 
 class ToolGate:
@@ -187,7 +182,7 @@ class ToolGate:
             self._in_flight += 1
             self._calls += 1
             audit_id = f"{self.run_id}-c{self._calls}"
-        ids = _CallIds(audit=audit_id, reply=call_id, model=model_call_id)
+        ids = CallIds(audit=audit_id, reply=call_id, model=model_call_id)
         try:
             return self._call(name=name, arguments=arguments, ids=ids)
         finally:
@@ -195,7 +190,7 @@ class ToolGate:
                 self._in_flight -= 1
                 self._settled.notify_all()
 
-    def _call(self, *, name: str, arguments: str, ids: _CallIds) -> ToolOutcome:
+    def _call(self, *, name: str, arguments: str, ids: CallIds) -> ToolOutcome:
         started = time.perf_counter()
         tool = self._tools.get(name)
         size = len(arguments.encode("utf-8", "surrogatepass"))
@@ -225,12 +220,12 @@ class ToolGate:
             denied = Denied(tool=name, rule=rule, reason="this tool is not enabled", hint=hint)
             return self._refuse("denied", denied, rule)
         if size > self.max_argument_bytes:
-            return self._refuse("invalid", _too_large(name, size, self.max_argument_bytes))
+            return self._refuse("invalid", too_large(name, size, self.max_argument_bytes))
         try:
             args = tool.parse_arguments(arguments)
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_context=False, include_input=False)
-            return self._refuse("invalid", _invalid(name, [dict(e) for e in errors]))
+            return self._refuse("invalid", invalid_arguments(name, [dict(e) for e in errors]))
         denied_or_none = check_arguments(self._policy, name, args) or self._quota.take(name)
         if denied_or_none is None:
             return args
@@ -257,10 +252,10 @@ class ToolGate:
         return f"tools.{name}.enabled" if name in BUILTIN_TOOLS else f"tools.custom.{name}.enabled"
 
     def _record_intent(
-        self, name: str, arguments: str, size: int, ids: _CallIds, decided: BaseModel | _Refusal
+        self, name: str, arguments: str, size: int, ids: CallIds, decided: BaseModel | _Refusal
     ) -> None:
         """Request and decision, one fsync'd append, before anything runs."""
-        request = _request_data(name, arguments, size, ids, self.max_argument_bytes)
+        request = request_data(name, arguments, size, ids, self.max_argument_bytes)
         decision: dict[str, Any] = {"call_id": ids.audit, "tool": name, "decision": "allowed"}
         if isinstance(decided, _Refusal):
             decision["decision"] = decided.status
@@ -272,7 +267,7 @@ class ToolGate:
             self._halted = str(exc)
             raise
 
-    def _run(self, tool: Tool, args: BaseModel, ids: _CallIds, started: float) -> ToolOutcome:
+    def _run(self, tool: Tool, args: BaseModel, ids: CallIds, started: float) -> ToolOutcome:
         """Run an allowed call (one at a time per sequential key) and record its outcome."""
         lock = self._sequential.get(tool.sequential or "")
         status: Status = "ok"
@@ -324,64 +319,6 @@ def _unpack(returned: Any) -> tuple[str, Any, Mapping[str, Any]]:
     if isinstance(returned, ToolReturn):
         return returned.text, returned.value, returned.audit
     return render_value(returned), returned, {}
-
-
-@dataclass(frozen=True)
-class _CallIds:
-    """A call's ids: the gate's own (the audit key), the caller's, and the model's."""
-
-    audit: str
-    reply: str
-    model: str | None
-
-
-def _too_large(name: str, size: int, cap: int) -> InvalidArguments:
-    message = (
-        f"the arguments are {size} bytes, over the cap of {cap} bytes (max_argument_bytes); "
-        "send less: e.g. compute the data in the sandbox rather than pasting it"
-    )
-    return InvalidArguments(tool=name, errors=[{"type": "too_long", "loc": [], "msg": message}])
-
-
-def _invalid(name: str, errors: list[dict[str, Any]]) -> InvalidArguments:
-    """The validation errors, at most `MAX_REPORTED_ERRORS` of them, each location part bounded."""
-    shown = [
-        {**error, "loc": [str(part)[:100] for part in error.get("loc", ())]}
-        for error in errors[:MAX_REPORTED_ERRORS]
-    ]
-    if len(errors) > MAX_REPORTED_ERRORS:
-        more = len(errors) - MAX_REPORTED_ERRORS
-        note = f"{more} more errors not listed ({len(errors)} in all)"
-        shown.append({"type": "truncated", "loc": [], "msg": note})
-    return InvalidArguments(tool=name, errors=shown)
-
-
-def _request_data(
-    name: str, arguments: str, size: int, ids: _CallIds, cap: int
-) -> dict[str, Any]:
-    """The request record: parsed arguments when they are JSON, the raw string otherwise.
-
-    Arguments over the cap are not stored: their size, SHA-256 and first characters are.
-    """
-    data: dict[str, Any] = {
-        "call_id": ids.audit, "tool_call_id": ids.reply, "model_call_id": ids.model, "tool": name,
-    }
-    if size > cap:
-        data["arguments_raw"] = arguments[:AUDIT_ARGUMENT_PREFIX]
-        data["arguments_bytes"] = size
-        data["arguments_sha256"] = hashlib.sha256(
-            arguments.encode("utf-8", "surrogatepass")
-        ).hexdigest()
-        return data
-    try:
-        data["arguments"] = json.loads(arguments or "{}")
-    except (ValueError, RecursionError):
-        data["arguments_raw"] = arguments
-    parsed = data.get("arguments")
-    code = parsed.get("code") if isinstance(parsed, dict) else None
-    if name == "execute_python" and isinstance(code, str):
-        data["code_sha256"] = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
-    return data
 
 
 def build_gate(
