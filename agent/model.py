@@ -34,6 +34,7 @@ from sbx.agent.model_reply import (
     ReplyLimits,
     ToolCallRequest,
     Usage,
+    clean_value,
     parse_reply,
     printable,
 )
@@ -141,9 +142,10 @@ class ModelClient:
             prompt_estimate=estimate_tokens(messages, tools),
         )
         logger.debug("Requesting a completion from %s (%d messages)", self.model, len(messages))
+        sendable = clean_value(list(messages))  # a lone surrogate cannot be sent as UTF-8
         for attempt in range(self.max_retries + 1):
             try:
-                body, content_type = self._attempt(messages, tools, deadline, attempt)
+                body, content_type = self._attempt(sendable, tools, deadline, attempt)
             except _Retry as failed:
                 if attempt == self.max_retries:
                     raise ModelError(failed.final(self.max_retries)) from None

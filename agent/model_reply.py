@@ -173,6 +173,17 @@ def clean(text: str) -> str:
     return _SURROGATES.sub("\ufffd", text)
 
 
+def clean_value(value: Any) -> Any:
+    """A copy of a JSON-like value with every string `clean`: what may be sent as UTF-8."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict):
+        return {clean_value(key): clean_value(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_value(item) for item in value]
+    return value
+
+
 def printable(text: str, limit: int) -> str:
     """Endpoint-controlled text for a message: one line, controls escaped, at most `limit` chars.
 

@@ -217,3 +217,13 @@ def test_oversized_arguments_are_refused_with_the_cap_and_not_kept(llm, tmp_path
     request = [r["data"] for r in records(tmp_path / "audit.jsonl") if r["event"] == "request"][0]
     assert request["arguments_bytes"] == 5_000_019 and len(request["arguments_sha256"]) == 64
     assert len(request["arguments_raw"]) == 1024
+
+
+def test_a_lone_surrogate_in_what_is_sent_is_replaced_not_a_crash(llm, tmp_path):
+    llm.script([assistant("fine")])  # e.g. a question from argv that was not UTF-8
+    gate, _ = _calc_gate(tmp_path)
+
+    result = ask(llm, gate, "bad \udcff question")
+
+    assert (result.status, result.answer) == ("completed", "fine")
+    assert llm.requests[0].messages[-1]["content"] == "bad \ufffd question"
