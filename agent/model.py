@@ -143,17 +143,18 @@ class ModelClient:
         )
         logger.debug("Requesting a completion from %s (%d messages)", self.model, len(messages))
         sendable = clean_value(list(messages))  # a lone surrogate cannot be sent as UTF-8
-        for attempt in range(self.max_retries + 1):
+        attempt = 0
+        while True:
             try:
                 body, content_type = self._attempt(sendable, tools, deadline, attempt)
             except _Retry as failed:
-                if attempt == self.max_retries:
+                if attempt >= self.max_retries:
                     raise ModelError(failed.final(self.max_retries)) from None
                 self._wait(failed, attempt, deadline)
+                attempt += 1
                 continue
             reply = parse_reply(body, content_type, limits)
             return _timed(reply, time.monotonic() - started)
-        raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
     def _attempt(
         self,
