@@ -12,10 +12,9 @@ The pool is keyed by everything that shapes a container (`PoolKey`: image and
 filled. A request for a warmed key with no idle container waits for a build
 already in flight (it is further along than a new create); a request for any
 other key, and any request with `/data` inputs, gets a container created on
-the spot. Data is never delivered into a
-pre-created container: bind mounts are fixed at create time, and copying
-files through the runner protocol would be a second, unaudited way in. Such
-runs pay the create on their critical path, and say so in `PoolStats`.
+the spot. Data is never delivered into a pre-created container: bind mounts
+are fixed at create time, and copying files through the runner protocol would
+be a second, unaudited way in. Such runs pay the create on their critical path.
 
 Every container, pooled or not, holds a lease on the host-wide cap
 (`sandbox.capacity`) from before its create until after its removal. The

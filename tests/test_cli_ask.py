@@ -24,7 +24,7 @@ from sbx.agent.cli.main import cli
 from sbx.agent.cli.scripted_model import HttpFailure, assistant, call, tool_call, tool_calls
 from sbx.sandbox.config import RUN_ID_LABEL
 from sbx.tools.audit_verify import verify_log
-from sbx.tools.gate import CANCELLED_TEXT
+from sbx.tools.outcome import CANCELLED_TEXT
 from scripted_llm import FAKE_KEY
 from tools_support import records
 
@@ -92,8 +92,8 @@ def test_ask_shows_progress_answers_and_its_transcript_and_audit_log_agree(
     assert len({e["conversation_id"] for e in transcript}) == 1
     asked = [c["id"] for e in transcript if e["type"] == "model_reply"
              for c in e["message"].get("tool_calls", [])]
-    answered = {e["call_id"]: e["content"] for e in transcript if e["type"] == "tool_result"}
-    requested = [r["data"]["call_id"] for r in audit if r["event"] == "request"]
+    answered = {e["audit_id"]: e["content"] for e in transcript if e["type"] == "tool_result"}
+    requested = [r["data"]["model_call_id"] for r in audit if r["event"] == "request"]
     outcomes = {r["data"]["call_id"]: r["data"]["text"] for r in audit if r["event"] == "outcome"}
     assert asked == requested == ["call_exec", "call_calc"]
     assert answered == outcomes

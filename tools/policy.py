@@ -18,8 +18,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# Seconds is re-exported: the agent's settings take durations in the same units.
-from sbx.sandbox.limits import Bytes
+# Bytes and Seconds are re-exported: the agent's settings use the same units.
+from sbx.sandbox.limits import Bytes as Bytes
 from sbx.sandbox.limits import Seconds as Seconds
 
 BUILTIN_TOOLS = ("execute_python", "calculate", "list_data_files", "preview_data_file", "http_get")
@@ -139,7 +139,8 @@ class Quotas(BaseModel):
     per_tool: dict[str, int] = Field(default_factory=dict)
     """Allowed calls per run for one tool, by name."""
     max_denied: int | None = Field(default=20, ge=0)
-    """Denials per run after which the gate halts the run (a model probing the policy)."""
+    """Refused calls per run (denied, unknown tool or invalid arguments) after which the gate
+    halts the run: a model probing the policy or flailing (`None`: no cap)."""
 
 
 class AuditPolicy(BaseModel):

@@ -6,7 +6,8 @@ JSON document with `--json`. Exit status:
 
     0    completed: the model answered
     3    a budget ended the run (step_limit, time_limit, token_limit, tool_limit); no answer
-    4    model_error: the endpoint failed after retries, or replied unusably
+    4    model_error: the endpoint failed after retries, or replied unusably;
+         truncated: the answer was cut off (finish_reason length or content_filter)
     5    gate_halt: the tool gate halted the run (e.g. too many denied calls); see the audit log
     2    bad flag or setting; 125 sbx could not run (policy, engine, image, audit log)
     130  cancelled (Ctrl-C or SIGTERM): the sandbox was removed, the audit log closed
@@ -41,6 +42,7 @@ _EXIT: dict[Status, int] = {
     "token_limit": EXIT_BUDGET,
     "tool_limit": EXIT_BUDGET,
     "gate_halt": EXIT_GATE_HALT,
+    "truncated": EXIT_MODEL_ERROR,
     "model_error": EXIT_MODEL_ERROR,
     "cancelled": EXIT_INTERRUPTED,
 }
@@ -72,9 +74,9 @@ def ask_command(
 
     Example: sbx ask "Which region grew fastest in 2024?" --data examples/sales.csv
 
-    Exit status: 0 answered; 3 a budget ended the run (no answer); 4 model error;
-    5 the tool gate halted the run; 2 bad flag or setting; 125 sbx could not run;
-    130 cancelled. For follow-up questions, use `sbx chat`.
+    Exit status: 0 answered; 3 a budget ended the run (no answer); 4 model error or an
+    answer cut off; 5 the tool gate halted the run; 2 bad flag or setting; 125 sbx could
+    not run; 130 cancelled. For follow-up questions, use `sbx chat`.
     """
     options = FaceOptions(
         data=data, output=output, policy=policy, audit_log=audit_log, transcript=transcript,
