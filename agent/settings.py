@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from sbx.sandbox.limits import Seconds
+from sbx.sandbox.units import at_most_seconds
+from sbx.tools.policy import PolicyError
 
 BASE_URL_ENV = "OPENAI_BASE_URL"
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -34,10 +36,19 @@ class SettingsError(Exception):
     """The agent cannot be configured as given; the message names the key or flag to fix."""
 
 
-class Budget(BaseModel):
-    """Hard per-run limits. Each is checked before the spending it would allow (G3)."""
+MAX_WALL_TIME_S = 86400.0
+"""The longest run `--max-time` may ask for: a day."""
+MAX_REQUEST_TIMEOUT_S = 3600.0
+"""The longest single model request `--request-timeout` may allow: an hour."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class Budget(BaseModel):
+    """Hard per-run limits. Each is checked before the spending it would allow (G3).
+
+    Strict: a policy's `max_turns = "20"` or `true` is an error, not a number.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     max_turns: int = Field(default=20, ge=1, le=1000)
     """Most model requests in one run (`--max-turns`); the next one past it ends `step_limit`."""
@@ -45,7 +56,7 @@ class Budget(BaseModel):
     """Most tool calls in one run, all tools together (`--max-tool-calls`): `tool_limit`."""
     max_tool_calls_per_turn: int = Field(default=8, ge=1, le=100)
     """Most tool calls one model reply may request (`--max-tool-calls-per-turn`): `tool_limit`."""
-    max_wall_time: Seconds = 600.0
+    max_wall_time: Annotated[Seconds, AfterValidator(at_most_seconds(MAX_WALL_TIME_S))] = 600.0
     """Wall-clock seconds for the whole run (`--max-time`, e.g. `10m`): `time_limit`."""
     max_total_tokens: int = Field(default=200_000, ge=1)
     """Prompt plus completion tokens over the run, as the endpoint reports them
@@ -55,13 +66,15 @@ class Budget(BaseModel):
 class AgentSettings(BaseModel):
     """The policy's `[agent]` table (and the flags that override it). Unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     model: str | None = None
     """Model name sent to the endpoint (`--model`, `SBX_MODEL`), e.g. `gpt-4o-mini`."""
     base_url: str | None = None
     """OpenAI-compatible endpoint (`--base-url`, `OPENAI_BASE_URL`); default: OpenAI's."""
-    request_timeout: Seconds = 120.0
+    request_timeout: Annotated[
+        Seconds, AfterValidator(at_most_seconds(MAX_REQUEST_TIMEOUT_S))
+    ] = 120.0
     """Seconds one HTTP request to the model may take (`--request-timeout`); the SDK retries
     a timed-out request. Not the sandbox's execution `timeout`."""
     max_retries: int = Field(default=2, ge=0, le=10)
@@ -89,14 +102,22 @@ class Endpoint:
 
 
 BUDGET_FLAGS = tuple(Budget.model_fields)
+FLAG_NAMES = {"max_wall_time": "--max-time", "max_total_tokens": "--max-tokens"}
+"""Flags whose name is not the field's (`max_turns` is `--max-turns`)."""
 
 
 def resolve_settings(table: Mapping[str, Any], flags: Mapping[str, Any]) -> AgentSettings:
     """Merge the policy's `[agent]` table with the flags that were given (not None) and validate.
 
     `flags` holds budget and tuning flags only; the endpoint flags go to `resolve_endpoint`,
-    because the environment ranks between them and the policy.
+    because the environment ranks between them and the policy. The table is checked alone
+    first: its errors are the policy file's (`PolicyError`, which the CLI exits 125 for),
+    the flags' are the caller's (`SettingsError`, exit 2).
     """
+    try:
+        AgentSettings.model_validate(table)
+    except ValidationError as exc:
+        raise PolicyError(describe(exc)) from None
     data: dict[str, Any] = {key: value for key, value in table.items() if key != "budget"}
     budget: dict[str, Any] = dict(table.get("budget") or {})
     for key, value in flags.items():
@@ -110,7 +131,7 @@ def resolve_settings(table: Mapping[str, Any], flags: Mapping[str, Any]) -> Agen
     try:
         return AgentSettings.model_validate(data)
     except ValidationError as exc:
-        raise SettingsError(describe(exc)) from None
+        raise SettingsError(describe_flags(exc)) from None
 
 
 def resolve_endpoint(
@@ -141,10 +162,25 @@ def resolve_endpoint(
 
 
 def describe(exc: ValidationError) -> str:
-    """One line naming each invalid `[agent]` key (or flag) and why."""
+    """One line naming each invalid `[agent]` key and why."""
     parts = []
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or "value"
-        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
-        parts.append(f"agent.{where}: {message}")
-    return "invalid agent settings: " + "; ".join(parts)
+        parts.append(f"agent.{where}: {_message(error)}")
+    return "invalid agent settings in the policy: " + "; ".join(parts)
+
+
+def describe_flags(exc: ValidationError) -> str:
+    """One line naming each invalid flag (`--max-time`) and why."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        field = str(error["loc"][-1]) if error["loc"] else "value"
+        flag = FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
+        parts.append(f"{flag}: {_message(error)}")
+    return "invalid value for " + "; ".join(parts)
+
+
+def _message(error: Any) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    return str(error["msg"]).removeprefix("Value error, ")

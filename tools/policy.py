@@ -4,7 +4,8 @@ A policy is a TOML file (`sbx.toml`; the packaged default is `tools/sbx.toml`,
 every key commented there). Everything is closed by default: a tool absent
 from the file is disabled, an unknown key or tool name is an error at load,
 and each rule has a dotted name (`tools.http_get.allowed_domains`,
-`quotas.total`) that denials and audit records quote. The `[agent]` table is
+`quotas.total`) that denials and audit records quote. Booleans and numbers
+are strict: `enabled = "yes"` or `total = "5"` is an error, never a guess. The `[agent]` table is
 kept raw for the agent layer, which validates it itself.
 """
 
@@ -34,7 +35,7 @@ class PolicyError(Exception):
 class ToolRule(BaseModel):
     """Rules every tool has: whether the model may call it at all."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     enabled: bool = False
     """Deny by default: only tools with `enabled = true` are offered to the model and run."""
@@ -100,7 +101,7 @@ class HttpGetRule(ToolRule):
 class ToolsPolicy(BaseModel):
     """One table per built-in tool, plus `[tools.custom.NAME]` for tools a program registers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     execute_python: ToolRule = ToolRule()
     """Run Python in the sandbox session (limits in `[sandbox]`)."""
@@ -130,7 +131,7 @@ class ToolsPolicy(BaseModel):
 class Quotas(BaseModel):
     """Per-run call budgets, counted on allowed calls only."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     total: int | None = Field(default=100, ge=0)
     """Allowed tool calls per run, all tools together (`None`: no cap)."""
@@ -143,9 +144,9 @@ class Quotas(BaseModel):
 class AuditPolicy(BaseModel):
     """Where the audit log goes and what never reaches it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    path: Path | None = None
+    path: Path | None = Field(default=None, strict=False)
     """Log file; `--audit-log` and `SBX_AUDIT_LOG` override it; default `./sbx-audit.jsonl`."""
     secret_env: list[str] = Field(
         default_factory=lambda: ["OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "SBX_AUDIT_KEY"]
@@ -160,7 +161,7 @@ class AuditPolicy(BaseModel):
 class Policy(BaseModel):
     """The whole policy file. Unknown keys anywhere are an error (`extra="forbid"`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     tools: ToolsPolicy = ToolsPolicy()
     """Which tools are enabled and their argument rules."""

@@ -24,15 +24,16 @@ import click
 
 from sbx.agent.app import AskOptions, AskOutcome, ask
 from sbx.agent.cli.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, demo_turns
-from sbx.agent.cli.display import Progress
+from sbx.agent.cli.display import Progress, replay
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.scripted_model import ScriptedLLM
 from sbx.agent.settings import SettingsError
 from sbx.agent.state import Status
-from sbx.agent.transcript import TranscriptError, read_transcript
+from sbx.agent.transcript import TranscriptError
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.tools.audit import AuditError
 from sbx.tools.policy import PolicyError
+from sbx.tools.text_safety import safe_json, safe_text
 
 EXIT_BUDGET = 3
 EXIT_MODEL_ERROR = 4
@@ -46,6 +47,9 @@ _EXIT: dict[Status, int] = {
     "cancelled": EXIT_INTERRUPTED,
 }
 _FILE = click.Path(path_type=Path, dir_okay=False)
+_RECORD = click.Path(path_type=Path)
+"""A file sbx opens itself (policy, audit log, transcript): a directory there is sbx's
+error to report (exit 125, as every policy and audit-log problem), not a usage error."""
 
 
 def run_options(command: Any) -> Any:
@@ -54,13 +58,13 @@ def run_options(command: Any) -> Any:
         click.option("--output", type=click.Path(path_type=Path, file_okay=False),
                      help="Directory for files the code saves to /output. [default: "
                      "sbx-output/RUN_ID]"),
-        click.option("--policy", type=_FILE,
+        click.option("--policy", type=_RECORD,
                      help="Policy file (tools, quotas, sandbox limits, [agent]). [default: the "
                      "packaged sbx.toml]"),
-        click.option("--audit-log", type=_FILE,
+        click.option("--audit-log", type=_RECORD,
                      help="Audit log to append to. [default: $SBX_AUDIT_LOG, the policy's, or "
                      "./sbx-audit.jsonl]"),
-        click.option("--transcript", type=_FILE,
+        click.option("--transcript", type=_RECORD,
                      help="Transcript to write (JSON Lines). [default: sbx-runs/RUN_ID.jsonl]"),
         click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image."),
         click.option("--json", "as_json", is_flag=True,
@@ -154,11 +158,9 @@ def demo_command(
 @click.command("replay")
 @click.argument("transcript", type=_FILE)
 def replay_command(transcript: Path) -> None:
-    """Re-render a past run from its transcript, answer included."""
-    render = Progress(sys.stdout, show_answer=True)
+    """Re-render a past run from its transcript, answer included (exit 2 for a bad file)."""
     try:
-        for event in read_transcript(transcript):
-            render(event)
+        replay(transcript, sys.stdout)
     except TranscriptError as exc:
         fail(str(exc), 2)
 
@@ -178,18 +180,19 @@ def _finish(outcome: AskOutcome, *, as_json: bool) -> NoReturn:
     """Print the answer (or why there is none) and exit with the run's status."""
     result = outcome.result
     if as_json:
-        click.echo(json.dumps(outcome.as_dict(), indent=2, ensure_ascii=False))
+        click.echo(safe_json(json.dumps(outcome.as_dict(), indent=2, ensure_ascii=False)))
     elif result.status == "completed":
-        click.echo(result.answer)
+        click.echo(safe_text(str(result.answer), multiline=True))
         if result.artifacts:
             click.echo("\nArtifacts:")
             for path in result.artifacts:
-                click.echo(f"  {path}")
+                click.echo(f"  {safe_text(str(path))}")
     if result.status == "cancelled":
         click.echo("sbx: cancelled; the sandbox was removed and the audit log closed", err=True)
     elif result.status != "completed":
-        click.echo(f"sbx: no answer ({result.status}): {result.message}", err=True)
-    click.echo(f"sbx: transcript {outcome.transcript}, audit log {outcome.audit_log}", err=True)
+        click.echo(f"sbx: no answer ({result.status}): {safe_text(str(result.message))}", err=True)
+    records = f"transcript {outcome.transcript}, audit log {outcome.audit_log}"
+    click.echo(f"sbx: {safe_text(records)}", err=True)
     sys.exit(_EXIT[result.status])
 
 

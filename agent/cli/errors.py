@@ -20,6 +20,7 @@ import click
 from pydantic import ValidationError
 
 from sbx.sandbox.errors import SandboxError
+from sbx.tools.text_safety import safe_text
 
 EXIT_TIMEOUT = 124
 EXIT_SBX_ERROR = 125
@@ -30,17 +31,20 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(message: str, code: int = EXIT_SBX_ERROR) -> NoReturn:
-    """Print `sbx: message` on stderr and exit."""
-    click.echo(f"sbx: {message}", err=True)
+    """Print `sbx: message` on stderr and exit; the message is escaped (it may quote input)."""
+    click.echo(f"sbx: {safe_text(message)}", err=True)
     sys.exit(code)
 
 
 def describe_validation(exc: ValidationError, prefix: str = "") -> str:
-    """One line naming each invalid field and why."""
+    """One line naming each invalid field (with `prefix="--"`, each flag) and why."""
     parts = []
-    for error in exc.errors():
+    for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or "value"
-        parts.append(f"{prefix}{where}: {error['msg']}")
+        if prefix == "--":
+            where = where.replace("_", "-")
+        message = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{prefix}{where}: {message}")
     return "; ".join(parts)
 
 
