@@ -101,7 +101,7 @@ class Progress:
             name, call_id = _text(function.get("name")), _text(call.get("id"))
             self._echo(f"-> {_clip(name)} [{_clip(call_id)}]", bold=True)
             for line in _arguments_lines(_text(function.get("arguments"))):
-                self._echo(f"   | {line}", dim=True)
+                self._echo(f"   | {line}", multiline=True, dim=True)  # one line; tabs kept
 
     def _on_tool_result(self, event: Event) -> None:
         failed = bool(event.get("failed"))
