@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sbx.agent.settings import AgentSettings, SettingsError, resolve_endpoint, resolve_settings
-from sbx.tools.policy import load_policy
+from sbx.tools.policy import PolicyError, load_policy
 
 
 def test_the_packaged_policy_gives_the_documented_defaults():
@@ -27,17 +27,24 @@ def test_flags_override_the_policy_table_and_units_are_parsed(tmp_path):
     assert (chosen.request_timeout, chosen.max_retries) == (60.0, 2)
 
 
-def test_an_unknown_or_invalid_agent_key_is_one_line_naming_it():
-    with pytest.raises(SettingsError) as unknown:
+def test_an_unknown_or_invalid_agent_key_is_a_policy_error_naming_it():
+    with pytest.raises(PolicyError) as unknown:
         resolve_settings({"max_turn": 3}, {})
-    assert str(unknown.value) == "invalid agent settings: agent.max_turn: unknown key"
+    assert str(unknown.value) == "invalid agent settings in the policy: agent.max_turn: unknown key"
+    with pytest.raises(PolicyError, match="agent.budget.max_turns: Input should be a valid int"):
+        resolve_settings({"budget": {"max_turns": "5"}}, {})
+
+
+def test_an_invalid_flag_is_a_settings_error_naming_the_flag():
     with pytest.raises(SettingsError) as invalid:
         resolve_settings({}, {"max_turns": 0})
-    assert "agent.budget.max_turns: Input should be greater than or equal to 1" in str(
-        invalid.value
+    assert str(invalid.value) == (
+        "invalid value for --max-turns: Input should be greater than or equal to 1"
     )
-    with pytest.raises(SettingsError, match="agent.budget.max_wall_time"):
+    with pytest.raises(SettingsError, match="--max-time: 'soon' is not a duration"):
         resolve_settings({}, {"max_wall_time": "soon"})
+    with pytest.raises(SettingsError, match="--max-time: 2d is longer than the most allowed, 1d"):
+        resolve_settings({"budget": {"max_wall_time": "1h"}}, {"max_wall_time": "2d"})
 
 
 def test_endpoint_flag_beats_environment_beats_policy():

@@ -71,7 +71,8 @@ def _good_log(tmp_path):
 @pytest.mark.parametrize(
     ("record", "why"),
     [
-        ({"event": "outcome", "run_id": "r", "data": ["not", "a", "dict"]}, "data is not an object"),
+        ({"event": "outcome", "run_id": "r", "data": ["not", "a", "dict"]},
+         "data is not an object"),
         ({"event": "outcome", "run_id": "r", "data": {"call_id": "c", "duration_s": "long"}},
          "data.duration_s is not a number"),
         ({"event": "outcome", "run_id": "r", "data": {"call_id": "c", "duration_s": None}},
