@@ -3,6 +3,12 @@
 `"512m"`, `"1.5"` and `"30s"` are what operators type; the engine wants bytes,
 nano-CPUs and seconds. Every parser raises `ValueError` with a message that
 says what was expected, so pydantic can report it next to the field's name.
+
+Every value is bounded here, before any arithmetic: a size past `MAX_SIZE`, a
+duration past `MAX_DURATION_S`, infinity and NaN are refused with the bound in
+the message (`--timeout 99999999999h` once reached the socket layer and
+overflowed a C `time_t`). Fields with tighter limits add `at_most_seconds` or
+`at_most_bytes`.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def info() -> None:
     for key, value in (("image", f"{found.tag} ({found.image_id[7:19]})"),
                        ("recipe", found.recipe_hash or "none (not built by sbx?)"),
                        ("current", current), ("matches", state), ("size", size)):
-        click.echo(f"{key + ':':9}{value}")
+        click.echo(f"{key + ':':9}{safe_text(value)}")  # labels come from whoever built it
 
 
 def _connect() -> docker.DockerClient:
