@@ -147,7 +147,7 @@ def test_configuration_errors_are_one_line(llm, tmp_path):
 
     assert no_model.exit_code == 2
     assert no_model.stderr.startswith("sbx: no model configured: pass --model, set SBX_MODEL")
-    assert bad_budget.exit_code == 2 and "agent.budget.max_wall_time" in bad_budget.stderr
+    assert bad_budget.exit_code == 2 and "invalid value for --max-time: " in bad_budget.stderr
     assert bad_policy.exit_code == 125  # the policy file's error, like every other policy error
     assert bad_policy.stderr == (
         "sbx: invalid agent settings in the policy: agent.modle: unknown key\n"
