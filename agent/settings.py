@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from sbx.tools.policy import Bytes, Seconds
+from sbx.tools.policy import Bytes, Seconds, at_most_seconds
 
 BASE_URL_ENV = "OPENAI_BASE_URL"
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -35,10 +35,19 @@ class SettingsError(Exception):
     """The agent cannot be configured as given; the message names the key or flag to fix."""
 
 
-class Budget(BaseModel):
-    """Hard per-run limits. Each is checked before the spending it would allow (G3)."""
+MAX_WALL_TIME_S = 86400.0
+"""The longest run `--max-time` may ask for: a day."""
+MAX_REQUEST_TIMEOUT_S = 3600.0
+"""The longest single model request `--request-timeout` may allow: an hour."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class Budget(BaseModel):
+    """Hard per-run limits. Each is checked before the spending it would allow (G3).
+
+    Strict: a policy's `max_turns = "20"` or `true` is an error, not a number.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     max_turns: int = Field(default=20, ge=1, le=1000)
     """Most model requests in one run (`--max-turns`); the next one past it ends `step_limit`."""
@@ -46,7 +55,7 @@ class Budget(BaseModel):
     """Most tool calls in one run, all tools together (`--max-tool-calls`): `tool_limit`."""
     max_tool_calls_per_turn: int = Field(default=8, ge=1, le=100)
     """Most tool calls one model reply may request (`--max-tool-calls-per-turn`): `tool_limit`."""
-    max_wall_time: Seconds = 600.0
+    max_wall_time: Annotated[Seconds, AfterValidator(at_most_seconds(MAX_WALL_TIME_S))] = 600.0
     """Wall-clock seconds for the whole run (`--max-time`, e.g. `10m`): `time_limit`."""
     max_total_tokens: int = Field(default=200_000, ge=1)
     """Prompt plus completion tokens over the run, as the endpoint reports them, or estimated
@@ -57,13 +66,15 @@ class Budget(BaseModel):
 class AgentSettings(BaseModel):
     """The policy's `[agent]` table (and the flags that override it). Unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     model: str | None = None
     """Model name sent to the endpoint (`--model`, `SBX_MODEL`), e.g. `gpt-4o-mini`."""
     base_url: str | None = None
     """OpenAI-compatible endpoint (`--base-url`, `OPENAI_BASE_URL`); default: OpenAI's."""
-    request_timeout: Seconds = 120.0
+    request_timeout: Annotated[
+        Seconds, AfterValidator(at_most_seconds(MAX_REQUEST_TIMEOUT_S))
+    ] = 120.0
     """Seconds one HTTP request to the model may take (`--request-timeout`), never more than
     what is left of the run's `max_wall_time`; a timed-out request is retried. Not the
     sandbox's execution `timeout`."""

@@ -105,6 +105,16 @@ def read_transcript(path: Path) -> Iterator[Event]:
 
     Event types this version does not know are skipped, so a newer file still replays.
     """
+    for _, event in numbered_events(path):
+        yield event
+
+
+def numbered_events(path: Path) -> Iterator[tuple[int, Event]]:
+    """(line number, event) for each event line; damage names the file and the line.
+
+    A transcript is a file anyone may have edited: each line must be UTF-8, JSON,
+    and shaped as its event type says (`sbx.agent.events.parse_event`).
+    """
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -118,8 +128,11 @@ def read_transcript(path: Path) -> Iterator[Event]:
             raise TranscriptError(f"{path}:{number}: not UTF-8 text") from None
         try:
             event = parse_event(json.loads(line))
+        except json.JSONDecodeError:
+            raise TranscriptError(f"{path}:{number}: not a JSON line") from None
+        except RecursionError:
+            raise TranscriptError(f"{path}:{number}: nested too deeply") from None
         except ValueError as exc:
-            detail = "not a JSON line" if isinstance(exc, json.JSONDecodeError) else str(exc)
-            raise TranscriptError(f"{path}:{number}: {detail}") from None
+            raise TranscriptError(f"{path}:{number}: {exc}") from None
         if event is not None:
-            yield event
+            yield number, event

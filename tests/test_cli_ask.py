@@ -151,7 +151,7 @@ def test_configuration_errors_are_one_line(llm, tmp_path):
     assert no_model.exit_code == 2
     assert no_model.stderr.startswith("sbx: no model configured: pass --model, set SBX_MODEL")
     assert bad_budget.exit_code == 2
-    assert bad_budget.stderr.startswith("sbx: --max-time: 'soon' is not a duration")
+    assert bad_budget.stderr.startswith("sbx: invalid value for --max-time: 'soon' is not a")
     assert bad_policy.exit_code == 125  # the policy file is an operator's error, like any other
     assert bad_policy.stderr.endswith("sbx.toml:2: agent.modle: unknown key\n")
 

@@ -25,12 +25,13 @@ import click
 
 from sbx.agent.app import Answer, answer_one
 from sbx.agent.cli.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, demo_turns
-from sbx.agent.cli.display import Progress
+from sbx.agent.cli.display import Progress, replay
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.scripted_model import ScriptedLLM
 from sbx.agent.state import Status
-from sbx.agent.transcript import TranscriptError, read_transcript
+from sbx.agent.transcript import TranscriptError
+from sbx.tools.text_safety import safe_json, safe_text
 
 EXIT_BUDGET = 3
 EXIT_MODEL_ERROR = 4
@@ -113,11 +114,12 @@ def demo_command(
 @click.command("replay")
 @click.argument("transcript", type=_FILE)
 def replay_command(transcript: Path) -> None:
-    """Re-render a past run (or every run of a conversation) from its transcript."""
-    render = Progress(sys.stdout, show_answer=True)
+    """Re-render a past run (or every run of a conversation) from its transcript.
+
+    Exit 2 for a file it cannot render, naming the line.
+    """
     try:
-        for event in read_transcript(transcript):
-            render(event)
+        replay(transcript, sys.stdout)
     except TranscriptError as exc:
         fail(str(exc), 2)
 
@@ -133,21 +135,26 @@ def _run(question: str, options: FaceOptions, *, quiet: bool) -> Answer:
 
 
 def _finish(outcome: Answer, *, as_json: bool) -> NoReturn:
-    """Print the answer (or why there is none) and exit with the run's status."""
+    """Print the answer (or why there is none) and exit with the run's status.
+
+    The answer, the paths and the message come from the model or the sandbox:
+    every control and bidi character is shown escaped (`--json` as `\\uXXXX`).
+    """
     result = outcome.result
     if as_json:
-        click.echo(json.dumps(outcome.as_dict(), indent=2, ensure_ascii=False))
+        click.echo(safe_json(json.dumps(outcome.as_dict(), indent=2, ensure_ascii=False)))
     elif result.status == "completed":
-        click.echo(result.answer)
+        click.echo(safe_text(str(result.answer), multiline=True))
         if result.artifacts:
             click.echo("\nArtifacts:")
             for path in result.artifacts:
-                click.echo(f"  {path}")
+                click.echo(f"  {safe_text(str(path))}")
     if result.status == "cancelled":
         click.echo("sbx: cancelled; the sandbox was removed and the audit log closed", err=True)
     elif result.status != "completed":
-        click.echo(f"sbx: no answer ({result.status}): {result.message}", err=True)
-    click.echo(f"sbx: transcript {outcome.transcript}, audit log {outcome.audit_log}", err=True)
+        click.echo(f"sbx: no answer ({result.status}): {safe_text(str(result.message))}", err=True)
+    records = f"transcript {outcome.transcript}, audit log {outcome.audit_log}"
+    click.echo(f"sbx: {safe_text(records)}", err=True)
     sys.exit(_EXIT[result.status])
 
 
