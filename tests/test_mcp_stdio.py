@@ -159,3 +159,19 @@ def test_sbx_mcp_without_the_image_is_one_line_before_it_serves(tmp_path, engine
     assert done.returncode == 125
     assert done.stdout == b""  # stdout is the protocol's: nothing else ever goes there
     assert "sbx image build" in done.stderr.decode()
+
+
+@pytest.mark.docker
+def test_an_operator_error_reaches_the_client_as_a_readable_tool_error(tmp_path):
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.execute_python]\nenabled = true\n[sandbox]\nruntime = "nosuch"\n')
+
+    async def scenario() -> CallToolResult:
+        async with mcp_client(tmp_path, "--policy", str(policy)) as client:
+            return await client.call_tool("execute_python", {"code": "print(1)"})
+
+    result = anyio.run(scenario)
+
+    assert result.is_error
+    assert text_of(result).startswith("sbx could not run this call: ")
+    assert "nosuch" in text_of(result) and "for the operator to fix" in text_of(result)

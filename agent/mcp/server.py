@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,7 @@ def build_server(
     texts = describe(app.config, data, idle_s=idle_s)
     server = SbxServer(
         sessions=sessions, session_key=session_key, name="sbx", title="sbx sandbox",
+        version=version("sbx"),
         instructions=texts.instructions, lifespan=_lifespan(sessions, idle_s),
         log_level="WARNING",
     )

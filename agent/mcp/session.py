@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from sbx.agent.app import App
 from sbx.agent.workspace import Workspace, WorkspaceSpec
 from sbx.sandbox.closing import Closing
@@ -77,6 +79,9 @@ class McpSession(Closing):
         self._last_used = time.monotonic()
         self._reset_reason: str | None = None
         self._artifacts: dict[str, Artifact] = {}
+        self.turn = anyio.Lock()
+        """Held by the async layer around an execution: one at a time, so that a
+        cancellation reaches only the call that runs, never one waiting its turn."""
 
     @property
     def output_dir(self) -> Path:

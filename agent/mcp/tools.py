@@ -60,7 +60,6 @@ def register_tools(
     server: MCPServer[Any], sessions: McpSessions, key: SessionKey, texts: Descriptions
 ) -> None:
     """Add the four tools to `server`, each bound to the caller's session."""
-    turns = _Turns()
     timeout_s = sessions.app.config.limits.timeout
 
     async def execute_python(
@@ -68,7 +67,7 @@ def register_tools(
         ctx: Context[Any, Any],
     ) -> CallToolResult:
         session = sessions.get(key(ctx))
-        async with turns.of(session.id):
+        async with session.turn:
             report = await _execute(session, code, ctx, timeout_s)
         return _result(report, session)
 
@@ -87,11 +86,15 @@ def register_tools(
 
     async def reset_sandbox(ctx: Context[Any, Any]) -> CallToolResult:
         session = sessions.get(key(ctx))
-        async with turns.of(session.id):
+        async with session.turn:
             reset = partial(session.discard, "the client called reset_sandbox")
-            await anyio.to_thread.run_sync(reset)
-            await anyio.to_thread.run_sync(session.workspace.take_reset)
-        return _text("The sandbox was reset: the next execute_python call starts afresh.")
+            lost = await anyio.to_thread.run_sync(reset)
+        if not lost:
+            return _text("Nothing to reset: no code has run in this session's sandbox yet.")
+        return _text(
+            "The sandbox was reset: its variables, imports and files are gone; the next "
+            "execute_python call starts in a fresh one."
+        )
 
     server.add_tool(
         _reported(execute_python), description=texts.execute_python,
@@ -123,16 +126,6 @@ def _reported(handler: _Handler) -> _Handler:
     return wrapper
 
 
-class _Turns:
-    """One execution at a time per session, so a cancel reaches only the call that runs."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, anyio.Lock] = {}
-
-    def of(self, session_id: str) -> anyio.Lock:
-        return self._locks.setdefault(session_id, anyio.Lock())
-
-
 async def _execute(
     session: McpSession, code: str, ctx: Context[Any, Any], timeout_s: float
 ) -> CallReport:
@@ -145,18 +138,22 @@ async def _execute(
         finally:
             finished.set()
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(_report_progress, ctx, timeout_s)
+    done: CallReport | Exception
+    async with anyio.create_task_group() as group:  # an error raised in here would come out
+        group.start_soon(_report_progress, ctx, timeout_s)  # as an ExceptionGroup: kept aside
         try:
-            report = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            done = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(session.cancel_running)
                 await anyio.to_thread.run_sync(finished.wait, SETTLE_S)
             raise
-        finally:
-            group.cancel_scope.cancel()
-    return report
+        except Exception as exc:
+            done = exc
+        group.cancel_scope.cancel()
+    if isinstance(done, Exception):
+        raise done
+    return done
 
 
 async def _report_progress(ctx: Context[Any, Any], timeout_s: float) -> None:
