@@ -31,6 +31,10 @@ from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.registry import Tool
 
 
+class WorkspaceClosed(SandboxError):
+    """Code was sent to a workspace after it closed (its owner ended while a call came in)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkspaceSpec:
     """Who uses the workspace, with which data, and where files go."""
@@ -68,6 +72,7 @@ class Workspace(Closing):
         self._extra_tools = extra_tools
         self._session: Session | None = None
         self._lock = threading.Lock()
+        self._closed = False
         self.reset_pending = False
         """The sandbox was removed since it was last used: its variables are gone."""
         self.used = False
@@ -120,7 +125,9 @@ class Workspace(Closing):
             session.close()
 
     def close(self) -> None:
-        """Remove the sandbox (idempotent)."""
+        """Remove the sandbox for good (idempotent): a gate still held opens no new one."""
+        with self._lock:
+            self._closed = True
         self.discard()
 
     def _sandbox(self, run_id: str) -> Session | None:
@@ -128,6 +135,8 @@ class Workspace(Closing):
         if not self.enabled or self._pool is None:
             return None
         with self._lock:
+            if self._closed:
+                raise WorkspaceClosed(f"the workspace of {self.spec.owner_id} is closed")
             if self._session is None:
                 self._session = self._pool.session(
                     limits=self.config.limits,

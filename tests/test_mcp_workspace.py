@@ -15,7 +15,7 @@ from conftest import TEST_IMAGE
 from sbx.agent.app import App
 from sbx.agent.config import load_config
 from sbx.agent.mcp.session import new_session_id
-from sbx.agent.workspace import Workspace, WorkspaceSpec
+from sbx.agent.workspace import Workspace, WorkspaceClosed, WorkspaceSpec
 from sbx.sandbox.config import RUN_ID_LABEL
 
 
@@ -51,3 +51,24 @@ def test_a_gate_kept_across_discard_runs_in_a_new_sandbox_that_close_removes(tmp
     assert len(first) == 1 and len(second) == 1 and first != second
     assert workspace.take_reset()  # the workspace knows its sandbox was replaced
     assert left == []  # closing the workspace removed the sandbox the kept gate opened
+
+
+@pytest.mark.docker
+def test_a_gate_used_after_its_workspace_closed_opens_no_sandbox(tmp_path, engine):
+    run_id = new_session_id()
+    with App.open(
+        load_config(None), environ={}, audit_log=tmp_path / "audit.jsonl", image=TEST_IMAGE
+    ) as app:
+        spec = WorkspaceSpec(owner_id=run_id, principal="os:tester", output_root=tmp_path)
+        workspace = Workspace(
+            spec=spec, config=app.config, audit=app.audit, pool=app.pool, image=TEST_IMAGE
+        )
+        gate = workspace.open_gate(run_id)
+        workspace.close()  # the owner ended (an MCP session closing) while a call came in
+        with pytest.raises(WorkspaceClosed):
+            gate.call(name="execute_python", arguments=json.dumps({"code": "1"}), call_id="c1")
+        gate.close()
+        assert app.pool is not None and app.pool.reaper.wait_idle(timeout=60)
+        left = _containers(engine, run_id)
+
+    assert left == []

@@ -57,7 +57,6 @@ IDLE_CHECK_S = 5.0
 ToolRegistrar = Callable[["SbxServer", McpSessions], None]
 """Adds a transport's own tools (the HTTP face's `upload_dataset`) to a built server."""
 
-
 def one_session(ctx: Context[Any, Any]) -> str:
     """Every request of a stdio connection belongs to its one session."""
     return STDIO_SESSION
@@ -100,7 +99,7 @@ class SbxServer(MCPServer[dict[str, Any]]):
             raise ResourceNotFoundError(str(exc)) from None
         kind = mime_type(name)
         content: str | bytes = data
-        if kind.startswith("text/") or kind in ("application/json", "text/csv"):
+        if kind.startswith("text/") or kind == "application/json":
             try:
                 content = data.decode("utf-8")
             except UnicodeDecodeError:

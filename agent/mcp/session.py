@@ -147,14 +147,18 @@ class McpSession(Closing):
         if gate is not None and busy:
             gate.cancel()  # a call still running ends `cancelled`, and nothing runs after it
         try:
-            self.workspace.close()
+            self.workspace.close()  # from now on no program opens a sandbox here
         finally:
+            with self._gate_lock:  # a gate being opened right now is closed as well
+                gate = self._gate
             if gate is not None:
                 gate.close(reason="session_end")
 
     def _open_gate(self) -> ToolGate:
         """The session's one gate, opened (with its sandbox) at the first call: `run_start`."""
         with self._gate_lock:
+            if self._closed:
+                raise SessionClosed(f"MCP session {self.id} has ended")
             if self._gate is None:
                 self._gate = self.workspace.open_gate(self.id)
             return self._gate
