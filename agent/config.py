@@ -63,7 +63,9 @@ class AppConfig:
         try:
             return replace(self, settings=apply_flags(self.settings, flags))
         except ValidationError as exc:
-            raise SettingsError(describe_validation_error(exc, prefix="--")) from None
+            raise SettingsError(
+                "invalid value for " + describe_validation_error(exc, prefix="--")
+            ) from None
 
     def with_limits(self, overrides: Mapping[str, Any]) -> AppConfig:
         """The sandbox limits with command-line overrides applied (None means not given)."""
@@ -73,7 +75,9 @@ class AppConfig:
         try:
             limits = Limits.model_validate({**self.limits.model_dump(), **given})
         except ValidationError as exc:
-            raise SettingsError(describe_validation_error(exc, prefix="--")) from None
+            raise SettingsError(
+                "invalid value for " + describe_validation_error(exc, prefix="--")
+            ) from None
         return replace(self, limits=limits)
 
 

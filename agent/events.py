@@ -95,6 +95,9 @@ class ToolResult(_Event):
     type: Literal["tool_result"] = "tool_result"
     turn: int
     call_id: str
+    """The id the model's `tool` message carries."""
+    audit_id: str | None = None
+    """The gate's own id of the call (`<run_id>-c<n>`): what keys the audit records."""
     name: str
     status: str
     failed: bool

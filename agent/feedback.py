@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sbx.agent.state import RunState
-from sbx.tools.gate import ToolOutcome
+from sbx.tools.outcome import ToolOutcome
 
 REPEAT_LIMIT = 3
 

@@ -11,7 +11,8 @@ them. Every way out of the loop is one of the `Status` values (G3):
     tool_limit    a reply asked for more tool calls than a turn or the run may make
     gate_halt     the tool gate halted the run (a policy event an operator must see,
                   e.g. too many denied calls); no tool can run any more
-    model_error   the endpoint failed after the SDK's retries, or replied unusably
+    truncated     the model's answer was cut off (finish_reason `length` or `content_filter`)
+    model_error   the endpoint failed after its retries, or replied unusably
     cancelled     Ctrl-C (or SIGTERM)
 
 Only `completed` carries an answer; a budget end is never presented as one.
@@ -23,7 +24,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sbx.agent.model import Usage
+from sbx.agent.model_reply import Usage
 
 Status = Literal[
     "completed",
@@ -32,6 +33,7 @@ Status = Literal[
     "token_limit",
     "tool_limit",
     "gate_halt",
+    "truncated",
     "model_error",
     "cancelled",
 ]

@@ -106,6 +106,7 @@ class Workspace(Closing):
         return build_gate(
             self.config.policy, limits=self.config.limits, context=context, audit=self.audit,
             extra_tools=self._extra_tools,
+            max_argument_bytes=self.config.settings.max_argument_bytes,
         )
 
     def take_reset(self) -> bool:

@@ -6,7 +6,8 @@ from the file is disabled, an unknown key or tool name is an error at load,
 and each rule has a dotted name (`tools.http_get.allowed_domains`,
 `quotas.per_tool`) that denials and audit records quote. The file is read
 once by the configuration step (`sbx.agent.config`); this module holds the
-gate's models only.
+gate's models only. Booleans and
+numbers are strict: `enabled = "yes"` or `max_denied = "5"` is an error, never a guess.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# Seconds is re-exported: the agent's settings take durations in the same units.
-from sbx.sandbox.limits import Bytes
+# Bytes and Seconds are re-exported: the agent's settings use the same units.
+from sbx.sandbox.limits import Bytes as Bytes
 from sbx.sandbox.limits import Seconds as Seconds
+from sbx.sandbox.units import at_most_seconds as at_most_seconds
 
 BUILTIN_TOOLS = ("execute_python", "calculate", "list_data_files", "preview_data_file", "http_get")
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
@@ -34,7 +36,7 @@ class PolicyError(Exception):
 class ToolRule(BaseModel):
     """Rules every tool has: whether the model may call it at all."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     enabled: bool = False
     """Deny by default: only tools with `enabled = true` are offered to the model and run."""
@@ -100,7 +102,7 @@ class HttpGetRule(ToolRule):
 class ToolsPolicy(BaseModel):
     """One table per built-in tool, plus `[tools.custom.NAME]` for tools a program registers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     execute_python: ToolRule = ToolRule()
     """Run Python in the sandbox session (limits in `[sandbox]`)."""
@@ -134,20 +136,21 @@ class Quotas(BaseModel):
     (`[agent.budget] max_tool_calls`), checked before the calls are made.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     per_tool: dict[str, int] = Field(default_factory=dict)
     """Allowed calls per run for one tool, by name."""
     max_denied: int | None = Field(default=20, ge=0)
-    """Denials per run after which the gate halts the run (a model probing the policy)."""
+    """Refused calls per run (denied, unknown tool or invalid arguments) after which the gate
+    halts the run: a model probing the policy or flailing (`None`: no cap)."""
 
 
 class AuditPolicy(BaseModel):
     """Where the audit log goes and what never reaches it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    path: Path | None = None
+    path: Path | None = Field(default=None, strict=False)
     """Log file; `--audit-log` and `SBX_AUDIT_LOG` override it; default `./sbx-audit.jsonl`."""
     secret_env: list[str] = Field(
         default_factory=lambda: ["OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "SBX_AUDIT_KEY"]
@@ -167,7 +170,7 @@ class Policy(BaseModel):
     table to its owner. Unknown keys anywhere are an error (`extra="forbid"`).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     tools: ToolsPolicy = ToolsPolicy()
     """Which tools are enabled and their argument rules."""

@@ -69,7 +69,7 @@ def _check_url(policy: Policy, url: str) -> Denied | None:
 
 
 class QuotaCounter:
-    """Per-run counts of allowed calls and of denials; thread-safe."""
+    """Per-run counts of allowed calls and of refused ones; thread-safe."""
 
     def __init__(self, quotas: Quotas) -> None:
         self._quotas = quotas
@@ -88,7 +88,7 @@ class QuotaCounter:
             return None
 
     def deny(self) -> bool:
-        """Count one denial; True when the run has now passed `quotas.max_denied`."""
+        """Count one refused call (denied, unknown or invalid); True past `quotas.max_denied`."""
         with self._lock:
             self._denied += 1
             limit = self._quotas.max_denied

@@ -6,7 +6,8 @@ JSON document with `--json`. Exit status:
 
     0    completed: the model answered
     3    a budget ended the run (step_limit, time_limit, token_limit, tool_limit); no answer
-    4    model_error: the endpoint failed after retries, or replied unusably
+    4    model_error: the endpoint failed after retries, or replied unusably;
+         truncated: the answer was cut off (finish_reason length or content_filter)
     5    gate_halt: the tool gate halted the run (e.g. too many denied calls); see the audit log
     2    bad flag or setting; 125 sbx could not run (policy, engine, image, audit log)
     130  cancelled (Ctrl-C or SIGTERM): the sandbox was removed, the audit log closed
@@ -24,12 +25,13 @@ import click
 
 from sbx.agent.app import Answer, answer_one
 from sbx.agent.cli.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, demo_turns
-from sbx.agent.cli.display import Progress
+from sbx.agent.cli.display import Progress, replay
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.scripted_model import ScriptedLLM
 from sbx.agent.state import Status
-from sbx.agent.transcript import TranscriptError, read_transcript
+from sbx.agent.transcript import TranscriptError
+from sbx.tools.text_safety import safe_json, safe_text
 
 EXIT_BUDGET = 3
 EXIT_MODEL_ERROR = 4
@@ -41,6 +43,7 @@ _EXIT: dict[Status, int] = {
     "token_limit": EXIT_BUDGET,
     "tool_limit": EXIT_BUDGET,
     "gate_halt": EXIT_GATE_HALT,
+    "truncated": EXIT_MODEL_ERROR,
     "model_error": EXIT_MODEL_ERROR,
     "cancelled": EXIT_INTERRUPTED,
 }
@@ -72,9 +75,9 @@ def ask_command(
 
     Example: sbx ask "Which region grew fastest in 2024?" --data examples/sales.csv
 
-    Exit status: 0 answered; 3 a budget ended the run (no answer); 4 model error;
-    5 the tool gate halted the run; 2 bad flag or setting; 125 sbx could not run;
-    130 cancelled. For follow-up questions, use `sbx chat`.
+    Exit status: 0 answered; 3 a budget ended the run (no answer); 4 model error or an
+    answer cut off; 5 the tool gate halted the run; 2 bad flag or setting; 125 sbx could
+    not run; 130 cancelled. For follow-up questions, use `sbx chat`.
     """
     options = FaceOptions(
         data=data, output=output, policy=policy, audit_log=audit_log, transcript=transcript,
@@ -111,11 +114,12 @@ def demo_command(
 @click.command("replay")
 @click.argument("transcript", type=_FILE)
 def replay_command(transcript: Path) -> None:
-    """Re-render a past run (or every run of a conversation) from its transcript."""
-    render = Progress(sys.stdout, show_answer=True)
+    """Re-render a past run (or every run of a conversation) from its transcript.
+
+    Exit 2 for a file it cannot render, naming the line.
+    """
     try:
-        for event in read_transcript(transcript):
-            render(event)
+        replay(transcript, sys.stdout)
     except TranscriptError as exc:
         fail(str(exc), 2)
 
@@ -131,21 +135,26 @@ def _run(question: str, options: FaceOptions, *, quiet: bool) -> Answer:
 
 
 def _finish(outcome: Answer, *, as_json: bool) -> NoReturn:
-    """Print the answer (or why there is none) and exit with the run's status."""
+    """Print the answer (or why there is none) and exit with the run's status.
+
+    The answer, the paths and the message come from the model or the sandbox:
+    every control and bidi character is shown escaped (`--json` as `\\uXXXX`).
+    """
     result = outcome.result
     if as_json:
-        click.echo(json.dumps(outcome.as_dict(), indent=2, ensure_ascii=False))
+        click.echo(safe_json(json.dumps(outcome.as_dict(), indent=2, ensure_ascii=False)))
     elif result.status == "completed":
-        click.echo(result.answer)
+        click.echo(safe_text(str(result.answer), multiline=True))
         if result.artifacts:
             click.echo("\nArtifacts:")
             for path in result.artifacts:
-                click.echo(f"  {path}")
+                click.echo(f"  {safe_text(str(path))}")
     if result.status == "cancelled":
         click.echo("sbx: cancelled; the sandbox was removed and the audit log closed", err=True)
     elif result.status != "completed":
-        click.echo(f"sbx: no answer ({result.status}): {result.message}", err=True)
-    click.echo(f"sbx: transcript {outcome.transcript}, audit log {outcome.audit_log}", err=True)
+        click.echo(f"sbx: no answer ({result.status}): {safe_text(str(result.message))}", err=True)
+    records = f"transcript {outcome.transcript}, audit log {outcome.audit_log}"
+    click.echo(f"sbx: {safe_text(records)}", err=True)
     sys.exit(_EXIT[result.status])
 
 

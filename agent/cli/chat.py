@@ -22,6 +22,7 @@ from sbx.agent.cli.errors import EXIT_INTERRUPTED, operator_errors
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.conversation import Conversation
 from sbx.agent.state import RunResult
+from sbx.tools.text_safety import safe_text
 
 PROMPT = "you> "
 HELP = "Ask a question. /reset starts afresh, /exit leaves; Ctrl-C cancels a running question."
@@ -118,13 +119,13 @@ def _read_line() -> str | None:
 def show(result: RunResult) -> None:
     """The answer on stdout, or why there is none on stderr."""
     if result.status == "completed":
-        click.echo(result.answer)
+        click.echo(safe_text(str(result.answer), multiline=True))
         for path in result.artifacts:
-            click.echo(f"  artifact: {path}")
+            click.echo(f"  artifact: {safe_text(path)}")
     elif result.status == "cancelled":
         click.echo("sbx: cancelled; the sandbox was removed (its variables are gone)", err=True)
     else:
-        click.echo(f"sbx: no answer ({result.status}): {result.message}", err=True)
+        click.echo(f"sbx: no answer ({result.status}): {safe_text(result.message)}", err=True)
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
