@@ -16,6 +16,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, ImageContent, ResourceLink
 
+from conftest import TEST_IMAGE
 from mcp_support import (
     EXAMPLES,
     PNG_SIGNATURE,
@@ -175,3 +176,18 @@ def test_an_operator_error_reaches_the_client_as_a_readable_tool_error(tmp_path)
     assert result.is_error
     assert text_of(result).startswith("sbx could not run this call: ")
     assert "nosuch" in text_of(result) and "for the operator to fix" in text_of(result)
+
+
+@pytest.mark.docker
+def test_data_the_sandboxs_user_cannot_read_is_refused_before_serving(tmp_path, engine):
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a,b\n1,2\n")
+    secret.chmod(0o600)  # readable by its owner only: the host-side tools must not read it either
+    done = subprocess.run(
+        [*SBX, "mcp", "--image", TEST_IMAGE, "--data", str(secret),
+         "--audit-log", str(tmp_path / "audit.jsonl")],
+        input=b"", capture_output=True, timeout=120, cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert done.stdout == b""
+    assert "not readable by the sandbox's user" in done.stderr.decode()

@@ -26,6 +26,7 @@ from sbx.agent.app import OUTPUT_DIR, App, os_principal
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.config import load_config
 from sbx.agent.mcp.server import DEFAULT_IDLE_S, SbxServer, build_server
+from sbx.agent.settings import SettingsError
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.units import parse_duration
@@ -78,10 +79,13 @@ def mcp_command(
     except (PolicyError, AuditError) as exc:
         fail(str(exc))
     with app:
-        server = build_server(
-            app, principal=os_principal(), data=data, output_root=output,
-            idle_s=idle_s or None,
-        )
+        try:
+            server = build_server(
+                app, principal=os_principal(), data=data, output_root=output,
+                idle_s=idle_s or None,
+            )
+        except SettingsError as exc:
+            fail(str(exc), 2)
         anyio.run(_serve, server, app)
 
 

@@ -44,6 +44,9 @@ from sbx.agent.mcp.artifacts import (
 from sbx.agent.mcp.describe import describe
 from sbx.agent.mcp.session import McpSessions
 from sbx.agent.mcp.tools import SessionKey, register_tools
+from sbx.agent.settings import SettingsError
+from sbx.sandbox.errors import InvalidInput
+from sbx.sandbox.files import data_mounts
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +125,13 @@ def build_server(
     `principal` reaches every audit record of every session (the face
     authenticated it; no client input can change it). Each session's
     artifacts go to `output_root/<session id>/`. `idle_s=None` keeps idle
-    sandboxes until their session ends.
+    sandboxes until their session ends. Data the sandbox's user could not read
+    is a `SettingsError`, before anything runs.
     """
+    try:  # the same check as a conversation's: data the sandbox's user cannot read is refused
+        data_mounts(list(data))
+    except InvalidInput as exc:
+        raise SettingsError(str(exc)) from None
     sessions = McpSessions(
         app=app, principal=principal, data=tuple(data), output_root=output_root
     )

@@ -33,7 +33,8 @@ from sbx.agent.workspace import Workspace, WorkspaceSpec
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.result import Artifact
 from sbx.tools.audit import AuditError
-from sbx.tools.gate import ToolGate, ToolOutcome
+from sbx.tools.gate import ToolGate
+from sbx.tools.outcome import ToolOutcome
 
 logger = logging.getLogger(__name__)
 
