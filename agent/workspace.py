@@ -21,12 +21,18 @@ from pathlib import Path
 
 from sbx.agent.config import AppConfig
 from sbx.sandbox.closing import Closing
+from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.pool import Pool
+from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session
 from sbx.tools.audit import AuditLog
 from sbx.tools.context import ToolContext
 from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.registry import Tool
+
+
+class WorkspaceClosed(SandboxError):
+    """Code was sent to a workspace after it closed (its owner ended while a call came in)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +72,7 @@ class Workspace(Closing):
         self._extra_tools = extra_tools
         self._session: Session | None = None
         self._lock = threading.Lock()
+        self._closed = False
         self.reset_pending = False
         """The sandbox was removed since it was last used: its variables are gone."""
         self.used = False
@@ -85,11 +92,13 @@ class Workspace(Closing):
 
         The sandbox is opened now if it is not open yet (None without
         `execute_python`); its artifacts for this run go to `output_dir(run_id)`.
-        The caller closes the gate (`run_end`) when the run ends.
+        The gate may outlive a `discard()`: its next program opens a new
+        sandbox. The caller closes the gate (`run_end`) when the run ends.
         """
+        opened = self._sandbox(run_id)
         context = ToolContext(
             run_id=run_id,
-            runner=self._sandbox(run_id),
+            runner=_CurrentSandbox(self, run_id) if opened is not None else None,
             data_paths=list(self.spec.data),
             principal=self.spec.principal,
             conversation_id=self.spec.owner_id,
@@ -117,7 +126,9 @@ class Workspace(Closing):
             session.close()
 
     def close(self) -> None:
-        """Remove the sandbox (idempotent)."""
+        """Remove the sandbox for good (idempotent): a gate still held opens no new one."""
+        with self._lock:
+            self._closed = True
         self.discard()
 
     def _sandbox(self, run_id: str) -> Session | None:
@@ -125,6 +136,8 @@ class Workspace(Closing):
         if not self.enabled or self._pool is None:
             return None
         with self._lock:
+            if self._closed:
+                raise WorkspaceClosed(f"the workspace of {self.spec.owner_id} is closed")
             if self._session is None:
                 self._session = self._pool.session(
                     limits=self.config.limits,
@@ -136,3 +149,30 @@ class Workspace(Closing):
             self._session.output_dir = self.output_dir(run_id)
             self.used = True
             return self._session
+
+
+class _CurrentSandbox:
+    """The workspace's sandbox as the gate's runner, re-resolved at every run.
+
+    A gate kept across `discard()` (an MCP session's, for its whole life)
+    must send its next program to the new sandbox, not to the removed one,
+    and a session removed while it ran must not come back behind the
+    workspace's back (`Session.run` restarts a closed session).
+    """
+
+    def __init__(self, workspace: Workspace, run_id: str) -> None:
+        self._workspace = workspace
+        self._run_id = run_id
+
+    def run(self, code: str) -> ExecutionResult:
+        """Run `code` in the workspace's current sandbox (opened again after a discard)."""
+        session = self._workspace._sandbox(self._run_id)
+        if session is None:
+            raise SandboxError("no sandbox is available in this workspace")
+        try:
+            return session.run(code)
+        finally:
+            with self._workspace._lock:
+                current = self._workspace._session is session
+            if not current:  # discarded while it ran: remove whatever it restarted
+                session.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from sbx.agent.cli import ask, audit, bench, chat, image, selftest
+from sbx.agent.cli import ask, audit, bench, chat, image, mcp, selftest
 from sbx.agent.cli import exec as exec_commands
 
 
@@ -36,6 +36,7 @@ ask.register(cli)
 chat.register(cli)
 selftest.register(cli)
 bench.register(cli)
+mcp.register(cli)
 
 
 def main() -> None:
