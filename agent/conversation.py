@@ -213,6 +213,7 @@ class Conversation(Closing):
                 tools=gate.enabled_names(),
                 timeout_s=limits.timeout,
                 memory=format_size(limits.memory),
+                tool_format=self.config.settings.tool_format,
             )
         return self._prompt
 

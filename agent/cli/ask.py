@@ -89,10 +89,14 @@ def ask_command(
 @click.command("demo")
 @run_options
 @output_options
+@click.option("--tool-format", type=click.Choice(["native", "text"]), default="native",
+              show_default=True,
+              help="text: the scripted model writes ```python blocks, as models served "
+              "without a tool-call parser do.")
 @operator_errors
 def demo_command(
     output: Path | None, policy: Path | None, audit_log: Path | None, transcript: Path | None,
-    image: str, as_json: bool, quiet: bool,
+    image: str, as_json: bool, quiet: bool, tool_format: str,
 ) -> None:
     """Watch the agent fix its own mistake, with a scripted model (no LLM, no network needed).
 
@@ -100,12 +104,12 @@ def demo_command(
     the tool gate, the audit log and the transcript are real.
     """
     with tempfile.TemporaryDirectory(prefix="sbx-demo-") as scratch, ScriptedLLM(
-        demo_turns()
+        demo_turns(tool_format)
     ) as llm:
         options = FaceOptions(
             data=(demo_data(Path(scratch)),), output=output, policy=policy,
             audit_log=audit_log, transcript=transcript, image=image, base_url=llm.base_url,
-            api_key=API_KEY, model=MODEL_NAME, label=LABEL,
+            api_key=API_KEY, model=MODEL_NAME, label=LABEL, flags={"tool_format": tool_format},
         )
         outcome = _run(QUESTION, options, quiet=quiet)
     _finish(outcome, as_json=as_json)
