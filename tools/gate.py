@@ -131,6 +131,8 @@ class ToolGate:
             "sandbox": self._limits.model_dump(),
             "conversation_id": self._context.conversation_id,
         }
+        if self._context.continues is not None:
+            data["continues"] = self._context.continues
         self._record("run_start", data)
 
     def close(self, *, reason: str = "closed", grace_s: float = CLOSE_GRACE_S) -> None:
@@ -146,6 +148,11 @@ class ToolGate:
             self._settled.wait_for(lambda: self._in_flight == 0, timeout=grace_s)
         data = {"reason": reason, "halted": self._halted, **self._quota.snapshot()}
         self._record("run_end", data)
+
+    def record_answer(self, *, continues: str, question: str, answer: str) -> None:
+        """The user's answer that continues run `continues` (after `needs_input`), audited."""
+        self._record("user_answer", {"continues": continues, "question": question,
+                                     "answer": answer})
 
     def _record(self, kind: str, data: Mapping[str, Any]) -> None:
         """One audit record, always with the principal the face authenticated (never the model)."""
