@@ -37,9 +37,7 @@ from sbx.agent.events import (
 from sbx.agent.model import ModelClient
 from sbx.agent.settings import Endpoint, SettingsError
 from sbx.agent.transcript import Transcript, TranscriptError, numbered_events
-from sbx.sandbox.errors import InvalidInput
-from sbx.sandbox.files import data_mounts
-from sbx.sandbox.session import new_run_id
+from sbx.agent.workspace import check_data
 
 MAX_SCANNED = 10_000
 """Transcripts looked at, at most, to find the one that holds a run id."""
@@ -139,10 +137,7 @@ def continue_paused(
     `spec` gives the face's principal, output and operator; the conversation id
     and the data are the paused conversation's.
     """
-    try:
-        data_mounts(list(paused.data))
-    except InvalidInput as exc:
-        raise SettingsError(f"the paused run's data: {exc}") from None
+    check_data(paused.data)
     spec = replace(spec, conversation_id=paused.conversation_id, data=paused.data)
     record = Transcript.reopen(
         paused.path, conversation_id=paused.conversation_id, next_seq=paused.next_seq
@@ -152,13 +147,12 @@ def continue_paused(
         spec=spec, config=app.config, model=model, audit=app.audit, transcript=record,
         pool=app.pool, image=app.image,
     )
-    run_id = new_run_id()
     with conversation:
         if progress is not None:
             conversation.subscribe(progress)
         conversation.restore(paused.messages, paused.pending, lost=paused.executions > 0)
-        result = conversation.answer(answer, run_id=run_id)
-    output = spec.output or spec.output_root / run_id
+        result = conversation.answer(answer)
+    output = spec.output or spec.output_root / result.run_id
     return Answer(
         result=result, conversation_id=conversation.id, transcript=paused.path,
         audit_log=app.audit.path, output_dir=output,

@@ -16,11 +16,15 @@ chooses them from model or client input.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from sbx.agent.config import AppConfig
+from sbx.agent.settings import SettingsError
 from sbx.sandbox.closing import Closing
+from sbx.sandbox.errors import InvalidInput
+from sbx.sandbox.files import data_mounts
 from sbx.sandbox.pool import Pool
 from sbx.sandbox.session import Session
 from sbx.tools.audit import AuditLog
@@ -47,6 +51,17 @@ class WorkspaceSpec:
     """Who answers `ask_user` at once (a person at a terminal); None: no one now."""
     defer_questions: bool = False
     """Without an operator, `ask_user` ends the run `needs_input` (the face continues it)."""
+
+
+def check_data(data: Sequence[Path]) -> None:
+    """Refuse data the sandbox's user could not read (`SettingsError`), before anything runs.
+
+    Host-side tools must never read more than the sandbox can.
+    """
+    try:
+        data_mounts(list(data))
+    except InvalidInput as exc:
+        raise SettingsError(str(exc)) from None
 
 
 class Workspace(Closing):

@@ -53,7 +53,7 @@ from sbx.tools.observation import (
 )
 from sbx.tools.outcome import CANCELLED_TEXT, CallStatus, ToolOutcome
 from sbx.tools.policy import BUILTIN_TOOLS, Policy, PolicyError
-from sbx.tools.registry import Tool, ToolFailure, ToolReturn, register, render_value
+from sbx.tools.registry import Tool, ToolFailure, ToolReturn, register, unpack_return
 from sbx.tools.rules import QuotaCounter, call_timeout, check_arguments
 
 logger = logging.getLogger(__name__)
@@ -296,7 +296,7 @@ class ToolGate:
         rule: str | None = None
         try:
             returned = self._invoke(tool, args, cancels)
-            text, extra = _unpack(returned)
+            text, extra = unpack_return(returned)
         except CallTimedOut:
             seconds, key = call_timeout(self._policy, self._limits, tool.name)
             message = f"the call did not finish within {seconds:g} s ({key}) and was abandoned"
@@ -364,13 +364,6 @@ class ToolGate:
             self._halted = str(exc)
             raise
         return duration
-
-
-def _unpack(returned: object) -> tuple[str, Mapping[str, Any]]:
-    """(observation text, extra audit fields) from a tool's return value."""
-    if isinstance(returned, ToolReturn):
-        return returned.text, returned.audit
-    return render_value(returned), {}
 
 
 def build_gate(

@@ -202,3 +202,10 @@ def render_value(value: Any) -> str:
     if isinstance(value, BaseModel):
         return value.model_dump_json()
     return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def unpack_return(returned: object) -> tuple[str, Mapping[str, Any]]:
+    """(observation text, extra audit fields) from a tool's return value."""
+    if isinstance(returned, ToolReturn):
+        return returned.text, returned.audit
+    return render_value(returned), {}

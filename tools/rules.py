@@ -21,8 +21,8 @@ from sbx.tools.observation import Denied
 from sbx.tools.policy import BUILTIN_TOOLS, Policy, Quotas
 
 SELF_BOUND_GRACE_S = 5.0
-"""Beyond the own `timeout` of a tool that bounds itself (`calculate`, `http_get`), so the
-tool's own, clearer message normally comes first."""
+"""Beyond the own `timeout` of a tool that bounds itself (`calculate`, `http_get`,
+`ask_user`), so the tool's own, clearer message normally comes first."""
 SANDBOX_GRACE_S = 30.0
 """Beyond the sandbox's `timeout` for `execute_python`: starting a container under load and
 copying artifacts out take time the execution's deadline does not count."""
@@ -42,7 +42,7 @@ def call_timeout(policy: Policy, limits: Limits, name: str) -> tuple[float, str]
         seconds, key = rules.timeout, "tools.timeout"
     else:
         seconds, key = rule.timeout, f"{section}.timeout"
-    if name in ("calculate", "http_get"):
+    if name in ("calculate", "http_get", "ask_user"):
         seconds += SELF_BOUND_GRACE_S
     if name == "execute_python" and seconds < limits.timeout + SANDBOX_GRACE_S:
         seconds, key = limits.timeout + SANDBOX_GRACE_S, "sandbox.timeout"
