@@ -32,8 +32,8 @@ from sbx.agent.model_reply import (
     ModelError,
     ModelReply,
     ReplyLimits,
+    TokenUsage,
     ToolCallRequest,
-    Usage,
     clean_value,
     parse_reply,
     printable,
@@ -43,7 +43,7 @@ from sbx.agent.textformat import as_text_messages, with_code_calls
 
 __all__ = [
     "CONNECT_TIMEOUT_S", "ModelClient", "ModelError", "ModelReply", "OutOfTime",
-    "ToolCallRequest", "Usage", "request_timeout",
+    "ToolCallRequest", "TokenUsage", "request_timeout",
 ]
 
 logger = logging.getLogger(__name__)
