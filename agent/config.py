@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from sbx.agent.settings import FLAG_NAMES, AgentSettings, SettingsError, apply_flags
 from sbx.sandbox.limits import Limits
+from sbx.tools.custom import custom_tools
 from sbx.tools.policy import Policy, PolicyError, default_policy_path
 from sbx.tools.toml_lines import key_lines, line_of
 
@@ -94,11 +95,16 @@ def load_config(path: Path | None = None) -> AppConfig:
         raise PolicyError(f"{source}: not valid TOML: {exc}") from None
     sandbox = data.pop("sandbox", {})
     agent = data.pop("agent", {})
+    policy = _validate(Policy, data, (), source, text)
+    try:
+        custom_tools(policy)  # a bad `entry` is the operator's error now, not at the first call
+    except PolicyError as exc:
+        raise PolicyError(f"{source}: {exc}") from None
     return AppConfig(
         source=source,
         limits=_validate(Limits, sandbox, ("sandbox",), source, text),
         settings=_validate(AgentSettings, agent, ("agent",), source, text),
-        policy=_validate(Policy, data, (), source, text),
+        policy=policy,
     )
 
 

@@ -67,6 +67,8 @@ class RunStart(_Event):
     principal: str | None = None
     sandbox_reset: bool = False
     """The sandbox was replaced since the previous run: earlier variables are gone."""
+    continues: str | None = None
+    """The run this one continues with the user's answer (it ended `needs_input`)."""
 
 
 class MessageAdded(_Event):

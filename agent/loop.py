@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sbx.agent.asking import awaiting_input
 from sbx.agent.budget import before_request, before_tools, model_ending, remaining_s
 from sbx.agent.compaction import estimate_tokens, shorten_observations
 from sbx.agent.dispatch import ToolDispatcher
@@ -154,7 +155,7 @@ def take_turn(
                 return ending
             outcomes = dispatcher.run(calls)
             record_outcomes(state, outcomes, emit)
-            return halted(outcomes)
+            return halted(outcomes) or awaiting_input(outcomes)
     raise TypeError(f"Unknown next step for reply {reply!r}")  # pragma: no cover
 
 
@@ -272,6 +273,7 @@ def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
         artifacts=tuple(dict.fromkeys(state.artifacts)),  # a file rewritten is listed once
         sandbox=state.sandbox,
         messages=tuple(state.messages),
+        question=ending.question if ending.status == "needs_input" else None,
     )
     emit(RunEnd.model_validate(result.as_dict()))
     return result

@@ -39,6 +39,7 @@ from sbx.agent.model_reply import (
     printable,
 )
 from sbx.agent.settings import AgentSettings, Endpoint
+from sbx.agent.textformat import as_text_messages, with_code_calls
 
 __all__ = [
     "CONNECT_TIMEOUT_S", "ModelClient", "ModelError", "ModelReply", "OutOfTime",
@@ -141,6 +142,9 @@ class ModelClient:
             max_argument_bytes=self._settings.max_argument_bytes,
             prompt_estimate=estimate_tokens(messages, tools),
         )
+        text_format = self._settings.tool_format == "text"
+        if text_format:  # no tools on the wire; code comes back in fenced blocks
+            messages, tools = as_text_messages(messages), ()
         logger.debug("Requesting a completion from %s (%d messages)", self.model, len(messages))
         sendable = clean_value(list(messages))  # a lone surrogate cannot be sent as UTF-8
         attempt = 0
@@ -154,6 +158,8 @@ class ModelClient:
                 attempt += 1
                 continue
             reply = parse_reply(body, content_type, limits)
+            if text_format:
+                reply = with_code_calls(reply, max_argument_bytes=limits.max_argument_bytes)
             return _timed(reply, time.monotonic() - started)
 
     def _attempt(

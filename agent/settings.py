@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -98,6 +98,11 @@ class AgentSettings(BaseModel):
     max_reply_bytes: Bytes = Field(default=32 * 1024 * 1024, le=1024 * 1024 * 1024)
     """Largest HTTP body the endpoint may send for one request (error bodies too); a larger
     one ends the run `model_error`. It bounds sbx's memory, not what is kept (see above)."""
+    tool_format: Literal["native", "text"] = "native"
+    """How the model calls tools (`--tool-format`): `native` Chat Completions tool calls, or
+    `text` for models served without a tool-call parser: each ```python fenced block of a
+    reply runs as one `execute_python` call (`sbx.agent.textformat`); other tools are not
+    offered in text mode."""
     budget: Budget = Budget()
     """The run's hard limits (`[agent.budget]`)."""
 

@@ -12,6 +12,8 @@ them. Every way out of the loop is one of the `Status` values (G3):
     gate_halt     the tool gate halted the run (a policy event an operator must see,
                   e.g. too many denied calls); no tool can run any more
     truncated     the model's answer was cut off (finish_reason `length` or `content_filter`)
+    needs_input   the model asked the user (`ask_user`) and no one could answer now: the
+                  result carries the question; the face continues the run with the answer
     model_error   the endpoint failed after its retries, or replied unusably
     cancelled     Ctrl-C (or SIGTERM)
 
@@ -34,6 +36,7 @@ Status = Literal[
     "tool_limit",
     "gate_halt",
     "truncated",
+    "needs_input",
     "model_error",
     "cancelled",
 ]
@@ -123,6 +126,8 @@ class Ending:
     """For limits: which limit, its value and the flag that changes it."""
     answer: str | None = None
     """The model's answer; set only with `completed`."""
+    question: str | None = None
+    """The model's question to the user; set only with `needs_input`."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -152,6 +157,8 @@ class RunResult:
     messages: tuple[dict[str, Any], ...] = ()
     """The conversation as it stands after this run (the next question continues it);
     not part of `as_dict`: the transcript has every message already."""
+    question: str | None = None
+    """With `needs_input`: what the model asks the user (answer it to continue the run)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The machine-readable form (`sbx ask --json`, the transcript's `run_end`)."""
@@ -166,4 +173,5 @@ class RunResult:
             "duration_s": round(self.duration_s, 3),
             "artifacts": list(self.artifacts),
             "sandbox": self.sandbox.as_dict(),
+            **({"question": self.question} if self.question is not None else {}),
         }

@@ -58,6 +58,18 @@ class Transcript:
         stream = os.fdopen(fd, "w", encoding="utf-8")
         return cls(path=path, stream=stream, conversation_id=conversation_id)
 
+    @classmethod
+    def reopen(cls, path: Path, *, conversation_id: str, next_seq: int) -> Transcript:
+        """Append to an existing transcript (a run continued after `needs_input`); no symlinks."""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise TranscriptError(f"cannot append to transcript {path}: {exc.strerror}") from None
+        stream = os.fdopen(fd, "a", encoding="utf-8")
+        record = cls(path=path, stream=stream, conversation_id=conversation_id)
+        record._seq = next_seq
+        return record
+
     def record(self, event: Event) -> None:
         """Append one event, flushed at once so a crash keeps everything before it."""
         line = {

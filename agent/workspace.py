@@ -16,17 +16,20 @@ chooses them from model or client input.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from sbx.agent.config import AppConfig
+from sbx.agent.settings import SettingsError
 from sbx.sandbox.closing import Closing
-from sbx.sandbox.errors import SandboxError
+from sbx.sandbox.errors import InvalidInput, SandboxError
+from sbx.sandbox.files import data_mounts
 from sbx.sandbox.pool import Pool
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session
 from sbx.tools.audit import AuditLog
-from sbx.tools.context import ToolContext
+from sbx.tools.context import Operator, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.registry import Tool
 
@@ -49,6 +52,21 @@ class WorkspaceSpec:
     """One directory for every run's artifacts; default `<output_root>/<run_id>` per run."""
     output_root: Path = Path("sbx-output")
     """Where per-run artifact directories go when `output` is not given."""
+    operator: Operator | None = None
+    """Who answers `ask_user` at once (a person at a terminal); None: no one now."""
+    defer_questions: bool = False
+    """Without an operator, `ask_user` ends the run `needs_input` (the face continues it)."""
+
+
+def check_data(data: Sequence[Path]) -> None:
+    """Refuse data the sandbox's user could not read (`SettingsError`), before anything runs.
+
+    Host-side tools must never read more than the sandbox can.
+    """
+    try:
+        data_mounts(list(data))
+    except InvalidInput as exc:
+        raise SettingsError(str(exc)) from None
 
 
 class Workspace(Closing):
@@ -87,13 +105,14 @@ class Workspace(Closing):
         """Where the artifacts of `run_id` are copied."""
         return self.spec.output or self.spec.output_root / run_id
 
-    def open_gate(self, run_id: str) -> ToolGate:
+    def open_gate(self, run_id: str, *, continues: str | None = None) -> ToolGate:
         """A started gate for one run, its code sent to this workspace's sandbox.
 
         The sandbox is opened now if it is not open yet (None without
         `execute_python`); its artifacts for this run go to `output_dir(run_id)`.
         The gate may outlive a `discard()`: its next program opens a new
-        sandbox. The caller closes the gate (`run_end`) when the run ends.
+        sandbox. The caller closes the gate (`run_end`) when the run ends. `continues`
+        names the run this one continues (after `needs_input`) in the audit's `run_start`.
         """
         opened = self._sandbox(run_id)
         context = ToolContext(
@@ -102,6 +121,9 @@ class Workspace(Closing):
             data_paths=list(self.spec.data),
             principal=self.spec.principal,
             conversation_id=self.spec.owner_id,
+            operator=self.spec.operator,
+            defer_questions=self.spec.defer_questions,
+            continues=continues,
         )
         return build_gate(
             self.config.policy, limits=self.config.limits, context=context, audit=self.audit,

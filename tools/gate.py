@@ -37,9 +37,12 @@ from pydantic import BaseModel, ValidationError
 from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.limits import Limits
 from sbx.tools.audit import AuditError, AuditLog
+from sbx.tools.bounded import CallCancelled, CallTimedOut, run_bounded
+from sbx.tools.breaker import BREAKER_RULE, Breaker, failure_signature, tripped_text
 from sbx.tools.builtin import builtin_tools
 from sbx.tools.call_records import CallIds, invalid_arguments, request_data, too_large
 from sbx.tools.context import ToolContext
+from sbx.tools.custom import custom_tools
 from sbx.tools.observation import (
     Denied,
     Failure,
@@ -50,8 +53,8 @@ from sbx.tools.observation import (
 )
 from sbx.tools.outcome import CANCELLED_TEXT, CallStatus, ToolOutcome
 from sbx.tools.policy import BUILTIN_TOOLS, Policy, PolicyError
-from sbx.tools.registry import Tool, ToolFailure, ToolReturn, render_value
-from sbx.tools.rules import QuotaCounter, check_arguments
+from sbx.tools.registry import Tool, ToolFailure, ToolReturn, register, unpack_return
+from sbx.tools.rules import QuotaCounter, call_timeout, check_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +93,7 @@ class ToolGate:
         self._context = context
         self._audit = audit
         self._quota = QuotaCounter(policy.quotas)
+        self._breaker = Breaker(policy.quotas.max_identical_failures)
         self._lock = threading.Lock()
         self._halted: str | None = None
         self._cancels = 0
@@ -127,6 +131,8 @@ class ToolGate:
             "sandbox": self._limits.model_dump(),
             "conversation_id": self._context.conversation_id,
         }
+        if self._context.continues is not None:
+            data["continues"] = self._context.continues
         self._record("run_start", data)
 
     def close(self, *, reason: str = "closed", grace_s: float = CLOSE_GRACE_S) -> None:
@@ -142,6 +148,11 @@ class ToolGate:
             self._settled.wait_for(lambda: self._in_flight == 0, timeout=grace_s)
         data = {"reason": reason, "halted": self._halted, **self._quota.snapshot()}
         self._record("run_end", data)
+
+    def record_answer(self, *, continues: str, question: str, answer: str) -> None:
+        """The user's answer that continues run `continues` (after `needs_input`), audited."""
+        self._record("user_answer", {"continues": continues, "question": question,
+                                     "answer": answer})
 
     def _record(self, kind: str, data: Mapping[str, Any]) -> None:
         """One audit record, always with the principal the face authenticated (never the model)."""
@@ -159,6 +170,7 @@ class ToolGate:
             self._cancels += 1
             if halt:
                 self._halted = self._halted or "the run was cancelled by the operator"
+                self._context.stop.set()  # a tool waiting for a person stops waiting
 
     def call(
         self,
@@ -217,6 +229,11 @@ class ToolGate:
             rule = self._enable_key(name)
             denied = Denied(tool=name, rule=rule, reason="this tool is not enabled", hint=hint)
             return self._refuse("denied", denied, rule)
+        if self._breaker.is_open(name):
+            limit = self._breaker.limit
+            reason = f"it failed the same way {limit} times in a row and is disabled for this run"
+            return self._refuse("denied", Denied(tool=name, rule=BREAKER_RULE, reason=reason),
+                                BREAKER_RULE)
         if size > self.max_argument_bytes:
             return self._refuse("invalid", too_large(name, size, self.max_argument_bytes))
         try:
@@ -271,19 +288,20 @@ class ToolGate:
             raise
 
     def _run(self, tool: Tool, args: BaseModel, ids: CallIds, started: float) -> ToolOutcome:
-        """Run an allowed call (one at a time per sequential key) and record its outcome."""
-        lock = self._sequential.get(tool.sequential or "")
+        """Run an allowed call (one at a time per sequential key, within its timeout), record it."""
         cancels = self._cancels
         status: CallStatus = "ok"
         returned: object = None
         extra: Mapping[str, Any] = {}
+        rule: str | None = None
         try:
-            if lock is not None:
-                with lock:
-                    returned = tool.invoke(args, self._context)
-            else:
-                returned = tool.invoke(args, self._context)
-            text, extra = _unpack(returned)
+            returned = self._invoke(tool, args, cancels)
+            text, extra = unpack_return(returned)
+        except CallTimedOut:
+            seconds, key = call_timeout(self._policy, self._limits, tool.name)
+            message = f"the call did not finish within {seconds:g} s ({key}) and was abandoned"
+            status, text = "error", render_failure(ToolError(tool=tool.name, message=message))
+            rule = key
         except ToolFailure as exc:
             status, text = "error", render_failure(ToolError(tool=tool.name, message=str(exc)))
         except (SandboxError, AuditError, KeyboardInterrupt) as exc:
@@ -292,6 +310,8 @@ class ToolGate:
                 self._record_outcome(tool, ids.audit, "halted", self._halted, started, {})
                 raise
             text = CANCELLED_TEXT
+        except CallCancelled:
+            text = CANCELLED_TEXT
         except Exception as exc:  # a tool's bug: the model is told, the operator sees the log
             logger.warning("Tool %s raised %s", tool.name, type(exc).__name__)
             message = f"{type(exc).__name__}: {exc}"
@@ -299,12 +319,33 @@ class ToolGate:
         if self._cancels != cancels:
             status, text, extra = "cancelled", CANCELLED_TEXT, {}
             returned = None
-        duration = self._record_outcome(tool, ids.audit, status, text, started, extra)
         execution = returned.execution if isinstance(returned, ToolReturn) else None
+        if status != "cancelled" and self._breaker.record(
+            tool.name, failure_signature(status, text, execution)
+        ):
+            text = f"{text}\n\n{tripped_text(tool.name, self._breaker.limit or 0)}"
+            rule = BREAKER_RULE
+        duration = self._record_outcome(tool, ids.audit, status, text, started, extra)
         value = returned.value if isinstance(returned, ToolReturn) else returned
         return ToolOutcome(
             call_id=ids.reply, audit_id=ids.audit, name=tool.name, status=status, text=text,
             execution=execution, value=value if status == "ok" else None, duration_s=duration,
+            rule=rule,
+        )
+
+    def _invoke(self, tool: Tool, args: BaseModel, cancels: int) -> object:
+        """The tool's return value, from a thread of its own bounded by the call's timeout."""
+        lock = self._sequential.get(tool.sequential or "")
+        seconds, _ = call_timeout(self._policy, self._limits, tool.name)
+
+        def call() -> object:
+            if lock is None:
+                return tool.invoke(args, self._context)
+            with lock:
+                return tool.invoke(args, self._context)
+
+        return run_bounded(
+            call, timeout=seconds, cancelled=lambda: self._cancels != cancels, name=tool.name
         )
 
     def _record_outcome(
@@ -325,13 +366,6 @@ class ToolGate:
         return duration
 
 
-def _unpack(returned: object) -> tuple[str, Mapping[str, Any]]:
-    """(observation text, extra audit fields) from a tool's return value."""
-    if isinstance(returned, ToolReturn):
-        return returned.text, returned.audit
-    return render_value(returned), {}
-
-
 def build_gate(
     policy: Policy,
     *,
@@ -339,16 +373,19 @@ def build_gate(
     context: ToolContext,
     audit: AuditLog,
     extra_tools: Sequence[Tool] = (),
+    replace: bool = False,
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
 ) -> ToolGate:
-    """Register the built-in tools plus `extra_tools`, check them against the policy, start the run.
+    """Register the built-in tools, the policy's `entry` tools and `extra_tools`; start the run.
 
-    A tool in `extra_tools` with a built-in's name replaces the built-in (tests
-    use this to give `http_get` a resolver that maps names to loopback).
-    Raises `PolicyError` when the policy names a custom tool that is not
-    registered, or enables `execute_python` without a sandbox runner.
+    Two tools of one name are a `DuplicateToolError`, unless `replace` lets
+    `extra_tools` replace registered ones of the same name (tests give `http_get`
+    a resolver that maps names to loopback). Raises `PolicyError` when the policy
+    names a custom tool that is not registered or cannot be loaded, or enables
+    `execute_python` without a sandbox runner.
     """
-    tools = {t.name: t for t in [*builtin_tools(policy), *extra_tools]}
+    tools = register({}, [*builtin_tools(policy, context), *custom_tools(policy)])
+    register(tools, extra_tools, replace=replace)
     missing = [name for name in policy.tools.custom if name not in tools]
     if missing:
         raise PolicyError(f"policy [tools.custom.{missing[0]}] names a tool that is not registered")

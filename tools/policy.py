@@ -24,7 +24,13 @@ from sbx.sandbox.limits import Bytes as Bytes
 from sbx.sandbox.limits import Seconds as Seconds
 from sbx.sandbox.units import at_most_seconds as at_most_seconds
 
-BUILTIN_TOOLS = ("execute_python", "calculate", "list_data_files", "preview_data_file", "http_get")
+BUILTIN_TOOLS = (
+    "execute_python", "calculate", "list_data_files", "preview_data_file", "http_get", "ask_user",
+)
+DEFAULT_CALL_TIMEOUT_S = 30.0
+"""`[tools] timeout`: seconds one tool call may take at the gate, unless its own rule says."""
+_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 _DOMAIN = re.compile(rf"^(\*\.)?({_LABEL}\.)*{_LABEL}$")
 
@@ -40,6 +46,9 @@ class ToolRule(BaseModel):
 
     enabled: bool = False
     """Deny by default: only tools with `enabled = true` are offered to the model and run."""
+    timeout: Seconds | None = None
+    """Wall-clock seconds one call may take at the gate (None: `[tools] timeout`); a call past
+    it ends `error` and its thread is abandoned, its result ignored."""
 
 
 class CalculateRule(ToolRule):
@@ -50,7 +59,8 @@ class CalculateRule(ToolRule):
     max_digits: int = Field(default=4000, ge=10, le=4000)
     """Most decimal digits of any integer, intermediate or final (Python prints up to 4300)."""
     timeout: Seconds = 1.0
-    """Wall-clock seconds one evaluation may take, checked between operations."""
+    """Wall-clock seconds one evaluation may take, checked between operations (the gate
+    allows a grace beyond it, so this check's own message normally comes first)."""
 
 
 class ListDataFilesRule(ToolRule):
@@ -79,7 +89,7 @@ class HttpGetRule(ToolRule):
     max_bytes: Bytes = 1024 * 1024
     """Most response-body bytes read; the rest is cut and the observation says so."""
     timeout: Seconds = 10.0
-    """Wall-clock seconds for the whole fetch, redirects included."""
+    """Wall-clock seconds for the whole fetch, redirects included (the gate allows a grace)."""
     max_redirects: int = Field(default=3, ge=0, le=10)
     """Redirects followed; each target is checked like the first URL."""
 
@@ -99,6 +109,28 @@ class HttpGetRule(ToolRule):
         return self
 
 
+class AskUserRule(ToolRule):
+    """`ask_user`: the model asks the person who asked; offered only where someone can answer."""
+
+    timeout: Seconds = 600.0
+    """Seconds the operator at a terminal has to answer; then the call ends `error`."""
+
+
+class CustomToolRule(ToolRule):
+    """`[tools.custom.NAME]`: a tool an embedding program registers, or the policy loads."""
+
+    entry: str | None = None
+    """`package.module:function` to load the tool from (a typed function or a `Tool`); it runs
+    in sbx's own process, not in the sandbox, so only trusted code belongs here."""
+
+    @field_validator("entry")
+    @classmethod
+    def _entry(cls, entry: str | None) -> str | None:
+        if entry is not None and not _ENTRY.match(entry):
+            raise ValueError(f"{entry!r} is not 'package.module:function'")
+        return entry
+
+
 class ToolsPolicy(BaseModel):
     """One table per built-in tool, plus `[tools.custom.NAME]` for tools a program registers."""
 
@@ -114,8 +146,23 @@ class ToolsPolicy(BaseModel):
     """Show the first rows of one data file (host side)."""
     http_get: HttpGetRule = HttpGetRule()
     """Fetch a URL from the host, allowlisted domains only."""
-    custom: dict[str, ToolRule] = Field(default_factory=dict)
-    """Tools registered by the embedding program; each must exist when the gate is built."""
+    ask_user: AskUserRule = AskUserRule()
+    """Ask the person who asked a question, where someone can answer."""
+    custom: dict[str, CustomToolRule] = Field(default_factory=dict)
+    """Tools loaded from `entry` or registered by the embedding program; each must exist when
+    the gate is built."""
+    timeout: Seconds = DEFAULT_CALL_TIMEOUT_S
+    """Wall-clock seconds one tool call may take at the gate when its own rule sets none."""
+
+    @field_validator("custom")
+    @classmethod
+    def _custom_names(cls, custom: dict[str, CustomToolRule]) -> dict[str, CustomToolRule]:
+        for name in custom:
+            if name in BUILTIN_TOOLS:
+                raise ValueError(f"{name!r} is a built-in tool; a custom tool needs its own name")
+            if not _TOOL_NAME.match(name):
+                raise ValueError(f"{name!r} is not a tool name ([A-Za-z0-9_-], 1 to 64)")
+        return custom
 
     def rule(self, name: str) -> ToolRule | None:
         """Return the rule for a tool name, or None when the policy does not know it."""
@@ -143,6 +190,9 @@ class Quotas(BaseModel):
     max_denied: int | None = Field(default=20, ge=0)
     """Refused calls per run (denied, unknown tool or invalid arguments) after which the gate
     halts the run: a model probing the policy or flailing (`None`: no cap)."""
+    max_identical_failures: int | None = Field(default=5, ge=1)
+    """The circuit breaker: after this many failures of one tool in a row, each the same way,
+    the tool is disabled for the rest of the run and the model is told (`None`: never)."""
 
 
 class AuditPolicy(BaseModel):

@@ -139,6 +139,9 @@ def model_options(command: Any) -> Any:
                      help="Limit of one model HTTP request, e.g. 2m. [default: 120s]"),
         click.option("--max-retries", type=int,
                      help="Retries of a failed model request. [default: 2]"),
+        click.option("--tool-format", type=click.Choice(["native", "text"]),
+                     help="How the model runs code: native tool calls, or ```python blocks in "
+                     "its text (models served without a tool-call parser). [default: native]"),
         click.option("--context-tokens", type=int,
                      help="Estimated size past which old observations are shortened. "
                      "[default: 60000]"),
