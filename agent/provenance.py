@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sbx.agent.provenance_numbers import Number, find_numbers
+from sbx.agent.provenance_numbers import Number, find_numbers, without_controls
 
 MAX_OUTPUT_NUMBERS = 500_000
 """Most output numbers indexed for one answer (newest outputs first); the rest are not read."""
@@ -167,7 +167,7 @@ class OutputIndex:
 
 def _numbered_lines(text: str) -> Iterable[tuple[Number, int, str]]:
     """Each number of an output (dates, times and URLs left out) with its line."""
-    for row, line in enumerate(text.splitlines(), start=1):
+    for row, line in enumerate(without_controls(text).splitlines(), start=1):
         for number in find_numbers(line):
             if number.masked is None:
                 yield number, row, line
@@ -175,6 +175,7 @@ def _numbered_lines(text: str) -> Iterable[tuple[Number, int, str]]:
 
 def trace_numbers(answer: str, outputs: Sequence[Output], *, question: str = "") -> Provenance:
     """Trace every number of `answer` to `outputs` (see the module's docstring)."""
+    answer = without_controls(answer)
     index = OutputIndex(outputs)
     given = [n for n in find_numbers(question) if n.masked is None]
     code = [(m.start(), m.end()) for m in _PYTHON_FENCE.finditer(answer)]

@@ -15,6 +15,9 @@ Not numbers here, by design:
 - number words (`three`), fractions as one value (`1/3` is 1 and 3), and the
   European decimal comma (`41,5` is 41 and 5).
 
+Callers strip terminal escape sequences first (`without_controls`): colour
+codes must neither hide a printed number (`ESC[32m41.2`) nor add one.
+
 Scanning is one compiled regex per pass with no nested ambiguous
 quantifiers: linear in the text, whatever the model or the program wrote.
 """
@@ -61,6 +64,15 @@ _MASKS = re.compile(
     """,
     re.VERBOSE,
 )
+_CONTROLS = re.compile(
+    r"""
+    (?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]                      # CSI: colours, cursor moves
+  | (?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?    # OSC: titles, clipboard
+  | \x1b[@-_]?                                          # any other escape
+  | [\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]                  # other C0 and C1 controls
+    """,
+    re.VERBOSE,
+)
 _LIST_PREFIX = re.compile(r"[ \t#>*+\-]*\(?")
 MAX_TEXT_CHARS = 4_000_000
 """Longest text scanned; the rest is not read (callers bound their inputs far below)."""
@@ -96,6 +108,14 @@ class Number:
     def magnitude(self) -> float:
         """The absolute value: matching ignores signs (`fell 5%` quotes `-5`)."""
         return abs(self.value)
+
+
+def without_controls(text: str) -> str:
+    """`text` without terminal escape sequences and control characters (newlines and tabs kept).
+
+    The digits of `ESC [ 31 m` or of an OSC 52 sequence are not numbers a reader sees.
+    """
+    return _CONTROLS.sub("", text)
 
 
 def find_numbers(text: str) -> list[Number]:

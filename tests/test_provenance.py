@@ -174,3 +174,10 @@ def test_the_validation_request_names_the_numbers_and_is_bounded():
     many = validation_request([str(n) for n in range(100, 150)])
     assert f"and {50 - MAX_NAMED} more" in many
     assert "149" not in many
+
+
+def test_terminal_escapes_neither_hide_a_printed_number_nor_add_claims():
+    printed = "mean \x1b[32m41.2\x1b[0m"
+    answer = "\x1b]52;c;cm0gLXJmIH4vKg==\x07The mean is \x1b[1m41.2\x1b[0m\x9b31m\x9d0;t\x9c"
+    result = traced(answer, printed)
+    assert [s.number for s in result.sources] == ["41.2"] and result.unsupported == ()

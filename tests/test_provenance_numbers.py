@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sbx.agent.provenance_numbers import find_numbers
+from sbx.agent.provenance_numbers import find_numbers, without_controls
 
 
 def one(text: str):
@@ -125,3 +125,8 @@ def test_hostile_runs_of_separators_and_signs_are_scanned():
     hostile = ("1," * 200_000) + ("9." * 200_000) + ("-" * 100_000) + "e" * 100_000
     found = find_numbers(hostile)
     assert len(found) == 200_001 and found[-1].text == "9.9"
+
+
+def test_without_controls_drops_escape_sequences_and_keeps_layout():
+    text = "\x1b]0;title\x07a\x1b[1A\x1b[2Kb\x9b31mc\x9d0;t\x9cd\x00e\tf\ng"
+    assert without_controls(text) == "abcde\tf\ng"

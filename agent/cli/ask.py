@@ -25,7 +25,7 @@ import click
 
 from sbx.agent.app import Answer, answer_one
 from sbx.agent.cli.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, demo_turns
-from sbx.agent.cli.display import Progress, replay
+from sbx.agent.cli.display import Progress, replay, source_line, verdict_line
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.scripted_model import ScriptedLLM
@@ -145,6 +145,7 @@ def _finish(outcome: Answer, *, as_json: bool) -> NoReturn:
         click.echo(safe_json(json.dumps(outcome.as_dict(), indent=2, ensure_ascii=False)))
     elif result.status == "completed":
         click.echo(safe_text(str(result.answer), multiline=True))
+        _provenance(outcome)
         if result.artifacts:
             click.echo("\nArtifacts:")
             for path in result.artifacts:
@@ -156,6 +157,17 @@ def _finish(outcome: Answer, *, as_json: bool) -> NoReturn:
     records = f"transcript {outcome.transcript}, audit log {outcome.audit_log}"
     click.echo(f"sbx: {safe_text(records)}", err=True)
     sys.exit(_EXIT[result.status])
+
+
+def _provenance(outcome: Answer) -> None:
+    """The verdict on the answer's numbers, then where each traced one was printed."""
+    row = outcome.as_dict()
+    verdict = verdict_line(row)
+    if verdict is None:
+        return
+    click.echo(f"\n{verdict[0].upper()}{verdict[1:]}")
+    for source in row["sources"]:
+        click.echo(f"  {source_line(source)}")
 
 
 def register(cli: click.Group) -> None:
