@@ -148,21 +148,22 @@ class OutputIndex:
         """The printed number closest to `number` within half its resolution, or None.
 
         A percentage is also looked for as a fraction (`41.0%` as 0.41). Ties go to
-        the newest output.
+        the newest output, then to its later line (a program's summary comes last).
         """
         tolerance = number.resolution / 2 * (1 + 1e-9) + 1e-12 * number.magnitude
         targets = [(number.magnitude, tolerance)]
         if number.percent:
             targets.append((number.magnitude / 100, tolerance / 100))
-        best: tuple[float, int, _Printed] | None = None
+        best: tuple[tuple[float, int, int], _Printed] | None = None
         for target, allowed in targets:
             low = bisect.bisect_left(self._keys, target - allowed)
             high = bisect.bisect_right(self._keys, target + allowed)
             for entry in self._entries[low:high]:
-                rank = (abs(entry.magnitude - target) / allowed if allowed else 0.0, -entry.order)
-                if best is None or rank < best[:2]:
-                    best = (*rank, entry)
-        return best[2] if best is not None else None
+                closeness = abs(entry.magnitude - target) / allowed if allowed else 0.0
+                rank = (closeness, -entry.order, -entry.line)
+                if best is None or rank < best[0]:
+                    best = (rank, entry)
+        return best[1] if best is not None else None
 
 
 def _numbered_lines(text: str) -> Iterable[tuple[Number, int, str]]:

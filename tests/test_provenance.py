@@ -181,3 +181,8 @@ def test_terminal_escapes_neither_hide_a_printed_number_nor_add_claims():
     answer = "\x1b]52;c;cm0gLXJmIH4vKg==\x07The mean is \x1b[1m41.2\x1b[0m\x9b31m\x9d0;t\x9c"
     result = traced(answer, printed)
     assert [s.number for s in result.sources] == ["41.2"] and result.unsupported == ()
+
+
+def test_within_one_output_a_tie_goes_to_the_later_line():
+    result = traced("Growth +12.0%", "South 12.0\nANSWER: South +12.0%")
+    assert result.sources[0].line == 2

@@ -28,9 +28,11 @@ from sbx.agent.cli.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, 
 from sbx.agent.cli.display import Progress, replay, source_line, verdict_line
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
+from sbx.agent.cli.rerun import rerun_command
 from sbx.agent.cli.scripted_model import ScriptedLLM
 from sbx.agent.state import Status
 from sbx.agent.transcript import TranscriptError
+from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.tools.text_safety import safe_json, safe_text
 
 EXIT_BUDGET = 3
@@ -113,11 +115,24 @@ def demo_command(
 
 @click.command("replay")
 @click.argument("transcript", type=_FILE)
-def replay_command(transcript: Path) -> None:
+@click.option("--rerun", is_flag=True,
+              help="Run the recorded code again in a fresh sandbox with the same data and say, "
+              "execution by execution, whether the output matches.")
+@click.option("--policy", type=_FILE, help="With --rerun: the policy file. [default: packaged]")
+@click.option("--audit-log", type=_FILE, help="With --rerun: the audit log to append to.")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True,
+              help="With --rerun: the sandbox image.")
+@operator_errors
+def replay_command(
+    transcript: Path, rerun: bool, policy: Path | None, audit_log: Path | None, image: str
+) -> None:
     """Re-render a past run (or every run of a conversation) from its transcript.
 
+    With --rerun, execute its code again instead (exit 0 all matches, 1 something differs).
     Exit 2 for a file it cannot render, naming the line.
     """
+    if rerun:
+        rerun_command(transcript, policy=policy, audit_log=audit_log, image=image)
     try:
         replay(transcript, sys.stdout)
     except TranscriptError as exc:
