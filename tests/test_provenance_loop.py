@@ -17,7 +17,8 @@ from conftest import TEST_IMAGE
 from sbx.agent.cli.main import cli
 from sbx.agent.cli.scripted_model import assistant, tool_call
 from sbx.agent.events import MessageAdded, RunEnd
-from scripted_llm import FAKE_KEY, ask, policy, settings
+from sbx.agent.loop import run
+from scripted_llm import FAKE_KEY, ask, model_for, policy, settings
 from tools_support import make_gate
 
 llm = scripted_llm.llm
@@ -169,3 +170,25 @@ def test_a_verified_answer_costs_no_extra_turn(llm, tmp_path):
     result = ask(llm, _calc_gate(tmp_path))
 
     assert (result.turns, result.verified, result.message) == (2, True, "The model answered.")
+
+
+def test_a_follow_up_may_quote_what_an_earlier_run_printed(llm, tmp_path):
+    history = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "What is the sum of 0..9?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c0", "type": "function",
+             "function": {"name": "execute_python", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": "[stdout]\n45\n[resources] 0.31 s wall"},
+        {"role": "assistant", "content": "The total is 45."},
+    ]
+    answer = assistant("Twice 45 is 90; that run took 0.31 s.")
+    llm.script([tool_call("calculate", expression="45 * 2"), answer, answer])
+    chosen = settings()
+    with model_for(llm, chosen) as model:
+        result = run("And twice that?", model=model, gate=_calc_gate(tmp_path), settings=chosen,
+                     system_prompt="s", history=history)
+
+    assert [(s.number, s.tool) for s in result.sources] == [("45", "earlier run"),
+                                                           ("90", "calculate")]
+    assert result.unsupported == ("0.31",)  # sbx's own timings are not the program's output
