@@ -30,7 +30,7 @@ from typing import Any
 from sbx.agent.config import AppConfig
 from sbx.agent.events import Event, EventSink, RunEnd, RunError, RunStart
 from sbx.agent.loop import run
-from sbx.agent.model import ModelClient, Usage
+from sbx.agent.model import ModelClient, TokenUsage
 from sbx.agent.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.provenance_data import data_digests
 from sbx.agent.state import RunResult, SandboxUsage
@@ -246,7 +246,7 @@ class Conversation(Closing):
         result = RunResult(
             run_id=run_id, status="cancelled", answer=None,
             message="Cancelled by the operator (Ctrl-C or SIGTERM)", turns=0, tool_calls=0,
-            usage=Usage(), duration_s=0.0, artifacts=(), sandbox=SandboxUsage(),
+            usage=TokenUsage(), duration_s=0.0, artifacts=(), sandbox=SandboxUsage(),
             messages=tuple(self._messages),
         )
         self.emit(RunEnd.model_validate({"run_id": run_id, **result.as_dict()}))

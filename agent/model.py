@@ -32,8 +32,8 @@ from sbx.agent.model_reply import (
     ModelError,
     ModelReply,
     ReplyLimits,
+    TokenUsage,
     ToolCallRequest,
-    Usage,
     clean_value,
     parse_reply,
     printable,
@@ -42,7 +42,7 @@ from sbx.agent.settings import AgentSettings, Endpoint
 
 __all__ = [
     "CONNECT_TIMEOUT_S", "ModelClient", "ModelError", "ModelReply", "OutOfTime",
-    "ToolCallRequest", "Usage", "request_timeout",
+    "ToolCallRequest", "TokenUsage", "request_timeout",
 ]
 
 logger = logging.getLogger(__name__)

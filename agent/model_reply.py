@@ -42,7 +42,7 @@ class ModelError(Exception):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Usage:
+class TokenUsage:
     """Token counts of a request (or a run): the endpoint's when usable, else estimated."""
 
     prompt_tokens: int = 0
@@ -54,8 +54,8 @@ class Usage:
     estimated: bool = False
     """Some count was missing or unusable (negative, not an integer) and was estimated."""
 
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
@@ -96,7 +96,7 @@ class ModelReply:
     """The assistant's text (the answer, when there are no tool calls), bounded."""
     tool_calls: tuple[ToolCallRequest, ...] = ()
     """The calls to run, in the order the model listed them."""
-    usage: Usage = field(default_factory=Usage)
+    usage: TokenUsage = field(default_factory=TokenUsage)
     """Tokens this request cost."""
     finish_reason: str | None = None
     """Why the model stopped (`stop`, `tool_calls`, `length`, ...)."""
@@ -284,7 +284,7 @@ def _arguments(value: Any) -> str:
     return clean(json.dumps(value, ensure_ascii=False))
 
 
-def _usage(value: Any, prompt_estimate: int, completion_estimate: int) -> Usage:
+def _usage(value: Any, prompt_estimate: int, completion_estimate: int) -> TokenUsage:
     """The endpoint's counts where usable; missing, negative or non-integer ones are estimated."""
     counts = value if isinstance(value, dict) else {}
     prompt = _count(counts.get("prompt_tokens"))
@@ -293,7 +293,7 @@ def _usage(value: Any, prompt_estimate: int, completion_estimate: int) -> Usage:
     estimated = prompt is None or completion is None or total is None
     prompt = prompt_estimate if prompt is None else prompt
     completion = completion_estimate if completion is None else completion
-    return Usage(
+    return TokenUsage(
         prompt_tokens=prompt,
         completion_tokens=completion,
         total_tokens=max(total or 0, prompt + completion),

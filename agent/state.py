@@ -26,7 +26,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sbx.agent.model_reply import Usage
+from sbx.agent.model_reply import TokenUsage
 from sbx.agent.provenance import Output, Provenance, Source
 
 Status = Literal[
@@ -102,7 +102,7 @@ class RunState:
     """Model requests made (answered or not)."""
     tool_calls: int = 0
     """Tool calls sent to the gate, whatever their verdict."""
-    usage: Usage = field(default_factory=Usage)
+    usage: TokenUsage = field(default_factory=TokenUsage)
     """Tokens used so far, summed from every reply's usage."""
     observations: list[Observation] = field(default_factory=list)
     """Every tool message appended, oldest first."""
@@ -166,7 +166,7 @@ class RunResult:
     """Model requests made."""
     tool_calls: int
     """Tool calls made."""
-    usage: Usage
+    usage: TokenUsage
     """Tokens used."""
     duration_s: float
     """Wall-clock seconds of the whole run."""
