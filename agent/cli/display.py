@@ -138,13 +138,13 @@ class Progress:
         self._sandbox_totals(_map(event, "sandbox"))
         if status != "completed":
             self._echo(f"   {_clip(_text(event.get('message')))}", fg=colour)
+        else:
+            self._provenance(event)
         for path in _list(event, "artifacts"):
             self._echo(f"   artifact: {_clip(_text(path))}")
         if self._show_answer and event.get("answer"):
             self._echo("")
             self._echo(_text(event["answer"]), multiline=True)
-        if status == "completed":
-            self._provenance(event)
 
     def _provenance(self, event: Row) -> None:
         """Whether the answer's numbers were printed by an output, and by which."""
