@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sbx.agent.provenance_numbers import Number, find_numbers, without_controls
+from sbx.agent.provenance_numbers import Number, find_numbers, printed_values, without_controls
 
-MAX_OUTPUT_NUMBERS = 500_000
+MAX_OUTPUT_NUMBERS = 200_000
 """Most output numbers indexed for one answer (newest outputs first); the rest are not read."""
 MAX_LINE_CHARS = 200
 """Longest output line a source keeps."""
@@ -117,32 +117,37 @@ class Provenance:
 
 @dataclass(frozen=True)
 class _Printed:
-    """One output number in the index."""
+    """One output number found for an answer number: where it was printed."""
 
-    magnitude: float
-    order: int
-    """Position of its output: later outputs win ties."""
     output: Output
     line: int
     text: str
 
 
 class OutputIndex:
-    """Output numbers sorted by magnitude, for a binary search per answer number."""
+    """Output numbers sorted by magnitude, for a binary search per answer number.
+
+    Kept as flat lists (magnitude; output, offset): an output may hold hundreds of
+    thousands of numbers, and only the matched ones need their line.
+    """
 
     def __init__(self, outputs: Sequence[Output]) -> None:
-        entries: list[_Printed] = []
+        self._outputs = list(outputs)
+        self._texts: dict[int, str] = {}
+        entries: list[tuple[float, int, int]] = []
         for order in range(len(outputs) - 1, -1, -1):  # newest first, under the cap
-            output = outputs[order]
-            for number, row, line in _numbered_lines(output.text):
-                entries.append(_Printed(number.magnitude, order, output, row, line))
-                if number.percent:  # `41%` printed is also the fraction 0.41
-                    entries.append(_Printed(number.magnitude / 100, order, output, row, line))
+            self._texts[order] = without_controls(outputs[order].text)
+            for magnitude, percent, offset in printed_values(self._texts[order]):
+                entries.append((magnitude, order, offset))
+                if percent:  # `41%` printed is also the fraction 0.41
+                    entries.append((magnitude / 100, order, offset))
+                if len(entries) >= MAX_OUTPUT_NUMBERS:
+                    break
             if len(entries) >= MAX_OUTPUT_NUMBERS:
                 break
-        entries.sort(key=lambda entry: entry.magnitude)
-        self._entries = entries
-        self._keys = [entry.magnitude for entry in entries]
+        entries.sort()
+        self._keys = [entry[0] for entry in entries]
+        self._places = [(entry[1], entry[2]) for entry in entries]
 
     def find(self, number: Number) -> _Printed | None:
         """The printed number closest to `number` within half its resolution, or None.
@@ -154,24 +159,25 @@ class OutputIndex:
         targets = [(number.magnitude, tolerance)]
         if number.percent:
             targets.append((number.magnitude / 100, tolerance / 100))
-        best: tuple[tuple[float, int, int], _Printed] | None = None
+        best: tuple[tuple[float, int, int], int] | None = None
         for target, allowed in targets:
             low = bisect.bisect_left(self._keys, target - allowed)
             high = bisect.bisect_right(self._keys, target + allowed)
-            for entry in self._entries[low:high]:
-                closeness = abs(entry.magnitude - target) / allowed if allowed else 0.0
-                rank = (closeness, -entry.order, -entry.line)
+            for position in range(low, high):
+                closeness = abs(self._keys[position] - target) / allowed if allowed else 0.0
+                order, offset = self._places[position]
+                rank = (closeness, -order, -offset)
                 if best is None or rank < best[0]:
-                    best = (rank, entry)
-        return best[1] if best is not None else None
+                    best = (rank, position)
+        return self._printed(best[1]) if best is not None else None
 
-
-def _numbered_lines(text: str) -> Iterable[tuple[Number, int, str]]:
-    """Each number of an output (dates, times and URLs left out) with its line."""
-    for row, line in enumerate(without_controls(text).splitlines(), start=1):
-        for number in find_numbers(line):
-            if number.masked is None:
-                yield number, row, line
+    def _printed(self, position: int) -> _Printed:
+        order, offset = self._places[position]
+        text = self._texts[order]
+        begin = text.rfind("\n", 0, offset) + 1
+        end = text.find("\n", offset)
+        line = text[begin : end if end >= 0 else len(text)]
+        return _Printed(self._outputs[order], text.count("\n", 0, offset) + 1, line)
 
 
 def trace_numbers(answer: str, outputs: Sequence[Output], *, question: str = "") -> Provenance:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -56,11 +57,14 @@ _SCALE = {
 }
 _MASKS = re.compile(
     r"""
+    (?=[\dh])                                                      # fast fail elsewhere
+    (?:
     https?://\S+                                                   # URLs
   | \b\d{4}-\d{1,2}-\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?\b   # ISO dates
   | \b\d{4}-(?:0[1-9]|1[0-2])\b(?!-)                               # year-month
   | \b\d{1,2}/\d{1,2}/\d{2,4}\b                                    # 3/4/2024
   | \b\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\b                         # 10:30, 10:30:05
+    )
     """,
     re.VERBOSE,
 )
@@ -136,6 +140,32 @@ def find_numbers(text: str) -> list[Number]:
     return found
 
 
+def printed_values(text: str) -> Iterator[tuple[float, bool, int]]:
+    """(magnitude, percent, offset) of each number in an output: the fast path for indexing.
+
+    The same scanner as `find_numbers`, without dates, times and URLs, and without
+    building a `Number` (outputs hold hundreds of thousands of numbers; precision is
+    the answer's concern, not the output's).
+    """
+    text = text[:MAX_TEXT_CHARS]
+    masks = [(m.start(), m.end()) for m in _MASKS.finditer(text)]
+    index = 0
+    for match in _NUMBER.finditer(text):
+        start = match.start()
+        while index < len(masks) and masks[index][1] <= start:
+            index += 1
+        if index < len(masks) and masks[index][0] <= start:
+            continue
+        int_part, sep, frac, bare, exp, pct, word, abbr = match.group(*_FAST_GROUPS)
+        digits = int_part.translate(_NO_SEPARATORS) if sep else int_part or "0"
+        value = float(f"{digits}{frac or bare or ''}{exp or ''}")
+        scale = word or abbr
+        if scale:
+            value *= _SCALE[scale.strip()]
+        if math.isfinite(value):
+            yield value, pct is not None, start
+
+
 def _mask_kind(span: str) -> str:
     if span.startswith("http"):
         return "url"
@@ -176,6 +206,7 @@ def _number(match: re.Match[str], text: str, masked: str | None) -> Number | Non
     )
 
 
+_FAST_GROUPS = ("int", "sep", "frac", "bare", "exp", "pct", "word", "abbr")
 _NO_SEPARATORS = str.maketrans("", "", ",_\u00a0\u202f\u2009")
 _ONE = Decimal(1)
 
