@@ -162,9 +162,7 @@ def test_artifact_bytes_per_execution_stop_at_the_output_size(
 def test_artifact_bytes_per_run_stop_at_the_run_cap(hostile: Opener, tmp_path: Path) -> None:
     """Each execution may fill `/output` again; the run as a whole stops at
     `max_run_artifact_bytes`, and later artifacts are refused, not written."""
-    limits = Limits(
-        output_size="4m", max_artifact_bytes="512k", max_run_artifact_bytes="6m"
-    )
+    limits = Limits(output_size="4m", max_artifact_bytes="512k", max_run_artifact_bytes="6m")
     session = hostile(FORGED_BYTES, limits)
     first, second = session.run("print(1)"), session.run("print(2)")
     assert len(first.artifacts) == 10 and not first.refused_artifacts
