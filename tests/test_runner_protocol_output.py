@@ -54,3 +54,27 @@ def test_sparse_files_copy_out_no_more_than_the_output_size(
         assert reasons == {"over the 2 MiB of artifacts one execution may copy out (output_size)"}
         assert session.container_id is not None  # an honest runner breaks no cap
     assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) <= 2 << 20
+
+
+def test_artifacts_past_the_copy_time_are_refused_and_the_result_still_comes(
+    engine: Engine, runtime: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host's deadline is absolute, so the runner must stop copying in time: past its
+    copy time it refuses what is left, and the result arrives (here the copy time is
+    set to nothing, so every artifact is refused)."""
+    import sbx.sandbox.session as session_module
+
+    monkeypatch.setattr(session_module, "COPY_MARGIN_S", 100.0, raising=False)
+    limits = Limits(runtime=runtime, timeout="5s")
+    with Session.open(
+        limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path
+    ) as session:
+        result = session.run("open('/output/late.txt', 'w').write('x')\nprint('done')")
+        assert result.ok and result.stdout == "done\n" and not result.artifacts
+        assert [(r.name, r.reason) for r in result.refused_artifacts] == [
+            (
+                "late.txt",
+                "not copied: no time left before the host's deadline (timeout plus its grace)",
+            )
+        ]
+        assert session.container_id is not None
