@@ -21,15 +21,16 @@ Two processes, so that model-written code can never speak the protocol:
 
 Three users, so that code cannot reach the protocol through /proc or signals
 (Linux, and gVisor, which does not honour non-dumpable, both check uids): the
-container starts as root with five capabilities; init (PID 1, which holds the
-attach stream's pipes too) stays root; the supervisor drops itself at once to
-uid 999 keeping only CAP_KILL (kill strays), CAP_SETUID and CAP_SETGID (drop
-each kernel) and CAP_DAC_READ_SEARCH (read `/output`, owned by the code, with
-no window in which it takes the code's uid), and empties the bounding set;
-each kernel becomes uid 1000 with no capability at all before any code runs.
-Code can therefore neither open init's or the supervisor's descriptors or
-memory nor stop, trace or signal them. In a sandbox (SBX_SANDBOX=1) a
-supervisor that cannot do this refuses to start.
+container starts as root with four capabilities; init (PID 1, which holds the
+attach stream's pipes too) stays root; the supervisor empties the bounding set
+and drops itself at once to uid 999 keeping only CAP_KILL (kill strays) and
+CAP_SETUID and CAP_SETGID (drop each kernel; take the code's effective uid
+while it reads `/output`, so it never reads more than the code could); each
+kernel becomes uid 1000 with no capability at all before any code runs. Code
+can therefore neither open init's or the supervisor's descriptors or memory
+nor stop, trace or signal them (measured under both runtimes, also while the
+supervisor's effective uid is the code's: its real and saved uids stay 999).
+In a sandbox (SBX_SANDBOX=1) a supervisor that cannot do this refuses to start.
 
 The host treats every frame from here as untrusted input anyway: the
 container is the boundary, not this file.
@@ -57,6 +58,7 @@ from __future__ import annotations
 import ast
 import base64
 import builtins
+import contextlib
 import ctypes
 import json
 import linecache
@@ -68,6 +70,7 @@ import struct
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 PROTOCOL = 2
@@ -83,9 +86,9 @@ PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 CAPABILITY_VERSION_3 = 0x20080522
-CAP_DAC_READ_SEARCH, CAP_KILL, CAP_SETGID, CAP_SETUID = 2, 5, 6, 7
-RUNNER_CAPS = (1 << CAP_DAC_READ_SEARCH) | (1 << CAP_KILL) | (1 << CAP_SETGID) | (1 << CAP_SETUID)
-"""What the supervisor keeps: read /output, kill strays, drop kernels to the code's uid."""
+CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
+RUNNER_CAPS = (1 << CAP_KILL) | (1 << CAP_SETGID) | (1 << CAP_SETUID)
+"""What the supervisor keeps: kill strays, drop kernels (and itself, briefly) to the code's uid."""
 RUNNER_UID = 999
 CODE_UID = 1000
 MAX_REFUSED_LISTED = 20
@@ -225,6 +228,30 @@ def empty_bounding_set() -> None:
     except OSError as exc:
         if exc.errno != 22:  # gVisor has no ambient set
             raise
+
+
+@contextlib.contextmanager
+def code_identity(separated: bool) -> Iterator[None]:
+    """Take the code's effective uid and gid for file access while reading `/output`.
+
+    `/output` belongs to the code, so the supervisor reads it as the code would:
+    a path the code swaps for a symlink mid-copy can open nothing the code
+    could not open itself (a capability such as DAC_READ_SEARCH would read
+    anything). Real and saved uids stay ours, so code still cannot signal or
+    trace us meanwhile; leaving restores both ids and checks it did.
+    """
+    if not separated:
+        yield
+        return
+    os.setresgid(-1, CODE_UID, -1)
+    os.setresuid(-1, CODE_UID, -1)
+    try:
+        yield
+    finally:
+        os.setresuid(-1, RUNNER_UID, -1)
+        os.setresgid(-1, RUNNER_UID, -1)
+        if os.geteuid() != RUNNER_UID or os.getegid() != RUNNER_UID:
+            raise OSError(1, "could not return to the runner's own uid after reading /output")
 
 
 def separate_privileges() -> bool:
@@ -502,8 +529,15 @@ def list_artifacts(
 
 
 def read_regular_file(path: str, cap: int) -> bytes | None:
-    """The file's bytes, or None when it is not a regular file or is larger than `cap`."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    """The file's bytes, or None when it is not regular, larger than `cap`, or unopenable.
+
+    The supervisor reads `/output` as the code (`code_identity`), so a file the
+    code made unreadable (mode 000) is refused here rather than failing the run.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None  # a mode-000 file, or one removed meanwhile: refused, not a fatal error
     try:
         info = os.fstat(fd)
         if not (info.st_mode & 0o170000 == 0o100000) or info.st_size > cap:
@@ -689,7 +723,9 @@ class Supervisor:
             and oom_after > oom_before
         )
         self.budget = CopyBudget(request, received)
-        listed, more = bounded_refusals(self.send_artifacts(request))
+        with code_identity(self.separated):
+            refused = self.send_artifacts(request)
+        listed, more = bounded_refusals(refused)
         frame = {
             "type": "result",
             "id": request["id"],

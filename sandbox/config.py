@@ -24,11 +24,11 @@ CONTAINER_USER = "0:0"
 """Who the container starts as. Init stays root and the runner drops itself to uid 999
 at once (images/runner.py), so code (uid 1000) can neither reach their descriptors
 through /proc nor signal them: the runner protocol stays the runner's alone."""
-CAPABILITIES = ["DAC_READ_SEARCH", "KILL", "SETGID", "SETPCAP", "SETUID"]
+CAPABILITIES = ["KILL", "SETGID", "SETPCAP", "SETUID"]
 """All a root start keeps (everything else is dropped). The runner uses SETPCAP once, to
-empty the bounding set, then keeps DAC_READ_SEARCH (read `/output`, which the code owns),
-KILL (end stray processes) and SETUID/SETGID (drop each interpreter to uid 1000 with no
-capability); `no-new-privileges` holds throughout."""
+empty the bounding set, then keeps KILL (end stray processes) and SETUID/SETGID (drop each
+interpreter to uid 1000 with no capability, and take the code's effective uid while it
+reads `/output`); `no-new-privileges` holds throughout."""
 RUNNER_COMMAND = ["python3", "-I", "-u", "/opt/sbx/runner.pyc"]
 """The runner, compiled at image build (images/Dockerfile): no compile at every start."""
 MANAGED_LABEL = "sbx.managed"

@@ -45,7 +45,7 @@ def test_default_limits_produce_closed_container() -> None:
             "network_mode": "none",
             "read_only": True,
             "cap_drop": ["ALL"],
-            "cap_add": ["DAC_READ_SEARCH", "KILL", "SETGID", "SETPCAP", "SETUID"],
+            "cap_add": ["KILL", "SETGID", "SETPCAP", "SETUID"],
             "security_opt": ["no-new-privileges:true", f"seccomp={SHIPPED_PROFILE}"],
             "privileged": False,
             "pids_limit": 256,

@@ -78,3 +78,19 @@ def test_artifacts_past_the_copy_time_are_refused_and_the_result_still_comes(
             )
         ]
         assert session.container_id is not None
+
+
+def test_a_file_the_code_cannot_read_is_refused_and_the_session_survives(
+    session: Session,
+) -> None:
+    """The runner reads `/output` with the code's own rights (never more: a symlink swapped
+    in mid-copy opens nothing the code could not). A file the code made unreadable is
+    refused; on the landed runner it raised, and the container was replaced."""
+    assert session.run("x = 5").ok
+    result = session.run(
+        "import os\nopen('/output/locked', 'w').write('x')\nos.chmod('/output/locked', 0)\n"
+        "open('/output/open.txt', 'w').write('y')"
+    )
+    assert result.ok and [a.name for a in result.artifacts] == ["open.txt"], result
+    assert [r.name for r in result.refused_artifacts] == ["locked"]
+    assert session.run("print(x)").stdout == "5\n"
