@@ -1,84 +1,148 @@
-"""Wiring for `sbx ask` and `sbx demo`: policy, audit log, transcript, sandbox, gate, model, loop.
+"""The application core: configuration once, one pool and one audit log, conversations for all.
 
-This is CLI wiring, the one place in `agent/` besides the commands that
-imports `sandbox` (DESIGN: the loop never does). It opens everything a run
-needs, runs the loop, and closes everything in reverse order whatever
-happens, Ctrl-C included: the session (its container is killed and removed),
-then the gate (the audit log's `run_end` record, with the run's status), then
-the audit log and the transcript.
+Every face of sbx (the CLI today; the service, MCP and the web page next)
+calls this layer and none re-implements a run. It holds no click and writes
+to no terminal: faces render the events they subscribe to.
 
-    policy ──▶ settings + endpoint ──▶ ModelClient
-       │
-       ├──▶ AuditLog ──┐
-       ├──▶ Session ───┼──▶ ToolGate ──▶ agent.loop.run ──▶ RunResult
-       └──▶ data ──────┴──▶ system prompt
+    AppConfig (agent.config) ──▶ App.open ──▶ Pool (host-wide cap, warm containers)
+                                    │      └─▶ AuditLog (one, shared, hash-chained)
+                                    └──▶ App.conversation(spec, endpoint) ──▶ Conversation
+                                                     └── ask(question) ──▶ RunResult, events
+
+`App` is one of the two places in `agent/` that imports `sandbox` (with the
+conversation); the loop never does (DESIGN). Closing the app drains the pool
+(every container removed) and closes the audit log.
 """
 
 from __future__ import annotations
 
+import getpass
+import os
 from collections.abc import Mapping
-from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sbx.agent.loop import run
+from sbx.agent.config import AppConfig
+from sbx.agent.conversation import Conversation, ConversationSpec, new_conversation_id
+from sbx.agent.events import ConversationStart, EventSink
 from sbx.agent.model import ModelClient
-from sbx.agent.prompt import build_system_prompt
-from sbx.agent.settings import AgentSettings, Endpoint, resolve_endpoint, resolve_settings
+from sbx.agent.settings import Endpoint, SettingsError
 from sbx.agent.state import RunResult
-from sbx.agent.transcript import Event, EventSink, Transcript, fanout
+from sbx.agent.transcript import Transcript
+from sbx.sandbox.closing import Closing
 from sbx.sandbox.config import DEFAULT_IMAGE
-from sbx.sandbox.errors import SandboxError
+from sbx.sandbox.errors import InvalidInput
+from sbx.sandbox.files import data_mounts
 from sbx.sandbox.pool import Pool
 from sbx.sandbox.pool_config import PoolConfig
-from sbx.sandbox.session import Session, new_run_id
-from sbx.sandbox.units import format_size
-from sbx.tools.audit import AuditError, AuditLog, open_audit_log
-from sbx.tools.context import ToolContext
-from sbx.tools.gate import ToolGate, build_gate
-from sbx.tools.policy import Policy, PolicyError, load_policy
+from sbx.sandbox.session import new_run_id
+from sbx.tools.audit import AuditLog, open_audit_log
 
 RUNS_DIR = Path("sbx-runs")
+"""Default directory of transcripts (`<conversation or run id>.jsonl`)."""
 OUTPUT_DIR = Path("sbx-output")
+"""Default root of artifact directories (`<run_id>/`)."""
+
+
+def os_principal() -> str:
+    """The principal of a local face (CLI, stdio MCP): the operating-system user."""
+    try:
+        return f"os:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return f"os:uid-{os.getuid()}"
+
+
+class App(Closing):
+    """One configuration, one pool, one audit log; conversations for any face."""
+
+    def __init__(
+        self, *, config: AppConfig, audit: AuditLog, pool: Pool | None, image: str
+    ) -> None:
+        self.config = config
+        self.audit = audit
+        self.pool = pool
+        self.image = image
+
+    @classmethod
+    def open(
+        cls,
+        config: AppConfig,
+        *,
+        environ: Mapping[str, str],
+        audit_log: Path | None = None,
+        secrets: tuple[str, ...] = (),
+        image: str = DEFAULT_IMAGE,
+        pool_config: PoolConfig | None = None,
+    ) -> App:
+        """Open the audit log, then the pool when the policy lets code run at all.
+
+        `secrets` (API keys) are redacted wherever they would reach the audit log.
+        """
+        audit = open_audit_log(
+            config.policy.audit, option=audit_log, api_key=secrets[0] if secrets else None,
+            environ=environ,
+        )
+        pool: Pool | None = None
+        try:
+            if config.policy.tools.execute_python.enabled:
+                pool = Pool.start(config=pool_config or PoolConfig(size=0))
+        except BaseException:
+            audit.close()
+            raise
+        return cls(config=config, audit=audit, pool=pool, image=image)
+
+    def conversation(
+        self,
+        spec: ConversationSpec,
+        *,
+        endpoint: Endpoint,
+        transcript: Path | None = None,
+    ) -> Conversation:
+        """Open a conversation: its transcript, its model client; its sandbox at first use.
+
+        Data the sandbox's user could not read is a `SettingsError` now, before
+        anything runs (host-side tools must never read more than the sandbox can).
+        """
+        try:
+            data_mounts(list(spec.data))
+        except InvalidInput as exc:
+            raise SettingsError(str(exc)) from None
+        conversation_id = spec.conversation_id or new_conversation_id()
+        spec = ConversationSpec(**{**vars(spec), "conversation_id": conversation_id})
+        path = transcript or RUNS_DIR / f"{conversation_id}.jsonl"
+        record = Transcript.create(path, conversation_id=conversation_id)
+        model = ModelClient.connect(endpoint, self.config.settings)
+        conversation = Conversation(
+            spec=spec, config=self.config, model=model, audit=self.audit, transcript=record,
+            pool=self.pool, image=self.image,
+        )
+        conversation.emit(
+            ConversationStart(
+                conversation_id=conversation_id, principal=spec.principal,
+                data=[str(path) for path in spec.data], label=spec.label,
+            )
+        )
+        return conversation
+
+    def close(self) -> None:
+        """Drain the pool (every container removed), then close the audit log."""
+        pool, self.pool = self.pool, None
+        try:
+            if pool is not None:
+                pool.close()
+        finally:
+            self.audit.close()
 
 
 @dataclass(frozen=True, kw_only=True)
-class AskOptions:
-    """What `sbx ask` was given; None means "not given" (the policy or a default decides)."""
-
-    question: str
-    """The user's question, sent as the first user message."""
-    data: tuple[Path, ...] = ()
-    """Files and directories mounted read-only at `/data/<name>`."""
-    output: Path | None = None
-    """Where artifacts are copied; default `sbx-output/<run_id>`."""
-    policy: Path | None = None
-    """The policy file; default the packaged `tools/sbx.toml`."""
-    audit_log: Path | None = None
-    """The audit log (`--audit-log` > `SBX_AUDIT_LOG` > policy > `./sbx-audit.jsonl`)."""
-    transcript: Path | None = None
-    """The transcript; default `sbx-runs/<run_id>.jsonl`."""
-    image: str = DEFAULT_IMAGE
-    """The sandbox image."""
-    base_url: str | None = None
-    """`--base-url`."""
-    api_key: str | None = None
-    """`--api-key`."""
-    model: str | None = None
-    """`--model`."""
-    flags: Mapping[str, Any] = field(default_factory=dict)
-    """Budget and tuning flags (`max_turns`, `request_timeout`, ...); None values are ignored."""
-    label: str | None = None
-    """Shown first in the progress and kept in the transcript (the demo's "scripted model")."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class AskOutcome:
-    """A finished run and where its records are."""
+class Answer:
+    """A finished one-question run and where its records are (`sbx ask`, `sbx demo`)."""
 
     result: RunResult
     """How the run ended, the answer, totals."""
+    conversation_id: str
+    """The conversation the run belonged to."""
     transcript: Path
     """The JSON Lines transcript."""
     audit_log: Path
@@ -90,149 +154,35 @@ class AskOutcome:
         """The `--json` document."""
         return {
             **self.result.as_dict(),
+            "conversation_id": self.conversation_id,
             "transcript": str(self.transcript),
             "audit_log": str(self.audit_log),
             "output_dir": str(self.output_dir),
         }
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Run:
-    """What one run was opened with."""
+def answer_one(
+    app: App,
+    question: str,
+    *,
+    spec: ConversationSpec,
+    endpoint: Endpoint,
+    transcript: Path | None = None,
+    progress: EventSink | None = None,
+) -> Answer:
+    """One question in a conversation of its own: the shape of `sbx ask`.
 
-    options: AskOptions
-    policy: Policy
-    settings: AgentSettings
-    endpoint: Endpoint
-    run_id: str
-    output_dir: Path
-
-
-def ask(
-    options: AskOptions, *, environ: Mapping[str, str], progress: EventSink | None = None
-) -> AskOutcome:
-    """Run one question end to end; raise for operator errors (policy, settings, engine, audit)."""
-    policy = load_policy(options.policy)
-    settings = resolve_settings(policy.agent, options.flags)
-    endpoint = resolve_endpoint(
-        settings,
-        base_url=options.base_url,
-        api_key=options.api_key,
-        model=options.model,
-        environ=environ,
-    )
-    run_id = new_run_id()
-    spec = _Run(
-        options=options,
-        policy=policy,
-        settings=settings,
-        endpoint=endpoint,
-        run_id=run_id,
-        output_dir=options.output or OUTPUT_DIR / run_id,
-    )
-    transcript_path = options.transcript or RUNS_DIR / f"{run_id}.jsonl"
-    audit = open_audit_log(
-        policy.audit, option=options.audit_log, api_key=endpoint.api_key, environ=environ
-    )
-    with audit, Transcript.create(transcript_path, run_id=run_id) as transcript:
-        emit = fanout(transcript.record, progress) if progress else transcript.record
-        try:
-            result = _run_with_sandbox(spec, audit, emit)
-        except KeyboardInterrupt:  # outside the loop, which records its own cancellation
-            emit({"type": "run_error", "error": "cancelled while the run was starting or ending"})
-            raise
-        except (SandboxError, AuditError, PolicyError) as exc:
-            emit({"type": "run_error", "error": f"{type(exc).__name__}: {exc}"})
-            raise
-    return AskOutcome(
-        result=result,
-        transcript=transcript_path,
-        audit_log=audit.path,
-        output_dir=spec.output_dir,
-    )
-
-
-def _run_with_sandbox(spec: _Run, audit: AuditLog, emit: EventSink) -> RunResult:
-    """Open the session (if `execute_python` is enabled) and the gate, run, close both.
-
-    The session comes from a pool with no warm containers: one `ask` is one
-    run, so there is nothing to pre-warm, but the pool holds the host-wide
-    lease (SBX_MAX_SANDBOXES and friends) and removes the container off the
-    answer's path. `Session.close` is safe while a tool thread still reads
-    (Ctrl-C): it removes the container first, which ends that read.
+    The transcript is named after the run (`sbx-runs/<run_id>.jsonl`) unless
+    given; the sandbox is removed before this returns.
     """
-    gate: ToolGate | None = None
-    reason = "error"
-    with ExitStack() as stack:
-        try:
-            session: Session | None = None
-            if spec.policy.tools.execute_python.enabled:
-                pool = stack.enter_context(Pool.start(config=PoolConfig(size=0)))
-                session = stack.enter_context(
-                    pool.session(
-                        limits=spec.policy.sandbox,
-                        image=spec.options.image,
-                        data=list(spec.options.data),
-                        output_dir=spec.output_dir,
-                        run_id=spec.run_id,
-                    )
-                )
-            context = ToolContext(
-                run_id=spec.run_id,
-                runner=session,
-                data_paths=list(spec.options.data),
-                api_key=spec.endpoint.api_key,
-            )
-            gate = build_gate(spec.policy, context=context, audit=audit)
-            result = _run_loop(spec, gate, emit)
-            reason = result.status
-            return result
-        except KeyboardInterrupt:
-            reason = "cancelled"
-            raise
-        finally:
-            if session is not None:
-                session.close()
-            if gate is not None:
-                gate.close(reason=reason)
-
-
-def _run_loop(spec: _Run, gate: ToolGate, emit: EventSink) -> RunResult:
-    """Build the system prompt, announce the run, and hand over to the loop."""
-    limits = spec.policy.sandbox
-    prompt = build_system_prompt(
-        data=spec.options.data,
-        tools=gate.enabled_names(),
-        timeout_s=limits.timeout,
-        memory=format_size(limits.memory),
+    run_id = new_run_id()
+    path = transcript or RUNS_DIR / f"{run_id}.jsonl"
+    with app.conversation(spec, endpoint=endpoint, transcript=path) as conversation:
+        if progress is not None:
+            conversation.subscribe(progress)
+        result = conversation.ask(question, run_id=run_id)
+    output = spec.output or spec.output_root / run_id
+    return Answer(
+        result=result, conversation_id=conversation.id, transcript=path,
+        audit_log=app.audit.path, output_dir=output,
     )
-    with ModelClient.connect(spec.endpoint, spec.settings) as model:
-        emit(_run_start(spec, model, prompt.version, gate.enabled_names()))
-        return run(
-            spec.options.question,
-            model=model,
-            gate=gate,
-            settings=spec.settings,
-            system_prompt=prompt.text,
-            emit=emit,
-        )
-
-
-def _run_start(spec: _Run, model: ModelClient, prompt_version: str, tools: list[str]) -> Event:
-    """The transcript's first event: what this run is and what it may spend."""
-    return {
-        "type": "run_start",
-        "run_id": spec.run_id,
-        "label": spec.options.label,
-        "question": spec.options.question,
-        "model": model.model,
-        "base_url": model.base_url,
-        "prompt_version": prompt_version,
-        "policy_sha256": spec.policy.digest(),
-        "tools": tools,
-        "budget": spec.settings.budget.model_dump(),
-        "settings": spec.settings.model_dump(exclude={"budget"}),
-        "data": [str(path) for path in spec.options.data],
-        "output_dir": str(spec.output_dir),
-        "image": spec.options.image,
-    }

@@ -3,12 +3,16 @@
 The observation text itself is the tools layer's (one renderer, G7); the
 agent adds nothing to it. What the agent adds is one harness message after a
 tool fails the same way `REPEAT_LIMIT` times in a row, telling the model to
-change approach (smolagents' "try a completely different approach").
+change approach (smolagents' "try a completely different approach"). It is
+the gentle first step; the gate's circuit breaker (`sbx.tools.breaker`,
+`quotas.max_identical_failures`, 5 by default) is the stop, and counts "the
+same way" with the same signature. When the breaker trips on a call, its
+observation already says so and no notice is added.
 
-`execute_python` returns its `ExecutionResult` as `ToolOutcome.result`. The
-agent does not import `sandbox` (DESIGN: `agent` never does), so it reads the
-few fields it needs (`ok`, `error`, `artifacts`) by name, tolerating any
-result that lacks them.
+An `execute_python` outcome carries its `ExecutionResult` (`ToolOutcome.execution`),
+typed by the tools layer, so the loop reads the error, the artifacts and the
+figures without importing `sandbox` itself (DESIGN: only the application layer
+and the faces do).
 """
 
 from __future__ import annotations
@@ -16,43 +20,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sbx.agent.state import RunState
-from sbx.tools.gate import ToolOutcome
+from sbx.tools.breaker import BREAKER_RULE
+from sbx.tools.breaker import failure_signature as breaker_signature
+from sbx.tools.outcome import ToolOutcome
 
 REPEAT_LIMIT = 3
 
 
-def is_failure(outcome: ToolOutcome) -> bool:
-    """The call was refused or failed, or the code it ran raised, timed out or was killed."""
-    return outcome.status != "ok" or getattr(outcome.result, "ok", True) is False
-
-
 def failure_signature(outcome: ToolOutcome) -> str | None:
-    """What makes two failures "the same": the error type and message, else the first line."""
-    if not is_failure(outcome):
-        return None
-    error = getattr(outcome.result, "error", None)
-    if error is not None:
-        return f"{getattr(error, 'type', '?')}: {getattr(error, 'message', '')}"
-    lines = [line for line in outcome.text.splitlines() if line.strip()]
-    return f"{outcome.status}: {lines[0] if lines else ''}"
+    """What makes two failures "the same": the gate's breaker's definition, so both agree."""
+    return breaker_signature(outcome.status, outcome.text, outcome.execution)
 
 
 def artifact_paths(outcome: ToolOutcome) -> list[str]:
     """Host paths of the files an execution copied out of `/output`."""
-    artifacts = getattr(outcome.result, "artifacts", None) or []
-    return [str(getattr(artifact, "path", "")) for artifact in artifacts]
+    return [artifact.path for artifact in outcome.artifacts]
 
 
 def count_execution(state: RunState, outcome: ToolOutcome) -> None:
     """Add an execution's wall time, CPU seconds and peak memory to the run's totals."""
-    result = outcome.result
-    if result is None or not hasattr(result, "duration_s"):
-        return
-    state.sandbox.add(
-        float(getattr(result, "duration_s", 0.0)),
-        getattr(result, "cpu_seconds", None),
-        getattr(result, "peak_memory_bytes", None),
-    )
+    result = outcome.execution
+    if result is not None:
+        state.sandbox.add(result.duration_s, result.cpu_seconds, result.peak_memory_bytes)
 
 
 def repeated_failure_notices(state: RunState, outcomes: Sequence[ToolOutcome]) -> list[str]:
@@ -66,7 +55,7 @@ def repeated_failure_notices(state: RunState, outcomes: Sequence[ToolOutcome]) -
         previous, count = state.failure_streaks.get(outcome.name, ("", 0))
         count = count + 1 if previous == signature else 1
         state.failure_streaks[outcome.name] = (signature, count)
-        if count % REPEAT_LIMIT == 0:
+        if count % REPEAT_LIMIT == 0 and outcome.rule != BREAKER_RULE:
             notices.append(notice_text(outcome.name, signature, count))
     return notices
 

@@ -1,16 +1,18 @@
 """The agent loop: ask the model, run the tools it asks for through the gate, repeat (G1).
 
 `run` is the whole loop; `take_turn` is one model request and what follows
-from it, and ends in one of three next steps (`FinalAnswer`, `RunTools`,
-`EmptyReply`). Each way out is an `Ending` with a status from the closed set
+from it, and ends in one of four next steps (`FinalAnswer`, `CutOff`,
+`RunTools`, `EmptyReply`). Each way out is an `Ending` with a status from the closed set
 in `agent.state`. Errors the model can fix are observations (the gate never
 raises for them); errors the operator must fix (sandbox, audit log) propagate
 as exceptions and stop the run. The loop never imports `sandbox`: the code
 runner reaches it inside the gate, wired by the CLI.
 
-Everything that happens is reported to `emit` as an event (see
-`agent.transcript`), which the CLI sends to the transcript and the progress
-display.
+Everything that happens is reported to `emit` as a typed event (see
+`sbx.agent.events`), which the conversation sends to the transcript and to
+its subscribers (the CLI's progress display, the service's event stream).
+A run may continue a conversation: `history` holds the messages of the
+earlier runs, system prompt first.
 """
 
 from __future__ import annotations
@@ -20,20 +22,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sbx.agent.budget import before_request, before_tools, remaining_s, time_ending
+from sbx.agent.asking import awaiting_input
+from sbx.agent.budget import before_request, before_tools, model_ending, remaining_s
 from sbx.agent.compaction import estimate_tokens, shorten_observations
 from sbx.agent.dispatch import ToolDispatcher
-from sbx.agent.feedback import (
-    artifact_paths,
-    count_execution,
-    is_failure,
-    repeated_failure_notices,
+from sbx.agent.events import (
+    Compaction,
+    EventSink,
+    MessageAdded,
+    ModelReplied,
+    RunEnd,
+    ToolResult,
+    discard,
 )
+from sbx.agent.feedback import artifact_paths, count_execution, repeated_failure_notices
 from sbx.agent.model import ModelClient, ModelError, ModelReply, ToolCallRequest
 from sbx.agent.settings import AgentSettings
 from sbx.agent.state import Ending, Observation, RunResult, RunState
-from sbx.agent.transcript import Event, EventSink
-from sbx.tools.gate import ToolGate, ToolOutcome
+from sbx.tools.gate import ToolGate
+from sbx.tools.outcome import ToolOutcome
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,18 @@ class FinalAnswer:
 
     text: str
     """The answer, as the model wrote it."""
+
+
+@dataclass(frozen=True)
+class CutOff:
+    """Text without tool calls that the endpoint says was cut off: not an answer."""
+
+    finish_reason: str
+    """`length` (the endpoint's output limit) or `content_filter`."""
+
+
+CUT_OFF = frozenset({"length", "content_filter"})
+"""Finish reasons that mean the text stopped before the model was done."""
 
 
 @dataclass(frozen=True)
@@ -60,11 +79,7 @@ class EmptyReply:
     """Why the model stopped, as the endpoint said."""
 
 
-NextStep = FinalAnswer | RunTools | EmptyReply
-
-
-def _discard(event: Event) -> None:
-    """The default event sink."""
+NextStep = FinalAnswer | CutOff | RunTools | EmptyReply
 
 
 def run(
@@ -74,15 +89,19 @@ def run(
     gate: ToolGate,
     settings: AgentSettings,
     system_prompt: str,
-    emit: EventSink = _discard,
+    history: Sequence[dict[str, Any]] = (),
+    emit: EventSink = discard,
 ) -> RunResult:
     """Answer `question` with the model and the gate's tools, within `settings.budget`.
 
-    Returns a `RunResult` for every ending, Ctrl-C included (`cancelled`); raises only
+    `history` continues a conversation (its first message is the system prompt
+    it began with); without it the run starts from `system_prompt`. Returns a
+    `RunResult` for every ending, Ctrl-C included (`cancelled`); raises only
     for operator errors from the gate (the sandbox or the audit log failed).
     """
-    state = RunState(run_id=gate.run_id, started=time.monotonic(), messages=[])
-    add_message(state, {"role": "system", "content": system_prompt}, emit)
+    state = RunState(run_id=gate.run_id, started=time.monotonic(), messages=list(history))
+    if not history:
+        add_message(state, {"role": "system", "content": system_prompt}, emit)
     add_message(state, {"role": "user", "content": question}, emit)
     tools = gate.schemas()
     dispatcher = ToolDispatcher(gate, workers=settings.parallel_tools)
@@ -115,16 +134,17 @@ def take_turn(
     ending = before_request(state, budget, now=time.monotonic(), prompt_estimate=estimate)
     if ending is not None:
         return ending
-    timeout = min(settings.request_timeout, remaining_s(state, budget, time.monotonic()))
+    timeout = remaining_s(state, budget, time.monotonic())  # retries included
     try:
         reply = model.complete(state.messages, tools, timeout=max(timeout, 0.001))
     except ModelError as exc:
-        late = time_ending(state, budget, time.monotonic())
-        return late or Ending(status="model_error", message=f"Model request failed: {exc}")
+        return model_ending(state, budget, exc, now=time.monotonic())
     record_reply(state, reply, emit)
     match next_step(reply):
         case FinalAnswer(text=text):
             return Ending(status="completed", message="The model answered.", answer=text)
+        case CutOff(finish_reason=reason):
+            return Ending(status="truncated", message=cut_off_message(reason))
         case EmptyReply(finish_reason=reason):
             said = f"finish_reason={reason!r}"
             message = f"The model replied with neither text nor tool calls ({said})"
@@ -135,7 +155,7 @@ def take_turn(
                 return ending
             outcomes = dispatcher.run(calls)
             record_outcomes(state, outcomes, emit)
-            return halted(outcomes)
+            return halted(outcomes) or awaiting_input(outcomes)
     raise TypeError(f"Unknown next step for reply {reply!r}")  # pragma: no cover
 
 
@@ -143,15 +163,27 @@ def next_step(reply: ModelReply) -> NextStep:
     """What the reply asks the loop to do."""
     if reply.tool_calls:
         return RunTools(calls=reply.tool_calls)
+    if reply.finish_reason in CUT_OFF:
+        return CutOff(finish_reason=str(reply.finish_reason))
     if reply.content and reply.content.strip():
         return FinalAnswer(text=reply.content)
     return EmptyReply(finish_reason=reply.finish_reason)
 
 
+def cut_off_message(reason: str) -> str:
+    """Why a cut-off reply is no answer, and what to change."""
+    if reason == "length":
+        return (
+            "The model's answer was cut off at the endpoint's output limit "
+            "(finish_reason='length'); raise the endpoint's max_tokens or ask for a shorter answer"
+        )
+    return f"The model's answer was cut off by the endpoint (finish_reason={reason!r})"
+
+
 def add_message(state: RunState, message: dict[str, Any], emit: EventSink) -> None:
     """Append a message the harness wrote (system prompt, question, notices)."""
     state.messages.append(message)
-    emit({"type": "message", "turn": state.turns, "message": message})
+    emit(MessageAdded(run_id=state.run_id, turn=state.turns, message=message))
 
 
 def record_reply(state: RunState, reply: ModelReply, emit: EventSink) -> None:
@@ -161,15 +193,15 @@ def record_reply(state: RunState, reply: ModelReply, emit: EventSink) -> None:
     message = reply.message()
     state.messages.append(message)
     emit(
-        {
-            "type": "model_reply",
-            "turn": state.turns,
-            "message": message,
-            "usage": reply.usage.as_dict(),
-            "total_usage": state.usage.as_dict(),
-            "finish_reason": reply.finish_reason,
-            "duration_s": round(reply.duration_s, 3),
-        }
+        ModelReplied(
+            run_id=state.run_id,
+            turn=state.turns,
+            message=message,
+            usage=reply.usage.as_dict(),
+            total_usage=state.usage.as_dict(),
+            finish_reason=reply.finish_reason,
+            duration_s=round(reply.duration_s, 3),
+        )
     )
 
 
@@ -177,7 +209,7 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
     """Append one `tool` message per outcome, in call order, then any repeated-failure notice."""
     for outcome in outcomes:
         state.tool_calls += 1
-        failed = is_failure(outcome)
+        failed = outcome.failed
         index = len(state.messages)
         message = {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.text}
         state.messages.append(message)
@@ -188,18 +220,19 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
         state.artifacts.extend(saved)
         count_execution(state, outcome)
         emit(
-            {
-                "type": "tool_result",
-                "turn": state.turns,
-                "call_id": outcome.call_id,
-                "name": outcome.name,
-                "status": outcome.status,
-                "failed": failed,
-                "rule": outcome.rule,
-                "duration_s": round(outcome.duration_s, 3),
-                "content": outcome.text,
-                "artifacts": saved,
-            }
+            ToolResult(
+                run_id=state.run_id,
+                turn=state.turns,
+                call_id=outcome.call_id,
+                audit_id=outcome.audit_id,
+                name=outcome.name,
+                status=outcome.status,
+                failed=failed,
+                rule=outcome.rule,
+                duration_s=round(outcome.duration_s, 3),
+                content=outcome.text,
+                artifacts=saved,
+            )
         )
     for notice in repeated_failure_notices(state, outcomes):
         add_message(state, {"role": "user", "content": notice}, emit)
@@ -210,7 +243,7 @@ def halted(outcomes: Sequence[ToolOutcome]) -> Ending | None:
     for outcome in outcomes:
         if outcome.status == "halted":
             message = f"The tool gate halted the run: {outcome.text}"
-            return Ending(status="tool_limit", message=message)
+            return Ending(status="gate_halt", message=message)
     return None
 
 
@@ -221,7 +254,9 @@ def compact(
     done = shorten_observations(state, limit_tokens=settings.context_tokens, tools=tools)
     if done:
         estimate = estimate_tokens(state.messages, tools)
-        emit({"type": "compaction", "turn": state.turns, "shortened": done, "estimate": estimate})
+        emit(
+            Compaction(run_id=state.run_id, turn=state.turns, shortened=done, estimate=estimate)
+        )
 
 
 def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
@@ -237,6 +272,8 @@ def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
         duration_s=time.monotonic() - state.started,
         artifacts=tuple(dict.fromkeys(state.artifacts)),  # a file rewritten is listed once
         sandbox=state.sandbox,
+        messages=tuple(state.messages),
+        question=ending.question if ending.status == "needs_input" else None,
     )
-    emit({"type": "run_end", **result.as_dict()})
+    emit(RunEnd.model_validate(result.as_dict()))
     return result

@@ -9,7 +9,12 @@ them. Every way out of the loop is one of the `Status` values (G3):
     time_limit    the run's wall time reached Budget.max_wall_time
     token_limit   used plus the next request's estimate would pass Budget.max_total_tokens
     tool_limit    a reply asked for more tool calls than a turn or the run may make
-    model_error   the endpoint failed after the SDK's retries, or replied unusably
+    gate_halt     the tool gate halted the run (a policy event an operator must see,
+                  e.g. too many denied calls); no tool can run any more
+    truncated     the model's answer was cut off (finish_reason `length` or `content_filter`)
+    needs_input   the model asked the user (`ask_user`) and no one could answer now: the
+                  result carries the question; the face continues the run with the answer
+    model_error   the endpoint failed after its retries, or replied unusably
     cancelled     Ctrl-C (or SIGTERM)
 
 Only `completed` carries an answer; a budget end is never presented as one.
@@ -17,10 +22,11 @@ Only `completed` carries an answer; a budget end is never presented as one.
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sbx.agent.model import Usage
+from sbx.agent.model_reply import TokenUsage
 
 Status = Literal[
     "completed",
@@ -28,13 +34,13 @@ Status = Literal[
     "time_limit",
     "token_limit",
     "tool_limit",
+    "gate_halt",
+    "truncated",
+    "needs_input",
     "model_error",
     "cancelled",
 ]
-STATUSES: tuple[Status, ...] = (
-    "completed", "step_limit", "time_limit", "token_limit", "tool_limit", "model_error",
-    "cancelled",
-)
+STATUSES: tuple[Status, ...] = typing.get_args(Status)
 
 
 @dataclass(kw_only=True)
@@ -96,7 +102,7 @@ class RunState:
     """Model requests made (answered or not)."""
     tool_calls: int = 0
     """Tool calls sent to the gate, whatever their verdict."""
-    usage: Usage = field(default_factory=Usage)
+    usage: TokenUsage = field(default_factory=TokenUsage)
     """Tokens used so far, summed from every reply's usage."""
     observations: list[Observation] = field(default_factory=list)
     """Every tool message appended, oldest first."""
@@ -105,9 +111,9 @@ class RunState:
     shortened: int = 0
     """Observations shortened so far to keep the context under `context_tokens`."""
     artifacts: list[str] = field(default_factory=list)
+    """Host paths of the files the sandbox copied out of `/output`, in order."""
     sandbox: SandboxUsage = field(default_factory=SandboxUsage)
     """Executions, CPU seconds and peak memory of the run's sandbox, so far."""
-    """Host paths of the files the sandbox copied out of `/output`, in order."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -120,6 +126,8 @@ class Ending:
     """For limits: which limit, its value and the flag that changes it."""
     answer: str | None = None
     """The model's answer; set only with `completed`."""
+    question: str | None = None
+    """The model's question to the user; set only with `needs_input`."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -138,7 +146,7 @@ class RunResult:
     """Model requests made."""
     tool_calls: int
     """Tool calls made."""
-    usage: Usage
+    usage: TokenUsage
     """Tokens used."""
     duration_s: float
     """Wall-clock seconds of the whole run."""
@@ -146,6 +154,11 @@ class RunResult:
     """Host paths of files copied out of the sandbox's `/output`."""
     sandbox: SandboxUsage
     """Totals over the run's executions (wall, CPU seconds, peak memory)."""
+    messages: tuple[dict[str, Any], ...] = ()
+    """The conversation as it stands after this run (the next question continues it);
+    not part of `as_dict`: the transcript has every message already."""
+    question: str | None = None
+    """With `needs_input`: what the model asks the user (answer it to continue the run)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The machine-readable form (`sbx ask --json`, the transcript's `run_end`)."""
@@ -160,4 +173,5 @@ class RunResult:
             "duration_s": round(self.duration_s, 3),
             "artifacts": list(self.artifacts),
             "sandbox": self.sandbox.as_dict(),
+            **({"question": self.question} if self.question is not None else {}),
         }

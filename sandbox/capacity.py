@@ -37,20 +37,19 @@ from pathlib import Path
 from typing import Any
 
 from sbx.sandbox.errors import HostBusy, SandboxError
-from sbx.sandbox.limits import Limits
-from sbx.sandbox.units import format_size, parse_cpus, parse_duration, parse_size
+from sbx.sandbox.host_caps import (
+    ENV_MAX_CPUS,
+    ENV_MAX_MEMORY,
+    ENV_MAX_SANDBOXES,
+    HostCaps,
+    HostUsage,
+    Need,
+)
+from sbx.sandbox.units import format_size, parse_duration
 
-ENV_MAX_SANDBOXES = "SBX_MAX_SANDBOXES"
-ENV_MAX_MEMORY = "SBX_MAX_MEMORY"
-ENV_MAX_CPUS = "SBX_MAX_CPUS"
 ENV_HOST_WAIT = "SBX_HOST_WAIT"
 ENV_CAPACITY_DIR = "SBX_CAPACITY_DIR"
-DEFAULT_MAX_SANDBOXES = 32
 DEFAULT_HOST_WAIT_S = 60.0
-CPU_OVERLAP = 4
-"""Default `SBX_MAX_CPUS` as a multiple of the host's cores."""
-MEMORY_SHARE = 0.75
-"""Default `SBX_MAX_MEMORY` as a share of the host's RAM."""
 POLL_S = 0.02
 """How often a waiter re-reads the ledger for releases made by other processes."""
 LEDGER_VERSION = 1
@@ -58,78 +57,6 @@ LEDGER_VERSION = 1
 
 class LedgerDamaged(SandboxError):
     """The capacity ledger cannot be parsed; guessing could over-commit the host."""
-
-
-def host_memory_bytes() -> int:
-    """Physical memory of the host (MemTotal), from /proc/meminfo or sysconf."""
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostCaps:
-    """The host-wide ceilings: every running sandbox of every sbx process counts."""
-
-    sandboxes: int
-    """Most sandbox containers alive at once (`SBX_MAX_SANDBOXES`)."""
-    memory: int
-    """Most bytes of summed `Limits.memory` (`SBX_MAX_MEMORY`)."""
-    cpus: float
-    """Most summed `Limits.cpus` (`SBX_MAX_CPUS`)."""
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> HostCaps:
-        """Caps from the environment, with defaults derived from this host's size."""
-        cores = os.cpu_count() or 1
-        try:
-            return cls(
-                sandboxes=int(environ.get(ENV_MAX_SANDBOXES, DEFAULT_MAX_SANDBOXES)),
-                memory=parse_size(
-                    environ.get(ENV_MAX_MEMORY, int(host_memory_bytes() * MEMORY_SHARE))
-                ),
-                cpus=parse_cpus(environ.get(ENV_MAX_CPUS, float(cores * CPU_OVERLAP))),
-            )
-        except ValueError as exc:
-            raise SandboxError(f"bad host cap in the environment: {exc}") from None
-
-    def describe(self) -> str:
-        """One line for reports: `32 sandboxes, 17.7 GiB, 8 CPUs`."""
-        return f"{self.sandboxes} sandboxes, {format_size(self.memory)}, {self.cpus:g} CPUs"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Need:
-    """What one sandbox takes from the host's caps."""
-
-    memory: int
-    """Bytes: the container's memory limit (tmpfs counts against it)."""
-    cpus: float
-    """The container's CPU quota."""
-
-    @classmethod
-    def of(cls, limits: Limits) -> Need:
-        """The need of a container created with these limits."""
-        return cls(memory=limits.memory, cpus=limits.cpus)
-
-
-@dataclass(kw_only=True)
-class Usage:
-    """The ledger's totals at one moment."""
-
-    sandboxes: int = 0
-    """Leases held (containers being created, running, or being removed)."""
-    memory: int = 0
-    """Summed memory of the leases, in bytes."""
-    cpus: float = 0.0
-    """Summed CPUs of the leases."""
-    waiting: int = 0
-    """Callers in the queue."""
 
 
 @dataclass(kw_only=True)
@@ -140,8 +67,8 @@ class _State:
     queue: list[dict[str, Any]] = field(default_factory=list)
     dirty: bool = False
 
-    def usage(self) -> Usage:
-        return Usage(
+    def usage(self) -> HostUsage:
+        return HostUsage(
             sandboxes=len(self.leases),
             memory=sum(int(lease["memory"]) for lease in self.leases.values()),
             cpus=sum(float(lease["cpus"]) for lease in self.leases.values()),
@@ -276,7 +203,7 @@ class HostCapacity:
         with self._released:
             self._released.notify_all()
 
-    def usage(self) -> Usage:
+    def usage(self) -> HostUsage:
         """The host's current totals, dead processes' entries dropped."""
         with self._ledger() as state:
             return state.usage()
@@ -292,7 +219,7 @@ class HostCapacity:
                 os.close(self._fd)
                 self._fd = -1
 
-    def _fits(self, usage: Usage, need: Need) -> bool:
+    def _fits(self, usage: HostUsage, need: Need) -> bool:
         return (
             usage.sandboxes + 1 <= self.caps.sandboxes
             and usage.memory + need.memory <= self.caps.memory
@@ -313,7 +240,7 @@ class HostCapacity:
                 f"({ENV_MAX_CPUS}, {ENV_MAX_SANDBOXES})"
             )
 
-    def _busy_message(self, usage: Usage, need: Need, wait_s: float) -> str:
+    def _busy_message(self, usage: HostUsage, need: Need, wait_s: float) -> str:
         """Name the cap(s) that bind and the knobs that change them."""
         binding = []
         if usage.sandboxes + 1 > self.caps.sandboxes:

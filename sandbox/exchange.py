@@ -106,7 +106,6 @@ class Exchange:
             self.refused.append(RefusedArtifact(name=frame.name[:300], reason=reason))
             return
         taken = len(self.accepted)
-        self.sink.directory.mkdir(parents=True, exist_ok=True)
         self.sink.accept(frame, self.accepted, self.refused)
         self.bytes_written += sum(artifact.size for artifact in self.accepted[taken:])
 

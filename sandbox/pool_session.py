@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 import select
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from sbx.sandbox.capacity import HostCapacity, Lease, Need
+from sbx.sandbox.capacity import HostCapacity, Lease
 from sbx.sandbox.engine import Engine
+from sbx.sandbox.host_caps import Need
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
 
@@ -70,6 +71,13 @@ class Reaper:
         """Removals queued or running."""
         with self._lock:
             return len(self._pending)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until every removal queued so far has finished; False on timeout."""
+        with self._lock:
+            pending = list(self._pending)
+        _, left = wait(pending, timeout=timeout)
+        return not left
 
     def close(self) -> None:
         """Finish every queued removal; later submissions run synchronously."""

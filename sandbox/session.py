@@ -26,7 +26,7 @@ from sbx.sandbox.config import DEFAULT_IMAGE, container_config
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.errors import InvalidInput, SandboxBroken
 from sbx.sandbox.exchange import Exchange, copy_budget
-from sbx.sandbox.files import ArtifactSink, data_mounts
+from sbx.sandbox.files import ArtifactSink, check_output_dir, data_mounts
 from sbx.sandbox.gc import owner_tag
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.outcome import (
@@ -98,7 +98,9 @@ class Session(Closing):
         self.image = image
         self.run_id = run_id
         self.mounts = data_mounts(data)
+        check_output_dir(output_dir)
         self.output_dir = output_dir
+        self._sink: ArtifactSink | None = None
         self.mode = mode
         self.container_id: str | None = None
         self._channel: Channel | None = None
@@ -235,16 +237,11 @@ class Session(Closing):
         channel = self._channel
         if channel is None:
             raise ChannelClosed("session is closed")
-        sink = ArtifactSink(
-            self.output_dir,
-            max_bytes=self.limits.max_artifact_bytes,
-            max_count=self.limits.max_artifacts,
-        )
         return Exchange(
             channel=channel,
             request_id=request_id,
             limits=self.limits,
-            sink=sink,
+            sink=self._artifact_sink(),
             deadline=started + self.limits.timeout + EXECUTION_GRACE_S,
             run_bytes_left=self.limits.max_run_artifact_bytes - self.artifact_bytes,
         )
@@ -275,6 +272,21 @@ class Session(Closing):
             duration=time.monotonic() - started,
             persistent=self.mode == "session",
         )
+
+    def _artifact_sink(self) -> ArtifactSink:
+        """The sink of the current output directory, kept across executions.
+
+        It remembers what it wrote, so a rewritten artifact replaces this run's
+        own copy and nothing else; a pooled session's new run gets a new sink.
+        """
+        sink = self._sink
+        if sink is None or sink.directory != self.output_dir:
+            sink = self._sink = ArtifactSink(
+                self.output_dir,
+                max_bytes=self.limits.max_artifact_bytes,
+                max_count=self.limits.max_artifacts,
+            )
+        return sink
 
     def _container_oom_killed(self) -> bool:
         """Whether the engine saw the container's memory limit kill something."""

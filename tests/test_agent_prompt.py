@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import re
 
-from sbx.agent.data_summary import describe_table, infer_dtype, summarize_data
 from sbx.agent.prompt import build_system_prompt, load_template
+from sbx.tools.builtin.data_summary import describe_table, infer_dtype, summarize_data
 
 
 def test_a_csv_is_described_with_columns_dtypes_row_count_and_first_rows(tmp_path):
@@ -84,7 +84,7 @@ def test_the_prompt_is_versioned_filled_and_sent_without_its_header(tmp_path):
         data=[sales], tools=["execute_python", "calculate"], timeout_s=30, memory="512 MiB"
     )
 
-    assert version == prompt.version == "1"
+    assert version == prompt.version == "2"
     assert "<!--" not in prompt.text and "$" not in prompt.text
     assert "You can call: `execute_python`, `calculate`." in prompt.text
     assert "- /data/sales.csv (" in prompt.text and "region (text), revenue (float)" in prompt.text

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from sbx.agent.settings import AgentSettings, SettingsError, resolve_endpoint, resolve_settings
-from sbx.tools.policy import load_policy
+from sbx.agent.config import load_config
+from sbx.agent.settings import AgentSettings, SettingsError, resolve_endpoint
+from sbx.tools.policy import PolicyError
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "sbx.toml"
+    path.write_text(text)
+    return path
 
 
 def test_the_packaged_policy_gives_the_documented_defaults():
-    chosen = resolve_settings(load_policy(None).agent, {})
+    chosen = load_config(None).settings
     assert chosen == AgentSettings()
     budget = chosen.budget
     assert (budget.max_turns, budget.max_tool_calls, budget.max_tool_calls_per_turn) == (20, 40, 8)
@@ -18,26 +25,47 @@ def test_the_packaged_policy_gives_the_documented_defaults():
 
 
 def test_flags_override_the_policy_table_and_units_are_parsed(tmp_path):
-    table = {"request_timeout": "30s", "budget": {"max_turns": 5, "max_wall_time": "2m"}}
+    path = write(
+        tmp_path, '[agent]\nrequest_timeout = "30s"\n[agent.budget]\nmax_turns = 5\n'
+        'max_wall_time = "2m"\n'
+    )
     flags = {"max_turns": 9, "max_wall_time": None, "request_timeout": "1m", "max_retries": None}
 
-    chosen = resolve_settings(table, flags)
+    chosen = load_config(path).with_flags(flags).settings
 
     assert (chosen.budget.max_turns, chosen.budget.max_wall_time) == (9, 120.0)
     assert (chosen.request_timeout, chosen.max_retries) == (60.0, 2)
 
 
-def test_an_unknown_or_invalid_agent_key_is_one_line_naming_it():
-    with pytest.raises(SettingsError) as unknown:
-        resolve_settings({"max_turn": 3}, {})
-    assert str(unknown.value) == "invalid agent settings: agent.max_turn: unknown key"
-    with pytest.raises(SettingsError) as invalid:
-        resolve_settings({}, {"max_turns": 0})
-    assert "agent.budget.max_turns: Input should be greater than or equal to 1" in str(
-        invalid.value
+def test_an_unknown_or_invalid_agent_key_names_file_line_and_key(tmp_path):
+    path = write(tmp_path, "[agent]\nmax_turn = 3\n")
+    with pytest.raises(PolicyError) as unknown:
+        load_config(path)
+    assert str(unknown.value) == f"{path}:2: agent.max_turn: unknown key"
+    path = write(tmp_path, "[agent.budget]\nmax_turns = 0\n")
+    with pytest.raises(PolicyError) as invalid:
+        load_config(path)
+    assert str(invalid.value) == (
+        f"{path}:2: agent.budget.max_turns: Input should be greater than or equal to 1"
     )
-    with pytest.raises(SettingsError, match="agent.budget.max_wall_time"):
-        resolve_settings({}, {"max_wall_time": "soon"})
+
+
+def test_policy_values_are_strict(tmp_path):
+    path = write(tmp_path, '[agent.budget]\nmax_turns = "5"\n')
+    with pytest.raises(PolicyError, match=r"sbx.toml:2: agent.budget.max_turns: Input should be "
+                       "a valid int"):
+        load_config(path)
+
+
+def test_a_bad_flag_is_named_as_the_flag():
+    config = load_config(None)
+    with pytest.raises(SettingsError) as invalid:
+        config.with_flags({"max_turns": 0})
+    assert str(invalid.value) == (
+        "invalid value for --max-turns: Input should be greater than or equal to 1"
+    )
+    with pytest.raises(SettingsError, match="^invalid value for --max-time: "):
+        config.with_flags({"max_wall_time": "soon"})
 
 
 def test_endpoint_flag_beats_environment_beats_policy():

@@ -36,7 +36,7 @@ def test_fake_api_key_never_appears_in_the_log(tmp_path, monkeypatch) -> None:
         }
     )
     audit = open_audit_log(policy.audit, option=None, api_key=FAKE_KEY, environ=os.environ)
-    context = ToolContext(run_id="run-secret", runner=SubprocessRunner(), api_key=FAKE_KEY)
+    context = ToolContext(run_id="run-secret", runner=SubprocessRunner())
     gate = build_gate(policy, context=context, audit=audit, extra_tools=[echo])
     calls = [
         ("echo", json.dumps({"note": f"the key is {FAKE_KEY}!", "password": other_secret})),

@@ -12,7 +12,9 @@ from click.testing import CliRunner
 from conftest import TEST_IMAGE
 from sbx.agent.cli import bench as cli_bench
 from sbx.sandbox.bench.render import render
-from sbx.sandbox.bench.run import (
+from sbx.sandbox.bench.run import BenchOptions, _engine_ceiling, host_busy_seconds, run_bench
+from sbx.sandbox.bench.stats import BenchReport, Summary, ratio
+from sbx.sandbox.bench.targets import (
     BARE,
     BASELINE,
     BURST,
@@ -22,16 +24,12 @@ from sbx.sandbox.bench.run import (
     POOLED,
     SESSION,
     THROUGHPUT_MODES,
-    BenchOptions,
-    _engine_ceiling,
     evaluate_targets,
-    host_busy_seconds,
-    run_bench,
 )
-from sbx.sandbox.bench.stats import BenchReport, Summary, ratio
 from sbx.sandbox.bench.workloads import PRINT_ONE, STATEFUL_PAIR
-from sbx.sandbox.capacity import HostCapacity, HostCaps
+from sbx.sandbox.capacity import HostCapacity
 from sbx.sandbox.gc import owner_tag
+from sbx.sandbox.host_caps import HostCaps
 
 
 def test_summary_uses_the_median_and_the_nearest_rank_p90() -> None:

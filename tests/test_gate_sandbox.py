@@ -7,18 +7,17 @@ import json
 import pytest
 
 from conftest import TEST_IMAGE
+from sbx.agent.config import load_config
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
-from sbx.tools.policy import load_policy
 from tools_support import make_gate
 
 pytestmark = pytest.mark.docker
 
 
 def test_execute_python_runs_in_the_session_and_is_audited(engine, runtime, tmp_path) -> None:
-    policy = load_policy(None)
+    policy = load_config(None).policy
     limits = Limits(timeout="3s", runtime=runtime)
-    policy = policy.model_copy(update={"sandbox": limits})
     with Session.open(
         limits=limits,
         image=TEST_IMAGE,

@@ -10,6 +10,7 @@ import pytest
 
 import scripted_llm
 from sbx.agent.cli.scripted_model import ScriptedRequest, assistant, load_turns, tool_call
+from sbx.agent.events import ToolResult
 from scripted_llm import FIXTURES, ask, body, policy
 from tools_support import events, make_gate
 
@@ -67,8 +68,8 @@ def test_first_execution_raises_the_traceback_goes_back_and_the_second_succeeds(
     assert "Traceback (most recent call last)" in first_observation
     assert "print(values.mean())" in first_observation  # the user's own frame, with the line
     assert body(llm.requests[2].last_tool_message) == "[stdout]\nmean: 4.0"
-    results = [e for e in seen if e["type"] == "tool_result"]
-    assert [r["failed"] for r in results] == [True, False]
+    results = [e for e in seen if isinstance(e, ToolResult)]
+    assert [r.failed for r in results] == [True, False]
 
 
 @pytest.mark.docker

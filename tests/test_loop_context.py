@@ -119,9 +119,9 @@ def test_older_observations_are_shortened_but_the_question_preview_and_newest_er
     for shortened in (part1, part3):
         assert "characters of this older observation were cut" in shortened
         assert len(shortened) < 1200
-    compactions = [e for e in seen if e["type"] == "compaction"]
-    assert compactions and all(e["estimate"] > 0 for e in compactions)
-    recorded = [e["content"] for e in seen if e["type"] == "tool_result"]
+    compactions = [e for e in seen if e.type == "compaction"]
+    assert compactions and all(e.estimate > 0 for e in compactions)
+    recorded = [e.content for e in seen if e.type == "tool_result"]
     assert recorded[1] == "part 1: " + "x" * 2400  # the transcript keeps everything
 
 

@@ -113,13 +113,13 @@ def test_too_many_calls_in_the_run_end_with_tool_limit(llm, tmp_path):
     )
 
 
-def test_a_gate_halt_ends_the_run_with_tool_limit(llm, tmp_path):
+def test_a_gate_halt_ends_the_run_with_its_own_status(llm, tmp_path):
     llm.script([tool_calls(call("http_get", url="http://example.com/"), call("http_get", url="x"))])
     gate, _ = _calc_gate(tmp_path, quotas={"max_denied": 1})
 
     result = ask(llm, gate)
 
-    assert result.status == "tool_limit"
+    assert result.status == "gate_halt"  # a policy event, never mistaken for a budget
     assert result.message.startswith("The tool gate halted the run: The run was halted by policy")
 
 

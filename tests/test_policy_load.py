@@ -6,8 +6,14 @@ import tomllib
 
 import pytest
 
+from sbx.agent.config import load_config
+from sbx.agent.settings import AgentSettings
 from sbx.sandbox.limits import Limits
-from sbx.tools.policy import BUILTIN_TOOLS, Policy, PolicyError, default_policy_path, load_policy
+from sbx.tools.policy import BUILTIN_TOOLS, Policy, PolicyError, default_policy_path
+
+
+def load_policy(path):
+    return load_config(path).policy
 
 
 def write(tmp_path, text: str):
@@ -17,16 +23,18 @@ def write(tmp_path, text: str):
 
 
 def test_packaged_default_is_documented_and_closed() -> None:
-    policy = load_policy(None)
+    config = load_config(None)
+    policy = config.policy
     assert policy.tools.http_get.enabled is False
     assert policy.tools.execute_python.enabled is True
-    assert policy.sandbox == Limits()  # the file restates the hardened defaults
+    assert config.limits == Limits()  # the file restates the hardened defaults
+    assert config.settings == AgentSettings()
     text = default_policy_path().read_text()
     data = tomllib.loads(text)
     lines = text.splitlines()
     for table, keys in [(("tools", n), data["tools"][n]) for n in BUILTIN_TOOLS] + [
         (("sandbox",), data["sandbox"]),
-        (("quotas",), {"total": 1, "max_denied": 1}),
+        (("quotas",), {"max_denied": 1}),
     ]:
         for key in keys:
             index = next(i for i, line in enumerate(lines) if line.startswith(f"{key} ="))
@@ -89,9 +97,20 @@ def test_missing_file_is_one_line(tmp_path) -> None:
         load_policy(tmp_path / "absent.toml")
 
 
-def test_agent_table_is_kept_raw(tmp_path) -> None:
-    path = write(tmp_path, '[agent]\nmodel = "gpt-x"\n[agent.budgets]\nmax_turns = 7\n')
-    assert load_policy(path).agent == {"model": "gpt-x", "budgets": {"max_turns": 7}}
+def test_each_table_goes_to_its_own_layer(tmp_path) -> None:
+    path = write(
+        tmp_path,
+        '[agent]\nmodel = "gpt-x"\n[agent.budget]\nmax_turns = 7\n[sandbox]\nmemory = "1g"\n'
+        "[tools.calculate]\nenabled = true\n",
+    )
+    config = load_config(path)
+    assert (config.settings.model, config.settings.budget.max_turns) == ("gpt-x", 7)
+    assert config.limits.memory == 1 << 30
+    assert config.policy.tools.calculate.enabled is True
+    assert "sandbox" not in Policy.model_fields and "agent" not in Policy.model_fields
+    path = write(tmp_path, '[agent.budgets]\nmax_turns = 7\n')
+    with pytest.raises(PolicyError, match=r"sbx.toml:1: agent.budgets: unknown key"):
+        load_config(path)
 
 
 def test_domains_are_normalised(tmp_path) -> None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sbx.sandbox.limits import Limits
 from sbx.sandbox.result import ExecutionError, ExecutionResult
 from sbx.tools.audit import AuditLog
 from sbx.tools.context import ToolContext
@@ -74,14 +75,18 @@ def make_gate(
     data_paths: list[Path] | None = None,
     api_key: str | None = None,
     run_id: str = "run-test",
+    limits: Limits | None = None,
+    replace: bool = False,
 ) -> tuple[ToolGate, Path]:
     """A gate writing to `tmp_path/audit.jsonl`; returns it and the log path."""
     log_path = tmp_path / "audit.jsonl"
     audit = open_log(log_path, secrets=[api_key] if api_key else None)
-    context = ToolContext(
-        run_id=run_id, runner=runner, data_paths=data_paths or [], api_key=api_key
+    context = ToolContext(run_id=run_id, runner=runner, data_paths=data_paths or [])
+    gate = build_gate(
+        policy, limits=limits, context=context, audit=audit, extra_tools=extra_tools or [],
+        replace=replace,
     )
-    return build_gate(policy, context=context, audit=audit, extra_tools=extra_tools or []), log_path
+    return gate, log_path
 
 
 def records(path: Path) -> list[dict[str, Any]]:
@@ -105,7 +110,7 @@ def worker_command(*lines: str) -> list[str]:
 
 def run_calls(log_path: str, run_id: str, calls: int, key: str | None = None) -> None:
     """Subprocess body: one gate, `calls` calculate calls, run start and end records."""
-    policy = policy_from({"tools": {"calculate": {"enabled": True}}, "quotas": {"total": None}})
+    policy = policy_from({"tools": {"calculate": {"enabled": True}}})
     audit = open_log(Path(log_path), key=key.encode() if key else None)
     context = ToolContext(run_id=run_id, runner=None)
     gate = build_gate(policy, context=context, audit=audit)

@@ -5,7 +5,7 @@ Map of the package (data flows top to bottom):
     registry      @tool: a typed function -> Tool (schema and validation by pydantic)
     schema        strict JSON Schema and Google docstring parsing
     context       ToolContext (what a run gives its tools), CodeRunner protocol
-    policy        Policy from sbx.toml (tools, argument rules, quotas, sandbox, audit)
+    policy        Policy: the gate's part of sbx.toml (tools, argument rules, quotas, audit)
     rules         argument rules and quotas, each denial naming its policy key
     gate          ToolGate.call: lookup, enable, validate, rules, quota, audit, run
     observation   the one renderer of model-visible text (executions and failures)
@@ -20,9 +20,10 @@ Map of the package (data flows top to bottom):
 from sbx.tools.audit import AuditError, AuditLog
 from sbx.tools.audit_verify import VerifyReport, verify_log
 from sbx.tools.context import CodeRunner, ToolContext
-from sbx.tools.gate import ToolGate, ToolOutcome, build_gate
+from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.observation import render_execution, render_failure
-from sbx.tools.policy import Policy, PolicyError, load_policy
+from sbx.tools.outcome import ToolOutcome
+from sbx.tools.policy import Policy, PolicyError
 from sbx.tools.redact import Redactor
 from sbx.tools.registry import Tool, ToolFailure, ToolReturn, tool
 
@@ -41,7 +42,6 @@ __all__ = [
     "ToolReturn",
     "VerifyReport",
     "build_gate",
-    "load_policy",
     "render_execution",
     "render_failure",
     "tool",

@@ -9,6 +9,7 @@ a fresh-container runner, or a test double that really runs code.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -24,6 +25,14 @@ class CodeRunner(Protocol):
         ...
 
 
+class Operator(Protocol):
+    """A person the face can ask now (at a terminal); `ask_user` goes to them."""
+
+    def ask(self, question: str, *, stop: threading.Event, timeout: float) -> str | None:
+        """Their answer; None when they gave none (end of input, `stop` set, `timeout` passed)."""
+        ...
+
+
 @dataclass(kw_only=True)
 class ToolContext:
     """What the built-in tools need for one agent run, chosen by the operator, not the model."""
@@ -34,5 +43,17 @@ class ToolContext:
     """Where `execute_python` sends code; `None` when no sandbox was started for this run."""
     data_paths: list[Path] = field(default_factory=list)
     """Files or directories the operator gave with `--data`; the only files data tools can read."""
-    api_key: str | None = None
-    """The model endpoint's API key, so the audit log can redact it; no built-in tool reads it."""
+    principal: str = "local"
+    """Who asked, as the face authenticated them (the OS user on the CLI, the API key's
+    principal over HTTP); written into every audit record. The model never sets it."""
+    conversation_id: str | None = None
+    """The conversation this run belongs to (follow-up questions share one)."""
+    operator: Operator | None = None
+    """Who answers `ask_user` now (the operator at a terminal); None: no one at this moment."""
+    defer_questions: bool = False
+    """Without an operator, `ask_user` ends the run `needs_input` and the face continues it
+    later with the answer; with neither, `ask_user` is not offered at all."""
+    continues: str | None = None
+    """The run this one continues (after `needs_input`); named in the audit's `run_start`."""
+    stop: threading.Event = field(default_factory=threading.Event)
+    """Set when the run is cancelled: a tool waiting for a person stops waiting."""

@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sbx.sandbox.limits import Limits
-from sbx.sandbox.outcome import resource_notes as limit_notes
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.units import format_size
 
@@ -100,7 +98,7 @@ def render_failure(failure: Failure) -> str:
     raise TypeError(f"Unknown failure type: {type(failure).__name__}")  # pragma: no cover
 
 
-def render_execution(result: ExecutionResult, *, limits: Limits) -> str:
+def render_execution(result: ExecutionResult) -> str:
     """The `execute_python` observation: error first, output next, resource notes last."""
     parts: list[str] = []
     if result.error is not None:
@@ -111,7 +109,7 @@ def render_execution(result: ExecutionResult, *, limits: Limits) -> str:
         parts.append(f"[stdout]\n{result.stdout.rstrip()}")
     if result.stderr:
         parts.append(f"[stderr]\n{result.stderr.rstrip()}")
-    notes = resource_notes(result, limits=limits)
+    notes = resource_notes(result)
     if notes:
         parts.append("[notes]\n" + "\n".join(f"- {note}" for note in notes))
     if not parts:
@@ -140,13 +138,14 @@ def _trim_traceback(traceback: str) -> str:
     return "\n".join([lines[0], f"  ... ({cut} traceback lines cut) ...", *lines[-keep:]])
 
 
-def resource_notes(result: ExecutionResult, *, limits: Limits) -> list[str]:
+def resource_notes(result: ExecutionResult) -> list[str]:
     """The sandbox's notes on limits hit and state lost, then the files produced.
 
-    The wording of limit notes lives in one place, `sandbox.outcome.resource_notes`;
-    a result built elsewhere (without notes) gets them computed the same way.
+    Limit notes are derived once, by the sandbox, from the execution's final
+    figures (`ExecutionResult.notes`); this adds only what the model needs
+    besides them: an exit code without an error, and the files saved.
     """
-    notes = list(result.notes) or limit_notes(result, limits)
+    notes = list(result.notes)
     limit_hit = result.timed_out or result.oom_killed or result.state_reset
     if not result.ok and result.error is None and not limit_hit:
         notes.append(f"exit code {result.exit_code}")

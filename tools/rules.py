@@ -15,13 +15,42 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
+from sbx.sandbox.limits import Limits
 from sbx.tools.netguard import host_matches
 from sbx.tools.observation import Denied
-from sbx.tools.policy import Policy, Quotas
+from sbx.tools.policy import BUILTIN_TOOLS, Policy, Quotas
+
+SELF_BOUND_GRACE_S = 5.0
+"""Beyond the own `timeout` of a tool that bounds itself (`calculate`, `http_get`,
+`ask_user`), so the tool's own, clearer message normally comes first."""
+SANDBOX_GRACE_S = 30.0
+"""Beyond the sandbox's `timeout` for `execute_python`: starting a container under load and
+copying artifacts out take time the execution's deadline does not count."""
 
 
-def check_arguments(policy: Policy, name: str, args: BaseModel) -> Denied | None:
-    """The per-tool argument rules of the policy, for the built-in tools that have them."""
+def call_timeout(policy: Policy, limits: Limits, name: str) -> tuple[float, str]:
+    """The gate's bound on one call of `name`, in seconds, and the policy key that sets it.
+
+    `execute_python` is bounded by the sandbox's own deadline already (the code is killed
+    at `[sandbox] timeout`); its gate bound is never shorter than that deadline plus
+    `SANDBOX_GRACE_S`, so it fires only when the engine itself hangs.
+    """
+    rules = policy.tools
+    rule = rules.rule(name)
+    section = f"tools.{name}" if name in BUILTIN_TOOLS else f"tools.custom.{name}"
+    if rule is None or rule.timeout is None:
+        seconds, key = rules.timeout, "tools.timeout"
+    else:
+        seconds, key = rule.timeout, f"{section}.timeout"
+    if name in ("calculate", "http_get", "ask_user"):
+        seconds += SELF_BOUND_GRACE_S
+    if name == "execute_python" and seconds < limits.timeout + SANDBOX_GRACE_S:
+        seconds, key = limits.timeout + SANDBOX_GRACE_S, "sandbox.timeout"
+    return seconds, key
+
+
+def check_arguments(policy: Policy, limits: Limits, name: str, args: BaseModel) -> Denied | None:
+    """The per-tool argument rules of the policy (and the sandbox's code size), per built-in."""
     values: dict[str, Any] = dict(args)
     match name:
         case "http_get":
@@ -38,7 +67,7 @@ def check_arguments(policy: Policy, name: str, args: BaseModel) -> Denied | None
                 reason = f"at most {limit} rows may be previewed"
                 return Denied(tool=name, rule="tools.preview_data_file.max_rows", reason=reason)
         case "execute_python":
-            limit = policy.sandbox.max_code_bytes
+            limit = limits.max_code_bytes
             if len(str(values.get("code", "")).encode()) > limit:
                 reason = f"the program is larger than {limit} bytes"
                 return Denied(tool=name, rule="sandbox.max_code_bytes", reason=reason)
@@ -68,7 +97,7 @@ def _check_url(policy: Policy, url: str) -> Denied | None:
 
 
 class QuotaCounter:
-    """Per-run counts of allowed calls and of denials; thread-safe."""
+    """Per-run counts of allowed calls and of refused ones; thread-safe."""
 
     def __init__(self, quotas: Quotas) -> None:
         self._quotas = quotas
@@ -83,15 +112,11 @@ class QuotaCounter:
             if limit is not None and self._calls[name] >= limit:
                 reason = f"this run already made {limit} call(s) to {name!r}, the most allowed"
                 return Denied(tool=name, rule=f"quotas.per_tool.{name}", reason=reason)
-            total = self._quotas.total
-            if total is not None and sum(self._calls.values()) >= total:
-                reason = f"this run already made {total} tool calls, the most allowed"
-                return Denied(tool=name, rule="quotas.total", reason=reason)
             self._calls[name] += 1
             return None
 
     def deny(self) -> bool:
-        """Count one denial; True when the run has now passed `quotas.max_denied`."""
+        """Count one refused call (denied, unknown or invalid); True past `quotas.max_denied`."""
         with self._lock:
             self._denied += 1
             limit = self._quotas.max_denied

@@ -22,16 +22,18 @@ from typing import Any
 import click
 
 from sbx.agent.cli.errors import operator_errors
+from sbx.agent.config import load_config
 from sbx.sandbox.bench.render import render
-from sbx.sandbox.bench.run import SESSION, BenchOptions, run_bench
+from sbx.sandbox.bench.run import BenchOptions, run_bench
 from sbx.sandbox.bench.stats import BenchReport, Summary, Target
+from sbx.sandbox.bench.targets import SESSION
 from sbx.sandbox.bench.workloads import PRINT_ONE
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.result import ExecutionResult
 from sbx.tools.audit import AuditLog, resolve_audit_path
 from sbx.tools.context import ToolContext
 from sbx.tools.gate import build_gate
-from sbx.tools.policy import Quotas, load_policy
+from sbx.tools.policy import Quotas
 from sbx.tools.redact import Redactor
 
 GATE_TARGET = 0.05
@@ -50,8 +52,9 @@ class _AnsweringRunner:
 
 def measure_gate(samples: int) -> dict[str, Summary]:
     """Time `gate.call("execute_python")` and a bare audit append, each `samples` times."""
-    unlimited = Quotas(total=None, per_tool={}, max_denied=None)
-    policy = load_policy(None).model_copy(update={"quotas": unlimited})
+    unlimited = Quotas(per_tool={}, max_denied=None)
+    config = load_config(None)
+    policy = config.policy.model_copy(update={"quotas": unlimited})
     directory = resolve_audit_path(None, policy.audit.path, os.environ).resolve().parent
     answer = ExecutionResult(stdout="1\n", duration_s=0.0008)
     arguments = json.dumps({"code": "print(1)"})
@@ -59,7 +62,7 @@ def measure_gate(samples: int) -> dict[str, Summary]:
         audit = AuditLog.open(Path(scratch) / "audit.jsonl", key=None, redact=Redactor.build())
         with audit:
             context = ToolContext(run_id="bench-gate", runner=_AnsweringRunner(answer))
-            gate = build_gate(policy, context=context, audit=audit)
+            gate = build_gate(policy, limits=config.limits, context=context, audit=audit)
             calls, appends = [], []
             for index in range(samples + 5):
                 started = time.perf_counter()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from sbx.agent.cli import ask, audit, bench, image, selftest
+from sbx.agent.cli import ask, audit, bench, chat, image, mcp, selftest
 from sbx.agent.cli import exec as exec_commands
 
 
@@ -24,6 +24,8 @@ def cli() -> None:
       sbx image build                 build the sandbox image (offline, once)
       sbx doctor                      check the engine, the image and the limits
       sbx exec analysis.py --data sales.csv --output out/
+      sbx demo                        watch the agent answer with a scripted model
+      sbx chat --data sales.csv       ask questions, then follow-ups, with your model
     """
 
 
@@ -31,8 +33,10 @@ exec_commands.register(cli)
 image.register(cli)
 audit.register(cli)
 ask.register(cli)
+chat.register(cli)
 selftest.register(cli)
 bench.register(cli)
+mcp.register(cli)
 
 
 def main() -> None:

@@ -30,7 +30,20 @@ from tempfile import TemporaryDirectory
 
 from sbx.sandbox.bench.floor import PersistentFloor, docker_run, host_floor
 from sbx.sandbox.bench.memory import idle_memory_mib
-from sbx.sandbox.bench.stats import BenchReport, Summary, Target, ratio
+from sbx.sandbox.bench.stats import BenchReport, Summary
+from sbx.sandbox.bench.targets import (
+    BARE,
+    BASELINE,
+    BURST,
+    FLOOR,
+    FRESH,
+    HOST,
+    MODES,
+    POOLED,
+    SESSION,
+    THROUGHPUT_MODES,
+    evaluate_targets,
+)
 from sbx.sandbox.bench.workloads import PRINT_ONE, WORKLOADS, Workload
 from sbx.sandbox.capacity import HostCapacity
 from sbx.sandbox.config import DEFAULT_IMAGE
@@ -41,17 +54,6 @@ from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session
 
-HOST = "host python3 -c"
-FLOOR = "persistent floor"
-BASELINE = "docker run"
-FRESH = "sbx fresh"
-POOLED = "sbx fresh (pool)"
-SESSION = "sbx session"
-MODES = (HOST, FLOOR, BASELINE, FRESH, POOLED, SESSION)
-BURST = "sbx fresh (pool, burst)"
-BARE = "bare container (true)"
-"""Throughput only: a hardened `docker run --rm` of `true`, the engine's cost per container."""
-THROUGHPUT_MODES = (BARE, BASELINE, FRESH, POOLED, BURST, SESSION)
 SESSION_THROUGHPUT_FACTOR = 25
 """Session executions are ~1000x cheaper: run this many more of them for a stable figure."""
 
@@ -307,42 +309,6 @@ def host_busy_seconds(stat: Path = Path("/proc/stat")) -> float | None:
         return None
     user, nice, system, _idle, _iowait, irq, softirq = (int(value) for value in fields[1:8])
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
-def evaluate_targets(report: BenchReport) -> None:
-    """The issue's targets 1-4 as ratios (target 5, the gate, is added by the CLI)."""
-    one = PRINT_ONE.name
-    session_x = ratio(report.median(one, SESSION), report.median(one, FLOOR))
-    pooled_x = ratio(report.median(one, POOLED), report.median(one, BASELINE))
-    baseline_c4 = report.throughput.get(BASELINE, {}).get(4)
-    tput = ratio(report.throughput.get(POOLED, {}).get(4), baseline_c4)
-    burst = ratio(report.throughput.get(BURST, {}).get(4), baseline_c4)
-    rss = report.idle_memory.get("rss_sum")
-    report.targets = [
-        _target("session print(1) vs persistent floor", "<= 1.3x", session_x, 1.3, below=True),
-        _target("pooled fresh print(1) vs docker run", "<= 0.35x", pooled_x, 0.35, below=True),
-        _target("pooled fresh throughput at c=4 vs docker run", ">= 2x", tput, 2.0, below=False),
-        _target(
-            "  same, burst of pool-size runs from a full pool", ">= 2x", burst, 2.0, below=False
-        ),
-        Target(
-            name="idle pooled container resident memory (RSS sum)",
-            limit="<= 30 MiB",
-            measured="n/a" if rss is None else f"{rss:.1f} MiB",
-            met=None if rss is None else rss <= 30.0,
-        ),
-    ]
-
-
-def _target(name: str, limit: str, value: float | None, bound: float, *, below: bool) -> Target:
-    if value is None:
-        return Target(name=name, limit=limit, measured="n/a", met=None)
-    return Target(
-        name=name,
-        limit=limit,
-        measured=f"{value:.3g}x",
-        met=value <= bound if below else value >= bound,
-    )
 
 
 def run_bench(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sbx.sandbox.limits import Limits
 from sbx.sandbox.result import ExecutionResult
 from sbx.tools.context import ToolContext
 from sbx.tools.observation import render_execution
@@ -19,8 +18,8 @@ from sbx.tools.registry import Tool, ToolFailure, ToolReturn, build_tool
 SESSION_KEY = "sandbox-session"
 
 
-def make_execute_python(limits: Limits) -> Tool:
-    """The `execute_python` tool, rendering against the policy's sandbox limits."""
+def make_execute_python() -> Tool:
+    """The `execute_python` tool (the sandbox's limits are the session's, not the tool's)."""
 
     def execute_python(code: str, ctx: ToolContext) -> ToolReturn:
         """Run Python code in this run's sandbox and return its stdout, stderr and any error.
@@ -36,8 +35,8 @@ def make_execute_python(limits: Limits) -> Tool:
         if ctx.runner is None:
             raise ToolFailure("no sandbox is available in this run")
         result = ctx.runner.run(code)
-        text = render_execution(result, limits=limits)
-        return ToolReturn(text=text, value=result, audit=audit_fields(result))
+        text = render_execution(result)
+        return ToolReturn(text=text, execution=result, audit=audit_fields(result))
 
     return build_tool(execute_python, sequential=SESSION_KEY)
 

@@ -1,0 +1,54 @@
+"""The bench's modes (one name each, shown in the table) and the targets judged from them."""
+
+from __future__ import annotations
+
+from sbx.sandbox.bench.stats import BenchReport, Target, ratio
+from sbx.sandbox.bench.workloads import PRINT_ONE
+
+HOST = "host python3 -c"
+FLOOR = "persistent floor"
+BASELINE = "docker run"
+FRESH = "sbx fresh"
+POOLED = "sbx fresh (pool)"
+SESSION = "sbx session"
+MODES = (HOST, FLOOR, BASELINE, FRESH, POOLED, SESSION)
+BURST = "sbx fresh (pool, burst)"
+BARE = "bare container (true)"
+"""Throughput only: a hardened `docker run --rm` of `true`, the engine's cost per container."""
+THROUGHPUT_MODES = (BARE, BASELINE, FRESH, POOLED, BURST, SESSION)
+
+
+def evaluate_targets(report: BenchReport) -> None:
+    """The issue's targets 1-4 as ratios (target 5, the gate, is added by the CLI)."""
+    one = PRINT_ONE.name
+    session_x = ratio(report.median(one, SESSION), report.median(one, FLOOR))
+    pooled_x = ratio(report.median(one, POOLED), report.median(one, BASELINE))
+    baseline_c4 = report.throughput.get(BASELINE, {}).get(4)
+    tput = ratio(report.throughput.get(POOLED, {}).get(4), baseline_c4)
+    burst = ratio(report.throughput.get(BURST, {}).get(4), baseline_c4)
+    rss = report.idle_memory.get("rss_sum")
+    report.targets = [
+        _target("session print(1) vs persistent floor", "<= 1.3x", session_x, 1.3, below=True),
+        _target("pooled fresh print(1) vs docker run", "<= 0.35x", pooled_x, 0.35, below=True),
+        _target("pooled fresh throughput at c=4 vs docker run", ">= 2x", tput, 2.0, below=False),
+        _target(
+            "  same, burst of pool-size runs from a full pool", ">= 2x", burst, 2.0, below=False
+        ),
+        Target(
+            name="idle pooled container resident memory (RSS sum)",
+            limit="<= 30 MiB",
+            measured="n/a" if rss is None else f"{rss:.1f} MiB",
+            met=None if rss is None else rss <= 30.0,
+        ),
+    ]
+
+
+def _target(name: str, limit: str, value: float | None, bound: float, *, below: bool) -> Target:
+    if value is None:
+        return Target(name=name, limit=limit, measured="n/a", met=None)
+    return Target(
+        name=name,
+        limit=limit,
+        measured=f"{value:.3g}x",
+        met=value <= bound if below else value >= bound,
+    )
