@@ -17,9 +17,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from sbx.sandbox.checks.common import CheckResult, Probe
 from sbx.sandbox.checks.probes import (
     ARTIFACT_PROBE,
     CPU_PROBE,
@@ -28,59 +29,14 @@ from sbx.sandbox.checks.probes import (
     NETWORK_PROBE,
     PRIVILEGE_PROBE,
 )
+from sbx.sandbox.checks.protocol import check_mountinfo, check_protocol
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.gc import owner_tag
 from sbx.sandbox.limits import Limits
-from sbx.sandbox.result import ExecutionResult
-from sbx.sandbox.session import Session, new_run_id, run_fresh
+from sbx.sandbox.session import Session
 
 CANARY_VARIABLE = "SBX_SELFTEST_CANARY"
-
-
-@dataclass(frozen=True, kw_only=True)
-class CheckResult:
-    """One line of the report."""
-
-    name: str
-    """Short id of the check, e.g. `network.interfaces`."""
-    passed: bool
-    """Whether the control held."""
-    tried: str
-    """What the probe attempted."""
-    happened: str
-    """What it observed."""
-
-
-@dataclass(kw_only=True)
-class Probe:
-    """What the checks share: the engine, the configuration under test, a scratch directory."""
-
-    engine: Engine
-    limits: Limits
-    image: str
-    scratch: Path
-    egress: bool = True
-    """Try real connections and DNS (off: list interfaces only, send nothing)."""
-
-    def fresh(self, code: str, limits: Limits | None = None) -> ExecutionResult:
-        """Run `code` in a new container with the configured (or given) limits."""
-        return run_fresh(
-            code,
-            limits=limits or self.limits,
-            image=self.image,
-            engine=self.engine,
-            output_dir=self.scratch / new_run_id(),
-        )
-
-    def facts(self, code: str) -> dict[str, object]:
-        """Run a probe that prints one JSON object, and parse it (empty dict if it did not)."""
-        result = self.fresh(code)
-        try:
-            parsed = json.loads(result.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            return {"error": (result.error.message if result.error else result.stderr)[:200]}
-        return parsed if isinstance(parsed, dict) else {}
 
 
 UNREACHABLE = ("Network is unreachable", "No route to host")
@@ -379,6 +335,7 @@ def run_selftest(
         batches: list[Callable[[], list[CheckResult]]] = [
             lambda: check_network(probe),
             lambda: check_privileges(probe),
+            lambda: [*check_protocol(probe), check_mountinfo(probe)],
             lambda: check_resources(probe),
             lambda: check_output(probe),
             lambda: check_isolation(probe),
@@ -398,3 +355,6 @@ def as_json(results: list[CheckResult]) -> str:
     return json.dumps(
         {"passed": all(r.passed for r in results), "checks": [asdict(r) for r in results]}, indent=2
     )
+
+
+__all__ = ["CheckResult", "Probe", "as_json", "run_selftest"]
