@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from conftest import TEST_IMAGE
 from sbx.agent.cli import bench as cli_bench
+from sbx.images.wheels import parse_lock
 from sbx.sandbox.bench import ds1000
 from sbx.sandbox.bench.ds1000 import (
     MEMORY,
@@ -32,6 +33,7 @@ from sbx.sandbox.bench.ds1000 import (
 )
 from sbx.sandbox.errors import InvalidInput
 from sbx.sandbox.result import ExecutionError, ExecutionResult
+from sbx.sandbox.session import run_fresh
 
 HARNESS = '''
 import pandas as pd
@@ -259,3 +261,30 @@ def test_three_records_run_end_to_end_in_fresh_sandboxes(engine: Any, tmp_path: 
     failing = {item["id"]: item for item in data["failing"]}
     assert "append" in failing[11]["detail"]
     assert failing[12]["cause"] == "AssertionError"
+
+
+PANDAS_2_TEXT_IDIOMS = '''
+import pandas as pd
+df = pd.DataFrame({"name": ["a", "b", "a"], "v": [1.0, 2.0, 3.0]})
+assert df["name"].dtype == "object", df["name"].dtype
+df.loc[0, "name"] = 1
+print(df.groupby("name", sort=False)["v"].sum().to_dict())
+'''
+"""Text columns as models use them (DS-1000 33, 61): pandas 3's `str` dtype refuses both."""
+
+
+def test_the_recipe_keeps_object_text_columns_on_a_pandas_that_honours_it() -> None:
+    images = Path(__file__).resolve().parent.parent / "images"
+    for dockerfile in ("Dockerfile", "Dockerfile.slim"):
+        assert "PANDAS_FUTURE_INFER_STRING=0" in (images / dockerfile).read_text(), dockerfile
+    wheels = {w.name.lower(): w.version for w in parse_lock((images / "requirements.lock")
+                                                            .read_text())}
+    assert wheels["pandas"].split(".")[0] == "3", "pandas 4 drops PANDAS_FUTURE_INFER_STRING"
+    assert "pandas>=3.1,<4" in (images / "requirements.in").read_text().split()
+
+
+@pytest.mark.docker
+def test_the_image_runs_pandas_2_text_idioms(engine: Any) -> None:
+    result = run_fresh(PANDAS_2_TEXT_IDIOMS, image=TEST_IMAGE, engine=engine)
+    assert result.ok, (result.error, result.stderr)
+    assert result.stdout.strip() == "{1: 1.0, 'b': 2.0, 'a': 3.0}"
