@@ -9,12 +9,12 @@ import click
 
 from sbx.agent.cli.errors import operator_errors
 from sbx.agent.cli.exec import limit_options, limits_from
-from sbx.sandbox.checks.selftest import CheckResult, as_json, run_selftest
+from sbx.sandbox.checks.selftest import Check, as_json, run_selftest
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.tools.text_safety import safe_json, safe_text
 
 
-def print_check(result: CheckResult) -> None:
+def print_check(result: Check) -> None:
     """One human-readable line: verdict, check, what was tried, what happened."""
     mark = click.style("pass", fg="green") if result.passed else click.style("FAIL", fg="red")
     if result.passed and result.limit:

@@ -1,4 +1,4 @@
-"""What every `sbx selftest` check shares: its result line and the probe that runs code."""
+"""What every check of `sbx selftest` and `sbx doctor` shares: one result type, one probe."""
 
 from __future__ import annotations
 
@@ -13,17 +13,19 @@ from sbx.sandbox.session import new_run_id, run_fresh
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckResult:
-    """One line of the report."""
+class Check:
+    """One line of a report: `sbx selftest`'s containment battery or `sbx doctor`'s host check."""
 
     name: str
-    """Short id of the check, e.g. `network.interfaces`."""
+    """Short id of the check, e.g. `network.interfaces` or `image`."""
     passed: bool
-    """Whether the control held."""
-    tried: str
-    """What the probe attempted."""
+    """Whether the control held (or the host is ready)."""
     happened: str
-    """What it observed."""
+    """What was observed."""
+    tried: str = ""
+    """What the probe attempted (empty when the check only looked)."""
+    fix: str = ""
+    """What to do when it failed."""
     limit: bool = False
     """Passed only as far as this runtime allows: a known limit (security.md names it), shown
     as `limit`, not `pass`, so an operator sees it without the battery failing."""
