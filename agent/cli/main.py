@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from sbx.agent.cli import ask, audit, bench, chat, image, selftest
+from sbx.agent.cli import ask, audit, bench, chat, image, keys, selftest, serve
 from sbx.agent.cli import exec as exec_commands
 
 
@@ -36,6 +36,8 @@ ask.register(cli)
 chat.register(cli)
 selftest.register(cli)
 bench.register(cli)
+serve.register(cli)
+keys.register(cli)
 
 
 def main() -> None:
