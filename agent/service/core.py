@@ -179,11 +179,14 @@ class Service:
         self._drain.start()
 
     def close(self) -> None:
-        """Cancel what still runs, remove every sandbox, close the audit log and the store."""
+        """After a drain's grace (if one began): cancel what still runs, remove every sandbox,
+        close the audit log and the store."""
         if self._closed:
             return
         self._closed = True
         self.gateway.draining = True
+        if self._drain is not None:
+            self._drain.join()  # runs get their grace; then the drain cancels the rest
         self.housekeeper.stop()
         try:
             self.runs.shutdown()
