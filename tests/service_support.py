@@ -222,10 +222,10 @@ class Server:
 
 
 def start_server(*, database: str, data_dir: Path, llm: ScriptedLLM, policy: Path,
-                 args: tuple[str, ...] = ()) -> Server:
+                 args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> Server:
     """Start `sbx serve` on a free port and wait for its listening line (not a sleep)."""
     env = {**os.environ, "OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": FAKE_KEY,
-           "SBX_MODEL": "scripted"}
+           "SBX_MODEL": "scripted", **(env or {})}
     env.pop("SBX_AUDIT_LOG", None)
     env.pop("SBX_DATABASE_URL", None)
     proc = subprocess.Popen(
@@ -262,16 +262,17 @@ def start_server(*, database: str, data_dir: Path, llm: ScriptedLLM, policy: Pat
 
 @pytest.fixture
 def serve(llm: ScriptedLLM, tmp_path: Path, engine: object) -> Iterator[Callable[..., Server]]:
-    """`serve(database, policy=..., args=..., data_dir=...)` starts a server; all are stopped
+    """`serve(database, policy=..., args=..., data_dir=..., env=...)` starts a server; all are stopped
     with SIGTERM at teardown and must exit 0."""
     started: list[Server] = []
 
     def start(database: str, *, policy: dict[str, dict[str, Any]] | None = None,
-              args: tuple[str, ...] = (), data_dir: Path | None = None) -> Server:
+              args: tuple[str, ...] = (), data_dir: Path | None = None,
+              env: dict[str, str] | None = None) -> Server:
         path = tmp_path / f"policy-{len(started)}.toml"
         path.write_text(policy_text(policy))
         server = start_server(database=database, data_dir=data_dir or tmp_path / "data",
-                              llm=llm, policy=path, args=args)
+                              llm=llm, policy=path, args=args, env=env)
         started.append(server)
         return server
 

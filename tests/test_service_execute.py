@@ -89,3 +89,20 @@ def test_an_artifact_is_served_only_from_its_own_runs_output(store, serve, llm):
                   "/etc/passwd", "table.csv"):
         refused = client.get(f"/v1/runs/{run}/artifacts/{trick}")
         assert refused.status_code == 404, trick
+
+
+@pytest.mark.docker
+def test_a_full_host_answers_503_with_retry_after(store, serve, llm, tmp_path):
+    server = serve(store, env={"SBX_MAX_SANDBOXES": "1", "SBX_HOST_WAIT": "0.5",
+                               "SBX_CAPACITY_DIR": str(tmp_path / "capacity")})
+    client = server.client(server.key("uma"))
+    conversation = client.post("/v1/conversations", json={}).json()["id"]
+    llm.script([tool_call("execute_python", code="x = 1"), assistant("Holding the sandbox.")])
+    run = client.post(f"/v1/conversations/{conversation}/questions",
+                      json={"question": "hold"}).json()["run_id"]
+    assert stream(client, run)[-1]["data"]["status"] == "completed"  # its sandbox stays held
+    busy = client.post("/v1/execute", json={"code": "print(1)"})
+    assert busy.status_code == 503, busy.text
+    assert int(busy.headers["retry-after"]) >= 1
+    assert busy.json()["type"].endswith("/busy") and "SBX_MAX_SANDBOXES" in busy.json()["detail"]
+    assert client.delete(f"/v1/conversations/{conversation}").status_code == 204

@@ -7,6 +7,7 @@ the other), as replicas on several hosts would share a volume.
 from __future__ import annotations
 
 import signal
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -28,13 +29,16 @@ def test_two_replicas_share_a_quota_of_two_conversations(postgres, serve, tmp_pa
     two = serve(postgres)
     key = one.key("grace", max_conversations=2)
     clients = [one.client(key), two.client(key)]
+    racers = 12
+    start = threading.Barrier(racers)
 
     def create(i: int) -> int:
+        start.wait()  # all at once, half on each replica
         return clients[i % 2].post("/v1/conversations", json={}).status_code
 
-    with ThreadPoolExecutor(max_workers=6) as pool:  # racing on both replicas at once
-        codes = sorted(pool.map(create, range(6)))
-    assert codes == [201, 201, 429, 429, 429, 429]
+    with ThreadPoolExecutor(max_workers=racers) as pool:
+        codes = sorted(pool.map(create, range(racers)))
+    assert codes == [201] * 2 + [429] * (racers - 2)
     for client in clients:
         assert client.post("/v1/conversations", json={}).status_code == 429
 

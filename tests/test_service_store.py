@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import text
 
 import service_support
-from sbx.agent.service.app import ENDPOINT_MODULES
+from sbx.agent.config import ServiceQuotas
 from sbx.agent.service.api import ROUTES
+from sbx.agent.service.app import ENDPOINT_MODULES
 from sbx.agent.service.openapi import openapi_document
+from sbx.agent.service.problems import Problem
+from sbx.agent.service.quotas import reserve_conversation
 from sbx.agent.service.store.db import Database
-from sbx.agent.service.store.models import Base
-from service_support import SBX
+from sbx.agent.service.store.keys import create_key
+from sbx.agent.service.store.models import Base, Conversation
+from service_support import SBX, wait_for
 
 store = service_support.store
+postgres = service_support.postgres
 pg_cluster = service_support.pg_cluster
 
 
@@ -85,3 +91,50 @@ def test_the_openapi_document_describes_every_route_and_forbids_unknown_fields()
     assert upload["multipart/form-data"]["schema"]["required"] == ["file"]
     assert paths["/healthz"]["get"]["security"] == []
     assert paths["/v1/execute"]["post"]["security"] == [{"bearer": []}]
+
+
+def _conversation(ident: str) -> Conversation:
+    return Conversation(id=ident, principal="key:zed", status="active", replica_id="r",
+                        datasets=[], model="m", limits={}, sandbox="none", message="",
+                        created_at=time.time(), last_active_at=time.time())
+
+
+def test_a_quota_check_waits_for_a_concurrent_reservation_to_commit(postgres):
+    db = Database.open(postgres)
+    db.migrate()
+    create_key(db, "zed")
+    quotas = ServiceQuotas(max_conversations=1)
+    reserved = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def waiting_on_a_lock() -> bool:
+        with db.read() as session:
+            return bool(session.scalar(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")))
+
+    def first() -> None:
+        with db.write() as session:
+            reserve_conversation(session, "key:zed", quotas)
+            session.add(_conversation("conv-000000000001"))
+            session.flush()
+            reserved.set()
+            outcome["second waited"] = wait_for(waiting_on_a_lock, timeout=30,
+                                                what="the second check to wait on the lock")
+
+    def second() -> None:
+        reserved.wait(30)
+        try:
+            with db.write() as session:
+                reserve_conversation(session, "key:zed", quotas)
+                session.add(_conversation("conv-000000000002"))
+            outcome["second"] = "reserved"
+        except Problem as problem:
+            outcome["second"] = problem.status
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    db.close()
+    assert outcome == {"second waited": True, "second": 429}
