@@ -71,8 +71,9 @@ class ServiceSettings(BaseModel):
     """Runs waiting for a worker; past it a question gets 503 with `Retry-After`."""
     max_body: Bytes = 1024**2
     """Largest JSON request body (uploads are bounded by the upload quota instead)."""
-    body_timeout: Seconds = 30.0
-    """Seconds a client may take between two chunks of its request body (then 408)."""
+    client_timeout: Seconds = 30.0
+    """Seconds a client may take to send a request's head (then the connection is closed),
+    and may pause between two chunks of its body (then 408)."""
     max_question_chars: int = Field(default=20_000, ge=1, le=1_000_000)
     """Longest question accepted."""
     models: list[str] = Field(default_factory=list)

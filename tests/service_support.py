@@ -262,8 +262,8 @@ def start_server(*, database: str, data_dir: Path, llm: ScriptedLLM, policy: Pat
 
 @pytest.fixture
 def serve(llm: ScriptedLLM, tmp_path: Path, engine: object) -> Iterator[Callable[..., Server]]:
-    """`serve(database, policy=..., args=..., data_dir=..., env=...)` starts a server; all are stopped
-    with SIGTERM at teardown and must exit 0."""
+    """`serve(database, policy=, args=, data_dir=, env=)` starts a server; all are stopped with
+    SIGTERM at teardown and must exit 0."""
     started: list[Server] = []
 
     def start(database: str, *, policy: dict[str, dict[str, Any]] | None = None,

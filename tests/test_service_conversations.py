@@ -1,4 +1,4 @@
-"""Acceptance 1 over real HTTP: upload, ask, follow up, stream, resume; another principal sees nothing.
+"""Acceptance 1 over real HTTP: upload, ask, follow up, stream, resume; others see nothing.
 
 A real `sbx serve` process (SQLite and PostgreSQL), real Docker, the real
 SDK against the scripted model, httpx as the client.
@@ -136,8 +136,7 @@ def test_another_principal_gets_404_for_everything_of_anothers(store, serve, llm
         "execute with it": bob.post("/v1/execute", json={"code": "print(1)",
                                                          "datasets": [dataset]}),
     }
-    assert {name: r.status_code for name, r in attempts.items()} == {
-        name: 404 for name in attempts}
+    assert {name: r.status_code for name, r in attempts.items()} == dict.fromkeys(attempts, 404)
     for response in attempts.values():
         assert response.headers["content-type"] == "application/problem+json"
         assert response.json()["status"] == 404

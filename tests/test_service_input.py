@@ -106,8 +106,11 @@ def test_names_and_ids_from_the_client_never_become_paths(store, serve):
 
 
 @pytest.mark.docker
-def test_a_client_that_stalls_mid_body_gets_408_and_the_connection_closes(store, serve):
-    server = serve(store, policy={"service": {"body_timeout": "1s"}})
+def test_a_client_that_stalls_gets_408_mid_body_and_is_disconnected_mid_headers(store, serve):
+    server = serve(store, policy={"service": {"client_timeout": "1s"}})
+    trickle = _raw(server.url, b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and no blank line
+    assert trickle == b""  # the server closed the connection: no answer, no held slot
+
     key = server.key("slow")
     head = (f"POST /v1/conversations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
             "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"datasets\"")

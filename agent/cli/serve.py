@@ -10,24 +10,18 @@ the process exits 0.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import logging
 import os
-import signal
 import socket
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import click
-import uvicorn
 
 from sbx.agent.cli.errors import fail
-from sbx.agent.service.app import create_app
 from sbx.agent.service.core import ServeOptions, Service
+from sbx.agent.service.server import serve_forever
 from sbx.agent.service.store.db import StoreError, data_dir
 from sbx.agent.transcript import TranscriptError
 from sbx.sandbox.config import DEFAULT_IMAGE
@@ -36,37 +30,7 @@ from sbx.sandbox.units import parse_duration
 from sbx.tools.audit import AuditError
 from sbx.tools.policy import PolicyError
 
-SHUTDOWN_MARGIN_S = 15
-"""Seconds past the grace for cancelled runs to end before open streams are cut."""
 _FILE = click.Path(path_type=Path, dir_okay=False)
-
-
-class DrainingServer(uvicorn.Server):
-    """uvicorn, with SIGTERM starting the service's drain, and a clean exit afterwards."""
-
-    def __init__(self, config: uvicorn.Config, *, service: Service, grace_s: float) -> None:
-        super().__init__(config)
-        self.service = service
-        self.grace_s = grace_s
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """Refuse changes, start the grace period, then let uvicorn stop accepting."""
-        self.service.begin_drain(self.grace_s)
-        super().handle_exit(sig, frame)
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        """Handle SIGINT and SIGTERM while serving; do not re-raise them afterwards (exit 0)."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {sig: signal.signal(sig, self.handle_exit)
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
 
 @click.command("serve")
@@ -109,6 +73,8 @@ def serve_command(host: str, port: int, policy: Path | None, database: str | Non
         fail(f"--grace: {exc}", 2)
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for chatty in ("httpx", "httpx2", "alembic"):  # one line per model request / migration step
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
@@ -126,16 +92,10 @@ def serve_command(host: str, port: int, policy: Path | None, database: str | Non
     if not _loopback(host):
         click.echo(f"sbx serve: warning: bound to {host}, not loopback: anyone who can reach "
                    "it can try keys; terminate TLS in front of it", err=True)
-    config = uvicorn.Config(
-        create_app(service), lifespan="on", log_config=None, access_log=False,
-        timeout_keep_alive=5, timeout_graceful_shutdown=int(grace_s) + SHUTDOWN_MARGIN_S,
-        limit_concurrency=512, h11_max_incomplete_event_size=64 * 1024,
-    )
     click.echo(f"sbx serve: listening on http://{url_host}:{bound} (replica "
                f"{options.replica_id}, store {service.db.display}, data {service.paths.root}, "
                f"audit {service.app.audit.path})", err=True)
-    DrainingServer(config, service=service, grace_s=grace_s).run(sockets=[sock])
-    service.close()  # idempotent: the lifespan closed it unless uvicorn failed to start
+    serve_forever(service, sock, grace_s=grace_s)
     click.echo("sbx serve: stopped; every sandbox removed, audit log closed", err=True)
 
 

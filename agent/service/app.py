@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
@@ -55,7 +55,7 @@ def create_app(service: Service) -> ASGIApp:
         routes=[*starlette_routes(ROUTES), Route("/openapi.json", openapi, methods=["GET"])],
         exception_handlers={
             Problem: _problem, HTTPException: _http_error, BodyTooLarge: _too_large,
-            BodyTimeout: _body_timeout, Exception: _internal,
+            BodyTimeout: _client_timeout, ClientDisconnect: _gone, Exception: _internal,
         },
         lifespan=lifespan,
     )
@@ -98,9 +98,14 @@ async def _too_large(request: Request, exc: Exception) -> Response:
                    headers={"Connection": "close"}).response(_request_id(request))
 
 
-async def _body_timeout(request: Request, exc: Exception) -> Response:
+async def _client_timeout(request: Request, exc: Exception) -> Response:
     return Problem(408, "body-timeout", f"{exc}; send the body without pauses",
                    headers={"Connection": "close"}).response(_request_id(request))
+
+
+async def _gone(request: Request, exc: Exception) -> Response:
+    """The client hung up mid-body: nobody will read the answer, and nothing failed here."""
+    return Response(status_code=400, headers={"Connection": "close"})
 
 
 async def _internal(request: Request, exc: Exception) -> Response:

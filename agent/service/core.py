@@ -110,7 +110,7 @@ class Service:
                                max_running=self.settings.max_running,
                                max_queued=self.settings.max_queued)
         self.gateway = GatewayState(max_body=self.settings.max_body,
-                                    body_timeout=self.settings.body_timeout, observer=observer)
+                                    client_timeout=self.settings.client_timeout, observer=observer)
         self.housekeeper = Housekeeper(self)
         self._closed = False
         self._drain: threading.Thread | None = None
@@ -179,8 +179,10 @@ class Service:
         self._drain.start()
 
     def close(self) -> None:
-        """After a drain's grace (if one began): cancel what still runs, remove every sandbox,
-        close the audit log and the store."""
+        """Cancel what still runs (after a drain's grace), remove every sandbox, close all.
+
+        The audit log and the store are closed last; calling it again does nothing.
+        """
         if self._closed:
             return
         self._closed = True

@@ -7,7 +7,7 @@ For each request, in order:
     draining          after SIGTERM, anything but GET/HEAD gets 503 + Retry-After
     body bounds       a declared `Content-Length` over the route's limit is 413 before a byte
                       is read; a chunked body is counted as it arrives (413), and a client
-                      that pauses longer than `body_timeout` mid-body gets 408
+                      that pauses longer than `client_timeout` mid-body gets 408
     errors            anything unexpected is logged with the request id and answered as a
                       500 problem: never a traceback
     observer          `request_finished(...)` with method, path, status and duration: the
@@ -57,7 +57,7 @@ class GatewayState:
 
     max_body: int
     """Byte limit of request bodies (routes in `unbounded` excepted)."""
-    body_timeout: float
+    client_timeout: float
     """Seconds a client may pause between two chunks of its body."""
     observer: Observer
     """Told about every request when it ends."""
@@ -139,7 +139,7 @@ class Gateway:
     def _bounded_receive(self, scope: Scope, receive: Receive) -> Receive:
         """`receive` counting body bytes against the limit and timing out pauses mid-body."""
         limit = self._limit(scope)
-        timeout = self.state.body_timeout
+        timeout = self.state.client_timeout
         received = 0
         complete = False
 
