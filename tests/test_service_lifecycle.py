@@ -145,3 +145,34 @@ def test_an_idle_conversation_releases_its_sandbox_and_the_next_question_is_told
     asked = llm.requests[-2]
     assert asked.messages[-1]["content"].startswith(RESET_NOTE)
     assert "NameError" in llm.requests[-1].last_tool_message
+
+
+@pytest.mark.docker
+def test_cancel_ends_the_run_removes_its_sandbox_and_the_conversation_goes_on(
+    store, serve, llm, engine
+):
+    server = serve(store)
+    client = server.client(server.key("mike"))
+    llm.script([tool_call("execute_python", code="x = 1\n" + SLEEP),
+                tool_call("execute_python", code="print(x)"), assistant("x is gone.")])
+    conversation, run = _start_run(client)
+    _until_tool_call(client, run)
+    wait_for(lambda: managed_containers(engine, f"{RUN_ID_LABEL}={run}"), what="the sandbox")
+    busy = client.post(f"/v1/conversations/{conversation}/questions", json={"question": "more"})
+    assert busy.status_code == 409 and run in busy.json()["detail"]  # one question at a time
+
+    assert client.post(f"/v1/runs/{run}/cancel").status_code == 202
+    events = stream(client, run)
+    assert events[-1]["data"]["status"] == "cancelled"
+    assert client.get(f"/v1/runs/{run}").json()["status"] == "cancelled"
+    wait_for(lambda: not managed_containers(engine, f"{RUN_ID_LABEL}={run}"),
+             what="the cancelled run's sandbox to be removed")
+    assert client.post(f"/v1/runs/{run}/cancel").status_code == 409  # it has ended
+
+    after = client.post(f"/v1/conversations/{conversation}/questions",
+                        json={"question": "What is x?"}).json()["run_id"]
+    assert stream(client, after)[0]["data"]["sandbox_reset"] is True
+    assert "NameError" in llm.requests[-1].last_tool_message
+    ready = server.client().get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["checks"] == {"engine": "ok", "store": "ok", "disk": "ok"}
