@@ -256,6 +256,7 @@ def start_server(*, database: str, data_dir: Path, llm: ScriptedLLM, policy: Pat
         reader.join(10)
         pytest.fail("sbx serve did not start:\n" + "".join(lines))
     url = line.split("listening on ", 1)[1].split()[0]
+    assert url.startswith("http://127.0.0.1:"), url  # loopback unless told otherwise
     return Server(proc=proc, url=url, database=database, data_dir=data_dir, pump=reader,
                   lines=lines)
 

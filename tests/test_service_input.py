@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import stat
 from urllib.parse import urlsplit
 
 import pytest
@@ -89,6 +90,8 @@ def test_names_and_ids_from_the_client_never_become_paths(store, serve):
     assert stored.json()["name"] == "evil_name_rm_-rf.csv"
     dataset = stored.json()["id"]
     assert (server.data_dir / "datasets" / dataset / "evil_name_rm_-rf.csv").is_file()
+    assert stat.S_IMODE(server.data_dir.stat().st_mode) == 0o700  # private to the server
+    assert stat.S_IMODE((server.data_dir / "datasets" / dataset).stat().st_mode) == 0o700
     assert _problem(upload(client, "..", b"a\n1\n"), 415)["type"].endswith("unsupported-format")
     _problem(upload(client, "tool.exe", b"MZ"), 415)
     _problem(upload(client, "fake.parquet", b"a,b\n1,2\n"), 422)  # not what its name says

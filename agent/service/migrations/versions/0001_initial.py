@@ -18,6 +18,12 @@ depends_on = None
 
 def upgrade() -> None:
     """Create every table of the service."""
+    _keys_and_datasets()
+    _conversations_and_runs()
+    _events_artifacts_and_replicas()
+
+
+def _keys_and_datasets() -> None:
     op.create_table(
         "api_keys",
         sa.Column("name", sa.String(64), primary_key=True),
@@ -42,6 +48,9 @@ def upgrade() -> None:
         sa.Column("preview", sa.Text, nullable=False),
         sa.Column("created_at", sa.Float, nullable=False),
     )
+
+
+def _conversations_and_runs() -> None:
     op.create_table(
         "conversations",
         sa.Column("id", sa.String(32), primary_key=True),
@@ -76,6 +85,9 @@ def upgrade() -> None:
         sa.Column("ended_at", sa.Float, nullable=True),
         sa.Index("ix_runs_principal_created", "principal", "created_at"),
     )
+
+
+def _events_artifacts_and_replicas() -> None:
     op.create_table(
         "events",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
