@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from starlette.responses import Response
 
 from sbx.agent.config import AppConfig
@@ -90,8 +90,9 @@ def _run(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, cod
             "error" if outcome.failed else "ok")
         artifacts = tuple(artifact.path for artifact in outcome.artifacts)
         message = text.splitlines()[0] if text else ""
-    except HostBusy as exc:
-        _record(call, run_id, "error", f"HostBusy: {exc}", None, 0.0, ())
+    except HostBusy as exc:  # nothing ran: the attempt costs no run of the hourly quota
+        with service.db.write() as session:
+            session.execute(delete(Run).where(Run.id == run_id))
         raise unavailable(f"the host is at its sandbox cap: {exc}", HOST_BUSY_RETRY_S) from None
     except Exception as exc:
         _record(call, run_id, "error", f"{type(exc).__name__}: {exc}", None, 0.0, ())
