@@ -1,6 +1,5 @@
 """`sbx serve`: the HTTP face of sbx, one job per module.
 
-
     server.py         uvicorn: SIGTERM drain, a deadline for each request's head
     app.py            the Starlette application, its routes and problem answers
     middleware.py     Gateway: the one place every request passes (request id, bounds, errors)
