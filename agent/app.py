@@ -27,11 +27,13 @@ from sbx.agent.config import AppConfig
 from sbx.agent.conversation import Conversation, ConversationSpec, new_conversation_id
 from sbx.agent.events import ConversationStart, EventSink
 from sbx.agent.model import ModelClient
-from sbx.agent.settings import Endpoint
+from sbx.agent.settings import Endpoint, SettingsError
 from sbx.agent.state import RunResult
 from sbx.agent.transcript import Transcript
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.errors import InvalidInput
+from sbx.sandbox.files import data_mounts
 from sbx.sandbox.pool import Pool
 from sbx.sandbox.pool_config import PoolConfig
 from sbx.sandbox.session import new_run_id
@@ -97,7 +99,15 @@ class App(Closing):
         endpoint: Endpoint,
         transcript: Path | None = None,
     ) -> Conversation:
-        """Open a conversation: its transcript, its model client; its sandbox at first use."""
+        """Open a conversation: its transcript, its model client; its sandbox at first use.
+
+        Data the sandbox's user could not read is a `SettingsError` now, before
+        anything runs (host-side tools must never read more than the sandbox can).
+        """
+        try:
+            data_mounts(list(spec.data))
+        except InvalidInput as exc:
+            raise SettingsError(str(exc)) from None
         conversation_id = spec.conversation_id or new_conversation_id()
         spec = ConversationSpec(**{**vars(spec), "conversation_id": conversation_id})
         path = transcript or RUNS_DIR / f"{conversation_id}.jsonl"

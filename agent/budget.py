@@ -6,12 +6,15 @@ request that would pass the cap is never made). `before_tools` runs after a
 reply asks for tools and before any of them runs: calls per turn, calls per
 run, wall time, tokens. A reply that answers is accepted even if it was the
 one that used the last tokens: the request was allowed, and its answer was
-paid for. Work already in flight (one model request, one execution) is bounded
-by its own timeout, not interrupted.
+paid for. Work already in flight (one execution) is bounded by its own
+timeout, not interrupted; a model request, its retries and their waits are
+given only the run's remaining time (`remaining_s`), and `model_ending` turns
+the model client's `OutOfTime` into `time_limit`.
 """
 
 from __future__ import annotations
 
+from sbx.agent.model import ModelError, OutOfTime
 from sbx.agent.settings import Budget
 from sbx.agent.state import Ending, RunState
 
@@ -33,6 +36,24 @@ def time_ending(state: RunState, budget: Budget, now: float) -> Ending | None:
             "(--max-time)"
         ),
     )
+
+
+def model_ending(state: RunState, budget: Budget, error: ModelError, *, now: float) -> Ending:
+    """How a failed model request ends the run: `time_limit` when time ran out, else `model_error`.
+
+    A retry the endpoint asked for (`Retry-After`) that would not fit in the time left
+    ends the run at once, as `time_limit`, rather than sleeping into the limit.
+    """
+    ended = time_ending(state, budget, now)
+    if ended is not None:
+        return ended
+    if isinstance(error, OutOfTime):
+        message = (
+            f"The model request could not finish within max_wall_time of "
+            f"{budget.max_wall_time:g} s: {error} (--max-time)"
+        )
+        return Ending(status="time_limit", message=message)
+    return Ending(status="model_error", message=f"Model request failed: {error}")
 
 
 def before_request(

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sbx.agent.settings import FLAG_NAMES, AgentSettings, SettingsError, apply_flags
 from sbx.sandbox.limits import Bytes, Limits, Seconds
+from sbx.tools.custom import custom_tools
 from sbx.tools.policy import Policy, PolicyError, default_policy_path
 from sbx.tools.toml_lines import key_lines, line_of
 
@@ -116,7 +117,9 @@ class AppConfig:
         try:
             return replace(self, settings=apply_flags(self.settings, flags))
         except ValidationError as exc:
-            raise SettingsError(describe_validation_error(exc, prefix="--")) from None
+            raise SettingsError(
+                "invalid value for " + describe_validation_error(exc, prefix="--")
+            ) from None
 
     def with_limits(self, overrides: Mapping[str, Any]) -> AppConfig:
         """The sandbox limits with command-line overrides applied (None means not given)."""
@@ -126,7 +129,9 @@ class AppConfig:
         try:
             limits = Limits.model_validate({**self.limits.model_dump(), **given})
         except ValidationError as exc:
-            raise SettingsError(describe_validation_error(exc, prefix="--")) from None
+            raise SettingsError(
+                "invalid value for " + describe_validation_error(exc, prefix="--")
+            ) from None
         return replace(self, limits=limits)
 
 
@@ -144,12 +149,17 @@ def load_config(path: Path | None = None) -> AppConfig:
     sandbox = data.pop("sandbox", {})
     agent = data.pop("agent", {})
     service = data.pop("service", {})
+    policy = _validate(Policy, data, (), source, text)
+    try:
+        custom_tools(policy)  # a bad `entry` is the operator's error now, not at the first call
+    except PolicyError as exc:
+        raise PolicyError(f"{source}: {exc}") from None
     return AppConfig(
         source=source,
         service=_validate(ServiceSettings, service, ("service",), source, text),
         limits=_validate(Limits, sandbox, ("sandbox",), source, text),
         settings=_validate(AgentSettings, agent, ("agent",), source, text),
-        policy=_validate(Policy, data, (), source, text),
+        policy=policy,
     )
 
 

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sbx.agent.asking import PendingInput, answer_message
 from sbx.agent.config import AppConfig
 from sbx.agent.events import Event, EventSink, RunEnd, RunError, RunStart
 from sbx.agent.loop import run
-from sbx.agent.model import ModelClient, Usage
+from sbx.agent.model import ModelClient, TokenUsage
 from sbx.agent.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.state import RunResult, SandboxUsage
 from sbx.agent.transcript import Transcript
@@ -41,6 +42,8 @@ from sbx.sandbox.pool import Pool
 from sbx.sandbox.session import new_run_id
 from sbx.sandbox.units import format_size
 from sbx.tools.audit import AuditError, AuditLog
+from sbx.tools.builtin.ask_user import bounded_answer
+from sbx.tools.context import Operator
 from sbx.tools.gate import ToolGate
 
 logger = logging.getLogger(__name__)
@@ -73,6 +76,11 @@ class ConversationSpec:
     """Shown first in the progress and kept in the transcript (the demo's "scripted model")."""
     conversation_id: str | None = None
     """A chosen id (the service's); a new one when None."""
+    operator: Operator | None = None
+    """Who answers the model's `ask_user` at once (the CLI's terminal prompt); None: no one."""
+    defer_questions: bool = False
+    """Without an operator, `ask_user` ends the run `needs_input` and `answer()` continues it;
+    with neither, the model is not offered `ask_user`."""
 
 
 class Conversation(Closing):
@@ -98,7 +106,8 @@ class Conversation(Closing):
         self.workspace = Workspace(
             spec=WorkspaceSpec(
                 owner_id=self.id, principal=spec.principal, data=spec.data, output=spec.output,
-                output_root=spec.output_root,
+                output_root=spec.output_root, operator=spec.operator,
+                defer_questions=spec.defer_questions,
             ),
             config=config, audit=audit, pool=pool, image=image,
         )
@@ -109,6 +118,8 @@ class Conversation(Closing):
         self._gate: ToolGate | None = None
         self.runs: list[RunResult] = []
         """Every run's result, in order."""
+        self.pending: PendingInput | None = None
+        """The last run ended `needs_input`: `answer()` continues it (a new question drops it)."""
 
     # ------------------------------------------------------------ subscribers
 
@@ -145,6 +156,38 @@ class Conversation(Closing):
             self.runs.append(result)
             return result
 
+    def answer(self, answer: str, *, run_id: str | None = None) -> RunResult:
+        """Continue the run that ended `needs_input` with the user's answer: a new run.
+
+        The sandbox is the same one if it is still alive (variables kept), else a
+        fresh one and the model is told (`RESET_NOTE`). The new run's records
+        (transcript `run_start`, audit `run_start` and `user_answer`) name the run
+        it continues. Raises `ValueError` when no run is waiting for an answer.
+        """
+        with self._lock:
+            pending = self.pending
+            if pending is None:
+                raise ValueError("no run of this conversation is waiting for an answer")
+            run_id = run_id or new_run_id()
+            text = bounded_answer(answer)
+            try:
+                result = self._run(answer_message(pending, text), run_id, continues=pending,
+                                   answer=text)
+            except KeyboardInterrupt:
+                result = self._cancelled(run_id)
+            self.runs.append(result)
+            return result
+
+    def restore(self, messages: list[dict[str, Any]], pending: PendingInput, *, lost: bool) -> None:
+        """Take up a conversation from its record (a new process): its messages, its question.
+
+        `lost`: code ran in the sandbox that is gone now, so the model is told.
+        """
+        with self._lock:
+            self._messages = list(messages)
+            self.pending = pending
+            self.workspace.reset_pending = lost
+
     def cancel(self) -> None:
         """Cancel the run in progress from another thread: its sandbox is removed."""
         gate = self._gate
@@ -174,22 +217,33 @@ class Conversation(Closing):
 
     # ------------------------------------------------------------ internals
 
-    def _run(self, question: str, run_id: str) -> RunResult:
+    def _run(
+        self, question: str, run_id: str, *, continues: PendingInput | None = None,
+        answer: str | None = None,
+    ) -> RunResult:
         """Open the gate for one run, run the loop, settle the history, close the gate."""
-        gate = self.workspace.open_gate(run_id)
+        self.pending = None
+        gate = self.workspace.open_gate(run_id, continues=continues.run_id if continues else None)
         self._gate = gate
         reason = "error"
         try:
             prompt = self._system_prompt(gate)
             reset = self.workspace.take_reset() and bool(self._messages)
             asked = f"{RESET_NOTE}\n\n{question}" if reset else question
-            self.emit(self._run_start(run_id, question, prompt, gate, reset=reset))
+            start = self._run_start(run_id, question, prompt, gate, reset=reset)
+            if continues is not None:
+                start = start.model_copy(update={"continues": continues.run_id})
+                gate.record_answer(continues=continues.run_id, question=continues.question,
+                                   answer=answer or "")
+            self.emit(start)
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
             )
             reason = result.status
             self._messages = settle(list(result.messages), result.status)
+            if result.status == "needs_input" and result.question is not None:
+                self.pending = PendingInput(run_id=run_id, question=result.question)
         except KeyboardInterrupt:
             reason = "cancelled"
             raise
@@ -213,6 +267,7 @@ class Conversation(Closing):
                 tools=gate.enabled_names(),
                 timeout_s=limits.timeout,
                 memory=format_size(limits.memory),
+                tool_format=self.config.settings.tool_format,
             )
         return self._prompt
 
@@ -244,7 +299,7 @@ class Conversation(Closing):
         result = RunResult(
             run_id=run_id, status="cancelled", answer=None,
             message="Cancelled by the operator (Ctrl-C or SIGTERM)", turns=0, tool_calls=0,
-            usage=Usage(), duration_s=0.0, artifacts=(), sandbox=SandboxUsage(),
+            usage=TokenUsage(), duration_s=0.0, artifacts=(), sandbox=SandboxUsage(),
             messages=tuple(self._messages),
         )
         self.emit(RunEnd.model_validate({"run_id": run_id, **result.as_dict()}))

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from sbx.agent.model import ToolCallRequest
-from sbx.tools.gate import ToolGate, ToolOutcome
+from sbx.tools.gate import ToolGate
+from sbx.tools.outcome import ToolOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,10 @@ class ToolDispatcher:
 
     def _run_group(self, calls: list[ToolCallRequest]) -> list[ToolOutcome]:
         return [
-            self._gate.call(name=call.name, arguments=call.arguments, call_id=call.id)
+            self._gate.call(
+                name=call.name, arguments=call.arguments, call_id=call.id,
+                model_call_id=call.model_id,
+            )
             for call in calls
         ]
 

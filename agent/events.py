@@ -67,6 +67,8 @@ class RunStart(_Event):
     principal: str | None = None
     sandbox_reset: bool = False
     """The sandbox was replaced since the previous run: earlier variables are gone."""
+    continues: str | None = None
+    """The run this one continues with the user's answer (it ended `needs_input`)."""
 
 
 class MessageAdded(_Event):
@@ -95,6 +97,9 @@ class ToolResult(_Event):
     type: Literal["tool_result"] = "tool_result"
     turn: int
     call_id: str
+    """The id the model's `tool` message carries."""
+    audit_id: str | None = None
+    """The gate's own id of the call (`<run_id>-c<n>`): what keys the audit records."""
     name: str
     status: str
     failed: bool

@@ -3,7 +3,11 @@
 The observation text itself is the tools layer's (one renderer, G7); the
 agent adds nothing to it. What the agent adds is one harness message after a
 tool fails the same way `REPEAT_LIMIT` times in a row, telling the model to
-change approach (smolagents' "try a completely different approach").
+change approach (smolagents' "try a completely different approach"). It is
+the gentle first step; the gate's circuit breaker (`sbx.tools.breaker`,
+`quotas.max_identical_failures`, 5 by default) is the stop, and counts "the
+same way" with the same signature. When the breaker trips on a call, its
+observation already says so and no notice is added.
 
 An `execute_python` outcome carries its `ExecutionResult` (`ToolOutcome.execution`),
 typed by the tools layer, so the loop reads the error, the artifacts and the
@@ -16,20 +20,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sbx.agent.state import RunState
-from sbx.tools.gate import ToolOutcome
+from sbx.tools.breaker import BREAKER_RULE
+from sbx.tools.breaker import failure_signature as breaker_signature
+from sbx.tools.outcome import ToolOutcome
 
 REPEAT_LIMIT = 3
 
 
 def failure_signature(outcome: ToolOutcome) -> str | None:
-    """What makes two failures "the same": the error type and message, else the first line."""
-    if not outcome.failed:
-        return None
-    execution = outcome.execution
-    if execution is not None and execution.error is not None:
-        return f"{execution.error.type}: {execution.error.message}"
-    lines = [line for line in outcome.text.splitlines() if line.strip()]
-    return f"{outcome.status}: {lines[0] if lines else ''}"
+    """What makes two failures "the same": the gate's breaker's definition, so both agree."""
+    return breaker_signature(outcome.status, outcome.text, outcome.execution)
 
 
 def artifact_paths(outcome: ToolOutcome) -> list[str]:
@@ -55,7 +55,7 @@ def repeated_failure_notices(state: RunState, outcomes: Sequence[ToolOutcome]) -
         previous, count = state.failure_streaks.get(outcome.name, ("", 0))
         count = count + 1 if previous == signature else 1
         state.failure_streaks[outcome.name] = (signature, count)
-        if count % REPEAT_LIMIT == 0:
+        if count % REPEAT_LIMIT == 0 and outcome.rule != BREAKER_RULE:
             notices.append(notice_text(outcome.name, signature, count))
     return notices
 

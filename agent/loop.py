@@ -1,8 +1,8 @@
 """The agent loop: ask the model, run the tools it asks for through the gate, repeat (G1).
 
 `run` is the whole loop; `take_turn` is one model request and what follows
-from it, and ends in one of three next steps (`FinalAnswer`, `RunTools`,
-`EmptyReply`). Each way out is an `Ending` with a status from the closed set
+from it, and ends in one of four next steps (`FinalAnswer`, `CutOff`,
+`RunTools`, `EmptyReply`). Each way out is an `Ending` with a status from the closed set
 in `agent.state`. Errors the model can fix are observations (the gate never
 raises for them); errors the operator must fix (sandbox, audit log) propagate
 as exceptions and stop the run. The loop never imports `sandbox`: the code
@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sbx.agent.budget import before_request, before_tools, remaining_s, time_ending
+from sbx.agent.asking import awaiting_input
+from sbx.agent.budget import before_request, before_tools, model_ending, remaining_s
 from sbx.agent.compaction import estimate_tokens, shorten_observations
 from sbx.agent.dispatch import ToolDispatcher
 from sbx.agent.events import (
@@ -38,7 +39,8 @@ from sbx.agent.feedback import artifact_paths, count_execution, repeated_failure
 from sbx.agent.model import ModelClient, ModelError, ModelReply, ToolCallRequest
 from sbx.agent.settings import AgentSettings
 from sbx.agent.state import Ending, Observation, RunResult, RunState
-from sbx.tools.gate import ToolGate, ToolOutcome
+from sbx.tools.gate import ToolGate
+from sbx.tools.outcome import ToolOutcome
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,18 @@ class FinalAnswer:
 
     text: str
     """The answer, as the model wrote it."""
+
+
+@dataclass(frozen=True)
+class CutOff:
+    """Text without tool calls that the endpoint says was cut off: not an answer."""
+
+    finish_reason: str
+    """`length` (the endpoint's output limit) or `content_filter`."""
+
+
+CUT_OFF = frozenset({"length", "content_filter"})
+"""Finish reasons that mean the text stopped before the model was done."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +79,7 @@ class EmptyReply:
     """Why the model stopped, as the endpoint said."""
 
 
-NextStep = FinalAnswer | RunTools | EmptyReply
+NextStep = FinalAnswer | CutOff | RunTools | EmptyReply
 
 
 def run(
@@ -120,16 +134,17 @@ def take_turn(
     ending = before_request(state, budget, now=time.monotonic(), prompt_estimate=estimate)
     if ending is not None:
         return ending
-    timeout = min(settings.request_timeout, remaining_s(state, budget, time.monotonic()))
+    timeout = remaining_s(state, budget, time.monotonic())  # retries included
     try:
         reply = model.complete(state.messages, tools, timeout=max(timeout, 0.001))
     except ModelError as exc:
-        late = time_ending(state, budget, time.monotonic())
-        return late or Ending(status="model_error", message=f"Model request failed: {exc}")
+        return model_ending(state, budget, exc, now=time.monotonic())
     record_reply(state, reply, emit)
     match next_step(reply):
         case FinalAnswer(text=text):
             return Ending(status="completed", message="The model answered.", answer=text)
+        case CutOff(finish_reason=reason):
+            return Ending(status="truncated", message=cut_off_message(reason))
         case EmptyReply(finish_reason=reason):
             said = f"finish_reason={reason!r}"
             message = f"The model replied with neither text nor tool calls ({said})"
@@ -140,7 +155,7 @@ def take_turn(
                 return ending
             outcomes = dispatcher.run(calls)
             record_outcomes(state, outcomes, emit)
-            return halted(outcomes)
+            return halted(outcomes) or awaiting_input(outcomes)
     raise TypeError(f"Unknown next step for reply {reply!r}")  # pragma: no cover
 
 
@@ -148,9 +163,21 @@ def next_step(reply: ModelReply) -> NextStep:
     """What the reply asks the loop to do."""
     if reply.tool_calls:
         return RunTools(calls=reply.tool_calls)
+    if reply.finish_reason in CUT_OFF:
+        return CutOff(finish_reason=str(reply.finish_reason))
     if reply.content and reply.content.strip():
         return FinalAnswer(text=reply.content)
     return EmptyReply(finish_reason=reply.finish_reason)
+
+
+def cut_off_message(reason: str) -> str:
+    """Why a cut-off reply is no answer, and what to change."""
+    if reason == "length":
+        return (
+            "The model's answer was cut off at the endpoint's output limit "
+            "(finish_reason='length'); raise the endpoint's max_tokens or ask for a shorter answer"
+        )
+    return f"The model's answer was cut off by the endpoint (finish_reason={reason!r})"
 
 
 def add_message(state: RunState, message: dict[str, Any], emit: EventSink) -> None:
@@ -197,6 +224,7 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
                 run_id=state.run_id,
                 turn=state.turns,
                 call_id=outcome.call_id,
+                audit_id=outcome.audit_id,
                 name=outcome.name,
                 status=outcome.status,
                 failed=failed,
@@ -245,6 +273,7 @@ def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
         artifacts=tuple(dict.fromkeys(state.artifacts)),  # a file rewritten is listed once
         sandbox=state.sandbox,
         messages=tuple(state.messages),
+        question=ending.question if ending.status == "needs_input" else None,
     )
     emit(RunEnd.model_validate(result.as_dict()))
     return result

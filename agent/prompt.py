@@ -40,11 +40,27 @@ def load_template() -> tuple[str, str]:
     return body, found.group(1) if found else "unversioned"
 
 
+def load_section(tool_format: str) -> str:
+    """How to run code in one tool format: `tools_native.md` or `tools_text.md` (same version)."""
+    name = "tools_text.md" if tool_format == "text" else "tools_native.md"
+    return resources.files("sbx.agent").joinpath(f"prompts/{name}").read_text(encoding="utf-8")
+
+
 def build_system_prompt(
-    *, data: Sequence[Path], tools: Sequence[str], timeout_s: float, memory: str
+    *,
+    data: Sequence[Path],
+    tools: Sequence[str],
+    timeout_s: float,
+    memory: str,
+    tool_format: str = "native",
 ) -> SystemPrompt:
-    """Fill the template with the data summary, the enabled tools and the sandbox's limits."""
+    """Fill the template with the data summary, the enabled tools and the sandbox's limits.
+
+    `tool_format` picks the section that says how to run code: native tool calls, or
+    fenced ```python blocks for models without tool calling (`--tool-format text`).
+    """
     body, version = load_template()
+    body = body.replace("$how_to_run", load_section(tool_format).strip())
     text = Template(body).substitute(
         tools=", ".join(f"`{name}`" for name in tools) or "(no tools)",
         data=summarize_data(data),

@@ -11,7 +11,10 @@ them. Every way out of the loop is one of the `Status` values (G3):
     tool_limit    a reply asked for more tool calls than a turn or the run may make
     gate_halt     the tool gate halted the run (a policy event an operator must see,
                   e.g. too many denied calls); no tool can run any more
-    model_error   the endpoint failed after the SDK's retries, or replied unusably
+    truncated     the model's answer was cut off (finish_reason `length` or `content_filter`)
+    needs_input   the model asked the user (`ask_user`) and no one could answer now: the
+                  result carries the question; the face continues the run with the answer
+    model_error   the endpoint failed after its retries, or replied unusably
     cancelled     Ctrl-C (or SIGTERM)
 
 Only `completed` carries an answer; a budget end is never presented as one.
@@ -23,7 +26,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sbx.agent.model import Usage
+from sbx.agent.model_reply import TokenUsage
 
 Status = Literal[
     "completed",
@@ -32,6 +35,8 @@ Status = Literal[
     "token_limit",
     "tool_limit",
     "gate_halt",
+    "truncated",
+    "needs_input",
     "model_error",
     "cancelled",
 ]
@@ -97,7 +102,7 @@ class RunState:
     """Model requests made (answered or not)."""
     tool_calls: int = 0
     """Tool calls sent to the gate, whatever their verdict."""
-    usage: Usage = field(default_factory=Usage)
+    usage: TokenUsage = field(default_factory=TokenUsage)
     """Tokens used so far, summed from every reply's usage."""
     observations: list[Observation] = field(default_factory=list)
     """Every tool message appended, oldest first."""
@@ -121,6 +126,8 @@ class Ending:
     """For limits: which limit, its value and the flag that changes it."""
     answer: str | None = None
     """The model's answer; set only with `completed`."""
+    question: str | None = None
+    """The model's question to the user; set only with `needs_input`."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -139,7 +146,7 @@ class RunResult:
     """Model requests made."""
     tool_calls: int
     """Tool calls made."""
-    usage: Usage
+    usage: TokenUsage
     """Tokens used."""
     duration_s: float
     """Wall-clock seconds of the whole run."""
@@ -150,6 +157,8 @@ class RunResult:
     messages: tuple[dict[str, Any], ...] = ()
     """The conversation as it stands after this run (the next question continues it);
     not part of `as_dict`: the transcript has every message already."""
+    question: str | None = None
+    """With `needs_input`: what the model asks the user (answer it to continue the run)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The machine-readable form (`sbx ask --json`, the transcript's `run_end`)."""
@@ -164,4 +173,5 @@ class RunResult:
             "duration_s": round(self.duration_s, 3),
             "artifacts": list(self.artifacts),
             "sandbox": self.sandbox.as_dict(),
+            **({"question": self.question} if self.question is not None else {}),
         }

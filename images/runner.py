@@ -53,6 +53,7 @@ import struct
 import sys
 import time
 import traceback
+import unicodedata
 from typing import Any
 
 PROTOCOL = 1
@@ -339,36 +340,113 @@ def kill_strays(keep: set[int]) -> None:
         time.sleep(0.01)
 
 
+ARTIFACT_NAME_BYTES = 255
+"""Longest name of one entry of /output we send (the host's limit too)."""
+ARTIFACT_PATH_BYTES = 4 * ARTIFACT_NAME_BYTES
+"""Longest relative path of an artifact we send (the host's limit too)."""
+MAX_LISTED_ENTRIES = 10_000
+"""Entries of /output examined per execution; a flood of files is refused as a whole."""
+MAX_REFUSED_REPORTED = 100
+"""Refused entries reported per execution; the rest are counted in one summary entry."""
+SHOWN_NAME_CHARS = 120
+"""Longest refused name reported, after escaping."""
+UNSAFE_NAME_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+"""Controls (C0, DEL, C1), bidi and zero-width format characters, surrogates, private use,
+line and paragraph separators: the host refuses them, and terminals obey them."""
+
+
+PLAIN_NAME_BYTES = bytes(byte for byte in range(0x20, 0x7F) if byte != ord("\\"))
+"""Printable ASCII but the backslash: a name made only of these needs no further check."""
+
+
+def name_problem(raw: bytes) -> str | None:
+    """Why an entry name of /output must not be sent to the host, or None.
+
+    Names come from the code (or an archive it unpacked): any bytes but `/`
+    and NUL. JSON cannot carry undecodable bytes, and the host refuses what
+    a terminal or a shell would misread, so such entries are refused here,
+    one by one, instead of breaking the frame that carries them.
+    """
+    if len(raw) > ARTIFACT_NAME_BYTES:
+        return "name too long"
+    if raw.startswith(b"."):
+        return "hidden name (starts with a dot)"
+    if not raw.translate(None, PLAIN_NAME_BYTES):
+        return None  # printable ASCII only: the common case, without a per-character lookup
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "name is not valid UTF-8"
+    if "\\" in text or any(unicodedata.category(ch) in UNSAFE_NAME_CATEGORIES for ch in text):
+        return "name has control, invisible or backslash characters"
+    return None
+
+
+def shown_name(raw: bytes) -> str:
+    """A refused name safe to report: undecodable bytes and non-printables escaped, bounded."""
+    text = raw.decode("utf-8", "backslashreplace")
+    shown = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    if len(shown) > SHOWN_NAME_CHARS:
+        shown = shown[: SHOWN_NAME_CHARS - 1] + "\u2026"
+    return shown
+
+
+def scan_directory(path: bytes, budget: int) -> list[os.DirEntry[bytes]] | None:
+    """Up to `budget` entries of one directory, sorted by name; None when it has more."""
+    entries: list[os.DirEntry[bytes]] = []
+    with os.scandir(path) as found:
+        for entry in found:
+            if len(entries) >= budget:
+                return None
+            entries.append(entry)
+    return sorted(entries, key=lambda item: item.name)
+
+
 def list_artifacts(
     root: str, limit_depth: int = MAX_ARTIFACT_DEPTH
 ) -> tuple[list[str], list[dict[str, str]]]:
-    """Regular files under `root` (relative names) and refused entries; links never followed."""
+    """Regular files under `root` (relative names) and refused entries; links never followed.
+
+    Names are read as bytes and checked one by one (`name_problem`): a bad
+    name is refused, and a directory with one is not entered.
+    """
     files: list[str] = []
     refused: list[dict[str, str]] = []
-    pending = [("", 0)]
+    pending = [(b"", 0)]
+    budget = MAX_LISTED_ENTRIES
     while pending:
         prefix, depth = pending.pop()
         try:
-            entries = sorted(os.scandir(os.path.join(root, prefix)), key=lambda e: e.name)
+            entries = scan_directory(os.path.join(os.fsencode(root), prefix), budget)
         except OSError:
             continue
+        if entries is None:
+            where = shown_name(prefix.rstrip(b"/")) or "."
+            refused.append({"name": where, "reason": f"over {MAX_LISTED_ENTRIES} entries"})
+            return files, refused
+        budget -= len(entries)
         for entry in entries:
             name = prefix + entry.name
-            if entry.is_symlink():
-                refused.append({"name": name, "reason": "symlink"})
+            problem = name_problem(entry.name)
+            if problem is None and len(name) > ARTIFACT_PATH_BYTES:
+                problem = "path too long"
+            if problem is not None:
+                refused.append({"name": shown_name(name), "reason": problem})
+            elif entry.is_symlink():
+                refused.append({"name": name.decode(), "reason": "symlink"})
             elif entry.is_dir(follow_symlinks=False):
                 if depth + 1 >= limit_depth:
-                    refused.append({"name": name, "reason": "directory nested too deep"})
+                    refused.append({"name": name.decode(), "reason": "directory nested too deep"})
                 else:
-                    pending.append((name + "/", depth + 1))
+                    pending.append((name + b"/", depth + 1))
             elif entry.is_file(follow_symlinks=False):
-                files.append(name)
+                files.append(name.decode())
             else:
-                refused.append({"name": name, "reason": "special file"})
+                refused.append({"name": name.decode(), "reason": "special file"})
     return files, refused
 
 
-def read_regular_file(path: str, cap: int) -> bytes | None:
+def read_regular_file(path: str | bytes, cap: int) -> bytes | None:
     """The file's bytes, or None when it is not a regular file or is larger than `cap`."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
@@ -628,11 +706,15 @@ class Supervisor:
                 pass  # BlockingIOError: the pipes are non-blocking, and nothing is left
 
     def send_artifacts(self, request: dict[str, Any]) -> list[dict[str, str]]:
-        """Send new or changed regular files in /output; return what was refused and why."""
+        """Send new or changed regular files in /output; return what was refused and why.
+
+        A refusal is reported once per session, at most `MAX_REFUSED_REPORTED`
+        per execution (plus one entry that counts the rest).
+        """
         names, refused = list_artifacts(OUTPUT_DIR)
         sent = 0
         for name in names:
-            path = os.path.join(OUTPUT_DIR, name)
+            path = os.path.join(OUTPUT_DIR, name).encode()
             try:
                 info = os.lstat(path)
             except OSError:
@@ -647,7 +729,10 @@ class Supervisor:
             if info.st_size > request["max_artifact_bytes"]:
                 refused.append({"name": name, "reason": f"too large ({info.st_size} bytes)"})
                 continue
-            data = read_regular_file(path, request["max_artifact_bytes"])
+            try:
+                data = read_regular_file(path, request["max_artifact_bytes"])
+            except OSError:
+                data = None
             if data is None:
                 refused.append({"name": name, "reason": "changed while being read or not regular"})
                 continue
@@ -666,6 +751,10 @@ class Supervisor:
             item for item in refused if (item["name"], item["reason"]) not in self.refused_seen
         ]
         self.refused_seen.update((item["name"], item["reason"]) for item in fresh)
+        if len(fresh) > MAX_REFUSED_REPORTED:
+            more = len(fresh) - MAX_REFUSED_REPORTED
+            summary = {"name": "...", "reason": f"{more} more refused"}
+            fresh = [*fresh[:MAX_REFUSED_REPORTED], summary]
         return fresh
 
 

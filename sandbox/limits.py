@@ -11,13 +11,36 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StrictInt,
+)
 
-from sbx.sandbox.units import parse_cpus, parse_duration, parse_size
+from sbx.sandbox.units import (
+    at_most_bytes,
+    at_most_seconds,
+    parse_cpus,
+    parse_duration,
+    parse_size,
+)
 
 Bytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0), PlainSerializer(int)]
+"""A byte count written `512m`, `2g` or `4096`; at most 1 TiB (`units.MAX_SIZE`) anywhere."""
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+"""Seconds written `30s`, `2m`, `500ms`; at most a week (`units.MAX_DURATION_S`) anywhere."""
 Cpus = Annotated[float, BeforeValidator(parse_cpus), Field(gt=0, le=64)]
+
+MAX_TIMEOUT_S = 86400.0
+"""The longest execution: a day (also keeps deadlines far from timer overflow)."""
+MAX_STREAM_BYTES = 64 * 1024**2
+"""The most stdout or stderr kept per execution: the host holds it in memory."""
+MAX_CODE_BYTES = 64 * 1024**2
+"""The largest program accepted: it travels in one frame."""
 
 
 class Limits(BaseModel):
@@ -29,13 +52,17 @@ class Limits(BaseModel):
     """CPU quota in CPUs (`"1.5"` = one and a half cores), enforced by the CFS quota."""
     memory: Bytes = parse_size("512m")
     """Memory limit in bytes (`"512m"`); swap is set equal, so the sandbox never swaps."""
-    pids: int = Field(default=256, ge=16, le=65536)
+    pids: StrictInt = Field(default=256, ge=16, le=65536)
     """Most processes plus threads alive at once in the container (runc counts threads)."""
-    timeout: Seconds = 30.0
+    timeout: Annotated[Seconds, AfterValidator(at_most_seconds(MAX_TIMEOUT_S))] = 30.0
     """Wall-clock seconds one execution may run before its interpreter is killed (`"30s"`)."""
-    stdout_bytes: Bytes = parse_size("1m")
+    stdout_bytes: Annotated[Bytes, AfterValidator(at_most_bytes(MAX_STREAM_BYTES))] = parse_size(
+        "1m"
+    )
     """Bytes of stdout kept per execution (head and tail); the rest is counted and dropped."""
-    stderr_bytes: Bytes = parse_size("256k")
+    stderr_bytes: Annotated[Bytes, AfterValidator(at_most_bytes(MAX_STREAM_BYTES))] = parse_size(
+        "256k"
+    )
     """Bytes of stderr kept per execution (head and tail); the rest is counted and dropped."""
     tmp_size: Bytes = parse_size("256m")
     """Size of the `/tmp` and `/work` scratch tmpfs mounts (each); counts against memory."""
@@ -43,9 +70,11 @@ class Limits(BaseModel):
     """Size of the `/output` tmpfs where the code leaves artifacts."""
     max_artifact_bytes: Bytes = parse_size("32m")
     """Largest single artifact copied out of `/output`; bigger ones are refused and reported."""
-    max_artifacts: int = Field(default=64, ge=0, le=10_000)
+    max_artifacts: StrictInt = Field(default=64, ge=0, le=10_000)
     """Most artifacts copied out per execution; the rest are refused and reported."""
-    max_code_bytes: Bytes = parse_size("1m")
+    max_code_bytes: Annotated[Bytes, AfterValidator(at_most_bytes(MAX_CODE_BYTES))] = parse_size(
+        "1m"
+    )
     """Largest program accepted for one execution."""
     network: Literal["none", "bridge"] = "none"
     """`none` (default): no network device but loopback. `bridge` opens egress: audited."""
@@ -53,7 +82,7 @@ class Limits(BaseModel):
     """OCI runtime registered with the engine: `runc` (default) or `runsc` (gVisor)."""
     seccomp: str = Field(default="sbx", min_length=1)
     """Seccomp profile: `sbx` (the shipped allowlist, sandbox/seccomp.json) or a JSON file."""
-    nofile: int = Field(default=1024, ge=64, le=1_048_576)
+    nofile: StrictInt = Field(default=1024, ge=64, le=1_048_576)
     """Open file descriptors per process (RLIMIT_NOFILE)."""
     fsize: Bytes = parse_size("256m")
     """Largest file a process may write (RLIMIT_FSIZE), a second bound beside the tmpfs sizes."""

@@ -49,9 +49,18 @@ def resource_notes(result: ExecutionResult, limits: Limits) -> list[str]:
             f"middle (keeps {format_size(limits.stderr_bytes)})"
         )
     if result.refused_artifacts:
-        refused = ", ".join(f"{r.name!r} ({r.reason})" for r in result.refused_artifacts)
+        refused = ", ".join(f"{_quoted(r.name)} ({r.reason})" for r in result.refused_artifacts)
         notes.append(f"artifacts refused: {refused}")
     return notes
+
+
+def _quoted(name: str) -> str:
+    """A refused name in quotes, anything non-printable escaped (a forged frame's too).
+
+    Names the runner refused arrive escaped already; backslashes are not doubled, so
+    they read the same here as in the runner's report.
+    """
+    return "'" + "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in name) + "'"
 
 
 def build_result(

@@ -12,10 +12,9 @@ The pool is keyed by everything that shapes a container (`PoolKey`: image and
 filled. A request for a warmed key with no idle container waits for a build
 already in flight (it is further along than a new create); a request for any
 other key, and any request with `/data` inputs, gets a container created on
-the spot. Data is never delivered into a
-pre-created container: bind mounts are fixed at create time, and copying
-files through the runner protocol would be a second, unaudited way in. Such
-runs pay the create on their critical path, and say so in `PoolStats`.
+the spot. Data is never delivered into a pre-created container: bind mounts
+are fixed at create time, and copying files through the runner protocol would
+be a second, unaudited way in. Such runs pay the create on their critical path.
 
 Every container, pooled or not, holds a lease on the host-wide cap
 (`sandbox.capacity`) from before its create until after its removal. The
@@ -40,6 +39,7 @@ from sbx.sandbox.capacity import HostCapacity, Lease
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine
+from sbx.sandbox.files import check_output_dir
 from sbx.sandbox.gc import collect_orphans
 from sbx.sandbox.host_caps import Need
 from sbx.sandbox.limits import Limits
@@ -126,6 +126,7 @@ class Pool(Closing):
         key = PoolKey(image=image, limits=limits or Limits())
         run_id = run_id or new_run_id()
         output_dir = output_dir or Path("sbx-output") / run_id
+        check_output_dir(output_dir)  # a warm session must not adopt an unusable directory
         if not data:
             taken = self._take(key)
             if taken is not None:

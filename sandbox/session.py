@@ -25,7 +25,7 @@ from sbx.sandbox.closing import Closing
 from sbx.sandbox.config import DEFAULT_IMAGE, container_config
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.errors import InvalidInput, SandboxBroken
-from sbx.sandbox.files import ArtifactSink, data_mounts
+from sbx.sandbox.files import ArtifactSink, check_output_dir, data_mounts
 from sbx.sandbox.gc import owner_tag
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.outcome import (
@@ -87,7 +87,9 @@ class Session(Closing):
         self.image = image
         self.run_id = run_id
         self.mounts = data_mounts(data)
+        check_output_dir(output_dir)
         self.output_dir = output_dir
+        self._sink: ArtifactSink | None = None
         self.mode = mode
         self.container_id: str | None = None
         self._channel: Channel | None = None
@@ -219,11 +221,7 @@ class Session(Closing):
                 measure=self._meter is None,
             )
         )
-        sink = ArtifactSink(
-            self.output_dir,
-            max_bytes=self.limits.max_artifact_bytes,
-            max_count=self.limits.max_artifacts,
-        )
+        sink = self._artifact_sink()
         accepted: list[Artifact] = []
         refused: list[RefusedArtifact] = []
         deadline = started + self.limits.timeout + ANSWER_GRACE_S
@@ -234,7 +232,6 @@ class Session(Closing):
             if isinstance(frame, ReadyFrame) or frame.id != request_id:
                 raise SandboxBroken("runner answered out of turn")
             if isinstance(frame, ArtifactFrame):
-                self.output_dir.mkdir(parents=True, exist_ok=True)
                 sink.accept(frame, accepted, refused)
                 deadline = time.monotonic() + ARTIFACT_GAP_S
                 continue
@@ -246,6 +243,21 @@ class Session(Closing):
                     duration=time.monotonic() - started,
                     persistent=self.mode == "session",
                 )
+
+    def _artifact_sink(self) -> ArtifactSink:
+        """The sink of the current output directory, kept across executions.
+
+        It remembers what it wrote, so a rewritten artifact replaces this run's
+        own copy and nothing else; a pooled session's new run gets a new sink.
+        """
+        sink = self._sink
+        if sink is None or sink.directory != self.output_dir:
+            sink = self._sink = ArtifactSink(
+                self.output_dir,
+                max_bytes=self.limits.max_artifact_bytes,
+                max_count=self.limits.max_artifacts,
+            )
+        return sink
 
     def _container_oom_killed(self) -> bool:
         """Whether the engine saw the container's memory limit kill something."""

@@ -7,6 +7,7 @@ and skip elsewhere with a reason that names what is missing.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,21 @@ def no_leaked_containers(request: pytest.FixtureRequest) -> Iterator[None]:
     for container in left:  # other live sbx processes' containers are not ours to judge
         engine.remove(container["Id"])
     assert not left, f"containers leaked: {[c['Id'][:12] for c in left]}"
+
+
+def wait_for_file_in_container(engine: Engine, container_id: str, path: str) -> None:
+    """Wait until the sandboxed code has created `path` (its own sign that it is running).
+
+    Asked through `docker exec test -e`, so a test waits on the event itself rather than
+    sleeping and hoping; the deadline only stops a hung test.
+    """
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        exec_id = engine.api.exec_create(container_id, ["test", "-e", path])["Id"]
+        engine.api.exec_start(exec_id)
+        if engine.api.exec_inspect(exec_id)["ExitCode"] == 0:
+            return
+    raise AssertionError(f"{path} never appeared in container {container_id[:12]}")
 
 
 @pytest.fixture

@@ -73,10 +73,13 @@ def policy(*enabled: str, custom: tuple[str, ...] = (), **extra: Any) -> Policy:
 
 
 def settings(**budget: Any) -> AgentSettings:
-    """Settings with a budget override and fast retries; `max_retries`/`context_tokens` too."""
+    """Settings with a budget override; top-level settings (`max_retries`, caps) too."""
     top = {
         key: budget.pop(key)
-        for key in ("max_retries", "context_tokens", "request_timeout")
+        for key in (
+            "max_retries", "context_tokens", "request_timeout", "max_answer_chars",
+            "max_argument_bytes", "max_reply_bytes",
+        )
         if key in budget
     }
     return AgentSettings(budget=Budget(**budget), **top)

@@ -3,7 +3,7 @@
     store      "sqlite" or "postgresql" (parametrized): a fresh database URL per test
     serve      start(...) a server process on a free loopback port; stopped with SIGTERM
                at teardown, which must exit 0 (a clean drain)
-    llm        the scripted model the servers talk to (module scope: every turn consumed)
+    llm        the scripted model the test's servers talk to (every turn must be consumed)
 
 PostgreSQL is a throwaway cluster of Debian's binaries (`initdb`, `pg_ctl`),
 run as `nobody` when the tests run as root, listening only on a Unix socket
@@ -148,9 +148,9 @@ def postgres(pg_cluster: PgCluster) -> str:
 # ------------------------------------------------------------------ the scripted model
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def llm() -> Iterator[ScriptedLLM]:
-    """The scripted model every server of the module talks to."""
+    """The scripted model the test's servers talk to; every turn must be consumed."""
     server = ScriptedLLM().start()
     try:
         yield server

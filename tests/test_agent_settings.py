@@ -50,12 +50,21 @@ def test_an_unknown_or_invalid_agent_key_names_file_line_and_key(tmp_path):
     )
 
 
+def test_policy_values_are_strict(tmp_path):
+    path = write(tmp_path, '[agent.budget]\nmax_turns = "5"\n')
+    with pytest.raises(PolicyError, match=r"sbx.toml:2: agent.budget.max_turns: Input should be "
+                       "a valid int"):
+        load_config(path)
+
+
 def test_a_bad_flag_is_named_as_the_flag():
     config = load_config(None)
     with pytest.raises(SettingsError) as invalid:
         config.with_flags({"max_turns": 0})
-    assert str(invalid.value) == "--max-turns: Input should be greater than or equal to 1"
-    with pytest.raises(SettingsError, match="^--max-time: "):
+    assert str(invalid.value) == (
+        "invalid value for --max-turns: Input should be greater than or equal to 1"
+    )
+    with pytest.raises(SettingsError, match="^invalid value for --max-time: "):
         config.with_flags({"max_wall_time": "soon"})
 
 

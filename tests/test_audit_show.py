@@ -39,15 +39,15 @@ def test_show_table_and_filters(tmp_path) -> None:
     rows = show(log)
     assert [(r["call"], r["tool"], r["decision"], r["status"], r["rule"]) for r in rows] == [
         ("-", "-", "run_start", "", ""),
-        ("call-1", "calculate", "allowed", "ok", ""),
-        ("call-2", "calculate", "denied", "", "quotas.per_tool.calculate"),
-        ("call-3", "http_get", "denied", "", "tools.http_get.enabled"),
+        ("run-show-1-c1", "calculate", "allowed", "ok", ""),
+        ("run-show-1-c2", "calculate", "denied", "", "quotas.per_tool.calculate"),
+        ("run-show-1-c3", "http_get", "denied", "", "tools.http_get.enabled"),
         ("-", "-", "run_end", "", ""),
     ]
     assert rows[1]["arguments"] == '{"expression":"6*7"}'
     assert rows[1]["run"] == "run-show-1" and rows[1]["time"].endswith("Z")
-    assert [r["call"] for r in show(log, "--denied")] == ["call-2", "call-3"]
-    assert [r["call"] for r in show(log, "--tool", "http_get")] == ["call-3"]
+    assert [r["call"] for r in show(log, "--denied")] == ["run-show-1-c2", "run-show-1-c3"]
+    assert [r["call"] for r in show(log, "--tool", "http_get")] == ["run-show-1-c3"]
     assert len(show(log, "--run", "run-show")) == 5
     result = CliRunner().invoke(cli, ["audit", "show", str(log), "--run", "other"])
     assert "(no matching records)" in result.output

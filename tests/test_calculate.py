@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -116,3 +117,55 @@ def test_calculate_through_the_gate(tmp_path) -> None:
         bad.text == "Error from calculate: 10 ** 10000000000 would have about 10000000000 digits; "
         "the limit is 4000 digits"
     )
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "max((), default=abs)",
+        "min((), default=math.sqrt)",
+        "abs",
+        "math.sqrt",
+        "(1, sqrt)",
+        "abs if 1 else 1",
+        "min((abs, 1))",
+    ],
+)
+def test_only_numbers_come_back_never_a_host_object(expression) -> None:
+    with pytest.raises(CalcError) as info:
+        calc(expression)
+    message = str(info.value)
+    assert "0x" not in message and "function" not in message
+    assert "numbers" in message
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "-" * 490 + "1",
+        "-" * 20_000 + "1",
+        "abs(" * 120 + "1" + ")" * 120,
+        "(" * 250 + "1" + ")" * 250,
+        "1" + "+1" * 3000,
+    ],
+)
+def test_deep_nesting_is_refused_cleanly(expression) -> None:
+    with pytest.raises(CalcError) as info:
+        calc(expression, max_length=100_000)
+    assert "nested" in str(info.value)
+
+
+def test_moderate_nesting_still_works() -> None:
+    assert calc("(" * 150 + "1" + ")" * 150) == "1"
+    assert calc("max(1, -2, key=abs)") == "-2"
+    assert calc("-" * 20 + "1") == "1"
+    assert calc("abs(" * 10 + "-1" + ")" * 10) == "1"
+    assert calc("1" + "+1" * 20) == "21"
+
+
+def test_deep_nesting_through_the_gate_is_an_error_observation(tmp_path) -> None:
+    gate, _ = make_gate(tmp_path, policy_from({"tools": {"calculate": {"enabled": True}}}))
+    expression = "-" * 490 + "1"
+    arguments = json.dumps({"expression": expression})
+    outcome = gate.call(name="calculate", arguments=arguments, call_id="1")
+    assert outcome.status == "error" and "nested" in outcome.text

@@ -18,12 +18,13 @@ import pytest
 from click.testing import CliRunner
 
 import scripted_llm
-from conftest import TEST_IMAGE
+from conftest import TEST_IMAGE, wait_for_file_in_container
 from sbx.agent.cli.demo import demo_data
 from sbx.agent.cli.main import cli
 from sbx.agent.cli.scripted_model import HttpFailure, assistant, call, tool_call, tool_calls
 from sbx.sandbox.config import RUN_ID_LABEL
 from sbx.tools.audit_verify import verify_log
+from sbx.tools.outcome import CANCELLED_TEXT
 from scripted_llm import FAKE_KEY
 from tools_support import records
 
@@ -91,8 +92,8 @@ def test_ask_shows_progress_answers_and_its_transcript_and_audit_log_agree(
     assert len({e["conversation_id"] for e in transcript}) == 1
     asked = [c["id"] for e in transcript if e["type"] == "model_reply"
              for c in e["message"].get("tool_calls", [])]
-    answered = {e["call_id"]: e["content"] for e in transcript if e["type"] == "tool_result"}
-    requested = [r["data"]["call_id"] for r in audit if r["event"] == "request"]
+    answered = {e["audit_id"]: e["content"] for e in transcript if e["type"] == "tool_result"}
+    requested = [r["data"]["model_call_id"] for r in audit if r["event"] == "request"]
     outcomes = {r["data"]["call_id"]: r["data"]["text"] for r in audit if r["event"] == "outcome"}
     assert asked == requested == ["call_exec", "call_calc"]
     assert answered == outcomes
@@ -150,7 +151,7 @@ def test_configuration_errors_are_one_line(llm, tmp_path):
     assert no_model.exit_code == 2
     assert no_model.stderr.startswith("sbx: no model configured: pass --model, set SBX_MODEL")
     assert bad_budget.exit_code == 2
-    assert bad_budget.stderr.startswith("sbx: --max-time: 'soon' is not a duration")
+    assert bad_budget.stderr.startswith("sbx: invalid value for --max-time: 'soon' is not a")
     assert bad_policy.exit_code == 125  # the policy file is an operator's error, like any other
     assert bad_policy.stderr.endswith("sbx.toml:2: agent.modle: unknown key\n")
 
@@ -213,7 +214,8 @@ def test_the_demo_writes_its_own_table_when_the_example_is_absent(tmp_path, monk
 def test_ctrl_c_mid_execution_removes_the_container_and_closes_the_audit_log(
     llm, tmp_path, engine, signum
 ):
-    llm.script([tool_call("execute_python", code="import time\ntime.sleep(60)")])
+    code = "open('/tmp/started', 'w').close()\nimport time\ntime.sleep(60)"
+    llm.script([tool_call("execute_python", code=code)])
     policy = CALC_ONLY + "[tools.execute_python]\nenabled = true\n"
     command = [sys.executable, "-c", "from sbx.agent.cli.main import main; main()",
                "ask", "Wait a minute", *_args(llm, tmp_path, policy=policy)]
@@ -222,14 +224,13 @@ def test_ctrl_c_mid_execution_removes_the_container_and_closes_the_audit_log(
     ) as process:
         try:
             run_id = _wait_for_execution(process, tmp_path, engine)
-            time.sleep(0.5)  # the program is sleeping inside the container now
-            started = time.monotonic()
+            (container,) = _containers_of(engine, run_id)
+            wait_for_file_in_container(engine, container["Id"], "/tmp/started")
             process.send_signal(signum)
-            _, stderr = process.communicate(timeout=20)
+            _, stderr = process.communicate(timeout=20)  # not the execution's 30 s timeout
         finally:
             process.kill()
     assert process.returncode == 130, stderr
-    assert time.monotonic() - started < 10  # not the execution's 30 s timeout
     assert "sbx: cancelled; the sandbox was removed and the audit log closed" in stderr
     assert "Traceback" not in stderr
     assert _containers_of(engine, run_id) == []
@@ -239,6 +240,8 @@ def test_ctrl_c_mid_execution_removes_the_container_and_closes_the_audit_log(
     audit = records(tmp_path / "audit.jsonl")
     assert [r["event"] for r in audit] == ["run_start", "request", "decision", "outcome", "run_end"]
     assert audit[-1]["data"]["reason"] == "cancelled"
+    outcome = audit[3]["data"]  # the interrupted call: cancelled, not "ok, container replaced"
+    assert (outcome["status"], outcome["text"]) == ("cancelled", CANCELLED_TEXT)
     assert verify_log(tmp_path / "audit.jsonl", key=None).ok
 
 

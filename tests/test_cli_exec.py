@@ -136,3 +136,28 @@ def test_unregistered_runtime_is_an_error_never_a_fallback(engine) -> None:
     done = sbx("exec", "-", "--image", TEST_IMAGE, "--runtime", "kata", stdin=b"print(1)")
     assert done.returncode == 125 and done.stdout == b""
     assert "runtime 'kata' is not registered" in one_line(done.stderr)
+
+
+@pytest.mark.docker
+def test_each_run_gets_its_own_output_directory_and_says_where(engine, tmp_path) -> None:
+    code = b"open('/output/r.txt', 'w').write('r')"
+    first = sbx("exec", "-", "--image", TEST_IMAGE, stdin=code, cwd=tmp_path)
+    second = sbx("exec", "-", "--image", TEST_IMAGE, stdin=code, cwd=tmp_path)
+    assert first.returncode == 0 and second.returncode == 0, second.stderr
+    runs = sorted((tmp_path / "sbx-output").iterdir())
+    assert len(runs) == 2 and all(run.name.startswith("run-") for run in runs)
+    assert all((run / "r.txt").is_file() for run in runs)
+    for done in (first, second):
+        said = [line for line in done.stderr.decode().splitlines() if "output directory" in line]
+        assert len(said) == 1 and said[0].startswith("sbx: output directory sbx-output/run-")
+    assert second.stderr.decode().count("refused") == 0
+
+
+@pytest.mark.docker
+def test_data_the_sandbox_cannot_read_is_an_error_before_the_run(engine, tmp_path) -> None:
+    locked = tmp_path / "locked.csv"
+    locked.write_text("secret\n")
+    locked.chmod(0o000)
+    done = sbx("exec", "-", "--image", TEST_IMAGE, "--data", str(locked), stdin=b"print(1)")
+    assert done.returncode == 125 and done.stdout == b""
+    assert "not readable by the sandbox's user 1000:1000" in one_line(done.stderr)

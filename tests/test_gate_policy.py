@@ -77,7 +77,7 @@ def test_builtin_disabled_names_its_rule_and_available_tools(tmp_path) -> None:
 def test_denied_domain_is_denied_before_the_tool_runs(tmp_path) -> None:
     data = {"tools": {"http_get": {"enabled": True, "allowed_domains": ["data.example.org"]}}}
     spy = _spy_http_get(data)
-    gate, log = make_gate(tmp_path, policy_from(data), extra_tools=[spy])
+    gate, log = make_gate(tmp_path, policy_from(data), extra_tools=[spy], replace=True)
     outcome = gate.call(
         name="http_get", arguments='{"url": "https://evil.example.com/x"}', call_id="c1"
     )

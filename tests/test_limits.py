@@ -66,3 +66,46 @@ def test_limits_refuse_bad_values_and_unknown_keys(bad) -> None:
 def test_format_size() -> None:
     assert format_size(512 * 1024**2) == "512 MiB"
     assert format_size(1536) == "1.5 KiB"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("timeout", "99999999999h", "99999999999h is longer than the most sbx accepts, 7d"),
+        ("timeout", "9" * 400, "is longer than the most sbx accepts, 7d"),
+        ("timeout", float("inf"), "inf is longer than the most sbx accepts"),
+        ("timeout", "25h", "25h is longer than the most allowed, 1d"),
+        ("memory", "9" * 400 + "g", "is more than the most sbx accepts, 1 TiB"),
+        ("memory", 10**30, "is more than the most sbx accepts, 1 TiB"),
+        ("memory", "2t", "2t is more than the most sbx accepts, 1 TiB"),
+        ("stdout_bytes", "1g", "1 GiB is more than the most allowed, 64 MiB"),
+        ("stderr_bytes", "65m", "65 MiB is more than the most allowed, 64 MiB"),
+        ("max_code_bytes", "100m", "100 MiB is more than the most allowed, 64 MiB"),
+        ("tmp_size", "5t", "is more than the most sbx accepts, 1 TiB"),
+        ("output_size", "5t", "is more than the most sbx accepts, 1 TiB"),
+        ("max_artifact_bytes", "5t", "is more than the most sbx accepts, 1 TiB"),
+        ("fsize", "5t", "is more than the most sbx accepts, 1 TiB"),
+        ("cpus", "inf", "is not a CPU count"),
+        ("cpus", "65", "less than or equal to 64"),
+    ],
+)
+def test_every_size_and_duration_has_an_upper_bound_named_in_the_message(
+    field, value, message
+) -> None:
+    with pytest.raises(ValidationError) as info:
+        Limits(**{field: value})
+    assert message in str(info.value)
+    assert info.value.errors()[0]["loc"] == (field,)
+
+
+def test_the_bounds_themselves_are_accepted() -> None:
+    limits = Limits(timeout="1d", memory="1t", stdout_bytes="64m", max_code_bytes="64m")
+    assert (limits.timeout, limits.memory) == (86400.0, 1024**4)
+    assert parse_duration("7d") == 7 * 86400.0
+
+
+@pytest.mark.parametrize("bad", [{"pids": "256"}, {"pids": 256.0}, {"nofile": True},
+                                 {"max_artifacts": "64"}])
+def test_counts_are_strict_integers(bad) -> None:
+    with pytest.raises(ValidationError):
+        Limits(**bad)

@@ -43,7 +43,12 @@ def test_two_calls_in_one_reply_are_answered_with_both_ids_in_order(llm, tmp_pat
     assert answers[0]["content"] == "42"
     assert answers[1]["content"] == "No data files were given for this run."
     # they ran concurrently: the audit log records them as they finished, in any order
-    assert sorted(o["call_id"] for o in events(log, "outcome")) == ["call_first", "call_second"]
+    # keyed by the ids the gate gave them; the model's ids are data beside them
+    assert sorted(o["call_id"] for o in events(log, "outcome")) == ["run-test-c1", "run-test-c2"]
+    requests = events(log, "request")
+    assert [(r["call_id"], r["model_call_id"]) for r in requests] == [
+        ("run-test-c1", "call_first"), ("run-test-c2", "call_second")
+    ]
 
 
 def test_calls_without_a_shared_sandbox_run_concurrently_and_answer_in_call_order(llm, tmp_path):
@@ -131,7 +136,8 @@ def test_invalid_json_unknown_and_denied_tools_are_observations_and_the_run_goes
     # what the model read is what the transcript events and the audit log hold
     assert llm.requests[1].last_tool_message == observations["call_bad_json"][1]
     assert llm.requests[3].last_tool_message == observations["call_denied"][1]
-    decisions = {d["call_id"]: d["decision"] for d in events(log, "decision")}
+    model_ids = {r["call_id"]: r["model_call_id"] for r in events(log, "request")}
+    decisions = {model_ids[d["call_id"]]: d["decision"] for d in events(log, "decision")}
     assert decisions == {
         "call_bad_json": "invalid", "call_unknown": "unknown", "call_denied": "denied"
     }

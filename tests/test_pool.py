@@ -94,7 +94,7 @@ def test_the_pool_never_exceeds_the_host_cap_and_callers_time_out(engine, tmp_pa
     ledger = capacity(tmp_path, sandboxes=2, wait_s=0.5)
     with Pool.start(engine=engine, capacity=ledger, config=PoolConfig(size=4), warm=[KEY]) as pool:
         assert pool.wait_warm(KEY, count=2)
-        time.sleep(0.5)
+        assert pool.settle(KEY)  # builds done: the pool is as full as the cap lets it be
         assert pool.idle(KEY) == 2 and ledger.usage().sandboxes == 2
         one = pool.session(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path)
         two = pool.session(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path)
@@ -114,11 +114,10 @@ def test_idle_warm_containers_make_way_for_a_queued_caller(engine, tmp_path) -> 
     with Pool.start(engine=engine, capacity=ledger, config=PoolConfig(size=2), warm=[KEY]) as pool:
         assert pool.wait_warm(KEY)
         other = Limits(timeout="10s", memory="256m")  # another key: no warm container fits it
-        started = time.monotonic()
-        result = pool.run_fresh(
+        result = pool.run_fresh(  # HostBusy if no idle container made way within wait_s
             "print('served')", limits=other, image=TEST_IMAGE, output_dir=tmp_path
         )
-        assert result.stdout == "served\n" and time.monotonic() - started < 30
+        assert result.stdout == "served\n"
         assert pool.snapshot().shed >= 1
     assert ledger.usage().sandboxes == 0
 

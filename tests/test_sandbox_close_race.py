@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
-from conftest import TEST_IMAGE
+from conftest import TEST_IMAGE, wait_for_file_in_container
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
 
@@ -20,15 +19,14 @@ def test_close_from_another_thread_wakes_the_reader(engine, tmp_path, attempt) -
         limits=Limits(timeout="60s"), image=TEST_IMAGE, engine=engine, output_dir=tmp_path
     )
     outcome = {}
-    worker = threading.Thread(
-        target=lambda: outcome.setdefault("r", session.run("import time\ntime.sleep(60)"))
-    )
+    code = f"open('/tmp/started', 'w').close()\nsum(range({attempt} * 10**6))\n" \
+        "import time\ntime.sleep(60)"
+    worker = threading.Thread(target=lambda: outcome.setdefault("r", session.run(code)))
     worker.start()
-    time.sleep(0.5 + attempt * 0.1)
-    started = time.monotonic()
+    assert session.container_id is not None
+    wait_for_file_in_container(engine, session.container_id, "/tmp/started")
     session.close()
     engine.managed_containers()  # open new engine connections: a reused fd must not matter
-    worker.join(15)
+    worker.join(15)  # a deadline, far below the execution's own 60 s timeout
     assert not worker.is_alive(), "the reading thread did not wake up"
-    assert time.monotonic() - started < 10
     assert outcome["r"].state_reset and not outcome["r"].ok

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 
 import pytest
 
+from sbx.sandbox.config import SANDBOX_USER
 from sbx.tools.builtin.data_files import index_data_files, open_data_file
+from sbx.tools.builtin.data_summary import summarize_data
 from sbx.tools.registry import ToolFailure
 from tools_support import make_gate, policy_from
 
+SANDBOX_UID, SANDBOX_GID = (int(part) for part in SANDBOX_USER.split(":"))
+HARD_LINK = "hard link: not read on the host; the sandbox can try it under /data"
 POLICY = {
     "tools": {
         "list_data_files": {"enabled": True},
@@ -101,10 +106,8 @@ def test_reads_are_bounded(tmp_path, data) -> None:
     [
         "../secret.txt",
         "/etc/passwd",
-        "reports/link.txt",
         "reports/../../secret.txt",
         "linked.csv",
-        "reports/pipe",
         "reports",
     ],
 )
@@ -114,6 +117,15 @@ def test_no_escapes(tmp_path, data, name) -> None:
     assert outcome.status == "error"
     assert outcome.text.startswith(f"Error from preview_data_file: no data file named {name!r}")
     assert "TOP SECRET" not in outcome.text
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"), [("reports/link.txt", "symlink"), ("reports/pipe", "not a regular file")]
+)
+def test_refused_entries_say_why(tmp_path, data, name, reason) -> None:
+    gate = gate_for(tmp_path, [data["file"], data["dir"]])
+    outcome = call(gate, "preview_data_file", name=name)
+    assert outcome.text == f"Error from preview_data_file: {name!r} is refused: {reason}"
 
 
 def test_symlink_swapped_in_after_listing_is_refused(tmp_path, data) -> None:
@@ -149,3 +161,91 @@ def test_no_data(tmp_path) -> None:
         call(gate_for(tmp_path, []), "list_data_files").text
         == "No data files were given for this run."
     )
+
+
+@pytest.fixture
+def privileged(tmp_path):
+    """A data directory holding what only root (the sbx process here) could read."""
+    if os.geteuid() == SANDBOX_UID:
+        pytest.fail("these tests judge uid 1000's access; run them as another user (CI: root)")
+    root = tmp_path / "data"
+    (root / "private").mkdir(parents=True)
+    shadow = tmp_path / "shadow"  # outside the data directory, root-only
+    shadow.write_text("TOP SECRET root:$6$hash\n")
+    shadow.chmod(0o600)
+    os.link(shadow, root / "linked.csv")  # a hard link: same inode, same mode 600
+    shared = tmp_path / "shared.csv"
+    shared.write_text("a,b\n1,2\n")
+    os.link(shared, root / "second-name.csv")  # a hard link to a readable file
+    (root / "locked.csv").write_text("TOP SECRET\n")
+    (root / "locked.csv").chmod(0o000)
+    (root / "private" / "inside.csv").write_text("TOP SECRET\n")
+    (root / "private").chmod(0o700)  # root's own directory: uid 1000 cannot enter
+    (root / "theirs.csv").write_text("x,y\n3,4\n")
+    os.chown(root / "theirs.csv", SANDBOX_UID, SANDBOX_GID)
+    (root / "theirs.csv").chmod(0o600)  # the sandbox's own file: readable
+    (root / "group.csv").write_text("g\n1\n")
+    os.chown(root / "group.csv", 0, SANDBOX_GID)
+    (root / "group.csv").chmod(0o640)  # readable through the group
+    return root
+
+
+def test_host_tools_read_no_more_than_the_sandbox_uid(tmp_path, privileged) -> None:
+    gate = gate_for(tmp_path, [privileged])
+    listing = call(gate, "list_data_files").text
+    assert listing.splitlines() == [
+        "data/group.csv  (4 B)",
+        "data/theirs.csv  (8 B)",
+        "refused: data/linked.csv (not readable by the sandbox's user)",
+        "refused: data/locked.csv (not readable by the sandbox's user)",
+        "refused: data/private (not readable by the sandbox's user)",
+        f"refused: data/second-name.csv ({HARD_LINK})",
+    ]
+    for name in ["data/linked.csv", "data/locked.csv", "data/private/inside.csv"]:
+        outcome = call(gate, "preview_data_file", name=name)
+        assert outcome.status == "error" and "TOP SECRET" not in outcome.text
+    linked = call(gate, "preview_data_file", name="data/linked.csv")
+    assert "not readable by the sandbox's user" in linked.text
+    hard = call(gate, "preview_data_file", name="data/second-name.csv")
+    assert hard.status == "error" and "hard link" in hard.text
+    assert call(gate, "preview_data_file", name="data/theirs.csv").status == "ok"
+    summary = summarize_data([privileged])
+    assert "TOP SECRET" not in summary and "not readable by the sandbox" in summary
+
+
+def test_a_file_locked_after_listing_is_not_read(tmp_path, data) -> None:
+    index = index_data_files([data["dir"]], max_files=100)
+    notes = next(f for f in index.files if f.name == "reports/2024/notes.txt")
+    (data["dir"] / "2024" / "notes.txt").chmod(0o600)
+    with pytest.raises(PermissionError, match="not readable by the sandbox"):
+        open_data_file(notes)
+
+
+def test_a_locked_data_path_itself_is_refused(tmp_path, privileged) -> None:
+    gate = gate_for(tmp_path, [privileged / "locked.csv"])
+    assert call(gate, "list_data_files").text == (
+        "refused: locked.csv (not readable by the sandbox's user)"
+    )
+
+
+def deny_acl(path, uid: int) -> None:
+    """Give `path` a POSIX ACL that denies `uid` what its mode bits (0644) allow everyone."""
+    entries = [
+        (0x01, 6, 0xFFFFFFFF),
+        (0x02, 0, uid),
+        (0x04, 4, 0xFFFFFFFF),
+        (0x10, 4, 0xFFFFFFFF),
+        (0x20, 4, 0xFFFFFFFF),
+    ]  # user::rw- user:uid:--- ... other::r--
+    value = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *entry) for entry in entries)
+    os.setxattr(path, "system.posix_acl_access", value)
+
+
+def test_a_file_whose_acl_denies_the_sandbox_is_not_read_on_the_host(tmp_path) -> None:
+    secret = tmp_path / "acl.csv"
+    secret.write_text("TOP SECRET\n")
+    secret.chmod(0o644)
+    deny_acl(secret, SANDBOX_UID)  # the mode bits still say everyone may read
+    outcome = call(gate_for(tmp_path, [secret]), "preview_data_file", name="acl.csv")
+    assert outcome.status == "error" and "TOP SECRET" not in outcome.text
+    assert "access control list" in outcome.text

@@ -210,7 +210,7 @@ def test_http_get_through_the_gate(tmp_path, port) -> None:
     }
     policy = policy_from(data)
     hooked = make_http_get(policy.tools.http_get, resolver=FakeDNS(), exempt=frozenset({LOOPBACK}))
-    gate, log = make_gate(tmp_path, policy, extra_tools=[hooked])
+    gate, log = make_gate(tmp_path, policy, extra_tools=[hooked], replace=True)
     ok = gate.call(
         name="http_get",
         arguments=json.dumps({"url": f"http://data.test:{port}/hello"}),

@@ -76,13 +76,15 @@ def make_gate(
     api_key: str | None = None,
     run_id: str = "run-test",
     limits: Limits | None = None,
+    replace: bool = False,
 ) -> tuple[ToolGate, Path]:
     """A gate writing to `tmp_path/audit.jsonl`; returns it and the log path."""
     log_path = tmp_path / "audit.jsonl"
     audit = open_log(log_path, secrets=[api_key] if api_key else None)
     context = ToolContext(run_id=run_id, runner=runner, data_paths=data_paths or [])
     gate = build_gate(
-        policy, limits=limits, context=context, audit=audit, extra_tools=extra_tools or []
+        policy, limits=limits, context=context, audit=audit, extra_tools=extra_tools or [],
+        replace=replace,
     )
     return gate, log_path
 

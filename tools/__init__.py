@@ -20,8 +20,9 @@ Map of the package (data flows top to bottom):
 from sbx.tools.audit import AuditError, AuditLog
 from sbx.tools.audit_verify import VerifyReport, verify_log
 from sbx.tools.context import CodeRunner, ToolContext
-from sbx.tools.gate import ToolGate, ToolOutcome, build_gate
+from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.observation import render_execution, render_failure
+from sbx.tools.outcome import ToolOutcome
 from sbx.tools.policy import Policy, PolicyError
 from sbx.tools.redact import Redactor
 from sbx.tools.registry import Tool, ToolFailure, ToolReturn, tool

@@ -1,17 +1,24 @@
 """Turn audit records into one readable row per tool call (and per run start/end).
 
-A call's request, decision and outcome records share `run_id` and `call_id`;
-`call_rows` merges them, in the order their requests appear, and applies the
-`sbx audit show` filters. Display only: trust comes from `verify_log`.
+A call's request, decision and outcome records share `run_id` and `call_id`,
+the id the gate gave the call (`<run_id>-c<n>`, unique in the run; the
+model's own id is only data, `model_call_id`). `call_rows` merges them, in
+the order their requests appear, and applies the `sbx audit show` filters. A
+second request under a key already seen starts a new row (logs written
+before the gate assigned ids keyed calls by the model's ids, which a model
+can repeat), so one call's decision never shows on another's row. Display
+only: trust comes from `verify_log`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
 COLUMNS = ("line", "time", "run", "call", "tool", "decision", "status", "rule", "secs", "arguments")
 
 
@@ -26,7 +33,7 @@ class CallRow:
     run: str
     """The run id."""
     call: str
-    """The model's call id (`-` for run events)."""
+    """The gate's call id (`-` for run events)."""
     tool: str
     """The tool name as requested (`-` for run events)."""
     decision: str = ""
@@ -41,8 +48,8 @@ class CallRow:
     """The (redacted) arguments, shortened."""
 
     def cells(self) -> list[str]:
-        """The row's values in `COLUMNS` order."""
-        return [str(getattr(self, name)) for name in COLUMNS]
+        """The row's values in `COLUMNS` order (text that is not valid Unicode shown as U+FFFD)."""
+        return [_SURROGATES.sub("\ufffd", str(getattr(self, name))) for name in COLUMNS]
 
 
 def call_rows(
@@ -53,20 +60,23 @@ def call_rows(
     denied: bool = False,
 ) -> list[CallRow]:
     """Merge request/decision/outcome records into rows, then filter."""
-    rows: dict[tuple[str, str], CallRow] = {}
+    rows: list[CallRow] = []
+    current: dict[tuple[str, str], CallRow] = {}
+    """Per (run, call id): the row its latest request opened."""
     for line, record in records:
         data = record.get("data") or {}
         run_id, event = str(record.get("run_id", "")), record.get("event")
         if event in ("run_start", "run_end", "recover"):
-            key = (run_id, f"{event}:{line}")
-            rows[key] = CallRow(line, _clock(record), run_id, "-", "-", decision=str(event))
+            rows.append(CallRow(line, _clock(record), run_id, "-", "-", decision=str(event)))
             continue
         key = (run_id, str(data.get("call_id", "")))
-        row = rows.setdefault(
-            key, CallRow(line, _clock(record), run_id, key[1], str(data.get("tool", "")))
-        )
+        row = current.get(key)
+        if row is None or event == "request":
+            row = CallRow(line, _clock(record), run_id, key[1], str(data.get("tool", "")))
+            current[key] = row
+            rows.append(row)
         _merge(row, event, data)
-    return [row for row in rows.values() if _keep(row, run=run, tool=tool, denied=denied)]
+    return [row for row in rows if _keep(row, run=run, tool=tool, denied=denied)]
 
 
 def _merge(row: CallRow, event: Any, data: dict[str, Any]) -> None:

@@ -13,6 +13,13 @@ the reason an auditor needs:
 
 A torn fragment that a later writer acknowledged with a `recover` record is
 accounted for, not an error. What verification cannot see is in security.md.
+
+A chain proves each record follows the one before it, never that nothing
+followed the last: records cut from the end, or a file emptied, verify as a
+shorter clean log. Only a head the operator kept (the hash and record count
+a previous `verify` printed) can show that, and `expect_head` and
+`expect_records` check the log still holds it; appends after it are fine.
+The summary says when that was not checked.
 """
 
 from __future__ import annotations
@@ -55,15 +62,22 @@ class VerifyReport:
     """Lines holding torn fragments that a later `recover` record accounts for."""
     open_runs: tuple[str, ...] = ()
     """Runs with a start record and no end record (a crash, a kill, or still running)."""
+    head_checked: bool = False
+    """An expected head (hash, count or both) was given and the log still holds it."""
+    grown_by: int = 0
+    """Records after the expected head (appended since it was kept)."""
 
     def summary(self) -> str:
-        """A short human-readable verdict."""
+        """A short human-readable verdict, and what it could not check."""
         mode = "HMAC-SHA256" if self.keyed else "SHA-256"
         head = "empty"
         if self.head_seq is not None:
             head = f"head seq {self.head_seq} {self.head_hash}"
         if self.ok:
             text = f"OK: {self.records} records, {self.runs} runs, {mode} chain, {head}"
+            text += "\n" + self._head_note()
+        elif self.bad_line is None:
+            text = f"FAILED: {self.reason}\n{self.records} records verify ({head})"
         else:
             text = (
                 f"FAILED at line {self.bad_line}: {self.reason}\n"
@@ -75,6 +89,20 @@ class VerifyReport:
         if self.open_runs and self.ok:
             text += f"\nruns without an end record: {', '.join(self.open_runs)}"
         return text
+
+    def _head_note(self) -> str:
+        if self.head_checked:
+            return f"expected head found; {self.grown_by} record(s) appended after it"
+        if self.head_hash is None:
+            return (
+                "not checked: an emptied file verifies as an empty log; pass --expect-records N "
+                "(and --expect-head HASH) kept from an earlier verify"
+            )
+        return (
+            "not checked: records cut from the end, or an emptied file, verify as a shorter "
+            "log; keep this head and count, and next time verify with "
+            f"--expect-head {self.head_hash} --expect-records {self.records}"
+        )
 
 
 @dataclass
@@ -89,11 +117,24 @@ class _Chain:
     run_ids: set[str] = field(default_factory=set)
     open_runs: dict[str, None] = field(default_factory=dict)
     recovered: list[int] = field(default_factory=list)
+    expect_head: str | None = None
+    head_at: int | None = None
+    """Record count at which the expected head hash was seen."""
 
 
-def verify_log(path: Path, *, key: bytes | None) -> VerifyReport:
-    """Verify the whole file; raises `OSError` only when it cannot be read at all."""
-    chain = _Chain(key=key)
+def verify_log(
+    path: Path,
+    *,
+    key: bytes | None,
+    expect_head: str | None = None,
+    expect_records: int | None = None,
+) -> VerifyReport:
+    """Verify the whole file; raises `OSError` only when it cannot be read at all.
+
+    `expect_head` (a hash) and `expect_records` (a count), kept from an earlier
+    verify, must still be in the log: the record with that hash, at that count.
+    """
+    chain = _Chain(key=key, expect_head=expect_head.lower() if expect_head else None)
     with path.open("rb") as handle:
         lines = enumerate(handle, start=1)
         pending = next(lines, None)
@@ -108,15 +149,44 @@ def verify_log(path: Path, *, key: bytes | None) -> VerifyReport:
                     reason = _refine(path, number, chain, problem)
                     return _report(path, chain, bad_line=number, reason=reason)
             pending = following
-    return _report(path, chain)
+    missing = _expected_head_problem(chain, expect_records)
+    if missing is not None:
+        return _report(path, chain, reason=missing)
+    return _report(path, chain, expected=expect_records)
+
+
+def _expected_head_problem(chain: _Chain, expect_records: int | None) -> str | None:
+    """Why the kept head is not in this (otherwise sound) log, or None when it is."""
+    if chain.expect_head is not None and chain.head_at is None:
+        return (
+            f"the expected head {chain.expect_head} is not in the log: records were cut from "
+            "the end, the file was emptied or replaced"
+        )
+    if chain.head_at is not None and expect_records is not None and (
+        chain.head_at != expect_records
+    ):
+        return f"the expected head is record {chain.head_at}, not record {expect_records}"
+    if expect_records is not None and chain.records < expect_records:
+        return (
+            f"expected at least {expect_records} records, found {chain.records}: records were "
+            "cut from the end, or the file was emptied"
+        )
+    return None
 
 
 def _report(
-    path: Path, chain: _Chain, *, bad_line: int | None = None, reason: str | None = None
+    path: Path,
+    chain: _Chain,
+    *,
+    bad_line: int | None = None,
+    reason: str | None = None,
+    expected: int | None = None,
 ) -> VerifyReport:
+    ok = bad_line is None and reason is None
+    kept = chain.head_at if chain.head_at is not None else expected
     return VerifyReport(
         path=path,
-        ok=bad_line is None,
+        ok=ok,
         records=chain.records,
         runs=len(chain.run_ids),
         keyed=chain.keyed or chain.key is not None,
@@ -127,6 +197,8 @@ def _report(
         torn_tail=reason is not None and reason.startswith("torn tail"),
         recovered_lines=tuple(chain.recovered),
         open_runs=tuple(chain.open_runs),
+        head_checked=ok and kept is not None,
+        grown_by=chain.records - kept if ok and kept is not None else 0,
     )
 
 
@@ -149,7 +221,7 @@ def _acknowledged_fragment(raw: bytes, following: tuple[int, bytes] | None) -> b
 def _load(line: bytes) -> dict[str, Any] | None:
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # bad bytes, bad JSON, or nested past the parser
         return None
     return record if isinstance(record, dict) else None
 
@@ -182,7 +254,11 @@ def _check(chain: _Chain, raw: bytes) -> str | _SeqMismatch | None:
 
 def _check_seal(chain: _Chain, record: dict[str, Any], line: bytes) -> str | None:
     """The record's own form and seal."""
-    if canonical(record) != line:
+    try:
+        form = canonical(record)
+    except (ValueError, RecursionError):  # NaN or Infinity, which no writer produces
+        return "edited: the line is not in canonical form"
+    if form != line:
         return "edited: the line is not in canonical form"
     if not all(isinstance(record.get(name), kind) for name, kind in _FIELDS):
         return "edited: a required field is missing or has the wrong type"
@@ -206,6 +282,8 @@ def _advance(chain: _Chain, record: dict[str, Any]) -> None:
     chain.expected_seq += 1
     chain.prev = record["hash"]
     chain.records += 1
+    if chain.expect_head is not None and record["hash"] == chain.expect_head:
+        chain.head_at = chain.records
     chain.keyed = chain.keyed or record["alg"] == "hmac-sha256"
     run_id = record["run_id"]
     chain.run_ids.add(run_id)

@@ -9,6 +9,7 @@ a fresh-container runner, or a test double that really runs code.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -21,6 +22,14 @@ class CodeRunner(Protocol):
 
     def run(self, code: str) -> ExecutionResult:
         """Execute `code` and return its result; raise only for errors the operator must fix."""
+        ...
+
+
+class Operator(Protocol):
+    """A person the face can ask now (at a terminal); `ask_user` goes to them."""
+
+    def ask(self, question: str, *, stop: threading.Event, timeout: float) -> str | None:
+        """Their answer; None when they gave none (end of input, `stop` set, `timeout` passed)."""
         ...
 
 
@@ -39,3 +48,12 @@ class ToolContext:
     principal over HTTP); written into every audit record. The model never sets it."""
     conversation_id: str | None = None
     """The conversation this run belongs to (follow-up questions share one)."""
+    operator: Operator | None = None
+    """Who answers `ask_user` now (the operator at a terminal); None: no one at this moment."""
+    defer_questions: bool = False
+    """Without an operator, `ask_user` ends the run `needs_input` and the face continues it
+    later with the answer; with neither, `ask_user` is not offered at all."""
+    continues: str | None = None
+    """The run this one continues (after `needs_input`); named in the audit's `run_start`."""
+    stop: threading.Event = field(default_factory=threading.Event)
+    """Set when the run is cancelled: a tool waiting for a person stops waiting."""

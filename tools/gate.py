@@ -9,81 +9,54 @@ reserve the quota; append the request and the decision to the audit log
 
 Three verdicts (openai-agents' guardrails): allow; reject with a message the
 model can act on (`denied`, `invalid`, `unknown`); halt, for what an operator
-must see: too many denials in one run, or an operator error (the audit log
-cannot be written, the sandbox is broken). An operator error is recorded and
-re-raised; after a halt every call returns status `halted` without running.
+must see: too many refused calls in one run (denied, unknown tool or invalid
+arguments alike: each is a model probing or flailing, and `quotas.max_denied`
+bounds them all), or an operator error (the audit log cannot be written, the
+sandbox is broken). An operator error is recorded and re-raised; after a halt
+every call returns status `halted` without running.
+
+The model chooses its tool-call ids, so they key nothing here: the gate gives
+every call its own id, `<run_id>-c<n>` (unique in the run), which the audit
+records join on; the model's id is kept beside it as data. Arguments larger
+than `max_argument_bytes` are refused as invalid before they are parsed, and
+the audit keeps only their size, digest and first bytes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.limits import Limits
-from sbx.sandbox.result import Artifact, ExecutionResult
 from sbx.tools.audit import AuditError, AuditLog
+from sbx.tools.bounded import CallCancelled, CallTimedOut, run_bounded
+from sbx.tools.breaker import BREAKER_RULE, Breaker, failure_signature, tripped_text
 from sbx.tools.builtin import builtin_tools
+from sbx.tools.call_records import CallIds, invalid_arguments, request_data, too_large
 from sbx.tools.context import ToolContext
+from sbx.tools.custom import custom_tools
 from sbx.tools.observation import (
     Denied,
     Failure,
     Halted,
-    InvalidArguments,
     ToolError,
     UnknownTool,
     render_failure,
 )
+from sbx.tools.outcome import CANCELLED_TEXT, CallStatus, ToolOutcome
 from sbx.tools.policy import BUILTIN_TOOLS, Policy, PolicyError
-from sbx.tools.registry import Tool, ToolFailure, ToolReturn, render_value
-from sbx.tools.rules import QuotaCounter, check_arguments
+from sbx.tools.registry import Tool, ToolFailure, ToolReturn, register, unpack_return
+from sbx.tools.rules import QuotaCounter, call_timeout, check_arguments
 
 logger = logging.getLogger(__name__)
-
-CallStatus = Literal["ok", "error", "invalid", "denied", "unknown", "halted", "cancelled"]
-"""How one call went at the gate (a run's ending is `sbx.agent.state.Status`, another thing)."""
-
-
-@dataclass(kw_only=True, frozen=True)
-class ToolOutcome:
-    """What one tool call produced, for the agent loop and the transcript."""
-
-    call_id: str
-    """The model's `tool_call_id`, echoed so the answer message can be matched."""
-    name: str
-    """The tool name as the model sent it."""
-    status: CallStatus
-    """`ok`; `error` (the tool failed); `invalid`/`denied`/`unknown` (not run); `halted`;
-    `cancelled` (the run was cancelled while the call ran: its result is not trusted)."""
-    text: str
-    """The exact observation the model receives (from the one renderer, G7)."""
-    execution: ExecutionResult | None = None
-    """The sandbox's result, when the call ran code (`execute_python`)."""
-    value: object = None
-    """Any other tool's structured value, kept for the caller, never sent as is."""
-    duration_s: float = 0.0
-    """Wall-clock seconds from the call's arrival at the gate to its outcome."""
-    rule: str | None = None
-    """For denials and halts: the dotted policy key that decided."""
-
-    @property
-    def failed(self) -> bool:
-        """Refused, failed, or ran code that raised, timed out or was killed."""
-        return self.status != "ok" or (self.execution is not None and not self.execution.ok)
-
-    @property
-    def artifacts(self) -> tuple[Artifact, ...]:
-        """Files the execution copied out of `/output` (none for other tools)."""
-        return tuple(self.execution.artifacts) if self.execution is not None else ()
-
 
 @dataclass(frozen=True)
 class _Refusal:
@@ -94,9 +67,10 @@ class _Refusal:
     rule: str | None = None
 
 
-CANCELLED_TEXT = "Cancelled while it ran; the sandbox was removed, so its variables are gone."
 CLOSE_GRACE_S = 10.0
 """Seconds `close` waits for calls still in flight before writing the run-end record."""
+DEFAULT_MAX_ARGUMENT_BYTES = 2 * 1024 * 1024
+"""Largest arguments accepted when the caller sets no cap (`AgentSettings.max_argument_bytes`)."""
 
 
 class ToolGate:
@@ -110,18 +84,22 @@ class ToolGate:
         tools: Mapping[str, Tool],
         context: ToolContext,
         audit: AuditLog,
+        max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
     ) -> None:
         self._policy = policy
         self._limits = limits
+        self.max_argument_bytes = max_argument_bytes
         self._tools = dict(tools)
         self._context = context
         self._audit = audit
         self._quota = QuotaCounter(policy.quotas)
+        self._breaker = Breaker(policy.quotas.max_identical_failures)
         self._lock = threading.Lock()
         self._halted: str | None = None
         self._cancels = 0
         self._closed = False
         self._in_flight = 0
+        self._calls = 0
         self._settled = threading.Condition(self._lock)
         keys = {t.sequential for t in self._tools.values() if t.sequential is not None}
         self._sequential = {key: threading.Lock() for key in keys}
@@ -153,6 +131,8 @@ class ToolGate:
             "sandbox": self._limits.model_dump(),
             "conversation_id": self._context.conversation_id,
         }
+        if self._context.continues is not None:
+            data["continues"] = self._context.continues
         self._record("run_start", data)
 
     def close(self, *, reason: str = "closed", grace_s: float = CLOSE_GRACE_S) -> None:
@@ -168,6 +148,11 @@ class ToolGate:
             self._settled.wait_for(lambda: self._in_flight == 0, timeout=grace_s)
         data = {"reason": reason, "halted": self._halted, **self._quota.snapshot()}
         self._record("run_end", data)
+
+    def record_answer(self, *, continues: str, question: str, answer: str) -> None:
+        """The user's answer that continues run `continues` (after `needs_input`), audited."""
+        self._record("user_answer", {"continues": continues, "question": question,
+                                     "answer": answer})
 
     def _record(self, kind: str, data: Mapping[str, Any]) -> None:
         """One audit record, always with the principal the face authenticated (never the model)."""
@@ -185,61 +170,94 @@ class ToolGate:
             self._cancels += 1
             if halt:
                 self._halted = self._halted or "the run was cancelled by the operator"
+                self._context.stop.set()  # a tool waiting for a person stops waiting
 
-    def call(self, *, name: str, arguments: str, call_id: str) -> ToolOutcome:
-        """Check, record and run one call; model errors come back as data, never raised."""
+    def call(
+        self,
+        *,
+        name: str,
+        arguments: str | Mapping[str, Any],
+        call_id: str,
+        model_call_id: str | None = None,
+    ) -> ToolOutcome:
+        """Check, record and run one call; model errors come back as data, never raised.
+
+        `arguments` is JSON text, or an object (some servers send one): it is taken as that
+        object. `call_id` is echoed in the outcome; `model_call_id`, the id the model wrote
+        (if it differs or is missing), is kept in the audit as data. Neither keys anything.
+        """
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False, default=str)
         with self._lock:
             self._in_flight += 1
+            self._calls += 1
+            audit_id = f"{self.run_id}-c{self._calls}"
+        ids = CallIds(audit=audit_id, reply=call_id, model=model_call_id)
         try:
-            return self._call(name=name, arguments=arguments, call_id=call_id)
+            return self._call(name=name, arguments=arguments, ids=ids)
         finally:
             with self._lock:
                 self._in_flight -= 1
                 self._settled.notify_all()
 
-    def _call(self, *, name: str, arguments: str, call_id: str) -> ToolOutcome:
+    def _call(self, *, name: str, arguments: str, ids: CallIds) -> ToolOutcome:
         started = time.perf_counter()
         tool = self._tools.get(name)
-        decided = self._decide(name, tool, arguments)
-        self._record_intent(name, arguments, call_id, decided)
+        size = len(arguments.encode("utf-8", "surrogatepass"))
+        decided = self._decide(name, tool, arguments, size)
+        self._record_intent(name, arguments, size, ids, decided)
         if isinstance(decided, _Refusal):
             text = render_failure(decided.failure)
             return ToolOutcome(
-                call_id=call_id, name=name, status=decided.status, text=text,
-                duration_s=time.perf_counter() - started, rule=decided.rule,
+                call_id=ids.reply, audit_id=ids.audit, name=name, status=decided.status,
+                text=text, duration_s=time.perf_counter() - started, rule=decided.rule,
             )
         if tool is None:  # pragma: no cover - _decide refuses unknown tools
             raise RuntimeError("unreachable: an allowed call without a tool")
-        return self._run(tool, decided, call_id, started)
+        return self._run(tool, decided, ids, started)
 
-    def _decide(self, name: str, tool: Tool | None, arguments: str) -> BaseModel | _Refusal:
+    def _decide(
+        self, name: str, tool: Tool | None, arguments: str, size: int
+    ) -> BaseModel | _Refusal:
         """Return the validated arguments, or why the tool must not run."""
         if self._halted is not None:
             return _Refusal("halted", Halted(reason=self._halted), "halted")
         if tool is None:
-            return _Refusal("unknown", UnknownTool(name=name, available=self.enabled_names()))
+            return self._refuse("unknown", UnknownTool(name=name, available=self.enabled_names()))
         if not self._rule_enabled(name):
             hint = f"Available tools: {', '.join(self.enabled_names()) or '(none)'}"
             rule = self._enable_key(name)
             denied = Denied(tool=name, rule=rule, reason="this tool is not enabled", hint=hint)
-            return self._deny(denied)
+            return self._refuse("denied", denied, rule)
+        if self._breaker.is_open(name):
+            limit = self._breaker.limit
+            reason = f"it failed the same way {limit} times in a row and is disabled for this run"
+            return self._refuse("denied", Denied(tool=name, rule=BREAKER_RULE, reason=reason),
+                                BREAKER_RULE)
+        if size > self.max_argument_bytes:
+            return self._refuse("invalid", too_large(name, size, self.max_argument_bytes))
         try:
             args = tool.parse_arguments(arguments)
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_context=False, include_input=False)
-            invalid = InvalidArguments(tool=name, errors=[dict(e) for e in errors])
-            return _Refusal("invalid", invalid)
+            return self._refuse("invalid", invalid_arguments(name, [dict(e) for e in errors]))
         denied_or_none = check_arguments(self._policy, self._limits, name, args)
         denied_or_none = denied_or_none or self._quota.take(name)
-        return self._deny(denied_or_none) if denied_or_none else args
+        if denied_or_none is None:
+            return args
+        return self._refuse("denied", denied_or_none, denied_or_none.rule)
 
-    def _deny(self, denied: Denied) -> _Refusal:
-        """A denial; past `quotas.max_denied` it halts the run instead."""
+    def _refuse(self, status: CallStatus, failure: Failure, rule: str | None = None) -> _Refusal:
+        """A refusal (denied, unknown or invalid); past `quotas.max_denied` it halts the run."""
         if self._quota.deny():
-            reason = f"more than {self._policy.quotas.max_denied} denied calls in this run"
+            limit = self._policy.quotas.max_denied
+            reason = (
+                f"more than {limit} refused calls (denied, unknown tool or invalid arguments) "
+                "in this run"
+            )
             self._halted = reason
             return _Refusal("halted", Halted(reason=reason), "quotas.max_denied")
-        return _Refusal("denied", denied, denied.rule)
+        return _Refusal(status, failure, rule)
 
     def _rule_enabled(self, name: str) -> bool:
         rule = self._policy.tools.rule(name)
@@ -250,11 +268,11 @@ class ToolGate:
         return f"tools.{name}.enabled" if name in BUILTIN_TOOLS else f"tools.custom.{name}.enabled"
 
     def _record_intent(
-        self, name: str, arguments: str, call_id: str, decided: BaseModel | _Refusal
+        self, name: str, arguments: str, size: int, ids: CallIds, decided: BaseModel | _Refusal
     ) -> None:
         """Request and decision, one fsync'd append, before anything runs."""
-        request = _request_data(name, arguments, call_id)
-        decision: dict[str, Any] = {"call_id": call_id, "tool": name, "decision": "allowed"}
+        request = request_data(name, arguments, size, ids, self.max_argument_bytes)
+        decision: dict[str, Any] = {"call_id": ids.audit, "tool": name, "decision": "allowed"}
         if isinstance(decided, _Refusal):
             decision["decision"] = decided.status
             decision["rule"] = decided.rule
@@ -269,27 +287,30 @@ class ToolGate:
             self._halted = str(exc)
             raise
 
-    def _run(self, tool: Tool, args: BaseModel, call_id: str, started: float) -> ToolOutcome:
-        """Run an allowed call (one at a time per sequential key) and record its outcome."""
-        lock = self._sequential.get(tool.sequential or "")
+    def _run(self, tool: Tool, args: BaseModel, ids: CallIds, started: float) -> ToolOutcome:
+        """Run an allowed call (one at a time per sequential key, within its timeout), record it."""
         cancels = self._cancels
         status: CallStatus = "ok"
         returned: object = None
         extra: Mapping[str, Any] = {}
+        rule: str | None = None
         try:
-            if lock is not None:
-                with lock:
-                    returned = tool.invoke(args, self._context)
-            else:
-                returned = tool.invoke(args, self._context)
-            text, extra = _unpack(returned)
+            returned = self._invoke(tool, args, cancels)
+            text, extra = unpack_return(returned)
+        except CallTimedOut:
+            seconds, key = call_timeout(self._policy, self._limits, tool.name)
+            message = f"the call did not finish within {seconds:g} s ({key}) and was abandoned"
+            status, text = "error", render_failure(ToolError(tool=tool.name, message=message))
+            rule = key
         except ToolFailure as exc:
             status, text = "error", render_failure(ToolError(tool=tool.name, message=str(exc)))
         except (SandboxError, AuditError, KeyboardInterrupt) as exc:
             if self._cancels == cancels:  # a cancelled call's sandbox was removed on purpose
                 self._halted = f"operator error: {type(exc).__name__}: {exc}"
-                self._record_outcome(tool, call_id, "halted", self._halted, started, {})
+                self._record_outcome(tool, ids.audit, "halted", self._halted, started, {})
                 raise
+            text = CANCELLED_TEXT
+        except CallCancelled:
             text = CANCELLED_TEXT
         except Exception as exc:  # a tool's bug: the model is told, the operator sees the log
             logger.warning("Tool %s raised %s", tool.name, type(exc).__name__)
@@ -298,12 +319,33 @@ class ToolGate:
         if self._cancels != cancels:
             status, text, extra = "cancelled", CANCELLED_TEXT, {}
             returned = None
-        duration = self._record_outcome(tool, call_id, status, text, started, extra)
         execution = returned.execution if isinstance(returned, ToolReturn) else None
+        if status != "cancelled" and self._breaker.record(
+            tool.name, failure_signature(status, text, execution)
+        ):
+            text = f"{text}\n\n{tripped_text(tool.name, self._breaker.limit or 0)}"
+            rule = BREAKER_RULE
+        duration = self._record_outcome(tool, ids.audit, status, text, started, extra)
         value = returned.value if isinstance(returned, ToolReturn) else returned
         return ToolOutcome(
-            call_id=call_id, name=tool.name, status=status, text=text, execution=execution,
-            value=value if status == "ok" else None, duration_s=duration,
+            call_id=ids.reply, audit_id=ids.audit, name=tool.name, status=status, text=text,
+            execution=execution, value=value if status == "ok" else None, duration_s=duration,
+            rule=rule,
+        )
+
+    def _invoke(self, tool: Tool, args: BaseModel, cancels: int) -> object:
+        """The tool's return value, from a thread of its own bounded by the call's timeout."""
+        lock = self._sequential.get(tool.sequential or "")
+        seconds, _ = call_timeout(self._policy, self._limits, tool.name)
+
+        def call() -> object:
+            if lock is None:
+                return tool.invoke(args, self._context)
+            with lock:
+                return tool.invoke(args, self._context)
+
+        return run_bounded(
+            call, timeout=seconds, cancelled=lambda: self._cancels != cancels, name=tool.name
         )
 
     def _record_outcome(
@@ -324,27 +366,6 @@ class ToolGate:
         return duration
 
 
-def _unpack(returned: object) -> tuple[str, Mapping[str, Any]]:
-    """(observation text, extra audit fields) from a tool's return value."""
-    if isinstance(returned, ToolReturn):
-        return returned.text, returned.audit
-    return render_value(returned), {}
-
-
-def _request_data(name: str, arguments: str, call_id: str) -> dict[str, Any]:
-    """The request record: parsed arguments when they are JSON, the raw string otherwise."""
-    data: dict[str, Any] = {"call_id": call_id, "tool": name}
-    try:
-        data["arguments"] = json.loads(arguments or "{}")
-    except ValueError:
-        data["arguments_raw"] = arguments
-    parsed = data.get("arguments")
-    code = parsed.get("code") if isinstance(parsed, dict) else None
-    if name == "execute_python" and isinstance(code, str):
-        data["code_sha256"] = hashlib.sha256(code.encode()).hexdigest()
-    return data
-
-
 def build_gate(
     policy: Policy,
     *,
@@ -352,22 +373,27 @@ def build_gate(
     context: ToolContext,
     audit: AuditLog,
     extra_tools: Sequence[Tool] = (),
+    replace: bool = False,
+    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
 ) -> ToolGate:
-    """Register the built-in tools plus `extra_tools`, check them against the policy, start the run.
+    """Register the built-in tools, the policy's `entry` tools and `extra_tools`; start the run.
 
-    A tool in `extra_tools` with a built-in's name replaces the built-in (tests
-    use this to give `http_get` a resolver that maps names to loopback).
-    Raises `PolicyError` when the policy names a custom tool that is not
-    registered, or enables `execute_python` without a sandbox runner.
+    Two tools of one name are a `DuplicateToolError`, unless `replace` lets
+    `extra_tools` replace registered ones of the same name (tests give `http_get`
+    a resolver that maps names to loopback). Raises `PolicyError` when the policy
+    names a custom tool that is not registered or cannot be loaded, or enables
+    `execute_python` without a sandbox runner.
     """
-    tools = {t.name: t for t in [*builtin_tools(policy), *extra_tools]}
+    tools = register({}, [*builtin_tools(policy, context), *custom_tools(policy)])
+    register(tools, extra_tools, replace=replace)
     missing = [name for name in policy.tools.custom if name not in tools]
     if missing:
         raise PolicyError(f"policy [tools.custom.{missing[0]}] names a tool that is not registered")
     if policy.tools.execute_python.enabled and context.runner is None:
         raise PolicyError("policy enables execute_python but no sandbox runner was started")
     gate = ToolGate(
-        policy=policy, limits=limits or Limits(), tools=tools, context=context, audit=audit
+        policy=policy, limits=limits or Limits(), tools=tools, context=context, audit=audit,
+        max_argument_bytes=max_argument_bytes,
     )
     gate.start()
     return gate

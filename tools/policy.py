@@ -6,7 +6,8 @@ from the file is disabled, an unknown key or tool name is an error at load,
 and each rule has a dotted name (`tools.http_get.allowed_domains`,
 `quotas.per_tool`) that denials and audit records quote. The file is read
 once by the configuration step (`sbx.agent.config`); this module holds the
-gate's models only.
+gate's models only. Booleans and
+numbers are strict: `enabled = "yes"` or `max_denied = "5"` is an error, never a guess.
 """
 
 from __future__ import annotations
@@ -18,11 +19,18 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# Seconds is re-exported: the agent's settings take durations in the same units.
-from sbx.sandbox.limits import Bytes
+# Bytes and Seconds are re-exported: the agent's settings use the same units.
+from sbx.sandbox.limits import Bytes as Bytes
 from sbx.sandbox.limits import Seconds as Seconds
+from sbx.sandbox.units import at_most_seconds as at_most_seconds
 
-BUILTIN_TOOLS = ("execute_python", "calculate", "list_data_files", "preview_data_file", "http_get")
+BUILTIN_TOOLS = (
+    "execute_python", "calculate", "list_data_files", "preview_data_file", "http_get", "ask_user",
+)
+DEFAULT_CALL_TIMEOUT_S = 30.0
+"""`[tools] timeout`: seconds one tool call may take at the gate, unless its own rule says."""
+_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 _DOMAIN = re.compile(rf"^(\*\.)?({_LABEL}\.)*{_LABEL}$")
 
@@ -34,10 +42,13 @@ class PolicyError(Exception):
 class ToolRule(BaseModel):
     """Rules every tool has: whether the model may call it at all."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     enabled: bool = False
     """Deny by default: only tools with `enabled = true` are offered to the model and run."""
+    timeout: Seconds | None = None
+    """Wall-clock seconds one call may take at the gate (None: `[tools] timeout`); a call past
+    it ends `error` and its thread is abandoned, its result ignored."""
 
 
 class CalculateRule(ToolRule):
@@ -48,7 +59,8 @@ class CalculateRule(ToolRule):
     max_digits: int = Field(default=4000, ge=10, le=4000)
     """Most decimal digits of any integer, intermediate or final (Python prints up to 4300)."""
     timeout: Seconds = 1.0
-    """Wall-clock seconds one evaluation may take, checked between operations."""
+    """Wall-clock seconds one evaluation may take, checked between operations (the gate
+    allows a grace beyond it, so this check's own message normally comes first)."""
 
 
 class ListDataFilesRule(ToolRule):
@@ -77,7 +89,7 @@ class HttpGetRule(ToolRule):
     max_bytes: Bytes = 1024 * 1024
     """Most response-body bytes read; the rest is cut and the observation says so."""
     timeout: Seconds = 10.0
-    """Wall-clock seconds for the whole fetch, redirects included."""
+    """Wall-clock seconds for the whole fetch, redirects included (the gate allows a grace)."""
     max_redirects: int = Field(default=3, ge=0, le=10)
     """Redirects followed; each target is checked like the first URL."""
 
@@ -97,10 +109,32 @@ class HttpGetRule(ToolRule):
         return self
 
 
+class AskUserRule(ToolRule):
+    """`ask_user`: the model asks the person who asked; offered only where someone can answer."""
+
+    timeout: Seconds = 600.0
+    """Seconds the operator at a terminal has to answer; then the call ends `error`."""
+
+
+class CustomToolRule(ToolRule):
+    """`[tools.custom.NAME]`: a tool an embedding program registers, or the policy loads."""
+
+    entry: str | None = None
+    """`package.module:function` to load the tool from (a typed function or a `Tool`); it runs
+    in sbx's own process, not in the sandbox, so only trusted code belongs here."""
+
+    @field_validator("entry")
+    @classmethod
+    def _entry(cls, entry: str | None) -> str | None:
+        if entry is not None and not _ENTRY.match(entry):
+            raise ValueError(f"{entry!r} is not 'package.module:function'")
+        return entry
+
+
 class ToolsPolicy(BaseModel):
     """One table per built-in tool, plus `[tools.custom.NAME]` for tools a program registers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     execute_python: ToolRule = ToolRule()
     """Run Python in the sandbox session (limits in `[sandbox]`)."""
@@ -112,8 +146,23 @@ class ToolsPolicy(BaseModel):
     """Show the first rows of one data file (host side)."""
     http_get: HttpGetRule = HttpGetRule()
     """Fetch a URL from the host, allowlisted domains only."""
-    custom: dict[str, ToolRule] = Field(default_factory=dict)
-    """Tools registered by the embedding program; each must exist when the gate is built."""
+    ask_user: AskUserRule = AskUserRule()
+    """Ask the person who asked a question, where someone can answer."""
+    custom: dict[str, CustomToolRule] = Field(default_factory=dict)
+    """Tools loaded from `entry` or registered by the embedding program; each must exist when
+    the gate is built."""
+    timeout: Seconds = DEFAULT_CALL_TIMEOUT_S
+    """Wall-clock seconds one tool call may take at the gate when its own rule sets none."""
+
+    @field_validator("custom")
+    @classmethod
+    def _custom_names(cls, custom: dict[str, CustomToolRule]) -> dict[str, CustomToolRule]:
+        for name in custom:
+            if name in BUILTIN_TOOLS:
+                raise ValueError(f"{name!r} is a built-in tool; a custom tool needs its own name")
+            if not _TOOL_NAME.match(name):
+                raise ValueError(f"{name!r} is not a tool name ([A-Za-z0-9_-], 1 to 64)")
+        return custom
 
     def rule(self, name: str) -> ToolRule | None:
         """Return the rule for a tool name, or None when the policy does not know it."""
@@ -134,20 +183,24 @@ class Quotas(BaseModel):
     (`[agent.budget] max_tool_calls`), checked before the calls are made.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     per_tool: dict[str, int] = Field(default_factory=dict)
     """Allowed calls per run for one tool, by name."""
     max_denied: int | None = Field(default=20, ge=0)
-    """Denials per run after which the gate halts the run (a model probing the policy)."""
+    """Refused calls per run (denied, unknown tool or invalid arguments) after which the gate
+    halts the run: a model probing the policy or flailing (`None`: no cap)."""
+    max_identical_failures: int | None = Field(default=5, ge=1)
+    """The circuit breaker: after this many failures of one tool in a row, each the same way,
+    the tool is disabled for the rest of the run and the model is told (`None`: never)."""
 
 
 class AuditPolicy(BaseModel):
     """Where the audit log goes and what never reaches it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    path: Path | None = None
+    path: Path | None = Field(default=None, strict=False)
     """Log file; `--audit-log` and `SBX_AUDIT_LOG` override it; default `./sbx-audit.jsonl`."""
     secret_env: list[str] = Field(
         default_factory=lambda: ["OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "SBX_AUDIT_KEY"]
@@ -167,7 +220,7 @@ class Policy(BaseModel):
     table to its owner. Unknown keys anywhere are an error (`extra="forbid"`).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     tools: ToolsPolicy = ToolsPolicy()
     """Which tools are enabled and their argument rules."""

@@ -21,7 +21,7 @@ import inspect
 import json
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
 
@@ -29,13 +29,40 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from sbx.sandbox.result import ExecutionResult
 from sbx.tools.context import ToolContext
-from sbx.tools.schema import is_strict_compatible, parse_docstring, strict_schema
+from sbx.tools.schema import (
+    is_strict_compatible,
+    parse_docstring,
+    strict_schema,
+    without_keyword,
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class ToolFailure(Exception):
     """Raised by a tool for a failure the model can act on; its message is the observation."""
+
+
+class DuplicateToolError(ValueError):
+    """Two tools registered under one name: the later would silently replace the first."""
+
+
+def register(
+    table: dict[str, Tool], tools: Iterable[Tool], *, replace: bool = False
+) -> dict[str, Tool]:
+    """Add `tools` to `table` (in order); a name already there is an error unless `replace`.
+
+    `replace` is the explicit way to swap a tool for another of the same name
+    (tests give `http_get` a resolver that maps names to loopback); two tools of
+    one name within `tools` are an error either way.
+    """
+    added: set[str] = set()
+    for item in tools:
+        if item.name in added or (item.name in table and not replace):
+            raise DuplicateToolError(f"two tools are registered under the name {item.name!r}")
+        added.add(item.name)
+        table[item.name] = item
+    return table
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -72,12 +99,15 @@ class Tool:
     def openai_schema(self) -> dict[str, Any]:
         """Return the tool in the Chat Completions `tools` format, with closed parameters."""
         parameters = strict_schema(self.args_model.model_json_schema())
+        strict = is_strict_compatible(parameters)
+        if strict:  # strict mode's schema subset has no minLength; the gate still enforces it
+            parameters = without_keyword(parameters, "minLength")
         function: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "parameters": parameters,
         }
-        if is_strict_compatible(parameters):
+        if strict:
             function["strict"] = True
         return {"type": "function", "function": function}
 
@@ -113,6 +143,11 @@ def tool(
 
     Raises `TypeError` at decoration time for what the model could never call
     correctly: a missing annotation, `*args`/`**kwargs`, a bad name.
+
+    Arguments are validated strictly (`"5"` is not 5, `"true"` is not True: a model
+    that sends the wrong type is told so rather than guessed for), and a required
+    parameter annotated plain `str` must not be empty. A tool that accepts an empty
+    string says so with its annotation, e.g. `Annotated[str, Field(min_length=0)]`.
     """
 
     def decorate(func: Callable[..., Any]) -> Tool:
@@ -142,11 +177,13 @@ def build_tool(
         if hints[param.name] is ToolContext:
             context_param = param.name
             continue
-        default = ... if param.default is param.empty else param.default
+        required = param.default is param.empty
+        default = ... if required else param.default
         doc = arg_docs.get(param.name)
-        fields[param.name] = (hints[param.name], Field(default, description=doc))
+        least = 1 if required and hints[param.name] is str else None
+        fields[param.name] = (hints[param.name], Field(default, description=doc, min_length=least))
     args_model: type[BaseModel] = create_model(
-        f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields
+        f"{tool_name}_args", __config__=ConfigDict(extra="forbid", strict=True), **fields
     )
     return Tool(
         name=tool_name,
@@ -165,3 +202,10 @@ def render_value(value: Any) -> str:
     if isinstance(value, BaseModel):
         return value.model_dump_json()
     return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def unpack_return(returned: object) -> tuple[str, Mapping[str, Any]]:
+    """(observation text, extra audit fields) from a tool's return value."""
+    if isinstance(returned, ToolReturn):
+        return returned.text, returned.audit
+    return render_value(returned), {}

@@ -18,7 +18,35 @@ from pydantic import BaseModel
 from sbx.sandbox.limits import Limits
 from sbx.tools.netguard import host_matches
 from sbx.tools.observation import Denied
-from sbx.tools.policy import Policy, Quotas
+from sbx.tools.policy import BUILTIN_TOOLS, Policy, Quotas
+
+SELF_BOUND_GRACE_S = 5.0
+"""Beyond the own `timeout` of a tool that bounds itself (`calculate`, `http_get`,
+`ask_user`), so the tool's own, clearer message normally comes first."""
+SANDBOX_GRACE_S = 30.0
+"""Beyond the sandbox's `timeout` for `execute_python`: starting a container under load and
+copying artifacts out take time the execution's deadline does not count."""
+
+
+def call_timeout(policy: Policy, limits: Limits, name: str) -> tuple[float, str]:
+    """The gate's bound on one call of `name`, in seconds, and the policy key that sets it.
+
+    `execute_python` is bounded by the sandbox's own deadline already (the code is killed
+    at `[sandbox] timeout`); its gate bound is never shorter than that deadline plus
+    `SANDBOX_GRACE_S`, so it fires only when the engine itself hangs.
+    """
+    rules = policy.tools
+    rule = rules.rule(name)
+    section = f"tools.{name}" if name in BUILTIN_TOOLS else f"tools.custom.{name}"
+    if rule is None or rule.timeout is None:
+        seconds, key = rules.timeout, "tools.timeout"
+    else:
+        seconds, key = rule.timeout, f"{section}.timeout"
+    if name in ("calculate", "http_get", "ask_user"):
+        seconds += SELF_BOUND_GRACE_S
+    if name == "execute_python" and seconds < limits.timeout + SANDBOX_GRACE_S:
+        seconds, key = limits.timeout + SANDBOX_GRACE_S, "sandbox.timeout"
+    return seconds, key
 
 
 def check_arguments(policy: Policy, limits: Limits, name: str, args: BaseModel) -> Denied | None:
@@ -69,7 +97,7 @@ def _check_url(policy: Policy, url: str) -> Denied | None:
 
 
 class QuotaCounter:
-    """Per-run counts of allowed calls and of denials; thread-safe."""
+    """Per-run counts of allowed calls and of refused ones; thread-safe."""
 
     def __init__(self, quotas: Quotas) -> None:
         self._quotas = quotas
@@ -88,7 +116,7 @@ class QuotaCounter:
             return None
 
     def deny(self) -> bool:
-        """Count one denial; True when the run has now passed `quotas.max_denied`."""
+        """Count one refused call (denied, unknown or invalid); True past `quotas.max_denied`."""
         with self._lock:
             self._denied += 1
             limit = self._quotas.max_denied

@@ -109,3 +109,18 @@ def is_strict_compatible(schema: Any) -> bool:
         elif key not in ("enum", "const", "required") and not is_strict_compatible(value):
             return False
     return True
+
+
+def without_keyword(node: Any, keyword: str) -> Any:
+    """A copy of a schema without `keyword` anywhere (property *names* are kept)."""
+    if isinstance(node, list):
+        return [without_keyword(item, keyword) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {name: without_keyword(sub, keyword) for name, sub in value.items()}
+        elif key != keyword:
+            out[key] = without_keyword(value, keyword)
+    return out

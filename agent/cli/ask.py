@@ -6,8 +6,11 @@ JSON document with `--json`. Exit status:
 
     0    completed: the model answered
     3    a budget ended the run (step_limit, time_limit, token_limit, tool_limit); no answer
-    4    model_error: the endpoint failed after retries, or replied unusably
+    4    model_error: the endpoint failed after retries, or replied unusably;
+         truncated: the answer was cut off (finish_reason length or content_filter)
     5    gate_halt: the tool gate halted the run (e.g. too many denied calls); see the audit log
+    6    needs_input: the model asked a question and no one was at a terminal to answer it;
+         the question is printed; `sbx ask --continue RUN_ID "answer"` continues the run
     2    bad flag or setting; 125 sbx could not run (policy, engine, image, audit log)
     130  cancelled (Ctrl-C or SIGTERM): the sandbox was removed, the audit log closed
 """
@@ -17,23 +20,29 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
-from sbx.agent.app import Answer, answer_one
+from sbx.agent.app import RUNS_DIR, Answer, answer_one
 from sbx.agent.cli.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, demo_turns
-from sbx.agent.cli.display import Progress
+from sbx.agent.cli.display import Progress, replay
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
+from sbx.agent.cli.prompting import terminal_operator
 from sbx.agent.cli.scripted_model import ScriptedLLM
+from sbx.agent.conversation import ConversationSpec
+from sbx.agent.resume import continue_paused, find_transcript, read_paused
 from sbx.agent.state import Status
-from sbx.agent.transcript import TranscriptError, read_transcript
+from sbx.agent.transcript import TranscriptError
+from sbx.tools.text_safety import safe_json, safe_text
 
 EXIT_BUDGET = 3
 EXIT_MODEL_ERROR = 4
 EXIT_GATE_HALT = 5
+EXIT_NEEDS_INPUT = 6
 _EXIT: dict[Status, int] = {
     "completed": 0,
     "step_limit": EXIT_BUDGET,
@@ -41,6 +50,8 @@ _EXIT: dict[Status, int] = {
     "token_limit": EXIT_BUDGET,
     "tool_limit": EXIT_BUDGET,
     "gate_halt": EXIT_GATE_HALT,
+    "truncated": EXIT_MODEL_ERROR,
+    "needs_input": EXIT_NEEDS_INPUT,
     "model_error": EXIT_MODEL_ERROR,
     "cancelled": EXIT_INTERRUPTED,
 }
@@ -59,37 +70,54 @@ def output_options(command: Any) -> Any:
 @click.argument("question")
 @click.option("--data", "data", multiple=True, type=click.Path(path_type=Path, exists=True),
               help="File or directory the code can read at /data/<name>. Repeatable.")
+@click.option("--continue", "continues", metavar="RUN_ID",
+              help="Continue RUN_ID, which ended needs_input: QUESTION is your answer. Uses "
+              "the run's transcript (--transcript, or found in sbx-runs/) and its data.")
 @run_options
 @output_options
 @model_options
 @operator_errors
 def ask_command(
-    question: str, data: tuple[Path, ...], output: Path | None, policy: Path | None,
-    audit_log: Path | None, transcript: Path | None, image: str, as_json: bool, quiet: bool,
-    base_url: str | None, api_key: str | None, model: str | None, **flags: Any,
+    question: str, data: tuple[Path, ...], continues: str | None, output: Path | None,
+    policy: Path | None, audit_log: Path | None, transcript: Path | None, image: str,
+    as_json: bool, quiet: bool, base_url: str | None, api_key: str | None, model: str | None,
+    **flags: Any,
 ) -> None:
     """Answer QUESTION by letting a model write and run Python in the sandbox.
 
     Example: sbx ask "Which region grew fastest in 2024?" --data examples/sales.csv
 
-    Exit status: 0 answered; 3 a budget ended the run (no answer); 4 model error;
-    5 the tool gate halted the run; 2 bad flag or setting; 125 sbx could not run;
-    130 cancelled. For follow-up questions, use `sbx chat`.
+    When the model asks you something, a terminal prompts you; elsewhere the run ends
+    needs_input (exit 6) with the question, and `sbx ask --continue RUN_ID "answer"`
+    continues it.
+
+    Exit status: 0 answered; 3 a budget ended the run (no answer); 4 model error or an
+    answer cut off; 5 the tool gate halted the run; 6 the model needs your answer; 2 bad
+    flag or setting; 125 sbx could not run; 130 cancelled. For follow-up questions, use
+    `sbx chat`.
     """
     options = FaceOptions(
         data=data, output=output, policy=policy, audit_log=audit_log, transcript=transcript,
         image=image, base_url=base_url, api_key=api_key, model=model, flags=flags,
     )
+    if continues is not None:
+        if data:
+            fail("--continue uses the paused run's own data; drop --data", 2)
+        _finish(_continue(continues, question, options, quiet=quiet), as_json=as_json)
     _finish(_run(question, options, quiet=quiet), as_json=as_json)
 
 
 @click.command("demo")
 @run_options
 @output_options
+@click.option("--tool-format", type=click.Choice(["native", "text"]), default="native",
+              show_default=True,
+              help="text: the scripted model writes ```python blocks, as models served "
+              "without a tool-call parser do.")
 @operator_errors
 def demo_command(
     output: Path | None, policy: Path | None, audit_log: Path | None, transcript: Path | None,
-    image: str, as_json: bool, quiet: bool,
+    image: str, as_json: bool, quiet: bool, tool_format: str,
 ) -> None:
     """Watch the agent fix its own mistake, with a scripted model (no LLM, no network needed).
 
@@ -97,12 +125,12 @@ def demo_command(
     the tool gate, the audit log and the transcript are real.
     """
     with tempfile.TemporaryDirectory(prefix="sbx-demo-") as scratch, ScriptedLLM(
-        demo_turns()
+        demo_turns(tool_format)
     ) as llm:
         options = FaceOptions(
             data=(demo_data(Path(scratch)),), output=output, policy=policy,
             audit_log=audit_log, transcript=transcript, image=image, base_url=llm.base_url,
-            api_key=API_KEY, model=MODEL_NAME, label=LABEL,
+            api_key=API_KEY, model=MODEL_NAME, label=LABEL, flags={"tool_format": tool_format},
         )
         outcome = _run(QUESTION, options, quiet=quiet)
     _finish(outcome, as_json=as_json)
@@ -111,11 +139,12 @@ def demo_command(
 @click.command("replay")
 @click.argument("transcript", type=_FILE)
 def replay_command(transcript: Path) -> None:
-    """Re-render a past run (or every run of a conversation) from its transcript."""
-    render = Progress(sys.stdout, show_answer=True)
+    """Re-render a past run (or every run of a conversation) from its transcript.
+
+    Exit 2 for a file it cannot render, naming the line.
+    """
     try:
-        for event in read_transcript(transcript):
-            render(event)
+        replay(transcript, sys.stdout)
     except TranscriptError as exc:
         fail(str(exc), 2)
 
@@ -125,27 +154,55 @@ def _run(question: str, options: FaceOptions, *, quiet: bool) -> Answer:
     progress = None if quiet else Progress(sys.stderr)
     with opened_app(options) as (app, endpoint):
         return answer_one(
-            app, question, spec=options.spec(), endpoint=endpoint,
+            app, question, spec=_asking(options.spec()), endpoint=endpoint,
             transcript=options.transcript, progress=progress,
         )
 
 
+def _continue(run_id: str, answer: str, options: FaceOptions, *, quiet: bool) -> Answer:
+    """The paused run `run_id` continued with `answer`, appended to its transcript."""
+    progress = None if quiet else Progress(sys.stderr)
+    with opened_app(options) as (app, endpoint):
+        path = options.transcript or find_transcript(run_id, RUNS_DIR)
+        paused = read_paused(path, run_id)
+        return continue_paused(
+            app, paused, answer, spec=_asking(options.spec()), endpoint=endpoint,
+            progress=progress,
+        )
+
+
+def _asking(spec: ConversationSpec) -> ConversationSpec:
+    """Who answers the model's questions: this terminal's operator, else `--continue`."""
+    operator = terminal_operator()
+    return replace(spec, operator=operator, defer_questions=operator is None)
+
+
 def _finish(outcome: Answer, *, as_json: bool) -> NoReturn:
-    """Print the answer (or why there is none) and exit with the run's status."""
+    """Print the answer (or why there is none) and exit with the run's status.
+
+    The answer, the paths and the message come from the model or the sandbox:
+    every control and bidi character is shown escaped (`--json` as `\\uXXXX`).
+    """
     result = outcome.result
     if as_json:
-        click.echo(json.dumps(outcome.as_dict(), indent=2, ensure_ascii=False))
+        click.echo(safe_json(json.dumps(outcome.as_dict(), indent=2, ensure_ascii=False)))
     elif result.status == "completed":
-        click.echo(result.answer)
+        click.echo(safe_text(str(result.answer), multiline=True))
         if result.artifacts:
             click.echo("\nArtifacts:")
             for path in result.artifacts:
-                click.echo(f"  {path}")
+                click.echo(f"  {safe_text(str(path))}")
+    if result.status == "needs_input" and not as_json:
+        click.echo(safe_text(str(result.question), multiline=True))
     if result.status == "cancelled":
         click.echo("sbx: cancelled; the sandbox was removed and the audit log closed", err=True)
+    elif result.status == "needs_input":
+        click.echo(f"sbx: the model needs your answer; continue with: sbx ask --continue "
+                   f"{result.run_id} \"your answer\"", err=True)
     elif result.status != "completed":
-        click.echo(f"sbx: no answer ({result.status}): {result.message}", err=True)
-    click.echo(f"sbx: transcript {outcome.transcript}, audit log {outcome.audit_log}", err=True)
+        click.echo(f"sbx: no answer ({result.status}): {safe_text(str(result.message))}", err=True)
+    records = f"transcript {outcome.transcript}, audit log {outcome.audit_log}"
+    click.echo(f"sbx: {safe_text(records)}", err=True)
     sys.exit(_EXIT[result.status])
 
 

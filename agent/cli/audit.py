@@ -1,24 +1,40 @@
 """`sbx audit verify FILE` and `sbx audit show FILE`: the auditor's two commands.
 
-`verify` exits 0 with a one-line summary when every record verifies, and 1
+`verify` exits 0 with a short summary when every record verifies, and 1
 with the first bad record's line and reason otherwise (a torn tail, an edit,
 a missing or reordered record). With `SBX_AUDIT_KEY` set it checks HMAC
-seals and refuses a chain that was downgraded to plain SHA-256. `show` prints
-one row per call. Errors are one line, never a stack trace.
+seals and refuses a chain that was downgraded to plain SHA-256. It prints the
+head hash and record count; given back with `--expect-head` and
+`--expect-records` they catch what a chain alone cannot: records cut from the
+end, an emptied file. `show` prints one row per call, every cell escaped (the
+model chose the arguments and the ids). Errors are one line, never a stack
+trace; a record `show` cannot render exits 2 naming its line.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
 from sbx.tools.audit import AuditError, audit_key_from_env
 from sbx.tools.audit_show import COLUMNS, call_rows
 from sbx.tools.audit_verify import iter_records, verify_log
+from sbx.tools.text_safety import safe_text
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
+_HASH = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def _hex_hash(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A seal as printed by verify: 64 hex digits."""
+    if value is not None and not _HASH.fullmatch(value):
+        raise click.BadParameter("expected 64 hex digits, as `sbx audit verify` prints the head")
+    return value.lower() if value else None
 
 
 def register(cli: click.Group) -> None:
@@ -33,11 +49,23 @@ def audit() -> None:
 
 @audit.command()
 @click.argument("file", type=_FILE)
-def verify(file: Path) -> None:
-    """Check every record of FILE; exit 1 at the first bad one (set SBX_AUDIT_KEY for HMAC logs)."""
+@click.option("--expect-head", metavar="HASH", callback=_hex_hash,
+              help="A head hash an earlier verify printed: the log must still hold that record.")
+@click.option("--expect-records", metavar="N", type=click.IntRange(min=0),
+              help="A record count an earlier verify printed: the log must hold at least N "
+              "(with --expect-head, the head is record N).")
+def verify(file: Path, expect_head: str | None, expect_records: int | None) -> None:
+    """Check every record of FILE; exit 1 at the first bad one (set SBX_AUDIT_KEY for HMAC logs).
+
+    A chain cannot show records cut from its end, or an emptied file: keep the head
+    hash and count this prints, and pass them back with --expect-head and
+    --expect-records next time.
+    """
     try:
         key = audit_key_from_env(os.environ)
-        report = verify_log(file, key=key)
+        report = verify_log(
+            file, key=key, expect_head=expect_head, expect_records=expect_records
+        )
     except AuditError as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
@@ -55,12 +83,47 @@ def verify(file: Path) -> None:
 def show(file: Path, run_id: str | None, tool: str | None, denied: bool) -> None:
     """Print the calls recorded in FILE as a table (display only: use `verify` to trust it)."""
     try:
-        rows = call_rows(iter_records(file), run=run_id, tool=tool, denied=denied)
+        rows = call_rows(_shaped(iter_records(file)), run=run_id, tool=tool, denied=denied)
     except OSError as exc:
         raise click.ClickException(f"cannot read {file}: {exc.strerror}") from None
-    table = [[name.upper() for name in COLUMNS], *(row.cells() for row in rows)]
+    except BadRecord as exc:
+        click.echo(safe_text(f"sbx: {file}:{exc}"), err=True)
+        raise SystemExit(2) from None
+    table = [[name.upper() for name in COLUMNS]]
+    table += [[safe_text(cell) for cell in row.cells()] for row in rows]
     widths = [max(len(cells[i]) for cells in table) for i in range(len(COLUMNS))]
     for cells in table:
         click.echo("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
     if not rows:
         click.echo("(no matching records)", err=True)
+
+
+class BadRecord(ValueError):
+    """A record `show` cannot render: `LINE: why` (verify says whether the log is sound)."""
+
+
+_TEXT_FIELDS = ("time", "run_id", "event")
+_NUMBER_FIELDS = ("duration_s",)
+
+
+def _shaped(
+    records: Iterator[tuple[int, dict[str, Any]]],
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Pass records whose fields have the types `call_rows` reads; stop at the first that does not.
+
+    `show` is display only and reads any JSON a file holds, so a hand-edited line
+    (`data` a list, a duration that is text) must end in one line naming it, not a
+    traceback from the table code.
+    """
+    for line, record in records:
+        data = record.get("data")
+        if data is not None and not isinstance(data, dict):
+            raise BadRecord(f"{line}: data is not an object")
+        for name in _TEXT_FIELDS:
+            if record.get(name) is not None and not isinstance(record[name], str):
+                raise BadRecord(f"{line}: {name} is not text")
+        for name in _NUMBER_FIELDS:
+            value = (data or {}).get(name, 0)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise BadRecord(f"{line}: data.{name} is not a number")
+        yield line, record

@@ -5,12 +5,18 @@ steps stream on stderr as they happen, the answer comes on stdout. Commands:
 `/reset` (new sandbox, messages forgotten), `/exit` (or Ctrl-D). Ctrl-C while
 a question runs cancels that run, not the chat: its sandbox is removed and the
 next question starts with a fresh one (and is told so). SIGTERM ends the chat.
+
+When the model asks the user something (`ask_user`), the operator at the
+terminal is prompted and the answer goes back at once. Without a terminal
+(questions piped in) the run ends `needs_input`, and the next line is the
+answer that continues it.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -20,8 +26,10 @@ import click
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, operator_errors
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
+from sbx.agent.cli.prompting import terminal_operator
 from sbx.agent.conversation import Conversation
 from sbx.agent.state import RunResult
+from sbx.tools.text_safety import safe_text
 
 PROMPT = "you> "
 HELP = "Ask a question. /reset starts afresh, /exit leaves; Ctrl-C cancels a running question."
@@ -62,9 +70,11 @@ def chat_command(
         image=image, base_url=base_url, api_key=api_key, model=model, flags=flags,
     )
     progress = None if quiet else Progress(sys.stderr)
+    operator = terminal_operator()
+    spec = replace(options.spec(), operator=operator, defer_questions=operator is None)
     with opened_app(options) as (app, endpoint):
         with app.conversation(
-            options.spec(), endpoint=endpoint, transcript=options.transcript
+            spec, endpoint=endpoint, transcript=options.transcript
         ) as conversation:
             if progress is not None:
                 conversation.subscribe(progress)
@@ -94,6 +104,8 @@ def converse(conversation: Conversation) -> int:
                 click.echo("(the sandbox and the conversation were reset)", err=True)
             elif question in ("/help", "/?"):
                 click.echo(HELP, err=True)
+            elif conversation.pending is not None:
+                show(conversation.answer(question))
             else:
                 show(conversation.ask(question))
             if _Signals.terminating:
@@ -118,13 +130,17 @@ def _read_line() -> str | None:
 def show(result: RunResult) -> None:
     """The answer on stdout, or why there is none on stderr."""
     if result.status == "completed":
-        click.echo(result.answer)
+        click.echo(safe_text(str(result.answer), multiline=True))
         for path in result.artifacts:
-            click.echo(f"  artifact: {path}")
+            click.echo(f"  artifact: {safe_text(path)}")
     elif result.status == "cancelled":
         click.echo("sbx: cancelled; the sandbox was removed (its variables are gone)", err=True)
+    elif result.status == "needs_input":
+        click.echo(f"sbx: the model asks you: {safe_text(str(result.question), multiline=True)}",
+                   err=True)
+        click.echo("(your next line answers it)", err=True)
     else:
-        click.echo(f"sbx: no answer ({result.status}): {result.message}", err=True)
+        click.echo(f"sbx: no answer ({result.status}): {safe_text(result.message)}", err=True)
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:

@@ -58,9 +58,20 @@ print("saved /output/growth_by_region.png")
 """
 
 
-def demo_turns() -> list[Turn]:
-    """The scripted model: a failing program, its fix, and an answer built from the output."""
+def demo_turns(tool_format: str = "native") -> list[Turn]:
+    """The scripted model: a failing program, its fix, and an answer built from the output.
+
+    With `tool_format="text"` the model writes its programs in ```python blocks, as a
+    model served without a tool-call parser does (`--tool-format text`).
+    """
+    if tool_format == "text":
+        return [assistant(fenced(FIRST_PROGRAM, "Let me load the data.")), _fix_text, _answer]
     return [tool_call("execute_python", code=FIRST_PROGRAM), _fix, _answer]
+
+
+def fenced(code: str, before: str) -> str:
+    """A reply in text format: a sentence, then the program in a ```python block."""
+    return f"{before}\n\n```python\n{code}```\n"
 
 
 def _fix(request: ScriptedRequest) -> Reply:
@@ -68,9 +79,14 @@ def _fix(request: ScriptedRequest) -> Reply:
     return tool_call("execute_python", code=SECOND_PROGRAM)
 
 
+def _fix_text(request: ScriptedRequest) -> Reply:
+    """Turn 2 in text format: the traceback came back as a user message."""
+    return assistant(fenced(SECOND_PROGRAM, "A list has no .mean(); fixing that."))
+
+
 def _answer(request: ScriptedRequest) -> Reply:
     """Turn 3: quote the sandbox's `ANSWER:` line, so every number shown was computed."""
-    observation = request.last_tool_message
+    observation = request.last_tool_message or str(request.messages[-1].get("content") or "")
     found = [line for line in observation.splitlines() if line.startswith("ANSWER:")]
     if not found:
         return assistant(

@@ -1,149 +1,242 @@
 """Human-readable progress: the same renderer for a live run (stderr) and `sbx replay` (stdout).
 
-It reads the events the loop emits (see `agent.transcript`), never the loop's
+It reads the events the core emits (see `sbx.agent.events`), never the loop's
 state, so a transcript file re-renders exactly as the run looked. One line
 per happening: the turn and its tokens, each tool call with its code, a
-one-line outcome, notices, and the ending. Plain ASCII, colour only on a
-terminal (click strips it elsewhere).
+one-line outcome, notices, and the ending. Colour only on a terminal (click
+strips it elsewhere).
+
+Nearly every value here comes from the model, the sandboxed program or a
+file: each one passes `safe_text` before it reaches the terminal, so an ESC,
+a C1 control or a bidi override shows as `\\x1b`, `\\x9b` or `\\u202e` and can
+neither move the cursor nor fake sbx's own lines. A transcript is a file
+anyone may have edited: `replay` reports a line it cannot render (not UTF-8,
+not JSON, a field of the wrong type) as `file:line: why`, never a traceback.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any, TextIO
 
 import click
+from pydantic import BaseModel
 
 from sbx.agent.events import Event
+from sbx.agent.transcript import TranscriptError, numbered_events
+from sbx.tools.text_safety import safe_text
 
 Row = dict[str, Any]
-"""An event as plain data: the renderers read fields with defaults, as replay must."""
+"""An event as plain data: the renderers read each field defensively, as replay must."""
+
 MAX_CODE_LINES = 30
 MAX_LINE = 160
 _SECTION = re.compile(r"^\[(stdout|stderr|notes)\]$")
 
 
+class EventShapeError(ValueError):
+    """An event field has the wrong JSON type (a damaged or hand-edited transcript)."""
+
+
 class Progress:
     """An event sink that prints each event as it arrives."""
 
-    def __init__(self, stream: TextIO, *, show_answer: bool = False) -> None:
+    def __init__(self, stream: TextIO, *, show_answer: bool = False, strict: bool = False) -> None:
         self._stream = stream
         self._show_answer = show_answer
+        self._strict = strict
 
-    def __call__(self, event: Event) -> None:
-        """Render one event (types without a renderer are skipped)."""
-        render = getattr(self, f"_on_{event.type}", None)
-        if render is not None:
-            render(event.model_dump())
+    def __call__(self, event: Event | Row) -> None:
+        """Render one event (unknown types are skipped: newer transcripts stay readable).
 
-    def _echo(self, text: str, **style: Any) -> None:
-        click.echo(click.style(text, **style) if style else text, file=self._stream)
+        A field of the wrong type raises `EventShapeError` when `strict` (replay
+        names the line); a live run shows one line instead and goes on.
+        """
+        row = event.model_dump(mode="json") if isinstance(event, BaseModel) else event
+        render = getattr(self, f"_on_{row.get('type')}", None)
+        if render is None:
+            return
+        try:
+            render(row)
+        except EventShapeError as exc:
+            if self._strict:
+                raise
+            self._echo(f"   (event not shown: {exc})", dim=True)
+
+    def _echo(self, text: str, *, multiline: bool = False, **style: Any) -> None:
+        shown = safe_text(text, multiline=multiline)
+        click.echo(click.style(shown, **style) if style else shown, file=self._stream)
 
     def _on_run_start(self, event: Row) -> None:
         label = event.get("label")
         if label:
             self._echo(f"== {label}", fg="magenta", bold=True)
         self._echo(
-            f"== run {event.get('run_id')} | model {event.get('model')} at {event.get('base_url')}"
-            f" | prompt v{event.get('prompt_version')}",
+            f"== run {_text(event.get('run_id'))} | model {_text(event.get('model'))} at "
+            f"{_text(event.get('base_url'))} | prompt v{_text(event.get('prompt_version'))}",
             bold=True,
         )
-        self._echo(f"?  {event.get('question')}")
-        for item in event.get("data") or []:
-            self._echo(f"   data: {item}")
+        self._echo(f"?  {_clip(_text(event.get('question')))}")
+        for item in _list(event, "data"):
+            self._echo(f"   data: {_clip(_text(item))}")
 
     def _on_message(self, event: Row) -> None:
-        message = event.get("message") or {}
+        message = _map(event, "message")
         if message.get("role") == "user" and event.get("turn"):
-            self._echo(f"!  {_clip(str(message.get('content')))}", fg="yellow")
+            self._echo(f"!  {_clip(_text(message.get('content')))}", fg="yellow")
 
     def _on_model_reply(self, event: Row) -> None:
-        usage = event.get("usage") or {}
-        total = (event.get("total_usage") or {}).get("total_tokens", 0)
+        tokens = _num(_map(event, "usage"), "total_tokens", "usage")
+        total = _num(_map(event, "total_usage"), "total_tokens", "total_usage")
         self._echo(
-            f"-- turn {event.get('turn')} | {usage.get('total_tokens', 0):,} tokens "
-            f"(run total {total:,}) | {event.get('duration_s', 0):.1f} s",
+            f"-- turn {_text(event.get('turn'))} | {tokens:,} tokens "
+            f"(run total {total:,}) | {_num(event, 'duration_s'):.1f} s",
             fg="cyan",
         )
-        message = event.get("message") or {}
-        calls = message.get("tool_calls") or []
+        message = _map(event, "message")
+        calls = _list(message, "tool_calls", "message")
         if calls and message.get("content"):
-            self._echo(f"   model: {_clip(str(message['content']))}")
-        for item in calls:
-            function = item.get("function") or {}
-            self._echo(f"-> {function.get('name')} [{item.get('id')}]", bold=True)
-            for line in _arguments_lines(str(function.get("arguments") or "")):
-                self._echo(f"   | {line}", dim=True)
+            self._echo(f"   model: {_clip(_text(message['content']))}")
+        for index, item in enumerate(calls):
+            where = f"message.tool_calls[{index}]"
+            call = _as_map(item, where)
+            function = _map(call, "function", where)
+            name, call_id = _text(function.get("name")), _text(call.get("id"))
+            self._echo(f"-> {_clip(name)} [{_clip(call_id)}]", bold=True)
+            for line in _arguments_lines(_text(function.get("arguments"))):
+                self._echo(f"   | {line}", multiline=True, dim=True)  # one line; tabs kept
 
     def _on_tool_result(self, event: Row) -> None:
         failed = bool(event.get("failed"))
-        word = event.get("status") if event.get("status") != "ok" or not failed else "failed"
-        line = f"<- {word} ({event.get('duration_s', 0):.1f} s): {one_line(event.get('content'))}"
+        status = _text(event.get("status"))
+        word = status if status != "ok" or not failed else "failed"
+        outcome = one_line(event.get("content"))
+        line = f"<- {_clip(word)} ({_num(event, 'duration_s'):.1f} s): {outcome}"
         self._echo(line, fg="red" if failed else "green")
-        for path in event.get("artifacts") or []:
-            self._echo(f"   saved {path}")
+        for path in _list(event, "artifacts"):
+            self._echo(f"   saved {_clip(_text(path))}")
 
     def _on_compaction(self, event: Row) -> None:
-        count = len(event.get("shortened") or [])
+        count = len(_list(event, "shortened"))
         self._echo(
             f"   (shortened {count} older observation(s) to bound the context; "
-            f"now about {event.get('estimate', 0):,} tokens)",
+            f"now about {_num(event, 'estimate'):,} tokens)",
             dim=True,
         )
 
     def _on_run_end(self, event: Row) -> None:
-        status = event.get("status")
-        usage = event.get("usage") or {}
+        status = _text(event.get("status"))
         summary = (
-            f"{event.get('turns')} turn(s), {event.get('tool_calls')} tool call(s), "
-            f"{usage.get('total_tokens', 0):,} tokens, {event.get('duration_s', 0):.1f} s"
+            f"{_text(event.get('turns'))} turn(s), {_text(event.get('tool_calls'))} tool call(s), "
+            f"{_num(_map(event, 'usage'), 'total_tokens', 'usage'):,} tokens, "
+            f"{_num(event, 'duration_s'):.1f} s"
         )
         colour = "green" if status == "completed" else "red"
-        self._echo(f"== {status}: {summary}", fg=colour, bold=True)
-        sandbox = event.get("sandbox") or {}
-        if sandbox.get("executions"):
-            self._echo(
-                f"   sandbox: {sandbox['executions']} execution(s), "
-                f"{sandbox.get('execution_s', 0):.2f} s, "
-                f"{sandbox.get('cpu_seconds', 0):.2f} CPU s, "
-                f"peak memory {sandbox.get('peak_memory_bytes', 0) / 2**20:.0f} MiB"
-            )
+        self._echo(f"== {_clip(status)}: {summary}", fg=colour, bold=True)
+        self._sandbox_totals(_map(event, "sandbox"))
         if status != "completed":
-            self._echo(f"   {event.get('message')}", fg=colour)
-        for path in event.get("artifacts") or []:
-            self._echo(f"   artifact: {path}")
+            self._echo(f"   {_clip(_text(event.get('message')))}", fg=colour)
+        for path in _list(event, "artifacts"):
+            self._echo(f"   artifact: {_clip(_text(path))}")
         if self._show_answer and event.get("answer"):
             self._echo("")
-            self._echo(str(event["answer"]))
+            self._echo(_text(event["answer"]), multiline=True)
+
+    def _sandbox_totals(self, sandbox: dict[str, Any]) -> None:
+        if not _num(sandbox, "executions", "sandbox"):
+            return
+        self._echo(
+            f"   sandbox: {_num(sandbox, 'executions', 'sandbox')} execution(s), "
+            f"{_num(sandbox, 'execution_s', 'sandbox'):.2f} s, "
+            f"{_num(sandbox, 'cpu_seconds', 'sandbox'):.2f} CPU s, "
+            f"peak memory {_num(sandbox, 'peak_memory_bytes', 'sandbox') / 2**20:.0f} MiB"
+        )
 
     def _on_run_error(self, event: Row) -> None:
-        self._echo(f"== error: {event.get('error')}", fg="red", bold=True)
+        self._echo(f"== error: {_clip(_text(event.get('error')))}", fg="red", bold=True)
+
+
+def replay(path: Path, stream: TextIO) -> None:
+    """Render a transcript file; a line that cannot be shown is a `TranscriptError` naming it.
+
+    `read_transcript` checks each line against the typed events (UTF-8, JSON, the
+    fields' types); the renderers' own shape checks are a second line of defence.
+    """
+    render = Progress(stream, show_answer=True, strict=True)
+    for number, event in numbered_events(path):
+        try:
+            render(event)
+        except EventShapeError as exc:
+            raise TranscriptError(f"{path}:{number}: {exc}") from None
 
 
 def one_line(text: Any) -> str:
-    """The first informative line of an observation, clipped."""
-    for line in str(text or "").splitlines():
+    """The first informative line of an observation, escaped and clipped."""
+    for line in _text(text).splitlines():
         if line.strip() and not _SECTION.match(line.strip()):
             return _clip(line.strip())
     return "(no output)"
 
 
-def _clip(text: str) -> str:
-    text = text.replace("\n", " ")
+def _clip(text: str, *, tabs: bool = False) -> str:
+    """One escaped line of at most `MAX_LINE` characters (escapes count, so it stays bounded).
+
+    `tabs` keeps tab characters (a line of code); every other control is escaped.
+    """
+    text = safe_text(text.replace("\n", " "), multiline=tabs)
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
+
+
+def _text(value: Any) -> str:
+    """Any JSON value as text (None as empty); escaping happens when it is shown."""
+    return "" if value is None else str(value)
+
+
+def _map(parent: dict[str, Any], key: str, where: str = "") -> dict[str, Any]:
+    return _as_map(parent.get(key), f"{where}.{key}" if where else key)
+
+
+def _as_map(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise EventShapeError(f"{where} is not an object")
+    return value
+
+
+def _list(parent: dict[str, Any], key: str, where: str = "") -> list[Any]:
+    value = parent.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise EventShapeError(f"{f'{where}.{key}' if where else key} is not a list")
+    return value
+
+
+def _num(parent: dict[str, Any], key: str, where: str = "") -> int | float:
+    value = parent.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise EventShapeError(f"{f'{where}.{key}' if where else key} is not a number")
+    return value
 
 
 def _arguments_lines(arguments: str) -> list[str]:
     """The code of an `execute_python` call, else the arguments as compact JSON."""
     try:
         parsed = json.loads(arguments or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         return [_clip(f"(invalid JSON) {arguments}")]
     if isinstance(parsed, dict) and isinstance(parsed.get("code"), str):
         lines = parsed["code"].rstrip().splitlines() or [""]
         if len(lines) > MAX_CODE_LINES:
             cut = len(lines) - MAX_CODE_LINES
             lines = [*lines[:MAX_CODE_LINES], f"... ({cut} more lines)"]
-        return [_clip(line) for line in lines]
-    return [_clip(json.dumps(parsed, ensure_ascii=False))]
+        return [_clip(line, tabs=True) for line in lines]
+    try:
+        return [_clip(json.dumps(parsed, ensure_ascii=False))]
+    except (ValueError, RecursionError):
+        return [_clip(arguments)]

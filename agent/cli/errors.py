@@ -19,7 +19,9 @@ from typing import Any, NoReturn, TypeVar
 import click
 from pydantic import ValidationError
 
+from sbx.agent.config import describe_validation_error
 from sbx.sandbox.errors import SandboxError
+from sbx.tools.text_safety import safe_text
 
 EXIT_TIMEOUT = 124
 EXIT_SBX_ERROR = 125
@@ -30,18 +32,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(message: str, code: int = EXIT_SBX_ERROR) -> NoReturn:
-    """Print `sbx: message` on stderr and exit."""
-    click.echo(f"sbx: {message}", err=True)
+    """Print `sbx: message` on stderr and exit; the message is escaped (it may quote input)."""
+    click.echo(f"sbx: {safe_text(message)}", err=True)
     sys.exit(code)
-
-
-def describe_validation(exc: ValidationError, prefix: str = "") -> str:
-    """One line naming each invalid field and why."""
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"]) or "value"
-        parts.append(f"{prefix}{where}: {error['msg']}")
-    return "; ".join(parts)
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -59,7 +52,7 @@ def operator_errors(command: F) -> F:
         except SandboxError as exc:
             fail(str(exc))
         except ValidationError as exc:
-            fail(f"invalid value: {describe_validation(exc)}", 2)
+            fail(f"invalid value for {describe_validation_error(exc, prefix='--')}", 2)
         except KeyboardInterrupt:
             fail("interrupted; sandboxes removed", EXIT_INTERRUPTED)
         finally:

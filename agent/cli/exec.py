@@ -10,11 +10,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
+from pydantic import ValidationError
 
-from sbx.agent.cli.errors import EXIT_OOM, EXIT_TIMEOUT, fail, operator_errors
+from sbx.agent.cli.errors import (
+    EXIT_OOM,
+    EXIT_TIMEOUT,
+    fail,
+    operator_errors,
+)
+from sbx.agent.config import describe_validation_error
 from sbx.sandbox.checks.doctor import run_checks
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine
@@ -25,6 +32,10 @@ from sbx.sandbox.pool_config import PoolConfig
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import new_run_id
 from sbx.sandbox.units import format_size
+from sbx.tools.text_safety import safe_json, safe_text
+
+DEFAULT_OUTPUT = Path("sbx-output")
+"""Where `sbx exec` puts each run's own directory unless `--output` names one."""
 
 
 def limit_options(command: Any) -> Any:
@@ -49,8 +60,14 @@ def limit_options(command: Any) -> Any:
 
 
 def limits_from(options: dict[str, Any]) -> Limits:
-    """Limits with the given flags applied (pydantic validates and converts the units)."""
-    return Limits(**{key: value for key, value in options.items() if value is not None})
+    """Limits with the given flags applied (pydantic validates and converts the units).
+
+    A bad value exits 2 with one line naming the flag and the bound it broke.
+    """
+    try:
+        return Limits(**{key: value for key, value in options.items() if value is not None})
+    except ValidationError as exc:
+        fail(f"invalid value for {describe_validation_error(exc, prefix='--')}", 2)
 
 
 def read_code(source: str) -> bytes:
@@ -63,17 +80,38 @@ def read_code(source: str) -> bytes:
         fail(f"cannot read {source!r}: {exc.strerror}", 2)
 
 
-def print_result(result: ExecutionResult) -> None:
-    """Program output to our stdout/stderr; artifacts and notes as `sbx:` lines on stderr."""
-    sys.stdout.write(result.stdout)
+def print_result(result: ExecutionResult, output: Path) -> None:
+    """Program output to our stdout/stderr; artifacts and notes as `sbx:` lines on stderr.
+
+    The program's own output is data the user asked for: to a pipe or a file it
+    goes as written, so `sbx exec x.py > out.bin` and `| jq` get the program's
+    text; to a terminal its controls and bidi characters are shown escaped, so
+    the program cannot drive the terminal. Our own `sbx:` lines quote names the
+    program chose and are escaped wherever they go.
+    """
+    write_program_output(sys.stdout, result.stdout)
     sys.stdout.flush()
-    sys.stderr.write(result.stderr)
+    write_program_output(sys.stderr, result.stderr)
     if result.error is not None:
-        sys.stderr.write(result.error.traceback)
+        write_program_output(sys.stderr, result.error.traceback)
+    if result.artifacts:
+        click.echo(f"sbx: output directory {safe_text(str(output))}", err=True)
     for artifact in result.artifacts:
-        click.echo(f"sbx: artifact {artifact.path} ({format_size(artifact.size)})", err=True)
+        name = safe_text(str(artifact.path))
+        click.echo(f"sbx: artifact {name} ({format_size(artifact.size)})", err=True)
     for note in result.notes:
-        click.echo(f"sbx: {note}", err=True)
+        click.echo(f"sbx: {safe_text(note)}", err=True)
+
+
+def write_program_output(stream: TextIO, text: str) -> None:
+    """The program's text: escaped on a terminal, as written elsewhere.
+
+    Either way a lone surrogate (which a UTF-8 stream cannot encode) is written as
+    `\\udXXX` rather than crashing the print after the program has run.
+    """
+    if stream.isatty():
+        text = safe_text(text, multiline=True)
+    stream.write(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def exit_code_for(result: ExecutionResult) -> int:
@@ -97,16 +135,20 @@ def exit_code_for(result: ExecutionResult) -> int:
 @click.option(
     "--output",
     type=click.Path(path_type=Path),
-    default=Path("sbx-output"),
-    show_default=True,
-    help="Host directory that receives the files written to /output.",
+    help="Host directory that receives the files written to /output; existing files "
+    "there are never replaced. [default: sbx-output/RUN_ID, new for each run]",
 )
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ExecutionResult as JSON instead.")
 @limit_options
 @operator_errors
 def exec_command(
-    source: str, data: tuple[Path, ...], output: Path, image: str, as_json: bool, **limit_flags: Any
+    source: str,
+    data: tuple[Path, ...],
+    output: Path | None,
+    image: str,
+    as_json: bool,
+    **limit_flags: Any,
 ) -> None:
     """Run a Python program in a fresh, locked-down container and exit with its status.
 
@@ -119,6 +161,8 @@ def exec_command(
     """
     limits = limits_from(limit_flags)
     code = read_code(source)
+    run_id = new_run_id()
+    output = output or DEFAULT_OUTPUT / run_id  # one run never sees another's files
     with Pool.start(config=PoolConfig(size=0)) as pool:  # the host-wide cap, no warm-up
         result = pool.run_fresh(
             code,
@@ -126,12 +170,12 @@ def exec_command(
             image=image,
             data=list(data),
             output_dir=output,
-            run_id=new_run_id(),
+            run_id=run_id,
         )
     if as_json:
-        click.echo(result.model_dump_json(indent=2))
+        click.echo(safe_json(result.model_dump_json(indent=2)))
     else:
-        print_result(result)
+        print_result(result, output)
     sys.exit(exit_code_for(result))
 
 
@@ -144,9 +188,9 @@ def doctor_command(image: str, **limit_flags: Any) -> None:
     checks = run_checks(limits_from(limit_flags), image)
     for check in checks:
         mark = click.style(" ok ", fg="green") if check.ok else click.style("FAIL", fg="red")
-        line = f"[{mark}] {check.name:<24} {check.detail}"
+        line = f"[{mark}] {check.name:<24} {safe_text(check.detail)}"
         if not check.ok and check.fix:
-            line += f"\n       fix: {check.fix}"
+            line += f"\n       fix: {safe_text(check.fix)}"
         click.echo(line)
     sys.exit(0 if all(check.ok for check in checks) else 1)
 
@@ -167,7 +211,8 @@ def gc_command(everything: bool, as_json: bool) -> None:
         click.echo(json.dumps(removed))
         return
     for item in removed:
-        click.echo(f"removed {item['id']} (run {item['run_id']}, {item['state']})")
+        line = f"removed {item['id']} (run {item['run_id']}, {item['state']})"
+        click.echo(safe_text(line))
     click.echo(f"{len(removed)} container(s) removed")
 
 

@@ -1,8 +1,9 @@
 """`sbx image build` and `sbx image info`: the offline sandbox image, from the command line.
 
-Operator errors (not root, no mirror, engine down, a failed build step) end as
-one line on stderr and a non-zero exit; the build log named in the line has the
-detail. Ctrl-C and SIGTERM unwind through the builder's cleanup before exiting.
+Operator errors (not root, no mirror, engine down, a failed build step, an image
+not built yet) end as one line on stderr and exit 125, like every other command
+that could not do its work; the build log named in the line has the detail.
+Ctrl-C and SIGTERM unwind through the builder's cleanup before exiting.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import click
 import docker
 import docker.errors
 
+from sbx.agent.cli.errors import EXIT_INTERRUPTED, EXIT_SBX_ERROR
 from sbx.images.build import ImageBuildError, build_image, describe_image
+from sbx.tools.text_safety import safe_text
 
 START_DOCKER_HINT = "start it with `dockerd &` (or `systemctl start docker`)"
 
@@ -46,7 +49,10 @@ def build(force: bool) -> None:
         client = _connect()
         result = build_image(client, progress=progress, force=force)
     except KeyboardInterrupt:
-        _fail("interrupted: the build stopped and its temporary files were removed", code=130)
+        _fail(
+            "interrupted: the build stopped and its temporary files were removed",
+            code=EXIT_INTERRUPTED,
+        )
     except ImageBuildError as exc:
         _fail(f"image build failed: {exc}")
     except docker.errors.DockerException as exc:
@@ -73,7 +79,7 @@ def info() -> None:
     for key, value in (("image", f"{found.tag} ({found.image_id[7:19]})"),
                        ("recipe", found.recipe_hash or "none (not built by sbx?)"),
                        ("current", current), ("matches", state), ("size", size)):
-        click.echo(f"{key + ':':9}{value}")
+        click.echo(f"{key + ':':9}{safe_text(value)}")  # labels come from whoever built it
 
 
 def _connect() -> docker.DockerClient:
@@ -96,7 +102,8 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _fail(message: str, *, code: int = 1) -> NoReturn:
-    click.echo(f"sbx: {message}", err=True)
+def _fail(message: str, *, code: int = EXIT_SBX_ERROR) -> NoReturn:
+    """One line and 125, as every command that could not do its work (see `errors`)."""
+    click.echo(f"sbx: {safe_text(message)}", err=True)
     sys.exit(code)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from sbx.agent.cli import ask, audit, bench, chat, image, keys, selftest, serve
+from sbx.agent.cli import ask, audit, bench, chat, image, keys, mcp, selftest, serve
 from sbx.agent.cli import exec as exec_commands
 
 
@@ -36,6 +36,7 @@ ask.register(cli)
 chat.register(cli)
 selftest.register(cli)
 bench.register(cli)
+mcp.register(cli)
 serve.register(cli)
 keys.register(cli)
 

@@ -28,7 +28,9 @@ from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.tools.audit import AuditError
 from sbx.tools.policy import PolicyError
 
-_FILE = click.Path(path_type=Path, dir_okay=False)
+_RECORD = click.Path(path_type=Path)
+"""A file sbx opens itself (policy, audit log, transcript): a directory there is sbx's
+error to report (exit 125, as every policy and audit-log problem), not a usage error."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +87,8 @@ def opened_app(options: FaceOptions) -> Iterator[tuple[App, Endpoint]]:
     with app:
         try:
             yield app, endpoint
+        except SettingsError as exc:  # e.g. data the sandbox's user could not read
+            fail(str(exc), 2)
         except (AuditError, TranscriptError) as exc:
             fail(str(exc))
 
@@ -100,13 +104,13 @@ def run_options(command: Any) -> Any:
         click.option("--output", type=click.Path(path_type=Path, file_okay=False),
                      help="Directory for files the code saves to /output. [default: "
                      "sbx-output/RUN_ID]"),
-        click.option("--policy", type=_FILE,
+        click.option("--policy", type=_RECORD,
                      help="Policy file (tools, quotas, sandbox limits, [agent]). [default: the "
                      "packaged sbx.toml]"),
-        click.option("--audit-log", type=_FILE,
+        click.option("--audit-log", type=_RECORD,
                      help="Audit log to append to. [default: $SBX_AUDIT_LOG, the policy's, or "
                      "./sbx-audit.jsonl]"),
-        click.option("--transcript", type=_FILE,
+        click.option("--transcript", type=_RECORD,
                      help="Transcript to write (JSON Lines). [default: sbx-runs/ID.jsonl]"),
         click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image."),
     ]
@@ -135,6 +139,9 @@ def model_options(command: Any) -> Any:
                      help="Limit of one model HTTP request, e.g. 2m. [default: 120s]"),
         click.option("--max-retries", type=int,
                      help="Retries of a failed model request. [default: 2]"),
+        click.option("--tool-format", type=click.Choice(["native", "text"]),
+                     help="How the model runs code: native tool calls, or ```python blocks in "
+                     "its text (models served without a tool-call parser). [default: native]"),
         click.option("--context-tokens", type=int,
                      help="Estimated size past which old observations are shortened. "
                      "[default: 60000]"),

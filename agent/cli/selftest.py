@@ -11,12 +11,14 @@ from sbx.agent.cli.errors import operator_errors
 from sbx.agent.cli.exec import limit_options, limits_from
 from sbx.sandbox.checks.selftest import CheckResult, as_json, run_selftest
 from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.tools.text_safety import safe_json, safe_text
 
 
 def print_check(result: CheckResult) -> None:
     """One human-readable line: verdict, check, what was tried, what happened."""
     mark = click.style("pass", fg="green") if result.passed else click.style("FAIL", fg="red")
-    click.echo(f"[{mark}] {result.name:<24} tried: {result.tried}; got: {result.happened}")
+    tried, got = safe_text(result.tried), safe_text(result.happened)  # may quote sandbox text
+    click.echo(f"[{mark}] {result.name:<24} tried: {tried}; got: {got}")
 
 
 @click.command("selftest")
@@ -46,7 +48,7 @@ def selftest_command(image: str, as_json_flag: bool, no_egress: bool, **limit_fl
         limits, image=image, egress=not no_egress, progress=None if as_json_flag else print_check
     )
     if as_json_flag:
-        click.echo(as_json(results))
+        click.echo(safe_json(as_json(results)))
     else:
         failed = [r.name for r in results if not r.passed]
         click.echo(

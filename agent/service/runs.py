@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from openai import OpenAI
-
 from sbx.agent.conversation import Conversation
 from sbx.agent.events import Event, RunEnd, RunError
 from sbx.agent.model import ModelClient, ModelReply
@@ -53,9 +51,8 @@ TERMINAL_EVENTS = ("run_end", "run_error")
 class CancellableModel(ModelClient):
     """A model client that ends the run (`KeyboardInterrupt`) once its flag is set."""
 
-    def __init__(self, *, client: OpenAI, model: str, max_retries: int) -> None:
-        super().__init__(client=client, model=model, max_retries=max_retries)
-        self.cancelled = threading.Event()
+    cancelled: threading.Event
+    """Set by `RunManager.cancel`; given by `for_flag`."""
 
     @classmethod
     def for_flag(cls, endpoint: Endpoint, settings: AgentSettings, flag: threading.Event

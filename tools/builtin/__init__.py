@@ -5,29 +5,40 @@
     list_data_files    the run's data paths, host side               data_files.py
     preview_data_file  first rows of one data file, host side        data_files.py, data_preview.py
     http_get           allowlisted domains, public addresses only    http_get.py, http_fetch.py
+    ask_user           the operator, now or when the run continues   ask_user.py
 
-Every built-in is registered; the policy decides which are enabled.
+Every built-in is registered (`ask_user` only where someone can answer); the
+policy decides which are enabled.
 """
 
 from __future__ import annotations
 
+from sbx.tools.builtin.ask_user import answerable, make_ask_user
 from sbx.tools.builtin.calculate import make_calculate
 from sbx.tools.builtin.data_files import make_list_data_files, make_preview_data_file
 from sbx.tools.builtin.execute_python import make_execute_python
 from sbx.tools.builtin.http_get import make_http_get
+from sbx.tools.context import ToolContext
 from sbx.tools.policy import Policy
 from sbx.tools.registry import Tool
 
 __all__ = ["builtin_tools"]
 
 
-def builtin_tools(policy: Policy) -> list[Tool]:
-    """Every built-in tool, configured from the policy (enabled or not)."""
+def builtin_tools(policy: Policy, context: ToolContext | None = None) -> list[Tool]:
+    """Every built-in tool, configured from the policy (enabled or not).
+
+    `ask_user` is left out where no one can answer it (`context` says), so a
+    model is never offered a question nobody will read.
+    """
     rules = policy.tools
-    return [
+    tools = [
         make_execute_python(),
         make_calculate(rules.calculate),
         make_list_data_files(rules.list_data_files),
         make_preview_data_file(rules.preview_data_file),
         make_http_get(rules.http_get),
     ]
+    if context is not None and answerable(context):
+        tools.append(make_ask_user(rules.ask_user))
+    return tools

@@ -110,18 +110,47 @@ def _known() -> str:
 
 
 def compile_expression(expression: str, *, max_length: int) -> Any:
-    """Compile after every static check; raise `CalcError` with the first problem found."""
+    """Compile after every static check; raise `CalcError` with the first problem found.
+
+    Python's parser and RestrictedPython's compiler recurse once per level of
+    nesting, so 200 unary minuses would exhaust the interpreter's stack; the
+    tree's depth is measured without recursion and bounded first.
+    """
     if len(expression) > max_length:
         raise CalcError(f"the expression is longer than {max_length} characters")
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError as exc:
+        if "too many nested" in str(exc.msg):
+            raise CalcError(_TOO_DEEP) from None
         raise CalcError(_syntax_message(expression, exc)) from None
+    except (RecursionError, MemoryError):
+        raise CalcError(_TOO_DEEP) from None
+    if _depth(tree) > MAX_DEPTH:
+        raise CalcError(_TOO_DEEP)
     result = compile_restricted_eval(tree, "<calculate>", policy=_CalcPolicy)
     if result.errors:
         first = result.errors[0]
         raise CalcError(first.split(": ", 1)[1] if first.startswith("Line ") else first)
     return result.code
+
+
+MAX_DEPTH = 100
+"""Deepest nesting of the expression's tree (about 100 nested operators or calls)."""
+_TOO_DEEP = (
+    f"the expression is nested too deeply (more than {MAX_DEPTH} levels); "
+    "use sum() for long sums, or execute_python"
+)
+
+
+def _depth(tree: ast.AST) -> int:
+    """The depth of a syntax tree, measured with an explicit stack (no recursion)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 def _syntax_message(expression: str, exc: SyntaxError) -> str:
@@ -148,7 +177,24 @@ def evaluate(expression: str, *, max_length: int, max_digits: int, timeout_s: fl
         raise
     except (ArithmeticError, TypeError, ValueError) as exc:
         raise CalcError(f"{type(exc).__name__}: {exc}") from None
-    return guards.check(tuple(value) if isinstance(value, list) else value)
+    return guards.check(only_numbers(tuple(value) if isinstance(value, list) else value))
+
+
+_NOT_A_NUMBER = "the result is not a number: calculate returns numbers and tuples of numbers"
+
+
+def only_numbers(value: Any) -> Any:
+    """The value if it is a number or a tuple of them; anything else is refused.
+
+    `max((), default=abs)` evaluates to one of our guard functions, whose text
+    would show a host memory address: only numbers may leave the evaluator.
+    """
+    if isinstance(value, tuple):
+        for item in value:
+            only_numbers(item)
+    elif not isinstance(value, bool | int | Fraction | float):
+        raise CalcError(_NOT_A_NUMBER)
+    return value
 
 
 def _namespace(guards: Guards) -> dict[str, Any]:
@@ -192,7 +238,7 @@ def render(value: Any) -> str:
         return _render_fraction(value)
     if isinstance(value, float):
         return f"{value!r} (floating point)"
-    return str(value)
+    raise CalcError(_NOT_A_NUMBER)
 
 
 def _render_fraction(value: Fraction) -> str:

@@ -91,7 +91,9 @@ class Guards:
     ) -> Any:
         """Call an allowed function with bounded arguments and a checked result."""
         self.tick()
-        for value in (*args, *kw.values()):
+        for key, value in (*enumerate(args), *kw.items()):
+            if key != "key" and not _numbers(value):
+                raise CalcError(f"{name}() takes numbers (or tuples of numbers) only")
             self.check(value)
         pre = _PRECHECKS.get(name)
         if pre is not None:
@@ -119,6 +121,13 @@ def _log2(value: int | Fraction) -> float:
 def is_number(value: Any) -> bool:
     """Numbers only: no strings, lists or other objects reach an operator."""
     return isinstance(value, int | float | Fraction)
+
+
+def _numbers(value: Any) -> bool:
+    """A number, or a tuple or list of them (at any depth): never a function or other object."""
+    if isinstance(value, tuple | list):
+        return all(_numbers(item) for item in value)
+    return is_number(value)
 
 
 def _exact(value: Any) -> TypeGuard[int | Fraction]:

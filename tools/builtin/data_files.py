@@ -8,6 +8,15 @@ places them under `/data`). Opening walks from the data path one component at a 
 refused, and the opened file must be the regular file that was indexed (same
 device and inode). Reads stop at `max_bytes`.
 
+These tools run on the host as the sbx process (often root), so they read no
+more than the sandbox's uid could: a file or directory whose mode bits deny
+uid/gid 1000 is refused (`sandbox.files.sandbox_can_read`), checked again on
+the opened descriptor, where a file with a POSIX ACL (which mode bits do not
+show) is refused as well. A hard link inside a data directory (more than one
+name for the file) is refused too: it may be a second name for a file from
+anywhere on the same filesystem, so it is left to the sandbox, where the
+kernel checks the read as uid 1000.
+
 Host-side previews cover CSV/TSV and text with the standard library; Parquet,
 Excel and other binary formats are named and left to `execute_python`
 (pandas and pyarrow live in the sandbox image, not on the host).
@@ -15,6 +24,7 @@ Excel and other binary formats are named and left to `execute_python`
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections import deque
@@ -24,12 +34,16 @@ from typing import Annotated
 
 from pydantic import Field
 
+from sbx.sandbox.files import sandbox_can_read
 from sbx.sandbox.units import format_size
 from sbx.tools.builtin.data_preview import preview_text
 from sbx.tools.context import ToolContext
 from sbx.tools.policy import ListDataFilesRule, PreviewDataFileRule
 from sbx.tools.registry import Tool, ToolFailure, build_tool
 
+UNREADABLE = "not readable by the sandbox's user"
+HARD_LINK = "hard link: not read on the host; the sandbox can try it under /data"
+ACL = "has an access control list: not read on the host; the sandbox can try it under /data"
 _BINARY_SUFFIXES = {".parquet": "pyarrow/pandas", ".xlsx": "openpyxl/pandas", ".xls": "pandas",
                     ".feather": "pyarrow", ".pkl": "pandas", ".zip": "zipfile", ".gz": "gzip"}
 
@@ -59,7 +73,15 @@ class DataIndex:
     files: tuple[DataFile, ...]
     """Readable regular files, in listing order."""
     refused: tuple[str, ...]
-    """`name (reason)` for symlinks, special files and unreadable paths."""
+    """`name (reason)` for symlinks, special files, hard links and unreadable paths."""
+
+    def why_refused(self, name: str) -> str | None:
+        """The reason `name` was refused, or None when it was not."""
+        prefix = f"{name} ("
+        for entry in self.refused:
+            if entry.startswith(prefix):
+                return entry[len(prefix) : -1]
+        return None
 
 
 def index_data_files(paths: list[Path], *, max_files: int) -> DataIndex:
@@ -79,7 +101,9 @@ def index_data_files(paths: list[Path], *, max_files: int) -> DataIndex:
         except OSError as exc:
             refused.append(f"{name} ({exc.strerror})")
             continue
-        if stat.S_ISREG(info.st_mode):
+        if not sandbox_can_read(info):
+            refused.append(f"{name} ({UNREADABLE})")
+        elif stat.S_ISREG(info.st_mode):
             files.append(DataFile(name, root, (), info.st_size, info.st_dev, info.st_ino))
         elif stat.S_ISDIR(info.st_mode):
             _walk(root, name, files, refused, max_files)
@@ -100,15 +124,30 @@ def _walk(root: Path, top: str, files: list[DataFile], refused: list[str], max_f
         for entry in entries:
             parts = (*rel, entry.name)
             name = "/".join((top, *parts))
-            if entry.is_symlink():
-                refused.append(f"{name} (symlink)")
-            elif entry.is_dir(follow_symlinks=False):
-                queue.append(parts)
-            elif entry.is_file(follow_symlinks=False):
+            try:
                 info = entry.stat(follow_symlinks=False)
-                files.append(DataFile(name, root, parts, info.st_size, info.st_dev, info.st_ino))
+            except OSError:
+                continue  # gone since the listing
+            reason = _refusal(info)
+            if reason is not None:
+                refused.append(f"{name} ({reason})")
+            elif stat.S_ISDIR(info.st_mode):
+                queue.append(parts)
             else:
-                refused.append(f"{name} (not a regular file)")
+                files.append(DataFile(name, root, parts, info.st_size, info.st_dev, info.st_ino))
+
+
+def _refusal(info: os.stat_result) -> str | None:
+    """Why an entry inside a data directory is not indexed, or None (a file or directory)."""
+    if stat.S_ISLNK(info.st_mode):
+        return "symlink"
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        return "not a regular file"
+    if not sandbox_can_read(info):
+        return UNREADABLE
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        return HARD_LINK
+    return None
 
 
 def open_data_file(item: DataFile) -> int:
@@ -132,7 +171,31 @@ def open_data_file(item: DataFile) -> int:
     if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != (item.dev, item.ino):
         os.close(fd)
         raise ToolFailure(f"{item.name!r} changed since it was listed; refusing to read it")
+    reason = _unsafe_to_read(fd, info, below=bool(item.parts))
+    if reason is not None:
+        os.close(fd)  # its mode, links or ACL changed since the listing, or mode bits cannot tell
+        raise PermissionError(errno.EACCES, reason)
     return fd
+
+
+def _unsafe_to_read(fd: int, info: os.stat_result, *, below: bool) -> str | None:
+    """Why the host must not read this open file for the model, or None.
+
+    Checked on the descriptor that will be read. A POSIX ACL can deny uid 1000
+    what the mode bits allow, and mode bits are all `sandbox_can_read` sees:
+    such files are left to the sandbox, where the kernel applies the ACL.
+    """
+    if not sandbox_can_read(info):
+        return UNREADABLE
+    if below and info.st_nlink > 1:
+        return HARD_LINK
+    try:
+        attributes = os.listxattr(fd)
+    except OSError:  # no extended attributes on this filesystem: no ACL either
+        attributes = []
+    if "system.posix_acl_access" in attributes:
+        return ACL
+    return None
 
 
 def make_list_data_files(rule: ListDataFilesRule) -> Tool:
@@ -171,6 +234,8 @@ def make_preview_data_file(rule: PreviewDataFileRule) -> Tool:
         """
         index = index_data_files(ctx.data_paths, max_files=100_000)
         item = next((f for f in index.files if f.name == name), None)
+        if item is None and index.why_refused(name) is not None:
+            raise ToolFailure(f"{name!r} is refused: {index.why_refused(name)}")
         if item is None:
             known = ", ".join(f.name for f in index.files[:50]) or "(none)"
             raise ToolFailure(f"no data file named {name!r}; available: {known}")

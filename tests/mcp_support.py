@@ -1,0 +1,69 @@
+"""Helpers for the `sbx mcp` tests: the SDK's client on a real `sbx mcp` process, the records.
+
+The client spawns the command exactly as an MCP host would (stdin/stdout
+pipes); the audit log and the engine's labels are read to see what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from mcp import Client, StdioServerParameters
+from mcp.types import CallToolResult, TextContent
+
+from conftest import TEST_IMAGE
+from sbx.sandbox.config import RUN_ID_LABEL
+from sbx.sandbox.engine import Engine
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SBX = [sys.executable, "-c", "from sbx.agent.cli.main import main; main()"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@asynccontextmanager
+async def mcp_client(tmp_path: Path, *args: str) -> AsyncIterator[Client]:
+    """An SDK client connected to a fresh `sbx mcp` process (one MCP session)."""
+    params = StdioServerParameters(
+        command=SBX[0],
+        args=[*SBX[1:], "mcp", "--image", TEST_IMAGE, "--audit-log", str(tmp_path / "audit.jsonl"),
+              "--output", str(tmp_path / "out"), *args],
+        env=dict(os.environ), cwd=tmp_path,
+    )
+    async with Client(params) as client:
+        yield client
+
+
+def text_of(result: CallToolResult) -> str:
+    first = result.content[0]
+    assert isinstance(first, TextContent)
+    return first.text
+
+
+def audit_records(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def session_ids(tmp_path: Path) -> list[str]:
+    """The MCP sessions' ids, in order: each opened one gate (`run_start`)."""
+    return [r["run_id"] for r in audit_records(tmp_path) if r["event"] == "run_start"]
+
+
+def containers_of(engine: Engine, session_id: str) -> list[str]:
+    found = engine.api.containers(all=True, filters={"label": f"{RUN_ID_LABEL}={session_id}"})
+    return [c["Id"] for c in found]
+
+
+def wait_until_gone(engine: Engine, session_id: str, bound_s: float = 60.0) -> list[str]:
+    """Wait for the session's containers to disappear; what is left when the bound runs out."""
+    deadline = time.monotonic() + bound_s
+    while (left := containers_of(engine, session_id)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
