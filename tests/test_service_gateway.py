@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 import httpx
 from starlette.applications import Starlette
@@ -17,6 +18,7 @@ from starlette.routing import Route
 
 from sbx.agent.service.middleware import Gateway, GatewayState
 from sbx.agent.service.outcomes import Observer
+from sbx.agent.service.server import bind_listener
 
 
 class Recorder(Observer):
@@ -70,3 +72,26 @@ def test_an_unexpected_error_is_a_500_problem_without_internals(caplog):
     assert answer.headers["content-type"] == "application/problem+json"
     assert "secret" not in answer.text and "Traceback" not in answer.text
     assert answer.json()["request_id"] in caplog.text  # the operator can find it in the log
+
+
+def test_accepted_connections_do_not_wait_for_nagle():
+    listener = bind_listener("127.0.0.1", 0)
+
+    async def accept_one() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport) -> None:
+                sock = transport.get_extra_info("socket")
+                accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=listener)
+        _, writer = await asyncio.open_connection(*listener.getsockname())
+        try:
+            return await asyncio.wait_for(accepted, 30)
+        finally:
+            writer.close()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(accept_one()) == 1  # small responses leave at once on kept-alive links

@@ -21,7 +21,7 @@ import click
 
 from sbx.agent.cli.errors import fail
 from sbx.agent.service.core import ServeOptions, Service
-from sbx.agent.service.server import serve_forever
+from sbx.agent.service.server import bind_listener, serve_forever
 from sbx.agent.service.store.db import StoreError, data_dir
 from sbx.agent.transcript import TranscriptError
 from sbx.sandbox.config import DEFAULT_IMAGE
@@ -75,7 +75,10 @@ def serve_command(host: str, port: int, policy: Path | None, database: str | Non
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for chatty in ("httpx", "httpx2", "alembic"):  # one line per model request / migration step
         logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
-    sock = _bind(host, port)
+    try:
+        sock = bind_listener(host, port)
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror}")
     bound = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
     options = ServeOptions(
@@ -97,21 +100,6 @@ def serve_command(host: str, port: int, policy: Path | None, database: str | Non
                f"audit {service.app.audit.path})", err=True)
     serve_forever(service, sock, grace_s=grace_s)
     click.echo("sbx serve: stopped; every sandbox removed, audit log closed", err=True)
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    """The listening socket (bound here so port 0 works and the real port can be printed)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        fail(f"cannot listen on {host}:{port}: {exc.strerror}")
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
 
 
 def _loopback(host: str) -> bool:

@@ -107,6 +107,27 @@ class DrainingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def bind_listener(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that port 0 works and the real port can be printed.
+
+    `IPPROTO_TCP` matters: asyncio sets `TCP_NODELAY` on accepted connections only when
+    the listening socket says TCP. With proto 0, Nagle's algorithm and the client's delayed
+    ACK added 40 ms to every request on a kept-alive connection (measured: `/healthz` 44 ms
+    p50, 0.4 ms with it). Raises `OSError` when the address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
 def serve_forever(service: Service, sock: socket.socket, *, grace_s: float) -> None:
     """Serve on the bound socket until SIGTERM or Ctrl-C, then drain and close the service."""
     protocol: Any = type("GuardedH11", (GuardedH11,),
