@@ -33,6 +33,7 @@ from sbx.agent.events import Event, EventSink, RunEnd, RunError, RunStart
 from sbx.agent.loop import run
 from sbx.agent.model import ModelClient, TokenUsage
 from sbx.agent.prompt import SystemPrompt, build_system_prompt
+from sbx.agent.provenance_data import data_digests
 from sbx.agent.state import RunResult, SandboxUsage
 from sbx.agent.transcript import Transcript
 from sbx.agent.workspace import Workspace, WorkspaceSpec
@@ -288,6 +289,7 @@ class Conversation(Closing):
             budget=settings.budget.model_dump(),
             settings=settings.model_dump(exclude={"budget"}),
             data=[str(path) for path in self.spec.data],
+            data_sha256=data_digests(self.spec.data),
             output_dir=str(self.workspace.output_dir(run_id)),
             image=self.image,
             principal=self.spec.principal,

@@ -6,12 +6,15 @@ service will send them as Server-Sent Events. `parse_event` reads a
 transcript line back into the same types (what `sbx replay` renders).
 
     conversation_start  a conversation opened: its id, who asked, its data
-    run_start           one question's run: question, model, prompt version, budget, tools
+    run_start           one question's run: question, model, prompt version, budget, tools,
+                        the data files' SHA-256
     message             a message the harness added (system prompt, question, notices)
     model_reply         the assistant message (text and tool calls), usage, timing
-    tool_result         one observation exactly as the model received it, status, artifacts
+    tool_result         one observation exactly as the model received it, status, artifacts,
+                        and an execution's own stdout, stderr and error
     compaction          which older observations were shortened before a request
-    run_end             how the run ended, the answer (completed only), totals
+    run_end             how the run ended, the answer (completed only), totals, and whether
+                        the answer's numbers were printed by an output (verified, sources)
     run_error           an operator error stopped the run (engine, audit log)
 
 Events keep unknown keys (`extra="allow"`), so a newer transcript still
@@ -65,6 +68,9 @@ class RunStart(_Event):
     output_dir: str = ""
     image: str = ""
     principal: str | None = None
+    data_sha256: dict[str, str] = Field(default_factory=dict)
+    """SHA-256 of each data file when the run began, by its path under `/data`
+    (`sales.csv`, `dir/a.csv`): re-run names a file that changed since."""
     sandbox_reset: bool = False
     """The sandbox was replaced since the previous run: earlier variables are gone."""
     continues: str | None = None
@@ -91,6 +97,24 @@ class ModelReplied(_Event):
     duration_s: float = 0.0
 
 
+class ExecutionRecord(BaseModel):
+    """One execution's own output, beside the observation (re-run and export read it)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    stdout: str = ""
+    """stdout as the sandbox kept it."""
+    stderr: str = ""
+    """stderr as the sandbox kept it."""
+    exit_code: int = 0
+    error_type: str | None = None
+    """The uncaught exception's class name, if the code raised."""
+    error_message: str | None = None
+    traceback: str | None = None
+    timed_out: bool = False
+    oom_killed: bool = False
+
+
 class ToolResult(_Event):
     """One tool call's observation, exactly as the model received it."""
 
@@ -107,6 +131,8 @@ class ToolResult(_Event):
     duration_s: float = 0.0
     content: str
     artifacts: list[str] = Field(default_factory=list)
+    execution: ExecutionRecord | None = None
+    """For `execute_python`: stdout, stderr and the error apart (None in older transcripts)."""
 
 
 class Compaction(_Event):
@@ -116,6 +142,20 @@ class Compaction(_Event):
     turn: int
     shortened: list[int]
     estimate: int
+
+
+class SourceRecord(BaseModel):
+    """Where one number of the answer was printed (`sbx.agent.provenance.Source`)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    number: str
+    tool: str = ""
+    call_id: str = ""
+    audit_id: str = ""
+    execution: int | None = None
+    line: int = 0
+    text: str = ""
 
 
 class RunEnd(_Event):
@@ -131,6 +171,11 @@ class RunEnd(_Event):
     duration_s: float = 0.0
     artifacts: list[str] = Field(default_factory=list)
     sandbox: dict[str, Any] = Field(default_factory=dict)
+    verified: bool | None = None
+    """Every number of the answer was printed by an output (None without an answer)."""
+    sources: list[SourceRecord] = Field(default_factory=list)
+    unsupported: list[str] = Field(default_factory=list)
+    """Numbers of the answer no output printed."""
 
 
 class RunError(_Event):

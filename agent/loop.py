@@ -37,6 +37,7 @@ from sbx.agent.events import (
 )
 from sbx.agent.feedback import artifact_paths, count_execution, repeated_failure_notices
 from sbx.agent.model import ModelClient, ModelError, ModelReply, ToolCallRequest
+from sbx.agent.provenance_run import answer_ending, execution_record, note_output, settle_ending
 from sbx.agent.settings import AgentSettings
 from sbx.agent.state import Ending, Observation, RunResult, RunState
 from sbx.tools.gate import ToolGate
@@ -99,7 +100,10 @@ def run(
     `RunResult` for every ending, Ctrl-C included (`cancelled`); raises only
     for operator errors from the gate (the sandbox or the audit log failed).
     """
-    state = RunState(run_id=gate.run_id, started=time.monotonic(), messages=list(history))
+    state = RunState(
+        run_id=gate.run_id, started=time.monotonic(), messages=list(history), question=question,
+        history=len(history),
+    )
     if not history:
         add_message(state, {"role": "system", "content": system_prompt}, emit)
     add_message(state, {"role": "user", "content": question}, emit)
@@ -141,8 +145,8 @@ def take_turn(
         return model_ending(state, budget, exc, now=time.monotonic())
     record_reply(state, reply, emit)
     match next_step(reply):
-        case FinalAnswer(text=text):
-            return Ending(status="completed", message="The model answered.", answer=text)
+        case FinalAnswer(text=text):  # numbers traced; one validation turn when some are not
+            return answer_ending(state, text, settings, tools, emit)
         case CutOff(finish_reason=reason):
             return Ending(status="truncated", message=cut_off_message(reason))
         case EmptyReply(finish_reason=reason):
@@ -219,6 +223,7 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
         saved = artifact_paths(outcome)
         state.artifacts.extend(saved)
         count_execution(state, outcome)
+        note_output(state, outcome)
         emit(
             ToolResult(
                 run_id=state.run_id,
@@ -232,6 +237,7 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
                 duration_s=round(outcome.duration_s, 3),
                 content=outcome.text,
                 artifacts=saved,
+                execution=execution_record(outcome),
             )
         )
     for notice in repeated_failure_notices(state, outcomes):
@@ -260,7 +266,9 @@ def compact(
 
 
 def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
-    """The run's result; only `completed` carries an answer."""
+    """The run's result; only `completed` carries an answer, with its numbers' provenance."""
+    ending = settle_ending(state, ending)
+    traced = ending.provenance if ending.status == "completed" else None
     result = RunResult(
         run_id=state.run_id,
         status=ending.status,
@@ -274,6 +282,9 @@ def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
         sandbox=state.sandbox,
         messages=tuple(state.messages),
         question=ending.question if ending.status == "needs_input" else None,
+        verified=traced.verified if traced is not None else None,
+        sources=traced.sources if traced is not None else (),
+        unsupported=traced.unsupported if traced is not None else (),
     )
     emit(RunEnd.model_validate(result.as_dict()))
     return result

@@ -17,7 +17,9 @@ them. Every way out of the loop is one of the `Status` values (G3):
     model_error   the endpoint failed after its retries, or replied unusably
     cancelled     Ctrl-C (or SIGTERM)
 
-Only `completed` carries an answer; a budget end is never presented as one.
+Only `completed` carries an answer; a budget end is never presented as one. A
+completed answer says whether every number in it was printed by the run's code
+(`verified`, `sources`, `unsupported`: see `agent.provenance`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sbx.agent.model_reply import TokenUsage
+from sbx.agent.provenance import Output, Provenance, Source
 
 Status = Literal[
     "completed",
@@ -114,6 +117,26 @@ class RunState:
     """Host paths of the files the sandbox copied out of `/output`, in order."""
     sandbox: SandboxUsage = field(default_factory=SandboxUsage)
     """Executions, CPU seconds and peak memory of the run's sandbox, so far."""
+    question: str = ""
+    """The question as the model received it: numbers it gives are not the answer's claims."""
+    history: int = 0
+    """How many of `messages` came from the conversation's earlier runs."""
+    outputs: list[Output] = field(default_factory=list)
+    """What the answer may quote: each execution's stdout, each `calculate` result."""
+    executions: int = 0
+    """`execute_python` calls the gate ran (numbers the outputs: execution 1, 2, ...)."""
+    pending: PendingAnswer | None = None
+    """The answer whose unsupported numbers the validation turn asked about (asked once)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class PendingAnswer:
+    """An answer sent back once for its unsupported numbers."""
+
+    answer: str
+    """The answer as the model first gave it."""
+    provenance: Provenance
+    """Its numbers' check."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -128,6 +151,8 @@ class Ending:
     """The model's answer; set only with `completed`."""
     question: str | None = None
     """The model's question to the user; set only with `needs_input`."""
+    provenance: Provenance | None = None
+    """Its numbers traced to the run's outputs; set only with `completed`."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -159,6 +184,13 @@ class RunResult:
     not part of `as_dict`: the transcript has every message already."""
     question: str | None = None
     """With `needs_input`: what the model asks the user (answer it to continue the run)."""
+    verified: bool | None = None
+    """Every number the answer states was printed by an output of the run (`agent.provenance`);
+    None without an answer."""
+    sources: tuple[Source, ...] = ()
+    """Each traced number of the answer, with the execution and output line that printed it."""
+    unsupported: tuple[str, ...] = ()
+    """Numbers of the answer that no output printed, as written."""
 
     def as_dict(self) -> dict[str, Any]:
         """The machine-readable form (`sbx ask --json`, the transcript's `run_end`)."""
@@ -174,4 +206,7 @@ class RunResult:
             "artifacts": list(self.artifacts),
             "sandbox": self.sandbox.as_dict(),
             **({"question": self.question} if self.question is not None else {}),
+            "verified": self.verified,
+            "sources": [source.as_dict() for source in self.sources],
+            "unsupported": list(self.unsupported),
         }

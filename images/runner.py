@@ -6,11 +6,10 @@ Two processes, so that model-written code can never speak the protocol:
 
 * The **supervisor** (this file, no arguments) reads one JSON request per line
   on stdin and writes JSON frames, one per line, on stdout: that stream is the
-  Docker attach socket the host holds. It marks itself non-dumpable, so code
-  running as the same uid cannot open its descriptors through /proc or ptrace
-  it. It enforces the execution timeout, caps stdout and stderr (head and
-  tail), kills stray processes after each execution, reads the cgroup's CPU and
-  memory figures, and lists `/output` for artifacts.
+  Docker attach socket the host holds. It enforces the execution timeout, caps
+  stdout and stderr (head and tail), kills stray processes after each
+  execution, reads the cgroup's CPU and memory figures, and lists `/output`
+  for artifacts, within the byte and time budget the host sets.
 * The **kernel** holds the user's variables between executions, like a
   notebook. It is forked from the supervisor (one interpreter boot per
   container, and a reset costs a fork, not a boot), then drops every
@@ -20,20 +19,37 @@ Two processes, so that model-written code can never speak the protocol:
   The first kernel runs an empty cell before the supervisor says `ready`, so
   a warm pooled container never makes its first execution wait for it.
 
+Three users, so that code cannot reach the protocol through /proc or signals
+(Linux, and gVisor, which does not honour non-dumpable, both check uids): the
+container starts as root with four capabilities; init (PID 1, which holds the
+attach stream's pipes too) stays root; the supervisor empties the bounding set
+and drops itself at once to uid 999 keeping only CAP_KILL (kill strays) and
+CAP_SETUID and CAP_SETGID (drop each kernel; take the code's effective uid
+while it reads `/output`, so it never reads more than the code could); each
+kernel becomes uid 1000 with no capability at all before any code runs. Code
+can therefore neither open init's or the supervisor's descriptors or memory
+nor stop, trace or signal them (measured under both runtimes, also while the
+supervisor's effective uid is the code's: its real and saved uids stay 999).
+In a sandbox (SBX_SANDBOX=1) a supervisor that cannot do this refuses to start.
+
 The host treats every frame from here as untrusted input anyway: the
 container is the boundary, not this file.
 
 Frames written to stdout (each a JSON object with a `type`):
-    ready     {"type": "ready", "protocol": 1}
+    ready     {"type": "ready", "protocol": 2}
     artifact  {"type": "artifact", "id", "name", "size", "data": base64}
     result    {"type": "result", "id", "exit_code", "error", "stdout", "stderr",
                "stdout_total", "stdout_dropped", "stderr_total", "stderr_dropped",
                "timed_out", "killed_signal", "oom_killed", "state_reset",
-               "cpu_seconds", "peak_memory_bytes", "refused": [{"name", "reason"}]}
+               "cpu_seconds", "peak_memory_bytes", "refused": [{"name", "reason"}] (at most
+               MAX_REFUSED_LISTED), "refused_more": int (refusals not listed)}
     fatal     {"type": "fatal", "message"}   the supervisor could not serve a request
 Request read from stdin:
     {"type": "exec", "id": int, "code": str, "timeout": float, "stdout_cap": int,
      "stderr_cap": int, "max_artifact_bytes": int, "max_artifacts": int,
+     "copy_bytes": int (artifact bytes this execution may send), "copy_refusal": str
+     (the reason given past it), "copy_seconds": float (after the request arrives, no
+     new artifact is started: the host's deadline is absolute),
      "measure": bool (optional, default true: read the cgroup here too)}
 """
 
@@ -42,6 +58,7 @@ from __future__ import annotations
 import ast
 import base64
 import builtins
+import contextlib
 import ctypes
 import json
 import linecache
@@ -54,9 +71,10 @@ import sys
 import time
 import traceback
 import unicodedata
+from collections.abc import Iterator
 from typing import Any
 
-PROTOCOL = 1
+PROTOCOL = 2
 OUTPUT_DIR = "/output"
 FONT_CACHE = "/opt/sbx/matplotlib"
 MAX_REPLY_BYTES = 1 << 20
@@ -64,6 +82,19 @@ MAX_ERROR_CHARS = 16_000
 MAX_ARTIFACT_DEPTH = 8
 _LENGTH = struct.Struct(">I")
 PR_SET_DUMPABLE = 4
+PR_SET_KEEPCAPS = 8
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+CAPABILITY_VERSION_3 = 0x20080522
+CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
+RUNNER_CAPS = (1 << CAP_KILL) | (1 << CAP_SETGID) | (1 << CAP_SETUID)
+"""What the supervisor keeps: kill strays, drop kernels (and itself, briefly) to the code's uid."""
+RUNNER_UID = 999
+CODE_UID = 1000
+MAX_REFUSED_LISTED = 20
+"""Refusals listed in one result frame; the rest are only counted (`refused_more`)."""
+MAX_REFUSED_NAME = 240
 
 
 # ---------------------------------------------------------------- framing helpers
@@ -112,6 +143,135 @@ def receive_message(fd: int) -> dict[str, Any] | None:
     except ValueError:
         return None
     return message if isinstance(message, dict) else None
+
+
+# ---------------------------------------------------------------- identities
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def set_capabilities(mask: int) -> None:
+    """Make `mask` this thread's effective and permitted sets, and inherit nothing (capset(2))."""
+    header = _CapHeader(CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    for index in (0, 1):
+        word = (mask >> (32 * index)) & 0xFFFFFFFF
+        data[index].effective = data[index].permitted = word
+        data[index].inheritable = 0
+    if _libc().capset(ctypes.byref(header), data) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"capset: {os.strerror(errno)}")
+
+
+def _prctl_checked(option: int, value: int, extra: int = 0) -> None:
+    """prctl(2) that raises on failure."""
+    args = [ctypes.c_ulong(option), ctypes.c_ulong(value), ctypes.c_ulong(extra)]
+    if _libc().prctl(*args, ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"prctl({option}): {os.strerror(errno)}")
+
+
+def own_status() -> dict[str, str]:
+    """This process's uids and capability sets from /proc/self/status."""
+    with open("/proc/self/status") as handle:
+        fields = dict(line.split(":", 1) for line in handle if ":" in line)
+    return {key: fields.get(key, "").strip() for key in ("Uid", "CapEff", "CapPrm", "CapBnd")}
+
+
+def become(uid: int, capabilities: int) -> None:
+    """Take `uid` (and gid, no supplementary groups) keeping exactly `capabilities`; verify it.
+
+    Keep-caps carries the permitted set across the uid change, then capset
+    trims it to `capabilities`. Raises OSError if the result is not what was
+    asked: code must never run with more than it should.
+    """
+    _prctl_checked(PR_SET_KEEPCAPS, 1)
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    set_capabilities(capabilities)
+    _prctl_checked(PR_SET_KEEPCAPS, 0)
+    status = own_status()
+    wanted = f"{capabilities:016x}"
+    held = {status["CapEff"], status["CapPrm"]}
+    if status["Uid"].split() != [str(uid)] * 4 or held != {wanted} or int(status["CapBnd"], 16):
+        raise OSError(1, f"became {status}, not uid {uid} with capabilities {wanted} only")
+
+
+def empty_bounding_set() -> None:
+    """Drop every capability from the bounding set (and the ambient set) for us and our children.
+
+    A capability the kernel does not know answers EINVAL (gVisor knows fewer
+    than Linux); anything else is an error.
+    """
+    for capability in range(64):
+        try:
+            _prctl_checked(PR_CAPBSET_DROP, capability)
+        except OSError as exc:
+            if exc.errno != 22:
+                raise
+    try:
+        _prctl_checked(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    except OSError as exc:
+        if exc.errno != 22:  # gVisor has no ambient set
+            raise
+
+
+@contextlib.contextmanager
+def code_identity(separated: bool) -> Iterator[None]:
+    """Take the code's effective uid and gid for file access while reading `/output`.
+
+    `/output` belongs to the code, so the supervisor reads it as the code would:
+    a path the code swaps for a symlink mid-copy can open nothing the code
+    could not open itself (a capability such as DAC_READ_SEARCH would read
+    anything). Real and saved uids stay ours, so code still cannot signal or
+    trace us meanwhile; leaving restores both ids and checks it did.
+    """
+    if not separated:
+        yield
+        return
+    os.setresgid(-1, CODE_UID, -1)
+    os.setresuid(-1, CODE_UID, -1)
+    try:
+        yield
+    finally:
+        os.setresuid(-1, RUNNER_UID, -1)
+        os.setresgid(-1, RUNNER_UID, -1)
+        if os.geteuid() != RUNNER_UID or os.getegid() != RUNNER_UID:
+            raise OSError(1, "could not return to the runner's own uid after reading /output")
+
+
+def separate_privileges() -> bool:
+    """Started as root: become RUNNER_UID with RUNNER_CAPS only; True when kernels must drop too.
+
+    Outside a sandbox, started as an ordinary user (a developer running this
+    file), there is nothing to separate and False is returned; inside one
+    (SBX_SANDBOX=1) that is refused, since code would share our uid.
+    """
+    if os.geteuid() != 0:
+        if os.environ.get("SBX_SANDBOX") == "1":
+            raise PermissionError(
+                "the runner must start as root (container user 0:0) to run code under "
+                f"uid {CODE_UID} apart from its own uid {RUNNER_UID}"
+            )
+        return False
+    empty_bounding_set()
+    become(RUNNER_UID, RUNNER_CAPS)
+    return True
 
 
 # ---------------------------------------------------------------- the kernel
@@ -346,8 +506,6 @@ ARTIFACT_PATH_BYTES = 4 * ARTIFACT_NAME_BYTES
 """Longest relative path of an artifact we send (the host's limit too)."""
 MAX_LISTED_ENTRIES = 10_000
 """Entries of /output examined per execution; a flood of files is refused as a whole."""
-MAX_REFUSED_REPORTED = 100
-"""Refused entries reported per execution; the rest are counted in one summary entry."""
 SHOWN_NAME_CHARS = 120
 """Longest refused name reported, after escaping."""
 UNSAFE_NAME_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
@@ -462,7 +620,7 @@ def read_regular_file(path: str | bytes, cap: int) -> bytes | None:
 class Kernel:
     """A forked child that runs code; the supervisor holds the other ends of its four pipes."""
 
-    def __init__(self) -> None:
+    def __init__(self, separated: bool) -> None:
         request_r, self.request_w = os.pipe()
         self.reply_r, reply_w = os.pipe()
         self.stdout_r, stdout_w = os.pipe()
@@ -470,7 +628,7 @@ class Kernel:
         self.returncode: int | None = None
         self.pid = os.fork()
         if self.pid == 0:
-            become_kernel(request_r, reply_w, stdout_w, stderr_w)  # never returns
+            become_kernel(request_r, reply_w, stdout_w, stderr_w, separated)  # never returns
         for fd in (request_r, reply_w, stdout_w, stderr_w):
             os.close(fd)
         for fd in (self.stdout_r, self.stderr_r):
@@ -504,13 +662,17 @@ class Kernel:
         self.stdout_r = self.stderr_r = -1
 
 
-def become_kernel(request_r: int, reply_w: int, stdout_w: int, stderr_w: int) -> None:
-    """In the forked child: keep only the kernel's pipes, then serve requests; never return.
+def become_kernel(
+    request_r: int, reply_w: int, stdout_w: int, stderr_w: int, separated: bool
+) -> None:
+    """In the forked child: keep only our pipes, drop to the code's uid, serve; never return.
 
     Descriptors 0-2 become /dev/null and the two output pipes, the control
     pipes move to 3 and 4, and everything else the supervisor held (the
     protocol stream, the cgroup files) is closed, so code run here cannot
-    reach them. The child is made dumpable again (as an exec would), so it may
+    reach them. Then (`separated`) the child becomes CODE_UID with no
+    capability, so it cannot reach init's or the supervisor's descriptors or
+    signal them either. It is made dumpable again (as an exec would), so it may
     raise its own `oom_score_adj` and debug its own subprocesses.
     """
     code = 1
@@ -524,7 +686,10 @@ def become_kernel(request_r: int, reply_w: int, stdout_w: int, stderr_w: int) ->
         os.dup2(request_fd, 3, inheritable=False)
         os.dup2(reply_fd, 4, inheritable=False)
         os.closerange(5, os.sysconf("SC_OPEN_MAX"))
+        if separated:
+            become(CODE_UID, 0)
         _prctl(PR_SET_DUMPABLE, 1)
+        seed_font_cache()
         kernel_main(3, 4)
         code = 0
     finally:
@@ -541,15 +706,17 @@ def _close_quietly(fd: int) -> None:
 class Supervisor:
     """Serve exec requests from stdin; one kernel at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, separated: bool) -> None:
         self.cgroup = Cgroup()
+        self.separated = separated
+        self.budget = CopyBudget.unlimited()
         self.kernel: Kernel | None = None
         self.seen: dict[str, tuple[int, int, int]] = {}
         self.refused_seen: set[tuple[str, str]] = set()
 
     def start_kernel(self) -> Kernel:
         """Fork a fresh kernel with empty state."""
-        self.kernel = Kernel()
+        self.kernel = Kernel(self.separated)
         return self.kernel
 
     def warm_up(self) -> None:
@@ -600,6 +767,7 @@ class Supervisor:
 
     def execute(self, request: dict[str, Any]) -> None:
         """Run one program in the kernel under the request's limits and report it."""
+        received = time.monotonic()
         kernel = self.kernel or self.start_kernel()
         out, err = Capture(request["stdout_cap"]), Capture(request["stderr_cap"])
         meter: Cgroup | Unmeasured = self.cgroup if request.get("measure", True) else UNMEASURED
@@ -623,27 +791,24 @@ class Supervisor:
             and oom_after is not None
             and oom_after > oom_before
         )
-        refused = self.send_artifacts(request)
-        stdout, stdout_dropped = out.render()
-        stderr, stderr_dropped = err.render()
+        self.budget = CopyBudget(request, received)
+        with code_identity(self.separated):
+            refused = self.send_artifacts(request)
+        listed, more = bounded_refusals(refused)
         frame = {
             "type": "result",
             "id": request["id"],
             "exit_code": exit_status(reply, killed_signal, timed_out, oom, kernel.returncode),
             "error": (reply or {}).get("error"),
-            "stdout": stdout,
-            "stdout_total": out.total,
-            "stdout_dropped": stdout_dropped,
-            "stderr": stderr,
-            "stderr_total": err.total,
-            "stderr_dropped": stderr_dropped,
+            **stream_fields(out, err),
             "timed_out": timed_out,
             "killed_signal": killed_signal,
             "oom_killed": oom,
             "state_reset": state_reset,
             "cpu_seconds": difference(meter.cpu_seconds(), cpu_before),
             "peak_memory_bytes": peak_during(meter.peak(), peak_before, sampled_peak),
-            "refused": refused,
+            "refused": listed,
+            "refused_more": more,
         }
         if self.kernel is None:
             # Before the frame, not after: the host reads the cgroup when the frame
@@ -708,8 +873,8 @@ class Supervisor:
     def send_artifacts(self, request: dict[str, Any]) -> list[dict[str, str]]:
         """Send new or changed regular files in /output; return what was refused and why.
 
-        A refusal is reported once per session, at most `MAX_REFUSED_REPORTED`
-        per execution (plus one entry that counts the rest).
+        A refusal is reported once per session; `execute` lists at most
+        `MAX_REFUSED_LISTED` per execution and counts the rest (`bounded_refusals`).
         """
         names, refused = list_artifacts(OUTPUT_DIR)
         sent = 0
@@ -728,6 +893,10 @@ class Supervisor:
                 continue
             if info.st_size > request["max_artifact_bytes"]:
                 refused.append({"name": name, "reason": f"too large ({info.st_size} bytes)"})
+                continue
+            budget_refusal = self.budget.take(info.st_size)
+            if budget_refusal is not None:
+                refused.append({"name": name, "reason": budget_refusal})
                 continue
             try:
                 data = read_regular_file(path, request["max_artifact_bytes"])
@@ -751,11 +920,72 @@ class Supervisor:
             item for item in refused if (item["name"], item["reason"]) not in self.refused_seen
         ]
         self.refused_seen.update((item["name"], item["reason"]) for item in fresh)
-        if len(fresh) > MAX_REFUSED_REPORTED:
-            more = len(fresh) - MAX_REFUSED_REPORTED
-            summary = {"name": "...", "reason": f"{more} more refused"}
-            fresh = [*fresh[:MAX_REFUSED_REPORTED], summary]
         return fresh
+
+
+class CopyBudget:
+    """What one execution may still copy out of /output: bytes and time, both set by the host.
+
+    The host writes no more than `copy_bytes` per execution and waits for the
+    result no longer than its absolute deadline; `copy_seconds` (counted from
+    the request's arrival) ends early enough that the artifact in flight and
+    the result frame still fit before that deadline. Files past either budget
+    are refused and listed, never sent.
+    """
+
+    def __init__(self, request: dict[str, Any], received: float) -> None:
+        self.bytes_left: int = request["copy_bytes"]
+        self.refusal: str = request["copy_refusal"][:200]
+        self.deadline: float = received + request["copy_seconds"]
+
+    @classmethod
+    def unlimited(cls) -> CopyBudget:
+        """Before the first request: nothing is copied outside an execution anyway."""
+        return cls({"copy_bytes": 0, "copy_refusal": "", "copy_seconds": 0.0}, time.monotonic())
+
+    def take(self, size: int) -> str | None:
+        """Reserve `size` bytes for one artifact, or say why it may not be copied."""
+        if time.monotonic() >= self.deadline:
+            return "not copied: no time left before the host's deadline (timeout plus its grace)"
+        if size > self.bytes_left:
+            return self.refusal
+        self.bytes_left -= size
+        return None
+
+
+def bounded_refusals(refused: list[dict[str, str]]) -> tuple[list[dict[str, str]], int]:
+    """At most MAX_REFUSED_LISTED refusals with shortened names, and how many more there were.
+
+    Code controls /output and can fill it with a million entries to refuse;
+    the frame, and what the host shows the model, stay small.
+    """
+    listed = [
+        {
+            "name": shorten(str(item.get("name", "")), MAX_REFUSED_NAME),
+            "reason": shorten(str(item.get("reason", "")), 200),
+        }
+        for item in refused[:MAX_REFUSED_LISTED]
+    ]
+    return listed, max(len(refused) - MAX_REFUSED_LISTED, 0)
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, marked with an ellipsis when cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def stream_fields(out: Capture, err: Capture) -> dict[str, Any]:
+    """The result frame's stdout and stderr fields: kept text, totals and bytes dropped."""
+    stdout, stdout_dropped = out.render()
+    stderr, stderr_dropped = err.render()
+    return {
+        "stdout": stdout,
+        "stdout_total": out.total,
+        "stdout_dropped": stdout_dropped,
+        "stderr": stderr,
+        "stderr_total": err.total,
+        "stderr_dropped": stderr_dropped,
+    }
 
 
 def validate_request(request: Any) -> None:
@@ -770,6 +1000,9 @@ def validate_request(request: Any) -> None:
         "stderr_cap": int,
         "max_artifact_bytes": int,
         "max_artifacts": int,
+        "copy_bytes": int,
+        "copy_refusal": str,
+        "copy_seconds": (int, float),
     }
     for key, kind in fields.items():
         if not isinstance(request.get(key), kind) or isinstance(request.get(key), bool):
@@ -813,9 +1046,8 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
-def prepare_environment() -> None:
-    """Make this process non-dumpable and seed matplotlib's font cache into writable /tmp."""
-    _prctl(PR_SET_DUMPABLE, 0)
+def seed_font_cache() -> None:
+    """Copy matplotlib's prebuilt font cache into writable /tmp, as the code's user, who uses it."""
     target = os.environ.get("MPLCONFIGDIR", "/tmp/matplotlib")
     if os.path.isdir(FONT_CACHE) and not os.path.exists(target):
         try:
@@ -825,9 +1057,14 @@ def prepare_environment() -> None:
 
 
 def main() -> None:
-    """Entry point: the supervisor, which forks its kernels."""
-    prepare_environment()
-    supervisor = Supervisor()
+    """Entry point: the supervisor, which drops its privileges and forks its kernels."""
+    try:
+        separated = separate_privileges()
+    except OSError as exc:
+        write_frame(1, {"type": "fatal", "message": f"cannot separate users: {exc}"})
+        return
+    _prctl(PR_SET_DUMPABLE, 0)
+    supervisor = Supervisor(separated)
     try:
         supervisor.start_kernel()
         supervisor.warm_up()

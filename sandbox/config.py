@@ -19,6 +19,16 @@ from sbx.sandbox.limits import Limits
 
 DEFAULT_IMAGE = "sbx-python:latest"
 SANDBOX_USER = "1000:1000"
+"""The uid:gid model-written code runs as: the runner drops each interpreter to it."""
+CONTAINER_USER = "0:0"
+"""Who the container starts as. Init stays root and the runner drops itself to uid 999
+at once (images/runner.py), so code (uid 1000) can neither reach their descriptors
+through /proc nor signal them: the runner protocol stays the runner's alone."""
+CAPABILITIES = ["KILL", "SETGID", "SETPCAP", "SETUID"]
+"""All a root start keeps (everything else is dropped). The runner uses SETPCAP once, to
+empty the bounding set, then keeps KILL (end stray processes) and SETUID/SETGID (drop each
+interpreter to uid 1000 with no capability, and take the code's effective uid while it
+reads `/output`); `no-new-privileges` holds throughout."""
 RUNNER_COMMAND = ["python3", "-I", "-u", "/opt/sbx/runner.pyc"]
 """The runner, compiled at image build (images/Dockerfile): no compile at every start."""
 MANAGED_LABEL = "sbx.managed"
@@ -147,6 +157,7 @@ def container_config(
         "network_mode": limits.network,
         "read_only": True,
         "cap_drop": ["ALL"],
+        "cap_add": CAPABILITIES,
         "security_opt": security_options(limits),
         "privileged": False,
         "pids_limit": cgroup_pids_limit(limits),
@@ -175,7 +186,7 @@ def container_config(
     return {
         "image": image,
         "command": RUNNER_COMMAND,
-        "user": SANDBOX_USER,
+        "user": CONTAINER_USER,
         "working_dir": "/work",
         "hostname": "sandbox",
         "environment": container_environment(limits),

@@ -72,6 +72,11 @@ class Limits(BaseModel):
     """Largest single artifact copied out of `/output`; bigger ones are refused and reported."""
     max_artifacts: StrictInt = Field(default=64, ge=0, le=10_000)
     """Most artifacts copied out per execution; the rest are refused and reported."""
+    max_run_artifact_bytes: Bytes = parse_size("1g")
+    """Most artifact bytes copied to the host over one session, all executions together.
+
+    One execution copies out at most `output_size` (what `/output` holds); past
+    this run-wide cap later artifacts are refused and reported, not written."""
     max_code_bytes: Annotated[Bytes, AfterValidator(at_most_bytes(MAX_CODE_BYTES))] = parse_size(
         "1m"
     )

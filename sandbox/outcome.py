@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from sbx.sandbox.accounting import Snapshot, cpu_seconds_between, oom_between
 from sbx.sandbox.limits import Limits
-from sbx.sandbox.protocol import ResultFrame
+from sbx.sandbox.protocol import MAX_REFUSED_LISTED, RefusedFrame, ResultFrame
 from sbx.sandbox.result import Artifact, ExecutionError, ExecutionResult, RefusedArtifact
 from sbx.sandbox.units import format_size
 
 RESET = "variables were reset"
+MAX_LISTED_NAME = 300
+"""Characters of a refused name kept in the result (names come from the code's `/output`)."""
 
 
 def resource_notes(result: ExecutionResult, limits: Limits) -> list[str]:
@@ -48,9 +50,10 @@ def resource_notes(result: ExecutionResult, limits: Limits) -> list[str]:
             f"output truncated: {result.stderr_dropped_bytes} bytes of stderr cut from the "
             f"middle (keeps {format_size(limits.stderr_bytes)})"
         )
-    if result.refused_artifacts:
+    if result.refused_artifacts or result.refused_unlisted:
         refused = ", ".join(f"{_quoted(r.name)} ({r.reason})" for r in result.refused_artifacts)
-        notes.append(f"artifacts refused: {refused}")
+        more = f"and {result.refused_unlisted} more" if result.refused_unlisted else ""
+        notes.append(f"artifacts refused: {', '.join(part for part in (refused, more) if part)}")
     return notes
 
 
@@ -63,6 +66,28 @@ def _quoted(name: str) -> str:
     return "'" + "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in name) + "'"
 
 
+def listed_refusals(
+    runner: list[RefusedFrame], runner_more: int, host: list[RefusedArtifact]
+) -> tuple[list[RefusedArtifact], int]:
+    """The refusals to show and how many more there were (the runner's first, then the host's).
+
+    At most MAX_REFUSED_LISTED, with shortened names. The code controls what `/output`
+    holds, and this list reaches the model, the transcript and the audit log: it stays
+    short whatever the code did.
+    """
+    everything = [RefusedArtifact(name=r.name, reason=r.reason) for r in runner] + host
+    listed = [
+        RefusedArtifact(name=shorten(item.name, MAX_LISTED_NAME), reason=shorten(item.reason, 200))
+        for item in everything[:MAX_REFUSED_LISTED]
+    ]
+    return listed, runner_more + max(len(everything) - MAX_REFUSED_LISTED, 0)
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, marked with an ellipsis when cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def build_result(
     frame: ResultFrame,
     *,
@@ -72,6 +97,7 @@ def build_result(
     persistent: bool = True,
 ) -> ExecutionResult:
     """Combine a result frame with the artifacts the host accepted (notes come later)."""
+    listed, unlisted = listed_refusals(frame.refused, frame.refused_more, refused)
     error = None
     if frame.error is not None:
         error = ExecutionError(
@@ -92,10 +118,8 @@ def build_result(
         cpu_seconds=frame.cpu_seconds,
         peak_memory_bytes=frame.peak_memory_bytes,
         artifacts=artifacts,
-        refused_artifacts=[
-            RefusedArtifact(name=r.name[:300], reason=r.reason[:200]) for r in frame.refused
-        ]
-        + refused,
+        refused_artifacts=listed,
+        refused_unlisted=unlisted,
     )
 
 

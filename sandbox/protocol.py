@@ -11,7 +11,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: the runner runs code under its own uid (images/runner.py) and takes a copy budget.
+
+The host refuses any other version before code runs: an older image's runner
+would run code as the container's user, which is now root."""
+MAX_REFUSED_LISTED = 20
+"""Refusals one result frame may list (the runner counts the rest in `refused_more`)."""
 
 
 class _Frame(BaseModel):
@@ -44,10 +50,10 @@ class ErrorFrame(_Frame):
 
 
 class RefusedFrame(_Frame):
-    """An entry of `/output` the runner did not send, and why."""
+    """An entry of `/output` the runner did not send, and why (both shortened by the runner)."""
 
-    name: str
-    reason: str
+    name: str = Field(max_length=1024)
+    reason: str = Field(max_length=1024)
 
 
 class ResultFrame(_Frame):
@@ -69,7 +75,8 @@ class ResultFrame(_Frame):
     state_reset: bool
     cpu_seconds: float | None
     peak_memory_bytes: int | None
-    refused: list[RefusedFrame]
+    refused: list[RefusedFrame] = Field(max_length=MAX_REFUSED_LISTED)
+    refused_more: int = Field(default=0, ge=0)
 
 
 class FatalFrame(_Frame):
@@ -99,10 +106,17 @@ def exec_request(
     stderr_cap: int,
     max_artifact_bytes: int,
     max_artifacts: int,
+    copy_bytes: int,
+    copy_refusal: str,
+    copy_seconds: float,
     measure: bool = True,
 ) -> dict[str, object]:
     """The request line the runner expects for one execution.
 
+    `copy_bytes` and `copy_seconds` are the artifact budget: bytes the runner
+    may send, and seconds after the request arrives past which it starts no
+    new artifact, so copy-out ends inside the host's absolute deadline;
+    `copy_refusal` is the reason it gives for files past the byte budget.
     `measure=False` when the host reads the container's cgroup itself
     (`sandbox.accounting`): the runner then skips its own, forgeable readings.
     """
@@ -115,5 +129,8 @@ def exec_request(
         "stderr_cap": stderr_cap,
         "max_artifact_bytes": max_artifact_bytes,
         "max_artifacts": max_artifacts,
+        "copy_bytes": copy_bytes,
+        "copy_refusal": copy_refusal,
+        "copy_seconds": copy_seconds,
         "measure": measure,
     }

@@ -97,7 +97,9 @@ class ExecutionResult(BaseModel):
     artifacts: list[Artifact] = Field(default_factory=list)
     """Files copied out of `/output` after this execution (new or changed ones)."""
     refused_artifacts: list[RefusedArtifact] = Field(default_factory=list)
-    """Files in `/output` that were not copied, each with the reason."""
+    """Files in `/output` that were not copied, each with the reason (at most 20 listed)."""
+    refused_unlisted: int = 0
+    """Further refusals counted but not listed: code controls `/output`, so the list is bounded."""
     notes: list[str] = Field(default_factory=list)
     """Plain-language resource notes, e.g. 'killed: memory limit 512 MiB reached'."""
 

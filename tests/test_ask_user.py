@@ -132,7 +132,7 @@ def test_a_continued_run_cannot_be_continued_twice(llm, tmp_path):
     transcript = tmp_path / "run.jsonl"
     flags = [*_flags(llm, tmp_path, policy=ASK_ONLY), "--transcript", str(transcript)]
     paused = json.loads(CliRunner().invoke(cli, ["ask", "Total?", "--json", *flags]).stdout)
-    llm.script([assistant("Then it is 60.")])
+    llm.script([assistant("Then it is sixty.")])
     assert CliRunner().invoke(cli, ["ask", "yes", "--continue", paused["run_id"],
                                     *flags]).exit_code == 0
     again = CliRunner().invoke(cli, ["ask", "yes", "--continue", paused["run_id"], *flags])
@@ -141,14 +141,14 @@ def test_a_continued_run_cannot_be_continued_twice(llm, tmp_path):
 
 def test_a_terminal_prompts_the_operator_and_the_answer_is_the_observation(llm, tmp_path):
     llm.script([tool_call("ask_user", question="Which year?\x1b[31m"),
-                assistant("For 2024 the total is 60.")])
+                assistant("For 2024 the total is sixty.")])
     sbx = str(Path(sys.executable).with_name("sbx"))
     terminal = Terminal([sbx, "ask", "What is the total?", *_flags(llm, tmp_path, policy=ASK_ONLY),
                          "--transcript", str(tmp_path / "run.jsonl")], cwd=tmp_path)
     prompt = terminal.expect(b"your answer> ")
     assert b"the model asks you: Which year?\\x1b[31m" in prompt  # the model's text, escaped
     terminal.type("2024")
-    terminal.expect(b"For 2024 the total is 60.")
+    terminal.expect(b"For 2024 the total is sixty.")
     assert terminal.wait() == 0
     assert llm.requests[1].last_tool_message == "The user answered: 2024"
     ends = [line for line in _lines(tmp_path / "run.jsonl") if line["type"] == "run_end"]
@@ -156,7 +156,7 @@ def test_a_terminal_prompts_the_operator_and_the_answer_is_the_observation(llm, 
 
 
 def test_chat_without_a_terminal_takes_the_next_line_as_the_answer(llm, tmp_path):
-    llm.script([tool_call("ask_user", question=QUESTION), assistant("Then it is 60.")])
+    llm.script([tool_call("ask_user", question=QUESTION), assistant("Then it is sixty.")])
     sbx = str(Path(sys.executable).with_name("sbx"))
     chat = subprocess.run(
         [sbx, "chat", *_flags(llm, tmp_path, policy=ASK_ONLY),
@@ -166,7 +166,7 @@ def test_chat_without_a_terminal_takes_the_next_line_as_the_answer(llm, tmp_path
     )
     assert chat.returncode == 0, chat.stderr
     assert f"the model asks you: {QUESTION}" in chat.stderr
-    assert "Then it is 60." in chat.stdout
+    assert "Then it is sixty." in chat.stdout
     assert "The user answered your question" in llm.requests[1].messages[-1]["content"]
     lines = _lines(tmp_path / "chat.jsonl")
     starts = [line for line in lines if line["type"] == "run_start"]

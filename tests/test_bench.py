@@ -105,13 +105,14 @@ def test_gate_overhead_is_measured_through_the_real_gate(tmp_path, monkeypatch) 
     assert list(tmp_path.iterdir()) == []  # the scratch audit log is gone
 
 
-def test_bench_command_is_registered_with_its_options() -> None:
+def test_bench_refuses_out_of_range_options_before_measuring_anything() -> None:
     group = click.Group("sbx")
     cli_bench.register(group)
-    done = CliRunner().invoke(group, ["bench", "--help"])
-    assert done.exit_code == 0
-    for option in ("--quick", "--json", "--reps", "--runs", "--pool-size"):
-        assert option in done.output
+    for args, flag in ((["--reps", "0"], "--reps"), (["--runs", "0"], "--runs"),
+                       (["--pool-size", "65"], "--pool-size")):
+        done = CliRunner().invoke(group, ["bench", *args])
+        assert done.exit_code == 2, done.output  # a usage error, not a run
+        assert f"Invalid value for '{flag}'" in done.output
 
 
 @pytest.mark.docker

@@ -79,7 +79,12 @@ def test_ask_shows_progress_answers_and_its_transcript_and_audit_log_agree(
 
     assert outcome.exit_code == 0, outcome.output
     artifact = tmp_path / "out" / "total.txt"
-    assert outcome.stdout == f"The total is 6.\n\nArtifacts:\n  {artifact}\n"
+    assert outcome.stdout == (
+        "The total is 6.\n\n"
+        "Verified: every number checked was printed by an output (1 traced)\n"
+        "  6  <- calculate [call_calc], line 1: 6\n\n"
+        f"Artifacts:\n  {artifact}\n"
+    )
     assert artifact.read_text() == "6"
     for shown in ("-- turn 1", "-> execute_python [call_exec]", "   | rows = list(csv.DictReader",
                   "<- ok", "total 6", "-> calculate [call_calc]", "== completed: 2 turn(s)"):

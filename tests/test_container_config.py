@@ -16,7 +16,7 @@ def test_default_limits_produce_closed_container() -> None:
     assert cfg == {
         "image": "sbx-python:latest",
         "command": ["python3", "-I", "-u", "/opt/sbx/runner.pyc"],
-        "user": "1000:1000",
+        "user": "0:0",  # init and the runner start as root; code runs as 1000 (runner.py)
         "working_dir": "/work",
         "hostname": "sandbox",
         "environment": {
@@ -45,6 +45,7 @@ def test_default_limits_produce_closed_container() -> None:
             "network_mode": "none",
             "read_only": True,
             "cap_drop": ["ALL"],
+            "cap_add": ["KILL", "SETGID", "SETPCAP", "SETUID"],
             "security_opt": ["no-new-privileges:true", f"seccomp={SHIPPED_PROFILE}"],
             "privileged": False,
             "pids_limit": 256,

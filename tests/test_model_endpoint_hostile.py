@@ -91,7 +91,8 @@ def test_json_that_is_not_a_completion_is_a_model_error(llm, tmp_path):
 def test_content_sent_as_a_list_of_parts_is_the_parts_text_joined(llm, tmp_path):
     parts = [{"type": "text", "text": "The answer "}, {"type": "image_url", "image_url": {}},
              {"type": "text", "text": "is 42."}]
-    llm.script([raw_completion({"role": "assistant", "content": parts})])
+    reply = raw_completion({"role": "assistant", "content": parts})
+    llm.script([reply, reply])  # 42 was never computed: the validation turn, then the same
     gate, _ = _calc_gate(tmp_path)
 
     result = ask(llm, gate)
@@ -166,6 +167,7 @@ def test_lone_surrogates_are_stored_as_replacement_characters_and_the_run_ends(l
     llm.script([
         _tool_call(json.dumps({"expression": "\ud800"}, ensure_ascii=False), name="calc\udc00"),
         raw_completion({"role": "assistant", "content": text}),
+        raw_completion({"role": "assistant", "content": text}),  # after the validation turn
     ])
 
     code, stdout, stderr = _cli(llm, tmp_path)

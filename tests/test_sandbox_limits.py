@@ -70,7 +70,9 @@ def test_fork_bomb_hits_the_pids_limit_and_host_stays_responsive(engine, runtime
         assert result.exit_code == 137
     else:
         assert "Resource temporarily unavailable" in result.stdout, result
-        assert int(result.stdout.split("stopped after")[1].split()[0]) < 64
+        # The code's own processes (its uid's) stop at the limit; init and the runner
+        # run under other uids (images/runner.py), so under gVisor they no longer count.
+        assert int(result.stdout.split("stopped after")[1].split()[0]) <= 64
     assert host_latency < 10, f"host took {host_latency:.1f}s to start a process"
 
 

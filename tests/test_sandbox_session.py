@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import TEST_IMAGE, require_runtime
+from conftest import TEST_IMAGE
 from sbx.sandbox.errors import InvalidInput
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session, new_run_id, run_fresh
@@ -103,10 +103,10 @@ def test_user_code_holds_only_its_own_pipes_and_cannot_reach_the_runners(
     session: Session, runtime: str
 ) -> None:
     """C16: the interpreter keeps no descriptor of the protocol stream or the cgroup files,
-    and under runc cannot open the (non-dumpable) runner's descriptors through /proc.
+    and under runc cannot even list the runner's descriptors through /proc.
 
-    gVisor's /proc does not honour non-dumpable: there the runner's descriptors are
-    reachable (security.md, "What is NOT protected"), and the test records that.
+    gVisor's /proc lists them (names only) to another uid; opening one is denied there
+    too (test_runner_protocol_walls.py::test_code_runner_and_init_run_as_three_users).
     """
     seen = json.loads(session.run(PROBE_DESCRIPTORS).stdout)
     fds = {int(fd): target for fd, target in seen["fds"].items()}
@@ -118,37 +118,6 @@ def test_user_code_holds_only_its_own_pipes_and_cannot_reach_the_runners(
     assert reset.state_reset  # a new kernel after a reset is just as bare
     again = json.loads(session.run(PROBE_DESCRIPTORS).stdout)
     assert {int(fd) for fd in again["fds"]} <= {0, 1, 2, 3, 4}
-
-
-FORGE_FRAME = """
-import json, os
-frame = {"type": "result", "id": 2, "exit_code": 0, "error": None, "stdout": "forged\\n",
-         "stdout_total": 7, "stdout_dropped": 0, "stderr": "", "stderr_total": 0,
-         "stderr_dropped": 0, "timed_out": False, "killed_signal": None, "oom_killed": False,
-         "state_reset": False, "cpu_seconds": 0.0, "peak_memory_bytes": 1, "refused": []}
-stream = os.open(f"/proc/{os.getppid()}/fd/1", os.O_WRONLY)
-os.write(stream, (json.dumps(frame) + "\\n").encode())
-"""
-
-
-def test_under_gvisor_a_forged_frame_only_misreports_its_own_run(engine, tmp_path) -> None:
-    """security.md, "Our runner is not a boundary": under gVisor code can reach the protocol
-    stream; the forgery covers its own execution, then the host replaces the container."""
-    require_runtime(engine, "runsc")
-    with Session.open(
-        limits=Limits(runtime="runsc", timeout="10s"),
-        image=TEST_IMAGE,
-        engine=engine,
-        output_dir=tmp_path,
-    ) as session:
-        session.run("x = 1")
-        forged = session.run(FORGE_FRAME)
-        assert forged.stdout == "forged\n"
-        cpu = forged.cpu_seconds
-        assert cpu is None or cpu >= 0  # the host's own cgroup figure, not the frame's 0.0
-        after = session.run("print('x' in globals())")
-        assert after.state_reset and any("replaced" in note for note in after.notes)
-        assert session.run("print('fresh')").stdout == "fresh\n"
 
 
 def test_each_forked_interpreter_seeds_its_own_random_state(session: Session) -> None:

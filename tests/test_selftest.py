@@ -14,12 +14,25 @@ from sbx.sandbox.limits import Limits
 
 pytestmark = pytest.mark.docker
 
+BATTERY = {
+    "cleanup.containers", "environment.leak", "filesystem.host_paths", "filesystem.mountinfo",
+    "filesystem.root", "host.responsive", "isolation.files", "isolation.next_run",
+    "isolation.processes", "limits.cpu", "limits.memory", "limits.pids", "limits.time",
+    "network.interfaces", "network.public", "network.gateway", "network.metadata", "network.dns",
+    "output.artifacts", "output.flood", "privileges.capabilities", "privileges.escalation",
+    "privileges.user", "protocol.descriptors", "protocol.memory", "protocol.signals",
+    "protocol.users",
+}
+"""The containment battery, pinned: a check that silently stops running fails this test."""
+
 
 def test_default_configuration_passes_every_check(engine, runtime) -> None:
     results = run_selftest(Limits(runtime=runtime), image=TEST_IMAGE, engine=engine)
     failed = {r.name: r.happened for r in results if not r.passed}
     assert not failed
-    assert len(results) >= 20
+    assert [r.name for r in results if r.name.startswith("network.")][0] == "network.interfaces"
+    assert {r.name for r in results} == BATTERY  # every check ran, each once
+    assert len(results) == len(BATTERY)
 
 
 def test_weakened_configuration_fails_the_right_checks(engine) -> None:

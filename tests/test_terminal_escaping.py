@@ -22,8 +22,7 @@ from sbx.agent.cli.display import Progress
 from sbx.agent.cli.main import cli
 from sbx.agent.cli.scripted_model import assistant, call, tool_calls
 from sbx.agent.cli.selftest import print_check
-from sbx.sandbox.checks.doctor import Check
-from sbx.sandbox.checks.selftest import CheckResult
+from sbx.sandbox.checks.common import Check
 from scripted_llm import FAKE_KEY
 from tools_support import make_gate, policy_from
 
@@ -164,11 +163,11 @@ def test_sbx_error_lines_quote_names_escaped(tmp_path):
 def test_selftest_and_doctor_lines_escape_what_the_sandbox_said(monkeypatch):
     stream = io.StringIO()
     monkeypatch.setattr("sys.stdout", stream)
-    print_check(CheckResult(name="probe", passed=False, tried=HOSTILE, happened=HOSTILE))
+    print_check(Check(name="probe", passed=False, tried=HOSTILE, happened=HOSTILE))
     assert_inert(stream.getvalue())
     assert_shown(stream.getvalue())
 
-    checks = [Check(name="image", ok=False, detail=HOSTILE, fix=HOSTILE)]
+    checks = [Check(name="image", passed=False, happened=HOSTILE, fix=HOSTILE)]
     monkeypatch.setattr(exec_cli, "run_checks", lambda limits, image: checks)  # not under test
     outcome = CliRunner().invoke(cli, ["doctor"])
     assert outcome.exit_code == 1

@@ -28,15 +28,17 @@ import click
 
 from sbx.agent.app import RUNS_DIR, Answer, answer_one
 from sbx.agent.cli.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, demo_turns
-from sbx.agent.cli.display import Progress, replay
+from sbx.agent.cli.display import Progress, replay, source_line, verdict_line
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.prompting import terminal_operator
+from sbx.agent.cli.rerun import rerun_command
 from sbx.agent.cli.scripted_model import ScriptedLLM
 from sbx.agent.conversation import ConversationSpec
 from sbx.agent.resume import continue_paused, find_transcript, read_paused
 from sbx.agent.state import Status
 from sbx.agent.transcript import TranscriptError
+from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.tools.text_safety import safe_json, safe_text
 
 EXIT_BUDGET = 3
@@ -138,11 +140,24 @@ def demo_command(
 
 @click.command("replay")
 @click.argument("transcript", type=_FILE)
-def replay_command(transcript: Path) -> None:
+@click.option("--rerun", is_flag=True,
+              help="Run the recorded code again in a fresh sandbox with the same data and say, "
+              "execution by execution, whether the output matches.")
+@click.option("--policy", type=_FILE, help="With --rerun: the policy file. [default: packaged]")
+@click.option("--audit-log", type=_FILE, help="With --rerun: the audit log to append to.")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True,
+              help="With --rerun: the sandbox image.")
+@operator_errors
+def replay_command(
+    transcript: Path, rerun: bool, policy: Path | None, audit_log: Path | None, image: str
+) -> None:
     """Re-render a past run (or every run of a conversation) from its transcript.
 
+    With --rerun, execute its code again instead (exit 0 all matches, 1 something differs).
     Exit 2 for a file it cannot render, naming the line.
     """
+    if rerun:
+        rerun_command(transcript, policy=policy, audit_log=audit_log, image=image)
     try:
         replay(transcript, sys.stdout)
     except TranscriptError as exc:
@@ -188,6 +203,7 @@ def _finish(outcome: Answer, *, as_json: bool) -> NoReturn:
         click.echo(safe_json(json.dumps(outcome.as_dict(), indent=2, ensure_ascii=False)))
     elif result.status == "completed":
         click.echo(safe_text(str(result.answer), multiline=True))
+        _provenance(outcome)
         if result.artifacts:
             click.echo("\nArtifacts:")
             for path in result.artifacts:
@@ -204,6 +220,17 @@ def _finish(outcome: Answer, *, as_json: bool) -> NoReturn:
     records = f"transcript {outcome.transcript}, audit log {outcome.audit_log}"
     click.echo(f"sbx: {safe_text(records)}", err=True)
     sys.exit(_EXIT[result.status])
+
+
+def _provenance(outcome: Answer) -> None:
+    """The verdict on the answer's numbers, then where each traced one was printed."""
+    row = outcome.as_dict()
+    verdict = verdict_line(row)
+    if verdict is None:
+        return
+    click.echo(f"\n{verdict[0].upper()}{verdict[1:]}")
+    for source in row["sources"]:
+        click.echo(f"  {source_line(source)}")
 
 
 def register(cli: click.Group) -> None:

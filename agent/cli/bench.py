@@ -23,6 +23,7 @@ import click
 
 from sbx.agent.cli.errors import operator_errors
 from sbx.agent.config import load_config
+from sbx.sandbox.bench import ds1000
 from sbx.sandbox.bench.render import render
 from sbx.sandbox.bench.run import BenchOptions, run_bench
 from sbx.sandbox.bench.stats import BenchReport, Summary, Target
@@ -100,7 +101,7 @@ def add_gate(report: BenchReport, samples: int) -> None:
     )
 
 
-@click.command("bench")
+@click.group("bench", invoke_without_command=True)
 @click.option("--quick", is_flag=True, help="A short run: 3 repetitions, 8 runs per throughput.")
 @click.option("--reps", type=click.IntRange(1, 1000), help="Timed repetitions per latency cell.")
 @click.option("--runs", type=click.IntRange(1, 10_000), help="Executions per throughput figure.")
@@ -113,9 +114,11 @@ def add_gate(report: BenchReport, samples: int) -> None:
 )
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
 @operator_errors
 def bench_command(
-    quick: bool, reps: int | None, runs: int | None, pool_size: int, image: str, as_json: bool
+    ctx: click.Context, quick: bool, reps: int | None, runs: int | None, pool_size: int,
+    image: str, as_json: bool,
 ) -> None:
     """Measure sbx against its floors and a hardened `docker run`, interleaved in one run.
 
@@ -124,7 +127,10 @@ def bench_command(
     to the baseline, throughput at concurrency 1/4/8, an idle pooled
     container's memory, the gate's overhead, and which targets are met.
     Respects the host caps (SBX_MAX_SANDBOXES, SBX_MAX_MEMORY, SBX_MAX_CPUS).
+    `sbx bench ds1000 PROBLEMS.jsonl` measures the image's data stack instead.
     """
+    if ctx.invoked_subcommand is not None:
+        return
     overrides: dict[str, Any] = {"pool_size": pool_size, "image": image}
     if reps is not None:
         overrides["reps"] = reps
@@ -143,6 +149,35 @@ def bench_command(
     else:
         click.echo(render(report))
     sys.stdout.flush()
+
+
+@bench_command.command("ds1000")
+@click.argument("problems", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
+@click.option("--limit", type=click.IntRange(1), help="Run only the first N problems.")
+@click.option("--id", "ids", type=click.IntRange(0), multiple=True, help="Run this problem id.")
+@click.option("--jobs", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Programs run at once (each in its own container).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@operator_errors
+def ds1000_command(
+    problems: Path, image: str, limit: int | None, ids: tuple[int, ...], jobs: int, as_json: bool
+) -> None:
+    """Run DS-1000's reference solutions in fresh sandboxes: what the image's stack still runs.
+
+    \b
+    PROBLEMS is a DS-1000 JSONL file (code_context, reference_code, metadata);
+    nothing is downloaded. Prints passed per library, failures by exception
+    type, and the failing problem ids. Default limits, as `sbx exec`.
+    """
+    chosen = ds1000.load_problems(problems, limit=limit, only=frozenset(ids))
+    if not chosen:
+        raise click.ClickException(f"no problems to run in {problems}")
+    report = ds1000.run_ds1000(
+        chosen, image=image, jobs=jobs,
+        progress=lambda message: click.echo(f"sbx bench ds1000: {message}", err=True),
+    )
+    click.echo(json.dumps(report.as_json(), indent=2) if as_json else ds1000.render(report))
 
 
 def register(cli: click.Group) -> None:

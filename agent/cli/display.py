@@ -138,11 +138,22 @@ class Progress:
         self._sandbox_totals(_map(event, "sandbox"))
         if status != "completed":
             self._echo(f"   {_clip(_text(event.get('message')))}", fg=colour)
+        else:
+            self._provenance(event)
         for path in _list(event, "artifacts"):
             self._echo(f"   artifact: {_clip(_text(path))}")
         if self._show_answer and event.get("answer"):
             self._echo("")
             self._echo(_text(event["answer"]), multiline=True)
+
+    def _provenance(self, event: Row) -> None:
+        """Whether the answer's numbers were printed by an output, and by which."""
+        verdict = verdict_line(event)
+        if verdict is None:
+            return
+        self._echo(f"   {verdict}", fg="green" if event.get("verified") else "yellow")
+        for source in _list(event, "sources"):
+            self._echo(f"     {source_line(_as_map(source, 'sources[]'))}", dim=True)
 
     def _sandbox_totals(self, sandbox: dict[str, Any]) -> None:
         if not _num(sandbox, "executions", "sandbox"):
@@ -170,6 +181,28 @@ def replay(path: Path, stream: TextIO) -> None:
             render(event)
         except EventShapeError as exc:
             raise TranscriptError(f"{path}:{number}: {exc}") from None
+
+
+def verdict_line(event: Row) -> str | None:
+    """`verified: ...` or `NOT VERIFIED: ...` for a completed run's end (None before issue 15)."""
+    verified = event.get("verified")
+    if verified is None:
+        return None
+    traced = len(_list(event, "sources"))
+    if verified:
+        return f"verified: every number checked was printed by an output ({traced} traced)"
+    missing = ", ".join(_clip(_text(n)) for n in _list(event, "unsupported")[:20])
+    return f"NOT VERIFIED: not printed by any output of the run: {_clip(missing)}"
+
+
+def source_line(source: Row) -> str:
+    """`41.0%  <- execution 2 [call_x], line 3: growth 0.41` (escaped, clipped)."""
+    execution = source.get("execution")
+    where = f"execution {_text(execution)}" if execution is not None else _text(source.get("tool"))
+    return _clip(
+        f"{_text(source.get('number'))}  <- {where} [{_text(source.get('call_id'))}], "
+        f"line {_text(source.get('line'))}: {_text(source.get('text'))}"
+    )
 
 
 def one_line(text: Any) -> str:

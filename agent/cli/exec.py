@@ -187,12 +187,13 @@ def doctor_command(image: str, **limit_flags: Any) -> None:
     """Check the engine, the image, the runtimes, and that the limits are really enforced."""
     checks = run_checks(limits_from(limit_flags), image)
     for check in checks:
-        mark = click.style(" ok ", fg="green") if check.ok else click.style("FAIL", fg="red")
-        line = f"[{mark}] {check.name:<24} {safe_text(check.detail)}"
-        if not check.ok and check.fix:
+        mark = click.style(" ok ", fg="green") if check.passed else click.style("FAIL", fg="red")
+        detail = f"{check.tried}: {check.happened}" if check.tried else check.happened
+        line = f"[{mark}] {check.name:<24} {safe_text(detail)}"
+        if not check.passed and check.fix:
             line += f"\n       fix: {safe_text(check.fix)}"
         click.echo(line)
-    sys.exit(0 if all(check.ok for check in checks) else 1)
+    sys.exit(0 if all(check.passed for check in checks) else 1)
 
 
 @click.command("gc")

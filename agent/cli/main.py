@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from sbx.agent.cli import ask, audit, bench, chat, image, keys, mcp, selftest, serve
+from sbx.agent.cli import ask, audit, bench, chat, export, image, keys, mcp, selftest, serve
 from sbx.agent.cli import exec as exec_commands
 
 
@@ -34,6 +34,7 @@ image.register(cli)
 audit.register(cli)
 ask.register(cli)
 chat.register(cli)
+export.register(cli)
 selftest.register(cli)
 bench.register(cli)
 mcp.register(cli)

@@ -9,14 +9,16 @@ import click
 
 from sbx.agent.cli.errors import operator_errors
 from sbx.agent.cli.exec import limit_options, limits_from
-from sbx.sandbox.checks.selftest import CheckResult, as_json, run_selftest
+from sbx.sandbox.checks.selftest import Check, as_json, run_selftest
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.tools.text_safety import safe_json, safe_text
 
 
-def print_check(result: CheckResult) -> None:
+def print_check(result: Check) -> None:
     """One human-readable line: verdict, check, what was tried, what happened."""
     mark = click.style("pass", fg="green") if result.passed else click.style("FAIL", fg="red")
+    if result.passed and result.limit:
+        mark = click.style("limit", fg="yellow")  # held as far as the runtime allows
     tried, got = safe_text(result.tried), safe_text(result.happened)  # may quote sandbox text
     click.echo(f"[{mark}] {result.name:<24} tried: {tried}; got: {got}")
 
@@ -38,7 +40,9 @@ def selftest_command(image: str, as_json_flag: bool, no_egress: bool, **limit_fl
     Run it after installing or upgrading sbx, Docker or the kernel, with the same
     limits and runtime you use (e.g. `sbx selftest --runtime runsc`). It checks
     network egress (public, bridge gateway, metadata address, DNS), filesystem
-    writes and host paths, capabilities and privilege escalation, pids, memory,
+    writes and host paths, capabilities and privilege escalation, the runner
+    protocol (code cannot reach the runner's or init's descriptors, memory or
+    signals), host paths in the mount table, pids, memory,
     CPU and time limits, output floods, artifact tricks, environment leaks,
     isolation between sessions, leftover containers and host responsiveness.
     Exit status: 0 when every check passed, 1 otherwise.

@@ -28,7 +28,7 @@ from typing import Any
 import docker.errors
 
 from sbx.sandbox.bench.workloads import FLOOR_SOURCE, SHIP_OUTPUT
-from sbx.sandbox.config import container_config
+from sbx.sandbox.config import SANDBOX_USER, container_config
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.errors import SandboxBroken
 from sbx.sandbox.gc import owner_tag
@@ -95,6 +95,7 @@ class PersistentFloor:
             limits, run_id="bench-floor", mode="bench", image=image, owner=owner_tag()
         )
         config["command"] = ["python3", "-I", "-u", "-c", FLOOR_SOURCE]
+        config["user"] = SANDBOX_USER  # no runner to drop privileges: start as the code's user
         self.container_id = engine.create(config)
         self.sock, self._raw = engine.attach(self.container_id)
         engine.start(self.container_id)
@@ -139,6 +140,7 @@ def docker_run(
         limits, run_id="bench-baseline", mode="bench", image=image, owner=owner_tag()
     )
     config["command"] = command or ["python3", "-I", "-c", program + SHIP_OUTPUT]
+    config["user"] = SANDBOX_USER  # no runner to drop privileges: start as the code's user
     config["stdin_open"] = False
     container_id = engine.create(config)
     raw = engine.api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1})

@@ -10,9 +10,10 @@ whole battery.
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
+from sbx.sandbox.checks.common import Check
 from sbx.sandbox.checks.selftest import (
     Probe,
     check_memory,
@@ -30,29 +31,17 @@ GVISOR_FIX = "see security.md, 'Operator's hardening guide', item 2 (gVisor)"
 ENGINE_FIX = "the engine did not apply the container config; run `sbx selftest` and see security.md"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Check:
-    """One line of the doctor's report."""
-
-    name: str
-    """What was checked."""
-    ok: bool
-    """Whether it passed."""
-    detail: str
-    """What was found."""
-    fix: str = ""
-    """What to do when it failed."""
-
-
 def check_image(engine: Engine, image: str) -> Check:
     """The sandbox image exists locally (we never pull)."""
     try:
         attrs = engine.require_image(image)
     except SandboxError as exc:
-        return Check(name="image", ok=False, detail=str(exc), fix="sbx image build")
+        return Check(name="image", passed=False, happened=str(exc), fix="sbx image build")
     recipe = (attrs.get("Config", {}).get("Labels") or {}).get("sbx.recipe", "unknown")
     size_mib = attrs.get("Size", 0) // (1024 * 1024)
-    return Check(name="image", ok=True, detail=f"{image} ({size_mib} MiB, recipe {recipe[:12]})")
+    return Check(
+        name="image", passed=True, happened=f"{image} ({size_mib} MiB, recipe {recipe[:12]})"
+    )
 
 
 def check_runtimes(engine: Engine, wanted: str) -> Check:
@@ -61,8 +50,8 @@ def check_runtimes(engine: Engine, wanted: str) -> Check:
     ok = wanted in runtimes
     return Check(
         name="runtimes",
-        ok=ok,
-        detail=f"available: {', '.join(runtimes)}; configured: {wanted}",
+        passed=ok,
+        happened=f"available: {', '.join(runtimes)}; configured: {wanted}",
         fix="" if ok else f"install and register it ({GVISOR_FIX}), or use runtime = 'runc'",
     )
 
@@ -75,14 +64,16 @@ def check_runtime_usable(engine: Engine, image: str, runtime: str, scratch: Path
             "print('ok')", limits=limits, image=image, engine=engine, output_dir=scratch
         )
     except SandboxError as exc:
-        return Check(name=f"runtime {runtime}", ok=False, detail=first_line(exc), fix=GVISOR_FIX)
+        return Check(
+            name=f"runtime {runtime}", passed=False, happened=first_line(exc), fix=GVISOR_FIX
+        )
     ok = result.stdout == "ok\n"
     detail = (
         f"usable (started and answered in {result.duration_s:.2f} s)"
         if ok
         else f"did not answer: {'; '.join(result.notes)[:120]}"
     )
-    return Check(name=f"runtime {runtime}", ok=ok, detail=detail, fix=GVISOR_FIX)
+    return Check(name=f"runtime {runtime}", passed=ok, happened=detail, fix=GVISOR_FIX)
 
 
 def check_enforcement(engine: Engine, image: str, limits: Limits, scratch: Path) -> list[Check]:
@@ -94,10 +85,7 @@ def check_enforcement(engine: Engine, image: str, limits: Limits, scratch: Path)
         check_memory(probe),
         check_time(probe),
     ]
-    return [
-        Check(name=r.name, ok=r.passed, detail=f"{r.tried}: {r.happened}", fix=ENGINE_FIX)
-        for r in results
-    ]
+    return [replace(result, fix=ENGINE_FIX) for result in results]
 
 
 def run_checks(limits: Limits, image: str = DEFAULT_IMAGE) -> list[Check]:
@@ -105,13 +93,13 @@ def run_checks(limits: Limits, image: str = DEFAULT_IMAGE) -> list[Check]:
     try:
         engine = Engine.connect()
     except SandboxError as exc:
-        return [Check(name="engine", ok=False, detail=str(exc), fix="dockerd &")]
+        return [Check(name="engine", passed=False, happened=str(exc), fix="dockerd &")]
     info = engine.api.info()
     checks = [
         Check(
             name="engine",
-            ok=True,
-            detail=(
+            passed=True,
+            happened=(
                 f"Docker {info.get('ServerVersion', '?')}, "
                 f"cgroup v{info.get('CgroupVersion', '?')}, "
                 f"{info.get('NCPU', '?')} CPUs"
@@ -119,7 +107,7 @@ def run_checks(limits: Limits, image: str = DEFAULT_IMAGE) -> list[Check]:
         )
     ]
     checks += [check_image(engine, image), check_runtimes(engine, limits.runtime)]
-    if not all(check.ok for check in checks):
+    if not all(check.passed for check in checks):
         return checks
     with tempfile.TemporaryDirectory(prefix="sbx-doctor-") as scratch:
         checks += [
@@ -130,5 +118,7 @@ def run_checks(limits: Limits, image: str = DEFAULT_IMAGE) -> list[Check]:
         try:
             checks += check_enforcement(engine, image, limits, Path(scratch))
         except SandboxError as exc:
-            checks.append(Check(name="probe", ok=False, detail=first_line(exc), fix=ENGINE_FIX))
+            checks.append(
+                Check(name="probe", passed=False, happened=first_line(exc), fix=ENGINE_FIX)
+            )
     return checks

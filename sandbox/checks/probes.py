@@ -84,3 +84,32 @@ os.mkfifo("/output/fifo")
 open("/output/big.bin", "wb").write(b"x" * (LIMIT + 1))
 open("/output/ok.txt", "w").write("ok")
 """
+
+PROTOCOL_PROBE = r"""
+import json, os
+def attempt(action):
+    try:
+        action()
+        return "allowed"
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+def uid_of(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+facts = {"descriptors": {}, "memory": {}, "signals": {}, "uids": {"code": os.getuid()}}
+for name, pid in (("init", 1), ("runner", os.getppid())):
+    for fd, mode in ((0, os.O_RDONLY), (1, os.O_WRONLY)):
+        path = f"/proc/{pid}/fd/{fd}"
+        facts["descriptors"][f"{name} fd {fd}"] = attempt(lambda: os.close(os.open(path, mode)))
+    facts["memory"][name] = attempt(lambda: open(f"/proc/{pid}/mem", "rb").close())
+    facts["signals"][name] = attempt(lambda: os.kill(pid, 0))
+    facts["uids"][name] = uid_of(pid)
+print(json.dumps(facts))
+"""
+
+MOUNTINFO_PROBE = r"""
+import json
+lines = open("/proc/self/mountinfo").read().splitlines()
+print(json.dumps({"lines": len(lines), "host": [line for line in lines if HOST_MARKERS]}))
+"""

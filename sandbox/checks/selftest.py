@@ -17,9 +17,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from sbx.sandbox.checks.common import Check, Probe
 from sbx.sandbox.checks.probes import (
     ARTIFACT_PROBE,
     CPU_PROBE,
@@ -28,65 +29,20 @@ from sbx.sandbox.checks.probes import (
     NETWORK_PROBE,
     PRIVILEGE_PROBE,
 )
+from sbx.sandbox.checks.protocol import check_mountinfo, check_protocol
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.gc import owner_tag
 from sbx.sandbox.limits import Limits
-from sbx.sandbox.result import ExecutionResult
-from sbx.sandbox.session import Session, new_run_id, run_fresh
+from sbx.sandbox.session import Session
 
 CANARY_VARIABLE = "SBX_SELFTEST_CANARY"
-
-
-@dataclass(frozen=True, kw_only=True)
-class CheckResult:
-    """One line of the report."""
-
-    name: str
-    """Short id of the check, e.g. `network.interfaces`."""
-    passed: bool
-    """Whether the control held."""
-    tried: str
-    """What the probe attempted."""
-    happened: str
-    """What it observed."""
-
-
-@dataclass(kw_only=True)
-class Probe:
-    """What the checks share: the engine, the configuration under test, a scratch directory."""
-
-    engine: Engine
-    limits: Limits
-    image: str
-    scratch: Path
-    egress: bool = True
-    """Try real connections and DNS (off: list interfaces only, send nothing)."""
-
-    def fresh(self, code: str, limits: Limits | None = None) -> ExecutionResult:
-        """Run `code` in a new container with the configured (or given) limits."""
-        return run_fresh(
-            code,
-            limits=limits or self.limits,
-            image=self.image,
-            engine=self.engine,
-            output_dir=self.scratch / new_run_id(),
-        )
-
-    def facts(self, code: str) -> dict[str, object]:
-        """Run a probe that prints one JSON object, and parse it (empty dict if it did not)."""
-        result = self.fresh(code)
-        try:
-            parsed = json.loads(result.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            return {"error": (result.error.message if result.error else result.stderr)[:200]}
-        return parsed if isinstance(parsed, dict) else {}
 
 
 UNREACHABLE = ("Network is unreachable", "No route to host")
 
 
-def check_network(probe: Probe) -> list[CheckResult]:
+def check_network(probe: Probe) -> list[Check]:
     """No interface but loopback, and no packet reaches the internet, the host or metadata.
 
     With `probe.egress` off, only the interfaces are listed: nothing is sent
@@ -97,7 +53,7 @@ def check_network(probe: Probe) -> list[CheckResult]:
     code = NETWORK_PROBE.replace("GATEWAY", repr(gateway)) if probe.egress else INTERFACES_PROBE
     facts = probe.facts(code)
     checks = [
-        CheckResult(
+        Check(
             name="network.interfaces",
             passed=facts.get("interfaces") == ["lo"],
             tried="list network interfaces",
@@ -113,7 +69,7 @@ def check_network(probe: Probe) -> list[CheckResult]:
     ):
         outcome = str(facts.get(key, "no answer"))
         checks.append(
-            CheckResult(
+            Check(
                 name=f"network.{key}",
                 passed=outcome in UNREACHABLE,
                 tried=f"TCP connect to {target}",
@@ -121,7 +77,7 @@ def check_network(probe: Probe) -> list[CheckResult]:
             )
         )
     checks.append(
-        CheckResult(
+        Check(
             name="network.dns",
             passed=facts.get("dns") != "resolved",
             tried="resolve example.com",
@@ -140,7 +96,7 @@ def bridge_gateway(engine: Engine) -> str:
         return "172.17.0.1"
 
 
-def check_privileges(probe: Probe) -> list[CheckResult]:
+def check_privileges(probe: Probe) -> list[Check]:
     """Non-root, no capabilities, no privilege gain, read-only root, no host paths, no host env."""
     os.environ[CANARY_VARIABLE] = secrets.token_hex(12)  # set on the host: must not get in
     try:
@@ -151,38 +107,38 @@ def check_privileges(probe: Probe) -> list[CheckResult]:
     env_value = facts.get("env")
     env = [str(name) for name in env_value] if isinstance(env_value, list) else None
     return [
-        CheckResult(
+        Check(
             name="privileges.user",
             passed=facts.get("uid") not in (0, None),
             tried="read own uid",
             happened=f"uid {facts.get('uid')}",
         ),
-        CheckResult(
+        Check(
             name="privileges.capabilities",
             passed=facts.get("capeff") == zero and facts.get("capbnd") == zero,
             tried="read effective and bounding capability sets",
             happened=f"CapEff {facts.get('capeff')}, CapBnd {facts.get('capbnd')}",
         ),
-        CheckResult(
+        Check(
             name="privileges.escalation",
             passed=facts.get("nnp") == 1 and facts.get("setuid") != "became root",
             tried="setuid(0); read no_new_privs",
             happened=f"setuid: {facts.get('setuid')}; no_new_privs={facts.get('nnp')}",
         ),
-        CheckResult(
+        Check(
             name="filesystem.root",
             passed=facts.get("root_ro") is True and facts.get("root_write") != "written",
             tried="write to the image's filesystem",
             happened=str(facts.get("root_write")),
         ),
-        CheckResult(
+        Check(
             name="filesystem.host_paths",
             passed=not facts.get("docker_sock") and not facts.get("host_mounts"),
             tried="look for the Docker socket and host directories",
             happened=f"docker.sock={facts.get('docker_sock')}, "
             f"host mounts={facts.get('host_mounts')}",
         ),
-        CheckResult(
+        Check(
             name="environment.leak",
             passed=env is not None and CANARY_VARIABLE not in env,
             tried=f"look for {CANARY_VARIABLE}, set on the host",
@@ -193,7 +149,7 @@ def check_privileges(probe: Probe) -> list[CheckResult]:
     ]
 
 
-def check_pids(probe: Probe) -> CheckResult:
+def check_pids(probe: Probe) -> Check:
     """A fork bomb stops at the process limit (bounded: at most `pids + 32` children)."""
     forks = probe.fresh(
         FORK_PROBE.replace("LIMIT", str(probe.limits.pids + 32)),
@@ -203,7 +159,7 @@ def check_pids(probe: Probe) -> CheckResult:
     stopped = len(words) > 1 and words[0] == "stopped" and int(words[1]) <= probe.limits.pids
     if probe.limits.runtime == "runsc" and forks.oom_killed and probe.limits.pids <= 1024:
         stopped = True  # gVisor: each process costs Sentry memory; the memory limit may win
-    return CheckResult(
+    return Check(
         name="limits.pids",
         passed=stopped,
         tried=f"fork up to {probe.limits.pids + 32} children (limit {probe.limits.pids})",
@@ -211,10 +167,10 @@ def check_pids(probe: Probe) -> CheckResult:
     )
 
 
-def check_memory(probe: Probe) -> CheckResult:
+def check_memory(probe: Probe) -> Check:
     """Allocating twice the memory limit is OOM-killed and reported as such."""
     memory = probe.fresh(f"b = bytearray({probe.limits.memory * 2})")
-    return CheckResult(
+    return Check(
         name="limits.memory",
         passed=memory.oom_killed,
         tried=f"allocate twice the {probe.limits.memory // 2**20} MiB limit",
@@ -222,10 +178,10 @@ def check_memory(probe: Probe) -> CheckResult:
     )
 
 
-def check_time(probe: Probe) -> CheckResult:
+def check_time(probe: Probe) -> Check:
     """A busy loop is killed at the wall-clock limit."""
     spin = probe.fresh("while True: pass", probe.limits.model_copy(update={"timeout": 2.0}))
-    return CheckResult(
+    return Check(
         name="limits.time",
         passed=spin.timed_out and spin.duration_s < 10,
         tried="busy loop under a 2 s limit",
@@ -233,11 +189,11 @@ def check_time(probe: Probe) -> CheckResult:
     )
 
 
-def check_cpu(probe: Probe) -> CheckResult:
+def check_cpu(probe: Probe) -> Check:
     """Two busy processes get no more CPU time than the quota allows."""
     busy = probe.fresh(CPU_PROBE)
     allowed = 1.5 * probe.limits.cpus * 1.3
-    return CheckResult(
+    return Check(
         name="limits.cpu",
         passed=busy.cpu_seconds is not None and busy.cpu_seconds <= allowed,
         tried=f"two busy processes for 1.5 s under {probe.limits.cpus:g} CPUs",
@@ -245,12 +201,12 @@ def check_cpu(probe: Probe) -> CheckResult:
     )
 
 
-def check_resources(probe: Probe) -> list[CheckResult]:
+def check_resources(probe: Probe) -> list[Check]:
     """pids, memory, time and CPU limits bite."""
     return [check_pids(probe), check_memory(probe), check_time(probe), check_cpu(probe)]
 
 
-def check_output(probe: Probe) -> list[CheckResult]:
+def check_output(probe: Probe) -> list[Check]:
     """Output floods are capped; artifact tricks are refused."""
     flood = probe.fresh("import sys\nfor _ in range(64):\n    sys.stdout.write('x' * (1 << 20))")
     kept = len(flood.stdout.encode())
@@ -259,13 +215,13 @@ def check_output(probe: Probe) -> list[CheckResult]:
     refused = sorted(item.name for item in tricks.refused_artifacts)
     copied = sorted(item.name for item in tricks.artifacts)
     return [
-        CheckResult(
+        Check(
             name="output.flood",
             passed=flood.truncated and kept <= cap + 200,
             tried="print 64 MiB",
             happened=f"kept {kept} bytes, dropped {flood.stdout_dropped_bytes}",
         ),
-        CheckResult(
+        Check(
             name="output.artifacts",
             passed=refused == ["big.bin", "fifo", "passwd"] and copied == ["ok.txt"],
             tried="symlink to /etc/passwd, a FIFO, an oversized file, a plain file",
@@ -274,7 +230,7 @@ def check_output(probe: Probe) -> list[CheckResult]:
     ]
 
 
-def check_isolation(probe: Probe) -> list[CheckResult]:
+def check_isolation(probe: Probe) -> list[Check]:
     """Two sessions at once see neither each other's files nor processes; nothing carries over."""
     marker = secrets.token_hex(8)
     holder = (
@@ -309,19 +265,19 @@ def check_isolation(probe: Probe) -> list[CheckResult]:
     seen = peek.stdout.split()
     sane = own.stdout.strip() == "True"  # the marker really was written
     return [
-        CheckResult(
+        Check(
             name="isolation.files",
             passed=sane and seen[:1] == ["False"],
             tried="read another live session's /tmp file",
             happened=f"visible: {seen[:1]} (written: {sane})",
         ),
-        CheckResult(
+        Check(
             name="isolation.processes",
             passed=seen[1:2] == ["0"],
             tried="look for another live session's process",
             happened=f"processes seen: {seen[1:2]}",
         ),
-        CheckResult(
+        Check(
             name="isolation.next_run",
             passed=later.stdout.strip() == "False",
             tried="read a file written by an earlier run",
@@ -330,7 +286,7 @@ def check_isolation(probe: Probe) -> list[CheckResult]:
     ]
 
 
-def check_cleanup(probe: Probe, run_ids_before: set[str], started: float) -> list[CheckResult]:
+def check_cleanup(probe: Probe, run_ids_before: set[str], started: float) -> list[Check]:
     """No container of ours remains, and the host answered promptly throughout."""
     left = [
         c
@@ -342,13 +298,13 @@ def check_cleanup(probe: Probe, run_ids_before: set[str], started: float) -> lis
     os.stat("/")
     latency = time.monotonic() - host_started
     return [
-        CheckResult(
+        Check(
             name="cleanup.containers",
             passed=not left,
             tried="list sbx containers created by this selftest",
             happened=f"{len(left)} remaining",
         ),
-        CheckResult(
+        Check(
             name="host.responsive",
             passed=latency < 1.0,
             tried="stat / on the host after the battery",
@@ -362,23 +318,24 @@ def run_selftest(
     *,
     image: str = DEFAULT_IMAGE,
     engine: Engine | None = None,
-    progress: Callable[[CheckResult], None] | None = None,
+    progress: Callable[[Check], None] | None = None,
     egress: bool = True,
-) -> list[CheckResult]:
+) -> list[Check]:
     """Run every check in order and return the results (and report each as it completes)."""
     engine = engine or Engine.connect()
     engine.require_image(image)
     engine.require_runtime(limits.runtime)
     before = {c["Labels"].get("sbx.run_id", "") for c in engine.managed_containers()}
     started = time.monotonic()
-    results: list[CheckResult] = []
+    results: list[Check] = []
     with tempfile.TemporaryDirectory(prefix="sbx-selftest-") as scratch:
         probe = Probe(
             engine=engine, limits=limits, image=image, scratch=Path(scratch), egress=egress
         )
-        batches: list[Callable[[], list[CheckResult]]] = [
+        batches: list[Callable[[], list[Check]]] = [
             lambda: check_network(probe),
             lambda: check_privileges(probe),
+            lambda: [*check_protocol(probe), check_mountinfo(probe)],
             lambda: check_resources(probe),
             lambda: check_output(probe),
             lambda: check_isolation(probe),
@@ -393,8 +350,11 @@ def run_selftest(
     return results
 
 
-def as_json(results: list[CheckResult]) -> str:
+def as_json(results: list[Check]) -> str:
     """The report for automation."""
     return json.dumps(
         {"passed": all(r.passed for r in results), "checks": [asdict(r) for r in results]}, indent=2
     )
+
+
+__all__ = ["Check", "Probe", "as_json", "run_selftest"]

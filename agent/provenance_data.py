@@ -1,0 +1,109 @@
+"""The data a run read, fingerprinted: SHA-256 of each file, by its path under `/data`.
+
+Every `run_start` event records these digests, so `sbx replay --rerun` can
+name a data file that changed since the run rather than blame the code, and
+an export can say which bytes its numbers came from. The keys are what the
+code saw: a file given as `--data sales.csv` is `sales.csv`; a directory
+`--data shop/` gives `shop/orders.csv`, `shop/2024/items.csv`, ...
+
+Files are read in blocks (memory stays flat whatever their size). Symlinks
+and special files below a directory are not followed (the sandbox does not
+see a host link's target either); a directory's walk stops after
+`MAX_FILES` files, and the digests say so under `MORE_KEY`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_FILES = 10_000
+"""Most files fingerprinted under one data directory."""
+MORE_KEY = "…"
+"""The key that marks a directory walk cut at `MAX_FILES` (its value: the directory)."""
+MISSING = "missing"
+"""The digest recorded for a data path that cannot be read."""
+_BLOCK = 1 << 20
+
+
+def data_digests(paths: Iterable[Path | str]) -> dict[str, str]:
+    """`{path under /data: sha256 hex}` for every data file of a run (see the module)."""
+    digests: dict[str, str] = {}
+    for given in paths:
+        path = Path(given).expanduser()
+        name = path.resolve().name or "root"  # the mount's name, as `sandbox.files` gives it
+        if path.is_dir():
+            digests.update(_directory(path, name))
+        else:
+            digests[name] = file_sha256(path)
+    return digests
+
+
+def _directory(root: Path, name: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for count, (relative, path) in enumerate(_regular_files(root)):
+        if count >= MAX_FILES:
+            found[f"{name}/{MORE_KEY}"] = f"more than {MAX_FILES} files: not all fingerprinted"
+            break
+        found[f"{name}/{relative}"] = file_sha256(path)
+    return found
+
+
+def _regular_files(root: Path) -> Iterable[tuple[str, Path]]:
+    """Regular files under `root`, sorted per directory, links not followed."""
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        dirs.sort()
+        for file in sorted(files):
+            path = Path(folder, file)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISREG(mode):
+                yield path.relative_to(root).as_posix(), path
+
+
+def file_sha256(path: Path) -> str:
+    """The file's SHA-256 in hex, or `MISSING` when it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            while block := handle.read(_BLOCK):
+                digest.update(block)
+    except OSError:
+        return MISSING
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataChange:
+    """One data file that differs from the run's record."""
+
+    name: str
+    """Its path under `/data`."""
+    recorded: str
+    """The digest the run recorded (`MISSING` for a file the run did not have)."""
+    now: str
+    """The digest now (`MISSING` when the file is gone)."""
+
+    def describe(self) -> str:
+        """One line for the re-run's report."""
+        if self.now == MISSING:
+            return f"{self.name}: missing now (recorded sha256 {self.recorded[:12]})"
+        if self.recorded == MISSING:
+            return f"{self.name}: new since the run (sha256 {self.now[:12]})"
+        return f"{self.name}: changed (sha256 {self.recorded[:12]} recorded, {self.now[:12]} now)"
+
+
+def data_changes(recorded: Mapping[str, str], now: Mapping[str, str]) -> list[DataChange]:
+    """Files whose digest differs between the record and now, by name."""
+    names: Sequence[str] = sorted(set(recorded) | set(now))
+    return [
+        DataChange(name=name, recorded=recorded.get(name, MISSING), now=now.get(name, MISSING))
+        for name in names
+        if recorded.get(name, MISSING) != now.get(name, MISSING)
+    ]

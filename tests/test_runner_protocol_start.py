@@ -1,0 +1,60 @@
+"""Issue 10: no code runs unless the runner can keep the protocol to itself.
+
+The container now starts as root and the runner drops privileges itself, so two
+misconfigurations would run code with too much: an image whose runner predates the
+separation (it would run code as root), and a container started as the code's user
+(the runner could not separate, and code would share its uid). Both are refused before
+any code runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sbx.sandbox.session as session_module
+from conftest import TEST_IMAGE
+from sbx.sandbox.engine import Engine
+from sbx.sandbox.errors import SandboxBroken
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.session import Session
+
+pytestmark = pytest.mark.docker
+
+OLD_RUNNER = r"""
+import os, sys
+os.write(1, b'{"type": "ready", "protocol": 1}\n')
+sys.stdin.read()
+"""
+
+
+def patch_config(monkeypatch: pytest.MonkeyPatch, **changes: Any) -> None:
+    """Change the create config the session uses (the rest stays the real one)."""
+    original = session_module.container_config
+
+    def config(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        return {**original(*args, **kwargs), **changes}
+
+    monkeypatch.setattr(session_module, "container_config", config)
+
+
+def test_a_runner_of_another_protocol_version_is_refused(
+    monkeypatch: pytest.MonkeyPatch, engine: Engine, tmp_path: Path
+) -> None:
+    patch_config(monkeypatch, command=["python3", "-I", "-u", "-c", OLD_RUNNER])
+    with pytest.raises(SandboxBroken, match=r"protocol 1, this sbx needs 2: rebuild the image"):
+        Session.open(limits=Limits(), image=TEST_IMAGE, engine=engine, output_dir=tmp_path)
+
+
+def test_a_runner_that_cannot_separate_users_refuses_to_start(
+    monkeypatch: pytest.MonkeyPatch, engine: Engine, runtime: str, tmp_path: Path
+) -> None:
+    """Started as uid 1000 (the landed configuration), the runner could not give code a
+    uid of its own: it says so instead of serving."""
+    patch_config(monkeypatch, user="1000:1000")
+    with pytest.raises(SandboxBroken, match=r"could not start: cannot separate users.*root"):
+        Session.open(
+            limits=Limits(runtime=runtime), image=TEST_IMAGE, engine=engine, output_dir=tmp_path
+        )
