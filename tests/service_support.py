@@ -289,7 +289,7 @@ def serve(llm: ScriptedLLM, tmp_path: Path, engine: object) -> Iterator[Callable
 # ------------------------------------------------------------------ helpers
 
 
-def wait_for(condition: Callable[[], Any], *, timeout: float = 60.0, what: str = "") -> Any:
+def wait_for(condition: Callable[[], Any], *, timeout: float = 180.0, what: str = "") -> Any:
     """Poll `condition` until it returns something truthy (the event waited on), or fail."""
     deadline = time.monotonic() + timeout
     while True:
