@@ -8,6 +8,7 @@ layer:
     [sandbox]                  ──▶ sbx.sandbox.limits.Limits       (the container)
     [tools.*] [quotas] [audit] ──▶ sbx.tools.policy.Policy         (the gate)
     [agent] [agent.budget]     ──▶ sbx.agent.settings.AgentSettings (the loop)
+    [service] [service.quotas] ──▶ ServiceSettings (below)            (`sbx serve` only)
 
 Every mistake in the file is a `PolicyError` naming the file, the line and
 the dotted key (`sbx.toml:12: sandbox.memory: ...`); faces report it as an
@@ -25,15 +26,65 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sbx.agent.settings import FLAG_NAMES, AgentSettings, SettingsError, apply_flags
-from sbx.sandbox.limits import Limits
+from sbx.sandbox.limits import Bytes, Limits, Seconds
 from sbx.tools.custom import custom_tools
 from sbx.tools.policy import Policy, PolicyError, default_policy_path
 from sbx.tools.toml_lines import key_lines, line_of
 
 _Model = TypeVar("_Model", bound=BaseModel)
+
+
+class ServiceQuotas(BaseModel):
+    """Per-principal defaults of `sbx serve` (`[service.quotas]`); each API key may override them.
+
+    Past one, the service answers 429 with `Retry-After` and a problem body naming the quota
+    (an upload larger than `upload_bytes` is 413: retrying cannot help).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_conversations: int = Field(default=4, ge=0, le=10_000)
+    """Conversations open at once (each may hold a sandbox); deleting one frees its slot."""
+    runs_per_hour: int = Field(default=120, ge=0, le=1_000_000)
+    """Questions and `/v1/execute` calls started in any rolling hour."""
+    cpu_seconds_per_day: float = Field(default=3600.0, ge=0)
+    """Sandbox CPU seconds used in any rolling 24 hours; checked before each run starts."""
+    dataset_bytes: Bytes = 1024**3
+    """Bytes of uploaded datasets stored at once."""
+    upload_bytes: Bytes = 100 * 1024**2
+    """Largest single upload; the stream is cut (413) as soon as it passes this."""
+
+
+class ServiceSettings(BaseModel):
+    """How `sbx serve` behaves (`[service]`): sizes, timeouts, queue, replicas; no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    idle_timeout: Seconds = 600.0
+    """Seconds a conversation with no run keeps its sandbox; the next question gets a fresh
+    one and is told that earlier variables are gone."""
+    max_running: int = Field(default=8, ge=1, le=1024)
+    """Runs executing at once in one replica (each holds a worker thread)."""
+    max_queued: int = Field(default=64, ge=0, le=100_000)
+    """Runs waiting for a worker; past it a question gets 503 with `Retry-After`."""
+    max_body: Bytes = 1024**2
+    """Largest JSON request body (uploads are bounded by the upload quota instead)."""
+    client_timeout: Seconds = 30.0
+    """Seconds a client may take to send a request's head (then the connection is closed),
+    and may pause between two chunks of its body (then 408)."""
+    max_question_chars: int = Field(default=20_000, ge=1, le=1_000_000)
+    """Longest question accepted."""
+    models: list[str] = Field(default_factory=list)
+    """Models a conversation may ask for besides the configured one (none: only that one)."""
+    heartbeat: Seconds = 2.0
+    """Seconds between a replica's heartbeats in the store."""
+    stale_after: Seconds = 15.0
+    """A replica silent this long is dead: its conversations and runs become `interrupted`."""
+    quotas: ServiceQuotas = ServiceQuotas()
+    """Per-principal defaults; `sbx keys create --max-conversations ...` overrides per key."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +99,8 @@ class AppConfig:
     """The model, the budget and context handling: the loop's part (flags applied)."""
     limits: Limits
     """The sandbox's resource and isolation limits: the container's part (flags applied)."""
+    service: ServiceSettings = ServiceSettings()
+    """`sbx serve`'s sizes, timeouts and per-principal quota defaults (other faces ignore it)."""
 
     def digest(self) -> str:
         """SHA-256 of the effective configuration (canonical JSON), recorded at each run."""
@@ -95,6 +148,7 @@ def load_config(path: Path | None = None) -> AppConfig:
         raise PolicyError(f"{source}: not valid TOML: {exc}") from None
     sandbox = data.pop("sandbox", {})
     agent = data.pop("agent", {})
+    service = data.pop("service", {})
     policy = _validate(Policy, data, (), source, text)
     try:
         custom_tools(policy)  # a bad `entry` is the operator's error now, not at the first call
@@ -102,6 +156,7 @@ def load_config(path: Path | None = None) -> AppConfig:
         raise PolicyError(f"{source}: {exc}") from None
     return AppConfig(
         source=source,
+        service=_validate(ServiceSettings, service, ("service",), source, text),
         limits=_validate(Limits, sandbox, ("sandbox",), source, text),
         settings=_validate(AgentSettings, agent, ("agent",), source, text),
         policy=policy,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from sbx.agent.cli import ask, audit, bench, chat, export, image, mcp, selftest
+from sbx.agent.cli import ask, audit, bench, chat, export, image, keys, mcp, selftest, serve
 from sbx.agent.cli import exec as exec_commands
 
 
@@ -38,6 +38,8 @@ export.register(cli)
 selftest.register(cli)
 bench.register(cli)
 mcp.register(cli)
+serve.register(cli)
+keys.register(cli)
 
 
 def main() -> None:

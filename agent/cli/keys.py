@@ -1,0 +1,111 @@
+"""`sbx keys create|list|revoke`: the API keys of `sbx serve`, in the same store it uses.
+
+`create` prints the new key once, on stdout (everything else goes to
+stderr, so `KEY=$(sbx keys create alice)` works); only its SHA-256 is kept.
+Quota flags override the policy's `[service.quotas]` for that key.
+`revoke` takes effect at the key's next request (401).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sbx.agent.cli.errors import fail
+from sbx.agent.service.store.db import Database, StoreError, data_dir, database_url
+from sbx.agent.service.store.keys import KeyAdminError, create_key, list_keys, revoke_key
+from sbx.sandbox.units import parse_size
+
+
+def _store_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    command = click.option("--data-dir", type=click.Path(path_type=Path, file_okay=False),
+                           help="The server's data dir (its SQLite store). [default: "
+                           "$SBX_DATA_DIR or ./sbx-data]")(command)
+    return click.option("--database", metavar="URL", help="The server's database. [default: "
+                        "$SBX_DATABASE_URL, else SQLite in the data dir]")(command)
+
+
+@contextmanager
+def _store(database: str | None, directory: Path | None) -> Iterator[Database]:
+    root = data_dir(directory, os.environ)
+    try:
+        db = Database.open(database_url(database, root.resolve(), os.environ))
+    except StoreError as exc:
+        fail(str(exc))
+    try:
+        db.migrate()
+        yield db
+    except (StoreError, KeyAdminError) as exc:
+        fail(str(exc))
+    finally:
+        db.close()
+
+
+@click.group("keys")
+def keys() -> None:
+    """Create, list and revoke the API keys of `sbx serve`."""
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@keys.command("create")
+@click.argument("name")
+@click.option("--role", type=click.Choice(["user", "admin"]), default="user", show_default=True)
+@click.option("--max-conversations", type=click.IntRange(0), help="Conversations open at once.")
+@click.option("--runs-per-hour", type=click.IntRange(0), help="Runs started per rolling hour.")
+@click.option("--cpu-seconds-per-day", type=click.FloatRange(0),
+              help="Sandbox CPU seconds per rolling 24 hours.")
+@click.option("--dataset-bytes", callback=_size, help="Dataset bytes stored, e.g. 2g.")
+@click.option("--upload-bytes", callback=_size, help="Largest single upload, e.g. 200m.")
+@_store_options
+def create(name: str, role: str, database: str | None, data_dir: Path | None,
+           **quotas: Any) -> None:
+    """Create key NAME (principal key:NAME) and print it once."""
+    with _store(database, data_dir) as db:
+        key = create_key(db, name, role="admin" if role == "admin" else "user", overrides=quotas)
+    click.echo(key)
+    click.echo(f"sbx: created key {name!r} (principal key:{name}, role {role}); it is shown "
+               "only this once", err=True)
+
+
+@keys.command("list")
+@_store_options
+def list_command(database: str | None, data_dir: Path | None) -> None:
+    """List the keys (never the keys themselves)."""
+    with _store(database, data_dir) as db:
+        rows = list_keys(db)
+    for info in rows:
+        created = datetime.fromtimestamp(info.created_at, UTC).strftime("%Y-%m-%d %H:%M")
+        state = "revoked" if info.revoked_at else "active"
+        quotas = " ".join(f"{k}={v}" for k, v in info.overrides.items())
+        click.echo(f"{info.name}\t{info.role}\t{state}\tcreated {created}\t{quotas}".rstrip())
+    if not rows:
+        click.echo("(no keys; create one with `sbx keys create NAME`)", err=True)
+
+
+@keys.command("revoke")
+@click.argument("name")
+@_store_options
+def revoke(name: str, database: str | None, data_dir: Path | None) -> None:
+    """Revoke key NAME: its next request gets 401."""
+    with _store(database, data_dir) as db:
+        revoke_key(db, name)
+    click.echo(f"sbx: revoked key {name!r}", err=True)
+
+
+def register(cli: click.Group) -> None:
+    """Add the `keys` group to the `sbx` group."""
+    cli.add_command(keys)

@@ -1,0 +1,197 @@
+"""`/v1/conversations`: create, list, show, delete, and post a question (which starts a run).
+
+A conversation is held by the replica that created it: its sandbox and its
+messages live in that process. Changes to it (a question, a delete) that
+reach another replica are redirected there (307; send the key again), or,
+when that replica is dead, answered 409 with the conversation marked
+`interrupted`. Reads come from the shared store on any replica.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from sqlalchemy import select
+from starlette.responses import RedirectResponse, Response
+
+from sbx.agent.app import App
+from sbx.agent.conversation import ConversationSpec, new_conversation_id
+from sbx.agent.service.api import Call, api, json_response
+from sbx.agent.service.core import Service
+from sbx.agent.service.problems import Problem
+from sbx.agent.service.quotas import effective_quotas, reserve_conversation, reserve_run
+from sbx.agent.service.runs import Live
+from sbx.agent.service.schemas import (
+    AskQuestion,
+    ConversationOut,
+    CreateConversation,
+    Listing,
+    RunAccepted,
+)
+from sbx.agent.service.store.models import Conversation, Run
+from sbx.agent.service.tenancy import dataset_paths, limits_within, owned
+from sbx.sandbox.session import new_run_id
+
+LIST_LIMIT = 200
+
+
+@api("POST", "/v1/conversations", body=CreateConversation, response=ConversationOut, status=201)
+def create_conversation(call: Call, body: CreateConversation) -> Response:
+    """Open a conversation over some of your datasets (its sandbox starts with the first run)."""
+    service = call.service
+    endpoint = service.require_endpoint()
+    model = body.model or endpoint.model
+    if model != endpoint.model and model not in service.settings.models:
+        allowed = ", ".join([endpoint.model, *service.settings.models])
+        raise Problem(422, "model-not-allowed", f"model: {model!r} is not allowed ({allowed})")
+    limits = limits_within(service.config.limits, body.limits)
+    quotas = effective_quotas(service.settings.quotas, call.key)
+    now = time.time()
+    row = Conversation(
+        id=new_conversation_id(), principal=call.principal, status="active",
+        replica_id=service.replica_id, datasets=list(dict.fromkeys(body.datasets)), model=model,
+        limits=body.limits.model_dump(exclude_none=True) if body.limits else {},
+        sandbox="none", message="", created_at=now, last_active_at=now,
+    )
+    with service.db.write() as session:
+        data = dataset_paths(session, row.datasets, call.principal, service.paths.datasets)
+        reserve_conversation(session, call.principal, quotas)
+        session.add(row)
+    try:
+        config = replace(service.config, limits=limits)
+        # A view of the one App with this conversation's limits: same audit log, same pool.
+        view = App(config=config, audit=service.app.audit, pool=service.app.pool,
+                   image=service.app.image)
+        directory = service.paths.conversations / row.id
+        spec = ConversationSpec(principal=call.principal, data=data,
+                                output_root=directory / "output", conversation_id=row.id)
+        chosen = replace(endpoint, model=model)
+        conversation = view.conversation(spec, endpoint=chosen,
+                                         transcript=directory / "transcript.jsonl")
+        service.runs.attach(conversation, principal=call.principal, endpoint=chosen,
+                            settings=config.settings)
+    except BaseException:
+        _close_row(service, row.id, "could not be opened")
+        raise
+    return json_response(_out(row, []), 201, headers={"Location": f"/v1/conversations/{row.id}"})
+
+
+@api("GET", "/v1/conversations", response=Listing)
+def list_conversations(call: Call) -> Response:
+    """List your conversations, newest first."""
+    with call.service.db.read() as session:
+        rows = session.scalars(select(Conversation).where(
+            Conversation.principal == call.principal
+        ).order_by(Conversation.created_at.desc()).limit(LIST_LIMIT)).all()
+        return json_response(Listing(items=[_out(row, None) for row in rows]))
+
+
+@api("GET", "/v1/conversations/{conversation_id}", response=ConversationOut)
+def get_conversation(call: Call) -> Response:
+    """One conversation and the ids of its runs."""
+    with call.service.db.read() as session:
+        row = owned(session, Conversation, "conversation", call.params["conversation_id"],
+                    call.principal)
+        runs = session.scalars(select(Run.id).where(Run.conversation_id == row.id)
+                               .order_by(Run.created_at)).all()
+        return json_response(_out(row, list(runs)))
+
+
+@api("DELETE", "/v1/conversations/{conversation_id}", status=204)
+def delete_conversation(call: Call) -> Response:
+    """Close a conversation: its run is cancelled and its sandbox removed."""
+    held = _held(call, allow_inactive=True)
+    if isinstance(held, Response):
+        return held
+    if held is not None:
+        call.service.runs.close_conversation(held.id)
+    _close_row(call.service, call.params["conversation_id"], "")
+    return Response(status_code=204)
+
+
+@api("POST", "/v1/conversations/{conversation_id}/questions", body=AskQuestion,
+     response=RunAccepted, status=202)
+def ask_question(call: Call, body: AskQuestion) -> Response:
+    """Ask a question (or a follow-up); the run starts now and its id comes back at once."""
+    service = call.service
+    if len(body.question) > service.settings.max_question_chars:
+        raise Problem(422, "question-too-long", f"question: at most "
+                      f"{service.settings.max_question_chars} characters")
+    held = _held(call)
+    if isinstance(held, Response):
+        return held
+    if held is None:  # pragma: no cover - _held answers inactive conversations itself
+        raise Problem(409, "conversation-closed", "the conversation is closed")
+    service.runs.admit()
+    run_id = new_run_id()
+    try:
+        with service.db.write() as session:
+            busy = session.scalar(select(Run.id).where(
+                Run.conversation_id == held.id, Run.status.in_(("queued", "running"))))
+            if busy is not None:
+                raise Problem(409, "question-running",
+                              f"run {busy} of this conversation has not ended; one question at "
+                              "a time (cancel it, or wait for its run_end event)")
+            reserve_run(session, call.principal, effective_quotas(service.settings.quotas,
+                                                                  call.key), time.time())
+            session.add(Run(id=run_id, kind="question", principal=call.principal,
+                            conversation_id=held.id, replica_id=service.replica_id,
+                            status="queued", question=body.question, message="",
+                            cpu_seconds=0.0, created_at=time.time()))
+    except BaseException:
+        service.runs.release()
+        raise
+    service.runs.submit(held, run_id, body.question)
+    accepted = RunAccepted(run_id=run_id, status="queued", url=f"/v1/runs/{run_id}",
+                           events_url=f"/v1/runs/{run_id}/events")
+    return json_response(accepted, 202, headers={"Location": accepted.url})
+
+
+def _held(call: Call, *, allow_inactive: bool = False) -> Live | Response | None:
+    """The live conversation here; a redirect to its replica; None if inactive (allowed)."""
+    service = call.service
+    with service.db.read() as session:
+        row = owned(session, Conversation, "conversation", call.params["conversation_id"],
+                    call.principal)
+        status, replica_id, message = row.status, row.replica_id, row.message
+    if status != "active":
+        if allow_inactive:
+            return None
+        raise Problem(409, f"conversation-{status}", f"the conversation is {status}"
+                      + (f": {message}" if message else ""), conversation_status=status)
+    if replica_id == service.replica_id:
+        live = service.runs.get(row.id)
+        if live is not None:
+            return live
+        message = "this replica no longer holds the conversation (it restarted)"
+    else:
+        owner = service.replicas.owner(replica_id)
+        if owner is not None:
+            url = call.request.url
+            target = owner.advertise_url.rstrip("/") + url.path + (f"?{url.query}" if url.query
+                                                                   else "")
+            return RedirectResponse(target, status_code=307)
+        message = (f"the replica {replica_id!r} that held this conversation's sandbox is gone; "
+                   "its variables and messages are lost: start a new conversation")
+    service.replicas.interrupt_conversation(row.id, message)
+    if allow_inactive:
+        return None
+    raise Problem(409, "conversation-interrupted", f"the conversation is interrupted: {message}",
+                  conversation_status="interrupted")
+
+
+def _close_row(service: Service, conversation_id: str, message: str) -> None:
+    with service.db.write() as session:
+        row = session.get(Conversation, conversation_id)
+        if row is not None and row.status == "active":
+            row.status, row.sandbox, row.closed_at = "closed", "none", time.time()
+            row.message = message
+
+
+def _out(row: Conversation, runs: list[str] | None) -> ConversationOut:
+    return ConversationOut(
+        id=row.id, status=row.status, datasets=list(row.datasets or []), model=row.model,
+        limits=dict(row.limits or {}), sandbox=row.sandbox, message=row.message,
+        created_at=row.created_at, last_active_at=row.last_active_at, runs=runs or [],
+    )

@@ -1,0 +1,213 @@
+"""`Service`: one replica of `sbx serve`, assembled from the application core and the store.
+
+    Service.open(options)
+      ├─ load_config(policy)            the policy file, once ([service] included)
+      ├─ Database.open + migrate        SQLite under --data-dir, or PostgreSQL by URL
+      ├─ Replicas.register, recover_own what a crash of this replica left becomes `interrupted`
+      ├─ App.open                       audit log; sandbox pool (reaps orphaned containers)
+      ├─ RunManager, EventLog           conversations held here, their runs and events
+      └─ Housekeeper                    heartbeat, dead replicas' sweep, idle sandboxes released
+
+`begin_drain(grace)` (SIGTERM) stops accepting changes, lets runs finish
+within `grace` seconds, then cancels them; `close()` removes every sandbox,
+marks this replica's conversations interrupted, and closes the audit log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sbx.agent.app import App
+from sbx.agent.config import AppConfig, load_config
+from sbx.agent.service.eventlog import EventHub, EventLog
+from sbx.agent.service.lifecycle import Housekeeper
+from sbx.agent.service.middleware import GatewayState
+from sbx.agent.service.outcomes import Observer
+from sbx.agent.service.problems import Problem
+from sbx.agent.service.replicas import Identity, Replicas
+from sbx.agent.service.runs import RunManager
+from sbx.agent.service.store.db import Database, database_url
+from sbx.agent.settings import Endpoint, SettingsError, resolve_endpoint
+from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.pool_config import PoolConfig
+from sbx.tools.audit import PATH_ENV
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeOptions:
+    """What `sbx serve` was started with."""
+
+    data_dir: Path
+    """Datasets, transcripts, artifacts, the SQLite store and (by default) the audit log."""
+    advertise_url: str
+    """Where other replicas redirect clients for this replica's conversations."""
+    replica_id: str
+    """Stable across restarts (default `<hostname>:<port>`)."""
+    database: str | None = None
+    """`--database` URL; default `SBX_DATABASE_URL`, else SQLite under `data_dir`."""
+    policy: Path | None = None
+    """The policy file; default the packaged one."""
+    audit_log: Path | None = None
+    """`--audit-log`; default `SBX_AUDIT_LOG`, the policy's, else `<data_dir>/audit.jsonl`."""
+    image: str = DEFAULT_IMAGE
+    """The sandbox image."""
+
+
+class DataPaths:
+    """Where the service keeps files; every name below it is an id the server made."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    def create(self) -> DataPaths:
+        """Create the directories, private to the server's user."""
+        for path in (self.root, self.datasets, self.conversations, self.executions):
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return self
+
+    @property
+    def datasets(self) -> Path:
+        """`datasets/<id>/<name>`."""
+        return self.root / "datasets"
+
+    @property
+    def conversations(self) -> Path:
+        """`conversations/<id>/transcript.jsonl` and `output/<run id>/`."""
+        return self.root / "conversations"
+
+    @property
+    def executions(self) -> Path:
+        """`executions/<run id>/`: the artifacts of `/v1/execute` calls."""
+        return self.root / "executions"
+
+
+class Service:
+    """One replica: configuration, store, sandbox pool, conversations; see the module doc."""
+
+    def __init__(self, *, options: ServeOptions, config: AppConfig, paths: DataPaths,
+                 db: Database, replicas: Replicas, app: App, endpoint: Endpoint | None,
+                 endpoint_error: str, observer: Observer) -> None:
+        self.options = options
+        self.config = config
+        self.settings = config.service
+        self.paths = paths
+        self.db = db
+        self.replicas = replicas
+        self.app = app
+        self.endpoint = endpoint
+        self.endpoint_error = endpoint_error
+        self.observer = observer
+        self.hub = EventHub()
+        self.events = EventLog(db, self.hub, observer)
+        self.runs = RunManager(db=db, events=self.events, observer=observer,
+                               max_running=self.settings.max_running,
+                               max_queued=self.settings.max_queued)
+        self.gateway = GatewayState(max_body=self.settings.max_body,
+                                    client_timeout=self.settings.client_timeout, observer=observer)
+        self.housekeeper = Housekeeper(self)
+        self._closed = False
+        self._drain: threading.Thread | None = None
+
+    @property
+    def replica_id(self) -> str:
+        """This replica's id."""
+        return self.replicas.me.id
+
+    @classmethod
+    def open(cls, options: ServeOptions, *, environ: Mapping[str, str],
+             observer: Observer | None = None) -> Service:
+        """Open everything in order; whatever opened is closed again if a later step fails."""
+        config = load_config(options.policy)
+        paths = DataPaths(options.data_dir).create()
+        db = Database.open(database_url(options.database, paths.root, environ))
+        try:
+            db.migrate()
+            replicas = Replicas(db, Identity(id=options.replica_id,
+                                             advertise_url=options.advertise_url),
+                                stale_after=config.service.stale_after)
+            replicas.register()
+            recovered = replicas.recover_own()
+            if recovered:
+                logger.warning("marked %d conversation(s) and run(s) interrupted", recovered)
+            endpoint, error = _endpoint(config, environ)
+            audit = options.audit_log
+            if audit is None and not environ.get(PATH_ENV) and config.policy.audit.path is None:
+                audit = paths.root / "audit.jsonl"
+            app = App.open(config, environ=environ, audit_log=audit,
+                           secrets=(endpoint.api_key,) if endpoint else (), image=options.image,
+                           pool_config=PoolConfig(size=0))
+        except BaseException:
+            db.close()
+            raise
+        service = cls(options=options, config=config, paths=paths, db=db, replicas=replicas,
+                      app=app, endpoint=endpoint, endpoint_error=error,
+                      observer=observer or Observer())
+        service.housekeeper.start()
+        return service
+
+    def require_endpoint(self) -> Endpoint:
+        """The model endpoint, or 503 saying what the operator must configure."""
+        if self.endpoint is None:
+            raise Problem(503, "no-model", f"the server has no model configured: "
+                          f"{self.endpoint_error}")
+        return self.endpoint
+
+    def begin_drain(self, grace_s: float) -> None:
+        """SIGTERM: refuse changes now, let runs finish for `grace_s` seconds, then cancel."""
+        if self._drain is not None:
+            return
+        self.gateway.draining = True
+        logger.info("draining: %d run(s) in progress, %g s grace", self.runs.busy, grace_s)
+
+        def drain() -> None:
+            try:
+                self.replicas.heartbeat(state="draining")
+            except Exception:
+                logger.warning("could not record the drain in the store", exc_info=True)
+            if not self.runs.wait_idle(grace_s):
+                cancelled = self.runs.cancel_all()
+                logger.info("grace period over: cancelled %d run(s)", cancelled)
+
+        self._drain = threading.Thread(target=drain, name="sbx-drain", daemon=True)
+        self._drain.start()
+
+    def close(self) -> None:
+        """Cancel what still runs (after a drain's grace), remove every sandbox, close all.
+
+        The audit log and the store are closed last; calling it again does nothing.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self.gateway.draining = True
+        if self._drain is not None:
+            self._drain.join()  # runs get their grace; then the drain cancels the rest
+        self.housekeeper.stop()
+        try:
+            self.runs.shutdown()
+            self.replicas.stop("the server shut down; this conversation's sandbox, variables "
+                               "and messages are gone: start a new conversation")
+        finally:
+            try:
+                self.app.close()
+            finally:
+                self.db.close()
+                logger.info("stopped (pid %d)", os.getpid())
+
+
+def _endpoint(config: AppConfig, environ: Mapping[str, str]) -> tuple[Endpoint | None, str]:
+    """The model endpoint from the environment and the policy, or why there is none."""
+    try:
+        return resolve_endpoint(config.settings, base_url=None, api_key=None, model=None,
+                                environ=environ), ""
+    except SettingsError as exc:
+        logger.warning("no model endpoint: %s (conversations are refused; /v1/execute works)",
+                       exc)
+        return None, str(exc)

@@ -1,0 +1,119 @@
+"""`/v1/datasets`: upload (multipart, streamed, capped), list, show with preview, delete.
+
+A dataset is stored as `<data dir>/datasets/<id>/<safe name>`: the directory
+is an id the server made, the name is reduced to `A-Za-z0-9._-`, so nothing a
+client sends becomes a path. The preview computed at upload is exactly what
+the model is told about the file when a conversation uses it (columns and
+dtypes for CSV/TSV; the reader to use for Parquet, Excel and JSON).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from sbx.agent.service.api import Call, api, json_response
+from sbx.agent.service.problems import Problem
+from sbx.agent.service.quotas import (
+    effective_quotas,
+    reserve_dataset_bytes,
+    upload_too_large,
+)
+from sbx.agent.service.schemas import DatasetOut, Listing
+from sbx.agent.service.store.models import Conversation, Dataset
+from sbx.agent.service.tenancy import owned
+from sbx.agent.service.uploads import (
+    Upload,
+    check_content,
+    format_of,
+    receive_upload,
+    safe_name,
+)
+from sbx.tools.builtin.data_summary import summarize_data
+
+UPLOAD_PATH = "/v1/datasets"
+
+
+@api("POST", UPLOAD_PATH, response=DatasetOut, status=201)
+async def upload_dataset(call: Call) -> Response:
+    """Upload a dataset (multipart/form-data, one part named `file`)."""
+    quotas = effective_quotas(call.service.settings.quotas, call.key)
+    upload = await receive_upload(call.request, call.service.paths.datasets, quotas.upload_bytes,
+                                  upload_too_large(quotas))
+    try:
+        row = await run_in_threadpool(_store, call, upload)
+    finally:
+        upload.path.unlink(missing_ok=True)
+    return json_response(_out(row, preview=True), 201)
+
+
+def _store(call: Call, upload: Upload) -> Dataset:
+    """Check the file, move it under its id, compute the preview, reserve the bytes."""
+    name = safe_name(upload.filename)
+    fmt = format_of(name)
+    check_content(name, upload.head)
+    ident = "ds-" + uuid.uuid4().hex[:12]
+    directory = call.service.paths.datasets / ident
+    directory.mkdir(mode=0o700)
+    final = directory / name
+    try:
+        os.rename(upload.path, final)
+        os.chmod(final, 0o644)  # the sandbox's unprivileged user reads it through its mount
+        row = Dataset(id=ident, principal=call.principal, name=name, format=fmt,
+                      size=upload.size, sha256=upload.sha256,
+                      preview=summarize_data([final]), created_at=time.time())
+        quotas = effective_quotas(call.service.settings.quotas, call.key)
+        with call.service.db.write() as session:
+            reserve_dataset_bytes(session, call.principal, quotas, upload.size)
+            session.add(row)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return row
+
+
+@api("GET", "/v1/datasets", response=Listing)
+def list_datasets(call: Call) -> Response:
+    """List your datasets, newest first."""
+    with call.service.db.read() as session:
+        rows = session.scalars(select(Dataset).where(Dataset.principal == call.principal)
+                               .order_by(Dataset.created_at.desc())).all()
+        return json_response(Listing(items=[_out(row, preview=False) for row in rows]))
+
+
+@api("GET", "/v1/datasets/{dataset_id}", response=DatasetOut)
+def get_dataset(call: Call) -> Response:
+    """One dataset with its preview."""
+    with call.service.db.read() as session:
+        row = owned(session, Dataset, "dataset", call.params["dataset_id"], call.principal)
+        return json_response(_out(row, preview=True))
+
+
+@api("DELETE", "/v1/datasets/{dataset_id}", status=204)
+def delete_dataset(call: Call) -> Response:
+    """Delete a dataset no open conversation uses; its bytes leave your quota."""
+    with call.service.db.write() as session:
+        row = owned(session, Dataset, "dataset", call.params["dataset_id"], call.principal)
+        users = session.scalars(select(Conversation).where(
+            Conversation.principal == call.principal, Conversation.status == "active")).all()
+        using = [c.id for c in users if row.id in (c.datasets or [])]
+        if using:
+            raise Problem(409, "dataset-in-use",
+                          f"dataset {row.id} is used by open conversation {using[0]}; delete "
+                          "that conversation first")
+        session.delete(row)
+        ident = row.id
+    shutil.rmtree(call.service.paths.datasets / ident, ignore_errors=True)
+    return Response(status_code=204)
+
+
+def _out(row: Dataset, *, preview: bool) -> DatasetOut:
+    return DatasetOut(id=row.id, name=row.name, format=row.format, size=row.size,
+                      sha256=row.sha256, created_at=row.created_at,
+                      preview=row.preview if preview else None)

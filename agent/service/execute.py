@@ -1,0 +1,122 @@
+"""`POST /v1/execute`: one program in a sandbox of its own, for callers that bring their own agent.
+
+The call goes through the same tool gate as a model's `execute_python` (the
+policy must enable it; the audit log records the request, the decision and
+the outcome under the caller's principal), in a workspace opened for this
+call and removed after it. It counts as a run for `runs_per_hour` and its
+CPU seconds for `cpu_seconds_per_day`. When the host's sandbox cap stays
+full (`HostBusy`) the answer is 503 with `Retry-After`.
+
+The result comes back as JSON when the execution ends. (Streaming the
+stdout of a running execution is the subject of another issue.)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, select
+from starlette.responses import Response
+
+from sbx.agent.config import AppConfig
+from sbx.agent.service.api import Call, api, json_response
+from sbx.agent.service.outcomes import notify
+from sbx.agent.service.problems import Problem, unavailable
+from sbx.agent.service.quotas import effective_quotas, reserve_run
+from sbx.agent.service.runs import artifact_row
+from sbx.agent.service.runs_api import artifact_out
+from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
+from sbx.agent.service.store.models import ArtifactRow, Run
+from sbx.agent.service.tenancy import dataset_paths, limits_within
+from sbx.agent.workspace import Workspace, WorkspaceSpec
+from sbx.sandbox.errors import HostBusy
+from sbx.sandbox.session import new_run_id
+
+HOST_BUSY_RETRY_S = 10.0
+
+
+@api("POST", "/v1/execute", body=ExecuteCode, response=ExecutionOut)
+def execute(call: Call, body: ExecuteCode) -> Response:
+    """Run one program in a fresh sandbox with some of your datasets; the result as JSON."""
+    service = call.service
+    if not service.config.policy.tools.execute_python.enabled:
+        raise Problem(403, "tool-disabled", "the policy does not enable execute_python")
+    limits = limits_within(service.config.limits, body.limits)
+    if len(body.code.encode()) > limits.max_code_bytes:
+        raise Problem(413, "code-too-large", f"code: at most {limits.max_code_bytes} bytes "
+                      "(the policy's [sandbox] max_code_bytes)")
+    run_id = new_run_id()
+    service.runs.admit()
+    try:
+        with service.db.write() as session:
+            data = dataset_paths(session, list(dict.fromkeys(body.datasets)), call.principal,
+                                 service.paths.datasets)
+            reserve_run(session, call.principal,
+                        effective_quotas(service.settings.quotas, call.key), time.time())
+            session.add(Run(id=run_id, kind="execute", principal=call.principal,
+                            replica_id=service.replica_id, status="running", question="",
+                            message="", cpu_seconds=0.0, created_at=time.time(),
+                            started_at=time.time()))
+        out = _run(call, run_id, data, replace(service.config, limits=limits), body.code)
+    finally:
+        service.runs.release()
+    return json_response(out)
+
+
+def _run(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, code: str
+         ) -> ExecutionOut:
+    """Open the workspace and its gate, make the one call, record the run, close everything."""
+    service = call.service
+    output = service.paths.executions / run_id
+    workspace = Workspace(
+        spec=WorkspaceSpec(owner_id=run_id, principal=call.principal, data=data, output=output),
+        config=config, audit=service.app.audit, pool=service.app.pool, image=service.app.image,
+    )
+    try:
+        with workspace:
+            gate = workspace.open_gate(run_id)
+            try:
+                outcome = gate.call(name="execute_python",
+                                    arguments=json.dumps({"code": code}), call_id="call-1")
+            finally:
+                gate.close(reason="completed")
+        text = outcome.text
+        execution = outcome.execution.model_dump(mode="json") if outcome.execution else None
+        status = outcome.status if outcome.status != "ok" else (
+            "error" if outcome.failed else "ok")
+        artifacts = tuple(artifact.path for artifact in outcome.artifacts)
+        message = text.splitlines()[0] if text else ""
+    except HostBusy as exc:  # nothing ran: the attempt costs no run of the hourly quota
+        with service.db.write() as session:
+            session.execute(delete(Run).where(Run.id == run_id))
+        raise unavailable(f"the host is at its sandbox cap: {exc}", HOST_BUSY_RETRY_S) from None
+    except Exception as exc:
+        _record(call, run_id, "error", f"{type(exc).__name__}: {exc}", None, 0.0, ())
+        raise
+    cpu = float((execution or {}).get("cpu_seconds") or 0.0)
+    rows = _record(call, run_id, status, message, execution, cpu, artifacts)
+    notify(service.observer.execution_finished, principal=call.principal, run_id=run_id,
+           status=status, execution=execution)
+    return ExecutionOut(run_id=run_id, status=status, observation=text, execution=execution,
+                        artifacts=[artifact_out(row) for row in rows])
+
+
+def _record(call: Call, run_id: str, status: str, message: str, execution: dict[str, Any] | None,
+            cpu: float, artifacts: tuple[str, ...]) -> list[ArtifactRow]:
+    output = call.service.paths.executions / run_id
+    with call.service.db.write() as session:
+        row = session.get(Run, run_id)
+        if row is not None:
+            row.status, row.message, row.cpu_seconds, row.ended_at = (
+                status, message[:2000], cpu, time.time())
+            row.result = {"execution": execution} if execution is not None else None
+        for path in artifacts:
+            artifact = artifact_row(path, output, run_id, call.principal)
+            if artifact is not None:
+                session.add(artifact)
+    with call.service.db.read() as session:
+        return list(session.scalars(select(ArtifactRow).where(ArtifactRow.run_id == run_id)))

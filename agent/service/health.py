@@ -1,0 +1,52 @@
+"""`/healthz` (the process answers) and `/readyz` (it can serve: engine, image, store, disk).
+
+Neither needs a key, and neither says more than each check's name, whether
+it passed, and a short reason: a load balancer reads them, so does anyone.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from starlette.responses import JSONResponse, Response
+
+from sbx.agent.service.api import Call, api
+from sbx.agent.service.store.db import StoreError
+from sbx.sandbox.errors import SandboxError
+
+MIN_FREE_BYTES = 256 * 1024**2
+"""Below this much free space in the data dir the replica is not ready (uploads would fail)."""
+
+
+@api("GET", "/healthz", auth=False)
+def healthz(call: Call) -> Response:
+    """The process is up (liveness)."""
+    return JSONResponse({"status": "ok", "replica": call.service.replica_id})
+
+
+@api("GET", "/readyz", auth=False)
+def readyz(call: Call) -> Response:
+    """The replica can take work: engine and image, store, disk space (readiness)."""
+    service = call.service
+    checks: dict[str, str] = {}
+    pool = service.app.pool
+    if pool is None:
+        checks["engine"] = "ok (execute_python disabled)"
+    else:
+        try:
+            pool.engine.require_image(service.app.image)
+            checks["engine"] = "ok"
+        except SandboxError as exc:
+            checks["engine"] = f"failed: {type(exc).__name__}"
+    try:
+        service.db.ping()
+        checks["store"] = "ok"
+    except StoreError:
+        checks["store"] = "failed: the database does not answer"
+    free = shutil.disk_usage(service.paths.root).free
+    checks["disk"] = "ok" if free >= MIN_FREE_BYTES else "failed: under 256 MiB free"
+    if service.gateway.draining:
+        checks["serving"] = "failed: draining"
+    ready = all(value.startswith("ok") for value in checks.values())
+    return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks},
+                        status_code=200 if ready else 503)

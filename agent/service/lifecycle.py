@@ -1,0 +1,60 @@
+"""`Housekeeper`: the replica's background duties, one thread, one tick.
+
+Every tick (the policy's `[service] heartbeat`, or sooner when `idle_timeout`
+is shorter): write this replica's heartbeat; interrupt the conversations and
+runs of replicas whose heartbeat went stale (`Replicas.sweep`); release the
+sandboxes of conversations idle for `idle_timeout` (`RunManager.release_idle`).
+A failing duty is logged and retried at the next tick; it never stops the
+others. Start-up recovery and the SIGTERM drain are `Service.open` and
+`Service.begin_drain`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sbx.agent.service.core import Service
+
+logger = logging.getLogger(__name__)
+
+
+class Housekeeper:
+    """Heartbeat, sweep of dead replicas, idle release: see the module docstring."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        settings = service.settings
+        self.tick_s = max(0.05, min(settings.heartbeat, settings.idle_timeout / 2))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sbx-housekeeper", daemon=True)
+
+    def start(self) -> None:
+        """Begin ticking."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop ticking and wait for the current tick to end."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def tick(self) -> None:
+        """One round of every duty."""
+        service = self.service
+        state = "draining" if service.gateway.draining else "serving"
+        for name, duty in (
+            ("heartbeat", lambda: service.replicas.heartbeat(state=state)),
+            ("sweep", service.replicas.sweep),
+            ("idle release", lambda: service.runs.release_idle(service.settings.idle_timeout)),
+        ):
+            try:
+                duty()
+            except Exception:
+                logger.warning("housekeeping (%s) failed", name, exc_info=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            self.tick()

@@ -1,0 +1,133 @@
+"""Per-principal quotas: checked and reserved in one transaction, shared by every replica.
+
+    max_conversations    conversations open at once          (reserved: the conversation row)
+    runs_per_hour        runs started in any rolling hour     (reserved: the run row)
+    cpu_seconds_per_day  sandbox CPU seconds, rolling 24 h    (counted when each run ends)
+    dataset_bytes        bytes of datasets stored             (reserved: the dataset row)
+    upload_bytes         one upload's size                    (enforced while it streams: 413)
+
+Each check runs inside `Database.write()` after `lock_principal`, and the row
+that uses the quota is inserted in the same transaction, so two requests
+racing on two replicas cannot both take the last slot. Past a quota the
+answer is 429 with `Retry-After`: when a slot frees by itself (a run leaves
+the window), the wait until then; otherwise a hint (deleting a conversation
+or a dataset frees one at once).
+
+The defaults are the policy's `[service.quotas]`; an API key's overrides
+(`sbx keys create --max-conversations 2 ...`) replace them for that key.
+CPU seconds are known only when a run ends, so a principal's last run of
+the day may pass `cpu_seconds_per_day`; the next one is refused.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from sbx.agent.config import ServiceQuotas
+from sbx.agent.service.problems import Problem, quota_exceeded
+from sbx.agent.service.store.db import lock_principal
+from sbx.agent.service.store.keys import KeyInfo
+from sbx.agent.service.store.models import Conversation, Dataset, Run
+from sbx.sandbox.units import format_size
+
+HOUR_S = 3600.0
+DAY_S = 86400.0
+FREE_HINT_S = 60.0
+"""Retry-After when only the client can free a slot (by deleting something)."""
+
+
+def effective_quotas(defaults: ServiceQuotas, key: KeyInfo) -> ServiceQuotas:
+    """The policy's defaults with the key's overrides applied."""
+    return defaults.model_copy(update=key.overrides)
+
+
+def reserve_conversation(session: Session, principal: str, quotas: ServiceQuotas) -> None:
+    """Lock the principal, then refuse (429) when its open conversations fill the quota."""
+    lock_principal(session, principal)
+    open_now = session.scalar(
+        select(func.count()).select_from(Conversation)
+        .where(Conversation.principal == principal, Conversation.status == "active")
+    ) or 0
+    if open_now >= quotas.max_conversations:
+        raise quota_exceeded(
+            "max_conversations",
+            f"{open_now} conversations are open, the most allowed is "
+            f"{quotas.max_conversations}; delete one first",
+            FREE_HINT_S,
+        )
+
+
+def reserve_run(session: Session, principal: str, quotas: ServiceQuotas, now: float) -> None:
+    """Lock the principal, then refuse (429) past `runs_per_hour` or `cpu_seconds_per_day`."""
+    lock_principal(session, principal)
+    hour = session.scalars(
+        select(Run.created_at).where(Run.principal == principal, Run.created_at > now - HOUR_S)
+        .order_by(Run.created_at)
+    ).all()
+    if len(hour) >= quotas.runs_per_hour:
+        oldest = hour[len(hour) - quotas.runs_per_hour] if quotas.runs_per_hour else now
+        raise quota_exceeded(
+            "runs_per_hour",
+            f"{len(hour)} runs started in the last hour, the most allowed is "
+            f"{quotas.runs_per_hour}",
+            oldest + HOUR_S - now if quotas.runs_per_hour else HOUR_S,
+        )
+    day = session.execute(
+        select(Run.created_at, Run.cpu_seconds)
+        .where(Run.principal == principal, Run.created_at > now - DAY_S, Run.cpu_seconds > 0)
+        .order_by(Run.created_at)
+    ).all()
+    used = sum(cpu for _, cpu in day)
+    if used >= quotas.cpu_seconds_per_day:
+        raise quota_exceeded(
+            "cpu_seconds_per_day",
+            f"{used:.1f} sandbox CPU seconds used in the last 24 hours, the most allowed is "
+            f"{quotas.cpu_seconds_per_day:g}",
+            _cpu_frees_at([(t, c) for t, c in day], used, quotas.cpu_seconds_per_day) - now,
+        )
+
+
+def _cpu_frees_at(day: list[tuple[float, float]], used: float, limit: float) -> float:
+    """When enough of the oldest runs leave the window to bring the sum under the limit."""
+    for created, cpu in day:
+        used -= cpu
+        if used < limit:
+            return created + DAY_S
+    return time.time() + DAY_S  # pragma: no cover - the loop always ends below the limit
+
+
+def reserve_dataset_bytes(
+    session: Session, principal: str, quotas: ServiceQuotas, adding: int
+) -> None:
+    """Lock the principal, then refuse (429) when `adding` bytes would pass `dataset_bytes`."""
+    lock_principal(session, principal)
+    stored = stored_bytes(session, principal)
+    if stored + adding > quotas.dataset_bytes:
+        raise quota_exceeded(
+            "dataset_bytes",
+            f"{format_size(stored)} stored plus {format_size(adding)} would pass the "
+            f"{format_size(quotas.dataset_bytes)} allowed; delete a dataset first",
+            FREE_HINT_S,
+        )
+
+
+def stored_bytes(session: Session, principal: str) -> int:
+    """Bytes of datasets the principal stores now."""
+    total = session.scalar(
+        select(func.coalesce(func.sum(Dataset.size), 0)).where(Dataset.principal == principal)
+    )
+    return int(total or 0)
+
+
+def upload_too_large(quotas: ServiceQuotas, size: int | None = None) -> Problem:
+    """413 for an upload past `upload_bytes` (retrying the same file cannot help)."""
+    seen = f" ({format_size(size)})" if size is not None else ""
+    return Problem(
+        413, "quota-exceeded",
+        f"upload_bytes: the upload{seen} is larger than the {format_size(quotas.upload_bytes)} "
+        "allowed per file",
+        quota="upload_bytes",
+    )

@@ -1,0 +1,166 @@
+"""`/v1/runs`: status and result, cancel, the event stream (SSE), artifacts.
+
+Reads come from the shared store, so any replica answers them; a cancel
+goes to the replica running the run (307 there, like a conversation's).
+
+Artifacts are looked up by run and name in the store: the name in the URL
+is a key, never a path. The file served must still be the regular file the
+run recorded, inside that run's output directory (symlinks are refused at
+every step); it is sent as an attachment unless it is a raster image, with
+`nosniff` and a `sandbox` content security policy either way.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import RedirectResponse, Response, StreamingResponse
+
+from sbx.agent.service.api import Call, api, json_response
+from sbx.agent.service.problems import Problem, not_found
+from sbx.agent.service.schemas import ArtifactOut, Listing, RunOut
+from sbx.agent.service.sse import event_stream, last_event_id
+from sbx.agent.service.store.models import ArtifactRow, Run
+from sbx.agent.service.tenancy import owned
+
+UNFINISHED = ("queued", "running")
+INLINE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
+CHUNK = 64 * 1024
+
+
+@api("GET", "/v1/runs/{run_id}", response=RunOut)
+def get_run(call: Call) -> Response:
+    """A run's status, and its answer, totals and artifacts once it has ended."""
+    with call.service.db.read() as session:
+        run = owned(session, Run, "run", call.params["run_id"], call.principal)
+        artifacts = session.scalars(select(ArtifactRow).where(ArtifactRow.run_id == run.id)
+                                    .order_by(ArtifactRow.id)).all()
+        return json_response(run_out(run, list(artifacts)))
+
+
+@api("POST", "/v1/runs/{run_id}/cancel", response=RunOut, status=202)
+def cancel_run(call: Call) -> Response:
+    """Cancel a queued or running run: its sandbox is removed, the run ends `cancelled`."""
+    service = call.service
+    with service.db.read() as session:
+        run = owned(session, Run, "run", call.params["run_id"], call.principal)
+    if run.status not in UNFINISHED:
+        raise Problem(409, "run-ended", f"run {run.id} has already ended ({run.status})",
+                      run_status=run.status)
+    if run.replica_id != service.replica_id:
+        owner = service.replicas.owner(run.replica_id)
+        if owner is None:
+            raise Problem(409, "run-interrupted", f"run {run.id}'s replica is gone; the run "
+                          "is being marked interrupted")
+        return RedirectResponse(owner.advertise_url.rstrip("/") + call.request.url.path, 307)
+    if not service.runs.cancel(run.id):
+        raise Problem(409, "run-ended", f"run {run.id} is not running here any more")
+    return json_response(run_out(run, []), 202)
+
+
+@api("GET", "/v1/runs/{run_id}/events", streams="text/event-stream")
+async def run_events(call: Call) -> Response:
+    """The run's events as Server-Sent Events; reconnect with `Last-Event-ID` to resume."""
+    after = last_event_id(call.request)
+
+    def check() -> None:
+        with call.service.db.read() as session:
+            owned(session, Run, "run", call.params["run_id"], call.principal)
+
+    await run_in_threadpool(check)
+    return StreamingResponse(
+        event_stream(call.service, call.params["run_id"], after),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@api("GET", "/v1/runs/{run_id}/artifacts", response=Listing)
+def list_artifacts(call: Call) -> Response:
+    """The files the run saved under `/output`."""
+    with call.service.db.read() as session:
+        run = owned(session, Run, "run", call.params["run_id"], call.principal)
+        rows = session.scalars(select(ArtifactRow).where(ArtifactRow.run_id == run.id)
+                               .order_by(ArtifactRow.id)).all()
+        return json_response(Listing(items=[artifact_out(row) for row in rows]))
+
+
+@api("GET", "/v1/runs/{run_id}/artifacts/{name:path}")
+def download_artifact(call: Call) -> Response:
+    """Download one artifact (an attachment, unless it is a raster image)."""
+    with call.service.db.read() as session:
+        run = owned(session, Run, "run", call.params["run_id"], call.principal)
+        row = session.scalars(select(ArtifactRow).where(
+            ArtifactRow.run_id == run.id, ArtifactRow.name == call.params["name"])).first()
+        if row is None:
+            raise not_found("artifact", call.params["name"][:200])
+        root = (call.service.paths.executions / run.id if run.kind == "execute"
+                else call.service.paths.conversations / (run.conversation_id or "-") / "output"
+                / run.id)
+    fd = open_inside(root, row.name)
+    size = os.fstat(fd).st_size
+    disposition = "inline" if row.content_type in INLINE_TYPES else "attachment"
+    filename = Path(row.name).name.replace('"', "_")
+    headers = {
+        "Content-Disposition": f'{disposition}; filename="{filename}"',
+        "Content-Security-Policy": "default-src 'none'; sandbox",
+        "Content-Length": str(size),
+    }
+    return StreamingResponse(_read(fd), media_type=row.content_type, headers=headers)
+
+
+def open_inside(root: Path, name: str) -> int:
+    """Open `root/name` read-only, refusing `..`, absolute names and symlinks at every step."""
+    parts = Path(name).parts
+    if not parts or Path(name).is_absolute() or any(p in ("..", ".", "") for p in parts):
+        raise not_found("artifact", name[:200])
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(root, flags | os.O_DIRECTORY)
+    except OSError:
+        raise not_found("artifact", name[:200]) from None
+    try:
+        for part in parts[:-1]:
+            next_fd = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        file_fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
+    except OSError:
+        raise not_found("artifact", name[:200]) from None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+        os.close(file_fd)
+        raise not_found("artifact", name[:200])
+    return file_fd
+
+
+def _read(fd: int) -> Iterator[bytes]:
+    try:
+        while chunk := os.read(fd, CHUNK):
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+def run_out(run: Run, artifacts: list[ArtifactRow]) -> RunOut:
+    """The API's view of a run."""
+    return RunOut(
+        id=run.id, kind="execute" if run.kind == "execute" else "question",
+        conversation_id=run.conversation_id, status=run.status, question=run.question,
+        answer=run.answer, message=run.message, result=run.result,
+        artifacts=[artifact_out(row) for row in artifacts], created_at=run.created_at,
+        started_at=run.started_at, ended_at=run.ended_at,
+        events_url=f"/v1/runs/{run.id}/events",
+    )
+
+
+def artifact_out(row: ArtifactRow) -> ArtifactOut:
+    """The API's view of an artifact."""
+    return ArtifactOut(name=row.name, size=row.size, content_type=row.content_type,
+                       url=f"/v1/runs/{row.run_id}/artifacts/{row.name}")

@@ -1,0 +1,161 @@
+"""The wire types: every request body is validated here, every response is built from here.
+
+Requests forbid unknown keys (`extra="forbid"`): a typo is a 422 naming the
+field, never a silently ignored option. Responses are the same pydantic
+models, so `/openapi.json` is generated from exactly what is sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sbx.sandbox.limits import Bytes, Cpus, Seconds
+
+DATASET_ID = r"^ds-[0-9a-f]{12}$"
+MAX_DATASETS = 20
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RequestedLimits(_Request):
+    """Lower sandbox limits for this conversation or execution; never above the policy's."""
+
+    timeout: Seconds | None = None
+    """Wall-clock limit of one execution, e.g. `"10s"` (at most the policy's `[sandbox]`)."""
+    memory: Bytes | None = None
+    """Memory limit, e.g. `"256m"` (at most the policy's)."""
+    cpus: Cpus | None = None
+    """CPU quota, e.g. `"0.5"` (at most the policy's)."""
+
+
+class CreateConversation(_Request):
+    """`POST /v1/conversations`."""
+
+    datasets: list[str] = Field(default_factory=list, max_length=MAX_DATASETS)
+    """Ids of your datasets, mounted read-only at `/data/<name>`."""
+    model: str | None = Field(default=None, max_length=128)
+    """A model the operator allows (`[service] models`); default the configured one."""
+    limits: RequestedLimits | None = None
+    """Lower limits for this conversation's sandbox."""
+
+
+class AskQuestion(_Request):
+    """`POST /v1/conversations/{id}/questions`."""
+
+    question: str = Field(min_length=1)
+    """The question; follow-ups see the variables of the conversation's earlier runs."""
+
+
+class ExecuteCode(_Request):
+    """`POST /v1/execute`: one program in a sandbox of its own, for callers with their own agent."""
+
+    code: str = Field(min_length=1)
+    """Python source (at most the policy's `max_code_bytes`)."""
+    datasets: list[str] = Field(default_factory=list, max_length=MAX_DATASETS)
+    """Ids of your datasets, mounted read-only at `/data/<name>`."""
+    limits: RequestedLimits | None = None
+    """Lower limits for this execution."""
+
+
+class DatasetOut(BaseModel):
+    """A dataset you uploaded."""
+
+    id: str
+    name: str
+    """The name it has in the sandbox: `/data/<name>`."""
+    format: str
+    size: int
+    sha256: str
+    created_at: float
+    preview: str | None = None
+    """What the model is told about the file (columns, dtypes, first rows) when it is used."""
+
+
+class ArtifactOut(BaseModel):
+    """A file a run saved under `/output`."""
+
+    name: str
+    size: int
+    content_type: str
+    url: str
+
+
+class RunOut(BaseModel):
+    """A run: a question in a conversation, or one `/v1/execute` call."""
+
+    id: str
+    kind: Literal["question", "execute"]
+    conversation_id: str | None
+    status: str
+    """`queued`, `running`, then one of the agent's endings (`completed`, `step_limit`, ...,
+    `cancelled`), `error` (the sandbox or host failed) or `interrupted` (its replica died)."""
+    question: str
+    answer: str | None
+    message: str
+    result: dict[str, Any] | None
+    """Usage, sandbox totals (executions, CPU seconds, peak memory), turns, tool calls."""
+    artifacts: list[ArtifactOut] = Field(default_factory=list)
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    events_url: str
+
+
+class RunAccepted(BaseModel):
+    """The answer to a question being posted: the run started (or queued)."""
+
+    run_id: str
+    status: str
+    url: str
+    events_url: str
+
+
+class ConversationOut(BaseModel):
+    """A conversation."""
+
+    id: str
+    status: str
+    """`active`, `closed` (deleted) or `interrupted` (its replica died or shut down)."""
+    datasets: list[str]
+    model: str
+    limits: dict[str, Any]
+    sandbox: str
+    """`none` (not started), `held`, or `released` (idle; the next question gets a fresh one)."""
+    message: str
+    created_at: float
+    last_active_at: float
+    runs: list[str] = Field(default_factory=list)
+
+
+class ExecutionOut(BaseModel):
+    """The result of `POST /v1/execute`."""
+
+    run_id: str
+    status: str
+    """`ok`; `error` (the code raised, timed out or was killed); `denied` by the policy."""
+    observation: str
+    """The result as the tool gate renders it for a model."""
+    execution: dict[str, Any] | None
+    """stdout, stderr, exit code, error, timed_out, oom_killed, duration, CPU, peak memory."""
+    artifacts: list[ArtifactOut] = Field(default_factory=list)
+
+
+class KeyOut(BaseModel):
+    """An API key as an admin sees it (never the key)."""
+
+    name: str
+    principal: str
+    role: str
+    created_at: float
+    revoked_at: float | None
+    overrides: dict[str, Any]
+
+
+class Listing(BaseModel):
+    """A list of resources."""
+
+    items: list[Any]

@@ -1,0 +1,80 @@
+"""A run's events as Server-Sent Events, resumable with `Last-Event-ID`.
+
+    id: 7
+    event: tool_result
+    data: {"type": "tool_result", "run_id": "run-...", "name": "execute_python", ...}
+
+Each event's `id` is its `seq` in the run (1, 2, 3, ...). A client that
+reconnects with `Last-Event-ID: 7` (or `?after=7`) gets every event after 7,
+read from the store. The stream reads the run's status *before* its events,
+and a run's events are all stored before its final status, so once a read
+finds the run ended, the events read with it are the last ones: the stream
+then closes. A comment line every `KEEPALIVE_S` keeps proxies from closing
+an idle stream. Each read returns at most `BATCH` events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from sbx.agent.service.eventlog import POLL_S
+from sbx.agent.service.problems import Problem
+from sbx.agent.service.store.models import EventRow, Run
+
+if TYPE_CHECKING:
+    from sbx.agent.service.core import Service
+
+KEEPALIVE_S = 15.0
+BATCH = 200
+UNFINISHED = ("queued", "running")
+
+
+def last_event_id(request: Request) -> int:
+    """Where to resume: `Last-Event-ID`, else `?after=`, else the start (0)."""
+    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    if not raw.isdigit() or len(raw) > 12:
+        raise Problem(400, "bad-last-event-id", "Last-Event-ID must be an event id (a number)")
+    return int(raw)
+
+
+async def event_stream(service: Service, run_id: str, after: int) -> AsyncIterator[str]:
+    """The SSE text of `run_id`'s events after `after`, until the run has ended."""
+    last_sent = time.monotonic()
+    with service.hub.waiter(run_id) as wake:
+        while True:
+            wake.clear()
+            ended, rows = await run_in_threadpool(_read, service, run_id, after)
+            for seq, kind, data in rows:
+                after = seq
+                yield f"id: {seq}\nevent: {kind}\ndata: {data}\n\n"
+                last_sent = time.monotonic()
+            if len(rows) == BATCH:
+                continue
+            if ended:
+                return
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=POLL_S)
+            except TimeoutError:
+                if time.monotonic() - last_sent >= KEEPALIVE_S:
+                    yield ": keep-alive\n\n"
+                    last_sent = time.monotonic()
+
+
+def _read(service: Service, run_id: str, after: int) -> tuple[bool, list[tuple[int, str, str]]]:
+    """(the run had ended before this read, the next events after `after`)."""
+    with service.db.read() as session:
+        status = session.scalar(select(Run.status).where(Run.id == run_id))
+        rows = session.execute(
+            select(EventRow.seq, EventRow.type, EventRow.data)
+            .where(EventRow.run_id == run_id, EventRow.seq > after)
+            .order_by(EventRow.seq).limit(BATCH)
+        ).all()
+    ended = status is None or status not in UNFINISHED
+    return ended, [(int(seq), str(kind), str(data)) for seq, kind, data in rows]

@@ -1,0 +1,124 @@
+"""API keys: created once (the key is shown once), stored as a SHA-256, revoked by name.
+
+A key is `sbx_` followed by 43 URL-safe characters (256 random bits). Only
+its SHA-256 is stored: with that much entropy a fast hash is enough, and a
+leaked table does not leak keys. The principal of a key is `key:<name>`;
+the server derives it from the key, never from anything the client sends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from sbx.agent.config import ServiceQuotas
+from sbx.agent.service.store.db import Database
+from sbx.agent.service.store.models import ApiKey
+
+Role = Literal["admin", "user"]
+KEY_PREFIX = "sbx_"
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+QUOTA_FIELDS = tuple(ServiceQuotas.model_fields)
+
+
+class KeyAdminError(Exception):
+    """A key cannot be created or revoked as asked; the message says why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyInfo:
+    """A key as listed: never the key itself."""
+
+    name: str
+    """The key's name; its principal is `key:<name>`."""
+    role: Role
+    """`admin` or `user`."""
+    created_at: float
+    """POSIX seconds."""
+    revoked_at: float | None
+    """When it was revoked (it then authenticates nobody)."""
+    overrides: dict[str, Any]
+    """Per-key quota values that replace the policy's `[service.quotas]` defaults."""
+
+    @property
+    def principal(self) -> str:
+        """`key:<name>`."""
+        return principal_of(self.name)
+
+
+def principal_of(name: str) -> str:
+    """The principal a key name stands for."""
+    return f"key:{name}"
+
+
+def hash_key(key: str) -> str:
+    """The stored form of a key."""
+    return hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
+
+
+def create_key(
+    db: Database, name: str, *, role: Role = "user", overrides: dict[str, Any] | None = None
+) -> str:
+    """Store a new key named `name` and return it (the only time it is seen)."""
+    if not NAME_PATTERN.match(name):
+        raise KeyAdminError(f"key name {name!r}: use 1-63 of a-z, 0-9, '.', '_', '-' "
+                        "(starting with a letter or digit)")
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = set(given) - set(QUOTA_FIELDS)
+    if unknown:
+        known = ", ".join(QUOTA_FIELDS)
+        raise KeyAdminError(f"unknown quota {sorted(unknown)[0]!r} (known: {known})")
+    ServiceQuotas.model_validate(given)  # the same bounds as the policy file's
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    row = ApiKey(name=name, key_hash=hash_key(key), role=role, created_at=time.time(), **given)
+    try:
+        with db.write() as session:
+            session.add(row)
+    except IntegrityError:
+        raise KeyAdminError(f"a key named {name!r} exists already (revoke it or pick another name)"
+                        ) from None
+    return key
+
+
+def list_keys(db: Database) -> list[KeyInfo]:
+    """Every key, revoked ones included, by name."""
+    with db.read() as session:
+        rows = session.scalars(select(ApiKey).order_by(ApiKey.name)).all()
+        return [_info(row) for row in rows]
+
+
+def revoke_key(db: Database, name: str) -> None:
+    """Revoke a key at once: its next request gets 401."""
+    with db.write() as session:
+        row = session.get(ApiKey, name)
+        if row is None:
+            raise KeyAdminError(f"no key named {name!r}")
+        if row.revoked_at is None:
+            row.revoked_at = time.time()
+
+
+def lookup_key(db: Database, key: str) -> KeyInfo | None:
+    """The live key a bearer token stands for, or None (unknown, malformed or revoked)."""
+    if not key.startswith(KEY_PREFIX) or len(key) > 128:
+        return None
+    with db.read() as session:
+        row = session.scalars(select(ApiKey).where(ApiKey.key_hash == hash_key(key))).first()
+        if row is None or row.revoked_at is not None:
+            return None
+        return _info(row)
+
+
+def _info(row: ApiKey) -> KeyInfo:
+    overrides = {f: getattr(row, f) for f in QUOTA_FIELDS if getattr(row, f) is not None}
+    role: Role = "admin" if row.role == "admin" else "user"
+    return KeyInfo(
+        name=row.name, role=role, created_at=row.created_at, revoked_at=row.revoked_at,
+        overrides=overrides,
+    )

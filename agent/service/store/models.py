@@ -1,0 +1,144 @@
+"""The service's tables: what survives a restart and what replicas share.
+
+    api_keys       who may call (only a SHA-256 of each key), role, quota overrides
+    datasets       uploaded files: owner, display name, format, size, preview
+    conversations  owner, replica holding its sandbox, datasets, model, limits, status
+    runs           questions and `/v1/execute` calls: status, result, CPU seconds (quotas)
+    events         each run's transcript events as the client sees them, in order (SSE replay)
+    artifacts      files a run copied out of `/output`, looked up by run and name
+    replicas       serving processes: where to redirect, last heartbeat
+
+Times are POSIX seconds (floats): the same type on SQLite and PostgreSQL, and
+quota windows are plain subtraction. Every row that belongs to someone carries
+its `principal`, and every query of a tenant's data filters on it. The schema
+is created and changed by Alembic migrations (`agent/service/migrations/`),
+never by `create_all`; `tests/test_service_store.py` checks the two agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Float, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    """The declarative base of every service table."""
+
+
+class ApiKey(Base):
+    """One API key: its principal is `key:<name>`."""
+
+    __tablename__ = "api_keys"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float, default=None)
+    max_conversations: Mapped[int | None] = mapped_column(Integer, default=None)
+    runs_per_hour: Mapped[int | None] = mapped_column(Integer, default=None)
+    cpu_seconds_per_day: Mapped[float | None] = mapped_column(Float, default=None)
+    dataset_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    upload_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
+
+
+class Dataset(Base):
+    """An uploaded file, stored as `<data dir>/datasets/<id>/<name>`."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    principal: Mapped[str] = mapped_column(String(80), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    format: Mapped[str] = mapped_column(String(16))
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    preview: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Conversation(Base):
+    """A conversation; it lives on the replica that holds its sandbox and messages."""
+
+    __tablename__ = "conversations"
+    __table_args__ = (Index("ix_conversations_principal_status", "principal", "status"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    principal: Mapped[str] = mapped_column(String(80))
+    status: Mapped[str] = mapped_column(String(16))
+    replica_id: Mapped[str] = mapped_column(String(128), index=True)
+    datasets: Mapped[list[str]] = mapped_column(JSON)
+    model: Mapped[str] = mapped_column(String(128))
+    limits: Mapped[dict[str, Any]] = mapped_column(JSON)
+    sandbox: Mapped[str] = mapped_column(String(16), default="none")
+    message: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    last_active_at: Mapped[float] = mapped_column(Float)
+    closed_at: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class Run(Base):
+    """One question of a conversation (`kind="question"`) or one `/v1/execute` call."""
+
+    __tablename__ = "runs"
+    __table_args__ = (Index("ix_runs_principal_created", "principal", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    principal: Mapped[str] = mapped_column(String(80))
+    conversation_id: Mapped[str | None] = mapped_column(String(32), index=True, default=None)
+    replica_id: Mapped[str] = mapped_column(String(128), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    question: Mapped[str] = mapped_column(Text, default="")
+    answer: Mapped[str | None] = mapped_column(Text, default=None)
+    message: Mapped[str] = mapped_column(Text, default="")
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    cpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, default=None)
+    ended_at: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class EventRow(Base):
+    """One event of a run; `seq` is its SSE id (`Last-Event-ID` resumes after it)."""
+
+    __tablename__ = "events"
+    __table_args__ = (UniqueConstraint("run_id", "seq", name="uq_events_run_seq"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(32))
+    seq: Mapped[int] = mapped_column(Integer)
+    type: Mapped[str] = mapped_column(String(32))
+    data: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ArtifactRow(Base):
+    """A file a run produced; served only from the run's own output directory."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (UniqueConstraint("run_id", "name", name="uq_artifacts_run_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(32), index=True)
+    principal: Mapped[str] = mapped_column(String(80))
+    name: Mapped[str] = mapped_column(String(512))
+    path: Mapped[str] = mapped_column(Text)
+    size: Mapped[int] = mapped_column(BigInteger)
+    content_type: Mapped[str] = mapped_column(String(128))
+
+
+class Replica(Base):
+    """A serving process: requests for its conversations are redirected to `advertise_url`."""
+
+    __tablename__ = "replicas"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    advertise_url: Mapped[str] = mapped_column(String(512))
+    hostname: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[float] = mapped_column(Float)

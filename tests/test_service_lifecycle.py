@@ -1,0 +1,178 @@
+"""Acceptance 4 and the sandbox's lifecycle: SIGTERM drains, kill -9 leaves `interrupted`, idle
+conversations give their sandbox back.
+
+Every wait is on an event: a stream's event, a process exit, a container
+gone, a status changed.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+
+import pytest
+
+import service_support
+from sbx.agent.cli.scripted_model import assistant, tool_call
+from sbx.agent.conversation import RESET_NOTE
+from sbx.agent.service.store.db import Database
+from sbx.agent.service.store.models import Conversation, Run
+from sbx.sandbox.config import OWNER_LABEL, RUN_ID_LABEL
+from service_support import SBX, managed_containers, sse_events, stream, wait_for
+
+store = service_support.store
+serve = service_support.serve
+llm = service_support.llm
+pg_cluster = service_support.pg_cluster
+
+
+
+def owner_tag(pid: int) -> str:
+    """The owner label of the containers a server process created."""
+    return f"{socket.gethostname()}:{pid}"
+
+
+SLEEP = "import time\nprint('started', flush=True)\ntime.sleep(600)"
+
+
+def _start_run(client, question: str = "Wait.") -> tuple[str, str]:
+    conversation = client.post("/v1/conversations", json={}).json()["id"]
+    run = client.post(f"/v1/conversations/{conversation}/questions", json={"question": question})
+    assert run.status_code == 202, run.text
+    return conversation, run.json()["run_id"]
+
+
+def _until_tool_call(client, run_id: str) -> None:
+    """Wait for the model's tool call (the stream's event), then for its container."""
+    with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
+        for event in sse_events(response):
+            if event["event"] == "model_reply":
+                return
+    pytest.fail("the run ended before its tool call")
+
+
+def _stored(database: str, model, ident: str):
+    db = Database.open(database)
+    try:
+        with db.read() as session:
+            return session.get(model, ident)
+    finally:
+        db.close()
+
+
+def _verify(audit_log) -> None:
+    done = subprocess.run([*SBX, "audit", "verify", str(audit_log)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(("grace", "code", "ending"), [
+    ("2s", SLEEP, "cancelled"),
+    ("120s", "import time\ntime.sleep(2)\nprint('done')", "completed"),
+])
+def test_sigterm_lets_the_run_finish_within_the_grace_or_cancels_it(
+    store, serve, llm, engine, grace, code, ending
+):
+    server = serve(store, args=("--grace", grace))
+    client = server.client(server.key("judy"))
+    llm.script([tool_call("execute_python", code=code)]
+               + ([assistant("Done.")] if ending == "completed" else []))
+    conversation, run = _start_run(client)
+    _until_tool_call(client, run)
+    wait_for(lambda: managed_containers(engine, f"{RUN_ID_LABEL}={run}"), what="the sandbox")
+
+    assert server.stop(signal.SIGTERM) == 0  # drained, then a clean exit
+
+    stored = _stored(server.database, Run, run)
+    assert stored.status == ending, stored.message
+    assert _stored(server.database, Conversation, conversation).status == "interrupted"
+    assert managed_containers(engine, f"{RUN_ID_LABEL}={run}") == []
+    assert managed_containers(engine, f"{OWNER_LABEL}={owner_tag(server.proc.pid)}") == []
+    _verify(server.audit_log)
+
+
+@pytest.mark.docker
+def test_kill_9_then_a_restart_leaves_the_run_interrupted_and_no_container(
+    store, serve, llm, engine, tmp_path
+):
+    args = ("--replica-id", "replica-under-test")
+    server = serve(store, args=args)
+    key = server.key("ken")
+    client = server.client(key)
+    llm.script([tool_call("execute_python", code=SLEEP)])
+    conversation, run = _start_run(client)
+    _until_tool_call(client, run)
+    wait_for(lambda: managed_containers(engine, f"{RUN_ID_LABEL}={run}"), what="the sandbox")
+
+    assert server.stop(signal.SIGKILL) == -signal.SIGKILL
+    again = serve(store, args=args)
+    reader = again.client(key)
+    found = reader.get(f"/v1/runs/{run}").json()
+    assert found["status"] == "interrupted"
+    assert "restarted" in found["message"]
+    assert stream(reader, run)[-1]["data"]["status"] == "interrupted"  # the stream ends too
+    assert reader.get(f"/v1/conversations/{conversation}").json()["status"] == "interrupted"
+    wait_for(lambda: not managed_containers(engine, f"{RUN_ID_LABEL}={run}"),
+             what="the killed server's sandbox to be removed")
+    _verify(again.audit_log)
+
+
+@pytest.mark.docker
+def test_an_idle_conversation_releases_its_sandbox_and_the_next_question_is_told(
+    store, serve, llm, engine
+):
+    server = serve(store, policy={"service": {"idle_timeout": "1s"}})
+    client = server.client(server.key("lena"))
+    conversation = client.post("/v1/conversations", json={}).json()["id"]
+    llm.script([tool_call("execute_python", code="x = 41"), assistant("Set."),
+                tool_call("execute_python", code="print(x + 1)"), assistant("Gone.")])
+    first = client.post(f"/v1/conversations/{conversation}/questions",
+                        json={"question": "Set x."}).json()["run_id"]
+    assert stream(client, first)[-1]["data"]["status"] == "completed"
+    assert managed_containers(engine, f"{RUN_ID_LABEL}={first}") != []
+
+    wait_for(lambda: client.get(f"/v1/conversations/{conversation}").json()["sandbox"]
+             == "released", what="the idle release")
+    wait_for(lambda: not managed_containers(engine, f"{RUN_ID_LABEL}={first}"),
+             what="the idle sandbox to be removed")
+    second = client.post(f"/v1/conversations/{conversation}/questions",
+                         json={"question": "Print x + 1."}).json()["run_id"]
+    events = stream(client, second)
+    assert events[0]["data"]["sandbox_reset"] is True
+    assert events[-1]["data"]["status"] == "completed"
+    asked = llm.requests[-2]
+    assert asked.messages[-1]["content"].startswith(RESET_NOTE)
+    assert "NameError" in llm.requests[-1].last_tool_message
+
+
+@pytest.mark.docker
+def test_cancel_ends_the_run_removes_its_sandbox_and_the_conversation_goes_on(
+    store, serve, llm, engine
+):
+    server = serve(store)
+    client = server.client(server.key("mike"))
+    llm.script([tool_call("execute_python", code="x = 1\n" + SLEEP),
+                tool_call("execute_python", code="print(x)"), assistant("x is gone.")])
+    conversation, run = _start_run(client)
+    _until_tool_call(client, run)
+    wait_for(lambda: managed_containers(engine, f"{RUN_ID_LABEL}={run}"), what="the sandbox")
+    busy = client.post(f"/v1/conversations/{conversation}/questions", json={"question": "more"})
+    assert busy.status_code == 409 and run in busy.json()["detail"]  # one question at a time
+
+    assert client.post(f"/v1/runs/{run}/cancel").status_code == 202
+    events = stream(client, run)
+    assert events[-1]["data"]["status"] == "cancelled"
+    assert client.get(f"/v1/runs/{run}").json()["status"] == "cancelled"
+    wait_for(lambda: not managed_containers(engine, f"{RUN_ID_LABEL}={run}"),
+             what="the cancelled run's sandbox to be removed")
+    assert client.post(f"/v1/runs/{run}/cancel").status_code == 409  # it has ended
+
+    after = client.post(f"/v1/conversations/{conversation}/questions",
+                        json={"question": "What is x?"}).json()["run_id"]
+    assert stream(client, after)[0]["data"]["sandbox_reset"] is True
+    assert "NameError" in llm.requests[-1].last_tool_message
+    ready = server.client().get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["checks"] == {"engine": "ok", "store": "ok", "disk": "ok"}
