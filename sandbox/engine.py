@@ -133,16 +133,31 @@ class Engine:
             raise SandboxBroken(f"engine could not start the sandbox: {first_line(exc)}") from None
 
     def remove(self, container_id: str) -> None:
-        """Kill and remove at once; a container already gone is not an error."""
-        try:
-            self.api.remove_container(container_id, force=True)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if "already in progress" not in str(exc):
-                logger.warning(
-                    "could not remove sandbox %s: %s", container_id[:12], first_line(exc)
-                )
+        """Kill and remove at once; a container already gone is not an error.
+
+        A removal the engine is slow to confirm (a loaded host, a gVisor sandbox
+        that just held many processes) is asked again once; if it still times out,
+        the engine goes on removing it, the id stays tracked for `remove_all` at
+        exit, and `sbx gc` finds it should it survive. Never raised: this runs on
+        every clean-up path, Ctrl-C's included.
+        """
+        for attempt in (1, 2):
+            try:
+                self.api.remove_container(container_id, force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if "already in progress" not in str(exc):
+                    logger.warning(
+                        "could not remove sandbox %s: %s", container_id[:12], first_line(exc)
+                    )
+            except OSError as exc:  # requests' timeouts and connection errors
+                if attempt == 1:
+                    continue
+                logger.warning("removal of sandbox %s not confirmed: %s", container_id[:12],
+                               first_line(exc))
+                return
+            break
         with self._lock:
             self._live.discard(container_id)
 
