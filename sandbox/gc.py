@@ -49,6 +49,8 @@ def collect_orphans(engine: Engine, *, everything: bool = False) -> list[dict[st
         owner = labels.get(OWNER_LABEL, "")
         if not everything and (owner_alive(owner) or not owned_here(owner)):
             continue  # alive, or another host's: we cannot tell, so only --all removes it
+        if container.get("State") == "removing":
+            continue  # the engine is already removing it (and a stuck removal is its own)
         engine.remove(container["Id"])
         removed.append(
             {

@@ -74,10 +74,14 @@ def no_leaked_containers(request: pytest.FixtureRequest) -> Iterator[None]:
     except SandboxError:
         return
     mine = owner_tag()
+    def ours_or_orphaned(container: dict[str, Any]) -> bool:
+        owner = container["Labels"].get("sbx.owner", "")
+        return owner == mine or not owner_alive(owner)
+
     left = [
         c
         for c in engine.managed_containers()
-        if c["Labels"].get("sbx.owner") == mine or not owner_alive(c["Labels"].get("sbx.owner", ""))
+        if ours_or_orphaned(c) and c.get("State") != "removing"  # the engine removes those
     ]
     for container in left:  # other live sbx processes' containers are not ours to judge
         engine.remove(container["Id"])
