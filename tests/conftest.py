@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import docker
+import docker.errors
 import openai
 import pytest
 
