@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import docker.errors
 import openai
 import pytest
 
@@ -101,6 +102,31 @@ def wait_for_file_in_container(engine: Engine, container_id: str, path: str) -> 
         if engine.api.exec_inspect(exec_id)["ExitCode"] == 0:
             return
     raise AssertionError(f"{path} never appeared in container {container_id[:12]}")
+
+
+def wait_until_removed(engine: Engine, container_id: str, seconds: float = 120) -> None:
+    """Wait for the engine's own `destroy` event of `container_id` (at once if it is gone).
+
+    The events are read from a moment taken before the existence check, so a removal that
+    lands between the two is still seen; `seconds` only stops a hung test.
+    """
+    since = int(time.time()) - 1
+    try:
+        engine.api.inspect_container(container_id)
+    except docker.errors.NotFound:
+        return
+    stream = engine.api.events(
+        since=since,
+        until=int(time.time() + seconds),
+        filters={"type": "container", "event": "destroy", "container": container_id},
+        decode=True,
+    )
+    try:
+        for _ in stream:
+            return
+    finally:
+        stream.close()
+    raise AssertionError(f"container {container_id[:12]} was not removed within {seconds:g} s")
 
 
 @pytest.fixture

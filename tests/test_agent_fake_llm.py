@@ -52,7 +52,7 @@ def test_a_responder_sees_the_request_and_a_broken_one_fails_the_test():
             assert model.complete(HELLO, [], timeout=5).content == "HELLO"
             with pytest.raises(ModelError, match="responder for call #2 raised KeyError"):
                 model.complete(HELLO, [], timeout=5)
-        with pytest.raises(ScriptError):
+        with pytest.raises(ScriptError, match=r"responder for call #2 raised KeyError\('oops'\)"):
             server.assert_complete()
 
 

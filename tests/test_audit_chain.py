@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -206,19 +205,14 @@ def test_short_key_is_refused(tmp_path, clean_log) -> None:
 
 def test_kill_9_mid_write_leaves_a_torn_tail_that_the_next_writer_acknowledges(tmp_path) -> None:
     path = tmp_path / "torn.jsonl"
-    marker = tmp_path / "marker"
-    proc = subprocess.Popen(
+    torn = _kill_after_word(
         worker_command(
             "from tools_support import write_forever_then_tear",
-            f"write_forever_then_tear({str(path)!r}, {str(marker)!r})",
-        )
+            f"write_forever_then_tear({str(path)!r})",
+        ),
+        "torn",
     )
-    deadline = time.monotonic() + 30
-    while not marker.exists():
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
+    assert torn
     report = verify_log(path, key=None)
     assert not report.ok and report.torn_tail
     assert (report.bad_line, report.records) == (21, 20)
@@ -235,6 +229,20 @@ def test_kill_9_mid_write_leaves_a_torn_tail_that_the_next_writer_acknowledges(t
     assert records_event(path, -2) == "recover"
 
 
+def _kill_after_word(command: list[str], word: str) -> bool:
+    """Start a writer, wait for the line `word` on its stdout (its own sign that it got there),
+    then SIGKILL it. False when it ended without saying it."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        said = proc.stdout.readline() == f"{word}\n"  # EOF ("") if the writer died first
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)  # only stops a hung test
+        proc.stdout.close()
+    return said
+
+
 def records_event(path: Path, index: int) -> str:
     lines = [
         line
@@ -248,16 +256,10 @@ def records_event(path: Path, index: int) -> str:
 
 def test_kill_9_at_a_random_moment_verifies_up_to_the_last_complete_record(tmp_path) -> None:
     path = tmp_path / "killed.jsonl"
-    proc = subprocess.Popen(
-        worker_command(
-            f"from tools_support import write_until_killed; write_until_killed({str(path)!r})"
-        )
+    command = worker_command(
+        f"from tools_support import write_until_killed; write_until_killed({str(path)!r})"
     )
-    while not path.exists() or path.stat().st_size < 200_000:
-        assert proc.poll() is None
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
+    assert _kill_after_word(command, "going")  # mid-stream: it keeps writing after the word
     report = verify_log(path, key=None)
     complete = path.read_bytes().count(b"\n")
     if report.ok:

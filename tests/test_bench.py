@@ -36,7 +36,7 @@ def test_summary_uses_the_median_and_the_nearest_rank_p90() -> None:
     summary = Summary.of([float(x) for x in range(1, 11)])
     assert (summary.samples, summary.median_s, summary.p90_s) == (10, 5.5, 9.0)
     assert Summary.of([2.0]).p90_s == 2.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^no samples$"):
         Summary.of([])
     assert ratio(1.0, 4.0) == 0.25 and ratio(None, 1.0) is None and ratio(1.0, 0.0) is None
 

@@ -1,9 +1,13 @@
-"""Acceptance 5: calculate is exact; refuses escapes, imports, huge powers, fast and clearly."""
+"""Acceptance 5: calculate is exact; refuses escapes, imports and huge powers, clearly.
+
+"Fast" is pinned by wording, not by a stopwatch: a huge power is refused by the
+estimate made *before* computing ("would have about N digits"), a message that the
+check after computing ("has more than N digits") never produces.
+"""
 
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -18,10 +22,9 @@ def calc(expression: str, **limits) -> str:
 
 
 def refusal(expression: str, **limits) -> str:
-    started = time.perf_counter()
+    """The refusal's message; each caller asserts on it."""
     with pytest.raises(CalcError) as info:
         calc(expression, **limits)
-    assert time.perf_counter() - started < 0.5, "refusal took too long"
     return str(info.value)
 
 
@@ -79,7 +82,8 @@ def test_refuses_imports() -> None:
 )
 def test_refuses_huge_numbers_before_computing(expression) -> None:
     message = refusal(expression)
-    assert "digits; the limit is 4000 digits" in message
+    assert " would have about " in message  # the estimate made before computing
+    assert message.endswith(" digits; the limit is 4000 digits")
 
 
 def test_huge_results_from_functions_are_refused() -> None:
@@ -109,34 +113,33 @@ def test_calculate_through_the_gate(tmp_path) -> None:
     gate, _ = make_gate(tmp_path, policy_from({"tools": {"calculate": {"enabled": True}}}))
     ok = gate.call(name="calculate", arguments='{"expression": "(1/3 + 0.25) * 12"}', call_id="1")
     assert (ok.status, ok.text) == ("ok", "7")
-    started = time.perf_counter()
     bad = gate.call(name="calculate", arguments='{"expression": "10**10**10"}', call_id="2")
-    assert time.perf_counter() - started < 0.5
-    assert bad.status == "error"
+    assert bad.status == "error"  # and refused before computing: "would have about"
     assert (
         bad.text == "Error from calculate: 10 ** 10000000000 would have about 10000000000 digits; "
         "the limit is 4000 digits"
     )
 
 
+NOT_A_NUMBER = "the result is not a number: calculate returns numbers and tuples of numbers"
+
+
 @pytest.mark.parametrize(
-    "expression",
+    ("expression", "message"),
     [
-        "max((), default=abs)",
-        "min((), default=math.sqrt)",
-        "abs",
-        "math.sqrt",
-        "(1, sqrt)",
-        "abs if 1 else 1",
-        "min((abs, 1))",
+        ("max((), default=abs)", "max() takes numbers (or tuples of numbers) only"),
+        ("min((), default=math.sqrt)", "min() takes numbers (or tuples of numbers) only"),
+        ("abs", NOT_A_NUMBER),
+        ("math.sqrt", NOT_A_NUMBER),
+        ("(1, sqrt)", NOT_A_NUMBER),
+        ("abs if 1 else 1", NOT_A_NUMBER),
+        ("min((abs, 1))", "min() takes numbers (or tuples of numbers) only"),
     ],
 )
-def test_only_numbers_come_back_never_a_host_object(expression) -> None:
-    with pytest.raises(CalcError) as info:
-        calc(expression)
-    message = str(info.value)
-    assert "0x" not in message and "function" not in message
-    assert "numbers" in message
+def test_only_numbers_come_back_never_a_host_object(expression, message) -> None:
+    # The whole message is pinned, so no host object's repr ("<function ... at 0x...>")
+    # can ride along in it.
+    assert refusal(expression) == message
 
 
 @pytest.mark.parametrize(
@@ -150,9 +153,10 @@ def test_only_numbers_come_back_never_a_host_object(expression) -> None:
     ],
 )
 def test_deep_nesting_is_refused_cleanly(expression) -> None:
-    with pytest.raises(CalcError) as info:
-        calc(expression, max_length=100_000)
-    assert "nested" in str(info.value)
+    assert refusal(expression, max_length=100_000) == (
+        "the expression is nested too deeply (more than 100 levels); "
+        "use sum() for long sums, or execute_python"
+    )
 
 
 def test_moderate_nesting_still_works() -> None:

@@ -199,10 +199,11 @@ def test_execute_python_goes_through_the_gate(tmp_path) -> None:
 def test_sequential_tools_never_overlap(tmp_path) -> None:
     active = []
     overlaps = []
+    release = threading.Event()
 
     @tool(sequential="session")
     def slow(n: int) -> int:
-        """Hold the session for a moment.
+        """Hold the session until the test lets go.
 
         Args:
             n: Echoed.
@@ -210,7 +211,7 @@ def test_sequential_tools_never_overlap(tmp_path) -> None:
         active.append(n)
         if len(active) > 1:
             overlaps.append(tuple(active))
-        time.sleep(0.02)
+        release.wait(60)  # only stops a hung test
         active.remove(n)
         return n
 
@@ -225,10 +226,31 @@ def test_sequential_tools_never_overlap(tmp_path) -> None:
     ]
     for thread in threads:
         thread.start()
+    # Every call has passed the gate's checks (its "decision" record is written) while the
+    # first holds the session: all six are at the tool's door before any is let through.
+    _wait_for(lambda: _decided(log) == 6 and bool(active))
+    release.set()
     for thread in threads:
         thread.join()
     assert overlaps == []
     assert len(events(log, "outcome")) == 6
+
+
+def _decided(log) -> int:
+    """Gate decisions so far (a line being written by another thread is not counted yet)."""
+    text = log.read_text() if log.exists() else ""
+    return sum(
+        json.loads(line)["event"] == "decision" for line in text.splitlines(keepends=True)
+        if line.endswith("\n")
+    )
+
+
+def _wait_for(condition, seconds: float = 60.0) -> None:
+    """Poll a condition; the deadline only stops a hung test."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
 
 
 def test_run_start_and_end_records(tmp_path) -> None:

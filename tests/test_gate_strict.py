@@ -117,7 +117,8 @@ def test_two_tools_with_one_name_are_an_error(tmp_path) -> None:
     assert gate.call(name="calculate", arguments='{"expression": "1"}', call_id="c").text == (
         "shadowed"
     )
-    with pytest.raises(DuplicateToolError):  # replace never allows two in one list
+    twice = "^two tools are registered under the name 'count'$"
+    with pytest.raises(DuplicateToolError, match=twice):  # replace never allows two in one list
         make_gate(tmp_path, policy_from(_custom("count")), extra_tools=[count, other],
                   replace=True)
 

@@ -93,7 +93,7 @@ def test_security_archive_is_skipped_even_under_a_bare_suite_name() -> None:
 
 def test_third_party_repositories_are_not_mistaken_for_debian() -> None:
     vendor = "deb https://vendor.example.test/node nodistro main\n"
-    with pytest.raises(ImageBuildError):
+    with pytest.raises(ImageBuildError, match="^no Debian archive entry .*set SBX_DEBIAN_MIRROR"):
         pick_debian_mirror(parse_one_line(vendor), suite="bookworm")
 
 
@@ -184,8 +184,9 @@ def test_recipe_files_on_disk_change_the_hash_only_when_runner_or_lock_change(
 def test_missing_runner_is_reported(tmp_path: Path) -> None:
     _copy_recipe_files(tmp_path)
     (tmp_path / "runner.py").unlink()
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError) as info:  # images/build.py turns it into one line
         load_recipe(tmp_path)
+    assert info.value.filename == str(tmp_path / "runner.py")
 
 
 def test_lock_round_trips_and_names_each_wheel_file() -> None:

@@ -44,23 +44,25 @@ def test_limits_accept_human_units() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("bad", "message"),
     [
-        {"memory": "12q"},
-        {"memory": "-1"},
-        {"cpus": "0"},
-        {"cpus": "many"},
-        {"timeout": "soon"},
-        {"network": "host"},
-        {"pids": 1},
-        {"privileged": True},
-        {"runtime": "Bad Runtime!"},
-        {"memory": True},
+        ({"memory": "12q"}, "'12q' is not a size; write e.g. '512m', '2g', '64k' or a byte count"),
+        ({"memory": "-1"}, "'-1' is not a size; write e.g."),
+        ({"cpus": "0"}, "cpus must be greater than 0"),
+        ({"cpus": "many"}, "'many' is not a CPU count; write e.g. '1', '1.5' or '0.5'"),
+        ({"timeout": "soon"}, "'soon' is not a duration; write e.g. '30s', '2m', '500ms'"),
+        ({"network": "host"}, "Input should be 'none' or 'bridge'"),
+        ({"pids": 1}, "Input should be greater than or equal to 16"),
+        ({"privileged": True}, "Extra inputs are not permitted"),
+        ({"runtime": "Bad Runtime!"}, "String should match pattern '^[a-z][a-z0-9._-]{0,63}$'"),
+        ({"memory": True}, "expected a size such as '512m', not a boolean"),
     ],
 )
-def test_limits_refuse_bad_values_and_unknown_keys(bad) -> None:
-    with pytest.raises(ValidationError):
+def test_limits_refuse_bad_values_and_unknown_keys(bad, message) -> None:
+    with pytest.raises(ValidationError) as info:
         Limits(**bad)
+    (error,) = info.value.errors()
+    assert error["loc"] == tuple(bad) and message in error["msg"]
 
 
 def test_format_size() -> None:
@@ -107,5 +109,7 @@ def test_the_bounds_themselves_are_accepted() -> None:
 @pytest.mark.parametrize("bad", [{"pids": "256"}, {"pids": 256.0}, {"nofile": True},
                                  {"max_artifacts": "64"}])
 def test_counts_are_strict_integers(bad) -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError) as info:
         Limits(**bad)
+    (error,) = info.value.errors()
+    assert (error["loc"], error["type"]) == (tuple(bad), "int_type")  # not coerced

@@ -5,7 +5,9 @@ A budget end never carries an answer, and its message names the limit and the fl
 
 from __future__ import annotations
 
+import re
 import socket
+import threading
 import time
 
 import scripted_llm
@@ -44,32 +46,48 @@ def test_wall_time_ends_with_time_limit_after_a_slow_tool(llm, tmp_path):
     @tool
     def slow() -> str:
         """Take a while."""
-        time.sleep(0.6)
+        time.sleep(0.6)  # longer than the whole budget; nothing here asserts how long
         return "finally"
 
     llm.script([tool_call("slow")])
-    gate, _ = make_gate(tmp_path, policy(custom=("slow",)), extra_tools=[slow])
+    gate, log = make_gate(tmp_path, policy(custom=("slow",)), extra_tools=[slow])
 
     result = ask(llm, gate, agent_settings=settings(max_wall_time="0.5s"))
 
     assert (result.status, result.answer) == ("time_limit", None)
-    assert result.message.startswith("The run reached max_wall_time of 0.5 s after 0.")
-    assert result.message.endswith("(--max-time)")
+    assert re.fullmatch(
+        r"The run reached max_wall_time of 0\.5 s after \d+\.\d s \(--max-time\)", result.message
+    )
+    # the call in flight was finished, not cut; the budget stopped the next request
+    assert [(o["tool"], o["status"], o["text"]) for o in events(log, "outcome")] == [
+        ("slow", "ok", "finally")
+    ]
+    assert len(llm.requests) == 1
 
 
 def test_a_model_request_in_flight_is_cut_at_the_remaining_wall_time(llm, tmp_path):
-    def sleepy(request):
-        time.sleep(1.5)
+    release = threading.Event()
+    answered = threading.Event()
+
+    def held(request):
+        release.wait(60)  # held until the test lets go; the 60 s only stops a hung test
+        answered.set()
         return assistant("too late")
 
-    llm.script([sleepy])
+    llm.script([held])
     gate, _ = _calc_gate(tmp_path)
-    started = time.monotonic()
-
-    result = ask(llm, gate, agent_settings=settings(max_wall_time="0.5s", max_retries=0))
+    try:
+        result = ask(llm, gate, agent_settings=settings(max_wall_time="0.5s", max_retries=0))
+        # the run ended while the endpoint still held the request: it was cut, not waited out
+        assert not answered.is_set()
+    finally:
+        release.set()
 
     assert (result.status, result.answer) == ("time_limit", None)
-    assert time.monotonic() - started < 1.4
+    assert re.fullmatch(
+        r"The run reached max_wall_time of 0\.5 s after \d+\.\d s \(--max-time\)", result.message
+    )
+    assert len(llm.requests) == 1
 
 
 def test_total_tokens_end_with_token_limit_before_the_request_that_would_pass_it(llm, tmp_path):

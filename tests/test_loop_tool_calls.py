@@ -6,7 +6,6 @@ Each is a correct observation, matched to its `tool_call_id`, and the run goes o
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -52,8 +51,11 @@ def test_two_calls_in_one_reply_are_answered_with_both_ids_in_order(llm, tmp_pat
 
 
 def test_calls_without_a_shared_sandbox_run_concurrently_and_answer_in_call_order(llm, tmp_path):
-    windows: dict[str, tuple[float, float]] = {}
-    both_started = threading.Barrier(2, timeout=5)
+    finished: list[str] = []
+    # raises BrokenBarrierError if the calls ran one after the other; the 60 s only stops a
+    # hung test
+    both_started = threading.Barrier(2, timeout=60)
+    b_done = threading.Event()
 
     @tool
     def slow(label: str) -> str:
@@ -62,10 +64,12 @@ def test_calls_without_a_shared_sandbox_run_concurrently_and_answer_in_call_orde
         Args:
             label: Echoed back.
         """
-        started = time.monotonic()
-        both_started.wait()  # raises BrokenBarrierError if the calls ran one after the other
-        time.sleep(0.2 if label == "a" else 0.05)  # "a" finishes last
-        windows[label] = (started, time.monotonic())
+        both_started.wait()
+        if label == "a":
+            assert b_done.wait(60), "b never finished"  # "a" finishes last, by construction
+        finished.append(label)
+        if label == "b":
+            b_done.set()
         return label
 
     llm.script([
@@ -77,7 +81,7 @@ def test_calls_without_a_shared_sandbox_run_concurrently_and_answer_in_call_orde
     result = ask(llm, gate)
 
     assert result.status == "completed"
-    assert windows["a"][0] < windows["b"][1] and windows["b"][0] < windows["a"][1]
+    assert finished == ["b", "a"]
     _, *answers = _reply_messages(llm.requests[1])
     assert [(m["tool_call_id"], m["content"]) for m in answers] == [
         ("call_a", "a"), ("call_b", "b")

@@ -51,8 +51,7 @@ def test_syntax_error_names_file_and_line(tmp_path) -> None:
     path = write(tmp_path, "[tools.calculate]\nenabled = true\nmax_expression_length = = 3\n")
     with pytest.raises(PolicyError) as info:
         load_policy(path)
-    message = str(info.value)
-    assert str(path) in message and "line 3" in message
+    assert str(info.value) == f"{path}: not valid TOML: Invalid value (at line 3, column 25)"
 
 
 def test_unknown_key_names_line_and_key(tmp_path) -> None:

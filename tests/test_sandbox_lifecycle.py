@@ -8,11 +8,10 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
-from conftest import TEST_IMAGE
+from conftest import TEST_IMAGE, wait_for_file_in_container, wait_until_removed
 from sbx.sandbox.gc import collect_orphans
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
@@ -20,30 +19,36 @@ from sbx.sandbox.session import Session
 pytestmark = pytest.mark.docker
 
 
-def _wait_until_gone(engine, run_id: str, seconds: float = 20) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        ids = [c for c in engine.managed_containers() if c["Labels"].get("sbx.run_id") == run_id]
-        if not ids:
-            return True
-        time.sleep(0.2)
-    return False
+def _containers_of(engine, run_id: str) -> list[str]:
+    return [
+        c["Id"] for c in engine.managed_containers() if c["Labels"].get("sbx.run_id") == run_id
+    ]
 
 
 def test_ctrl_c_during_an_execution_removes_the_container(engine, runtime, tmp_path) -> None:
     main_thread = threading.main_thread().ident
     assert main_thread is not None
-    timer = threading.Timer(1.5, lambda: signal.pthread_kill(main_thread, signal.SIGINT))
     session = Session.open(
         limits=Limits(runtime=runtime, timeout="30s"),
         image=TEST_IMAGE,
         engine=engine,
         output_dir=tmp_path,
     )
-    timer.start()
+    container_id = session.container_id
+    assert container_id is not None
+
+    def interrupt_once_running() -> None:
+        wait_for_file_in_container(engine, container_id, "/tmp/started")
+        signal.pthread_kill(main_thread, signal.SIGINT)
+
+    watcher = threading.Thread(target=interrupt_once_running, daemon=True)
+    watcher.start()
     with pytest.raises(KeyboardInterrupt), session:
-        session.run("import time\ntime.sleep(60)")
-    assert _wait_until_gone(engine, session.run_id, 5)
+        session.run("open('/tmp/started', 'w').close()\nimport time\ntime.sleep(60)")
+    watcher.join(60)  # only stops a hung test
+    assert session.container_id is None
+    wait_until_removed(engine, container_id)
+    assert _containers_of(engine, session.run_id) == []
 
 
 OWNER = f"""
@@ -51,9 +56,9 @@ import sys, time
 from pathlib import Path
 from sbx.sandbox.session import Session
 s = Session.open(image={TEST_IMAGE!r}, output_dir=Path(sys.argv[1]))
-print(s.run_id, flush=True)
 s.run("x = 1")
-time.sleep(300)
+print(s.run_id, flush=True)  # the session is up and has served a run
+time.sleep(300)  # until the test kills it
 """
 
 
@@ -63,12 +68,12 @@ def test_container_of_a_killed_owner_disappears_without_gc(engine, runtime, tmp_
     )
     assert owner.stdout is not None
     run_id = owner.stdout.readline().strip()
-    time.sleep(0.5)
-    assert any(c["Labels"].get("sbx.run_id") == run_id for c in engine.managed_containers())
+    assert run_id, "the owner process did not open its session"
+    (container_id,) = _containers_of(engine, run_id)
     os.kill(owner.pid, signal.SIGKILL)
     owner.wait()
     owner.stdout.close()
-    assert _wait_until_gone(engine, run_id), "runner did not exit when its owner died"
+    wait_until_removed(engine, container_id)  # the runner exits when its owner dies
 
 
 def test_gc_removes_orphans_and_spares_live_sessions(engine, runtime, tmp_path) -> None:

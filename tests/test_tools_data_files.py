@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
@@ -134,8 +135,9 @@ def test_symlink_swapped_in_after_listing_is_refused(tmp_path, data) -> None:
     target = data["dir"] / "2024" / "notes.txt"
     target.rename(tmp_path / "kept.txt")  # keeps the inode alive, so the next file gets another
     target.symlink_to(data["secret"])
-    with pytest.raises(OSError):  # O_NOFOLLOW on every component
+    with pytest.raises(OSError) as info:  # O_NOFOLLOW on every component
         open_data_file(notes)
+    assert info.value.errno == errno.ELOOP  # refused as a symlink, not merely unreadable
     target.unlink()
     target.write_text("replaced")  # a different file under the same name
     with pytest.raises(ToolFailure, match="changed since it was listed"):
@@ -143,8 +145,9 @@ def test_symlink_swapped_in_after_listing_is_refused(tmp_path, data) -> None:
     year = data["dir"] / "2024"
     year.rename(tmp_path / "moved")
     year.symlink_to(tmp_path / "moved")  # a symlinked directory in the middle of the path
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as info:
         open_data_file(notes)
+    assert info.value.errno == errno.ENOTDIR  # O_DIRECTORY | O_NOFOLLOW: the link is no directory
 
 
 def test_binary_formats_point_to_execute_python(tmp_path, data) -> None:

@@ -120,8 +120,11 @@ def test_schema_is_accepted_by_openai_sdk_types(tmp_path) -> None:
     assert json.loads(json.dumps(schemas)) == schemas  # plain JSON, as sent on the wire
     for schema in schemas:
         assert schema["function"]["parameters"]["additionalProperties"] is False
-    with pytest.raises(ValidationError):  # the adapter has teeth: a nameless function fails
+    with pytest.raises(ValidationError) as info:  # the adapter has teeth: a nameless function
         adapter.validate_python([{"type": "function", "function": {"description": "x"}}])
+    assert [(e["type"], e["loc"]) for e in info.value.errors()] == [
+        ("missing", (0, "function", "name"))
+    ]
 
 
 def test_all_required_tool_claims_strict_mode_and_context_is_hidden() -> None:
@@ -150,12 +153,18 @@ def test_all_required_tool_claims_strict_mode_and_context_is_hidden() -> None:
 def test_arguments_validated_with_the_same_model() -> None:
     args = weather.parse_arguments('{"location": {"city": "Oslo"}, "unit": "celsius", "days": 3}')
     assert weather.invoke(args, ToolContext(run_id="r", runner=None)) == "Oslo celsius 3 None"
-    with pytest.raises(ValidationError):
-        weather.parse_arguments('{"location": {"city": "Oslo"}, "unit": "kelvin"}')
-    with pytest.raises(ValidationError):
-        weather.parse_arguments('{"location": {"city": "Oslo"}, "unit": "celsius", "extra": 1}')
-    with pytest.raises(ValidationError):
-        weather.parse_arguments("{not json")
+    for arguments, (kind, where, message) in [
+        ('{"location": {"city": "Oslo"}, "unit": "kelvin"}',
+         ("enum", ("unit",), "Input should be 'celsius' or 'fahrenheit'")),
+        ('{"location": {"city": "Oslo"}, "unit": "celsius", "extra": 1}',
+         ("extra_forbidden", ("extra",), "Extra inputs are not permitted")),
+        ("{not json", ("json_invalid", (), "Invalid JSON: key must be a string")),
+    ]:
+        with pytest.raises(ValidationError) as info:
+            weather.parse_arguments(arguments)
+        (error,) = info.value.errors()
+        assert (error["type"], error["loc"]) == (kind, where)
+        assert error["msg"].startswith(message)
 
 
 def test_decorator_rejects_what_a_model_could_not_call() -> None:
@@ -168,11 +177,17 @@ def test_decorator_rejects_what_a_model_could_not_call() -> None:
     def star(*args: int) -> None:
         """Doc."""
 
-    for fn in (untyped, no_doc, star):
-        with pytest.raises(TypeError):
+    for fn, message in [
+        (untyped, "tool 'untyped': parameter 'x' needs a type annotation"),
+        (no_doc, "tool 'no_doc' needs a docstring (its summary is the description)"),
+        (star, "tool 'star': *args/**kwargs cannot be described to a model"),
+    ]:
+        with pytest.raises(TypeError) as info:
             tool(fn)
-    with pytest.raises(TypeError):
+        assert str(info.value) == message
+    with pytest.raises(TypeError) as info:
         tool(name="bad name!")(no_doc)
+    assert str(info.value) == "tool name 'bad name!' must match [A-Za-z0-9_-]{1,64}"
 
 
 def test_docstring_parser_joins_paragraphs_and_continuations() -> None:

@@ -8,6 +8,7 @@ own tests use Docker.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -126,8 +127,9 @@ def run_calls(log_path: str, run_id: str, calls: int, key: str | None = None) ->
     audit.close()
 
 
-def write_forever_then_tear(log_path: str, marker: str) -> None:
-    """Subprocess body: append records, then write half of one and wait to be killed."""
+def write_forever_then_tear(log_path: str) -> None:
+    """Subprocess body: append records, then write half of one, say "torn" on stdout and wait
+    to be killed."""
     import sbx.tools.audit as audit_module
 
     log = open_log(Path(log_path))
@@ -137,17 +139,22 @@ def write_forever_then_tear(log_path: str, marker: str) -> None:
 
     def half_then_hang(fd: int, data: bytes) -> None:
         real_write(fd, data[: len(data) // 2])
-        Path(marker).write_text("torn")
-        time.sleep(60)
+        print("torn", flush=True)
+        time.sleep(60)  # until the test kills it
 
     audit_module._write_all = half_then_hang
     log.record("run-torn", "outcome", {"i": "never complete"})
 
 
-def write_until_killed(log_path: str) -> None:
-    """Subprocess body: append records as fast as possible until killed."""
+def write_until_killed(log_path: str, announce_bytes: int = 200_000) -> None:
+    """Subprocess body: append records as fast as possible until killed; say "going" on stdout
+    once the log holds `announce_bytes`, and keep writing."""
     log = open_log(Path(log_path))
     i = 0
+    announced = False
     while True:
         log.record("run-kill", "outcome", {"i": i, "pad": "x" * (i % 5000)})
         i += 1
+        if not announced and os.path.getsize(log_path) >= announce_bytes:
+            print("going", flush=True)
+            announced = True
