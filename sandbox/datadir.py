@@ -9,7 +9,7 @@ execution. The directory goes with the container: the reaper removes it after
 the container, and a crashed process's directories are removed by the next
 `Pool.start` or `sbx gc` (`sandbox.gc`), told apart by the owner in their name.
 
-Layout and rights: `<root>/<host>.<pid>.<token>/`, the root 0700 and owned by
+Layout and rights: `<root>/<host digest>.<pid>.<token>/`, the root 0700 and owned by
 sbx (no other host user can reach a name inside: a hard link there would
 otherwise show a file to users whom its own directory kept out), each
 container's directory 0755 (uid 1000 in the container may read, never change;
@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import secrets
@@ -64,7 +65,7 @@ COPY_MODE = 0o444
 FICLONE = 0x40049409
 """ioctl that makes a copy-on-write clone (btrfs, XFS): a copy that costs no bytes."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_NAME = re.compile(r"^(?P<host>[A-Za-z0-9_.-]+)\.(?P<pid>[0-9]+)\.(?P<token>[0-9a-f]{12})$")
+_NAME = re.compile(r"^(?P<host>[0-9a-f]{8})\.(?P<pid>[0-9]+)\.(?P<token>[0-9a-f]{12})$")
 
 
 class NotDeliverable(SandboxError):
@@ -90,8 +91,12 @@ def default_data_root(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def host_label() -> str:
-    """This host's name as it appears in a directory name (anything unusual becomes `_`)."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "_"
+    """This host as it appears in a directory name: a digest of its name.
+
+    The code in the container can read the directory's host path from its
+    mount table; the host's name need not be in it.
+    """
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
 
 
 def parse_dir_name(name: str) -> tuple[str, int] | None:
