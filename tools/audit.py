@@ -138,6 +138,8 @@ class AuditLog:
         self._syncing = False
         self._failed: str | None = None
         """Why the log stopped (a failed fsync); every later append raises it."""
+        self.syncs = 0
+        """fsyncs this process ran on the log (`sbx bench` shows appends per fsync)."""
 
     @classmethod
     def open(cls, path: Path, *, key: bytes | None, redact: Redactor) -> AuditLog:
@@ -163,6 +165,7 @@ class AuditLog:
                 return
             if self._durable < self._written and self._failed is None:
                 try:
+                    self.syncs += 1
                     os.fsync(self._fd)
                     self._durable = self._written
                 except OSError as exc:
@@ -217,6 +220,7 @@ class AuditLog:
                     self._synced.acquire()
                     self._syncing = False
                     self._synced.notify_all()
+                self.syncs += 1
                 if failure is not None:
                     self._failed = self._sync_failure(failure)
                 else:
