@@ -39,7 +39,7 @@ from sbx.sandbox.session import Session
 
 WORKLOAD = FIRST_QUESTION
 CSV_NAME = "sales.csv"
-CSV_ROWS = 400_000
+CSV_ROWS = 490_000
 """Rows of the generated CSV: about 10 MB."""
 PROGRAM = (
     "import pandas as pd\n"
