@@ -27,7 +27,7 @@ from sbx.sandbox.bench.targets import (
     THROUGHPUT_MODES,
     evaluate_targets,
 )
-from sbx.sandbox.bench.workloads import FIRST_QUESTION, PRINT_ONE, STATEFUL_PAIR
+from sbx.sandbox.bench.workloads import FIRST_QUESTION, PNG_ARTIFACT, PRINT_ONE, STATEFUL_PAIR
 from sbx.sandbox.capacity import HostCapacity
 from sbx.sandbox.gc import owner_tag
 from sbx.sandbox.host_caps import HostCaps
@@ -154,7 +154,7 @@ def test_a_tiny_real_run_fills_every_cell_and_leaves_nothing(engine, tmp_path) -
         concurrency=(2,),
         pool_size=1,
         image=TEST_IMAGE,
-        workloads=(PRINT_ONE, STATEFUL_PAIR),
+        workloads=(PRINT_ONE, STATEFUL_PAIR, PNG_ARTIFACT),  # artifacts: each run a new dir (C22)
     )
     report = run_bench(options, engine=engine, capacity=capacity)
     for mode in MODES:

@@ -180,7 +180,7 @@ class _Bench:
         programs = workload.fresh_programs()
         if mode in (FRESH, POOLED):
             pool = self.pool if mode == POOLED else self.cold
-            out = self.scratch / "fresh"
+            out = self.scratch / f"fresh-{time.perf_counter_ns()}"  # C22: nothing replaced
             return [
                 _checked(
                     pool.run_fresh(
