@@ -211,3 +211,25 @@ def test_a_crash_leaves_nothing_the_next_start_or_gc_does_not_clean(
     while any(label.endswith(owner) for label in labels()):
         assert time.monotonic() < deadline, "a container of the crashed process remained"
         time.sleep(0.1)
+
+
+def test_a_replacement_container_gets_the_same_data_in_a_directory_of_its_own(
+    engine, tmp_path, data
+) -> None:
+    key = PoolKey(image=TEST_IMAGE, limits=Limits(timeout="10s"))
+    root = tmp_path / "data-root"
+    config = PoolConfig(size=1, data_root=root)
+    with Pool.start(engine=engine, capacity=capacity(tmp_path), config=config, warm=[key]) as pool:
+        assert pool.wait_warm(key)
+        with pool.session(
+            limits=key.limits, image=TEST_IMAGE, data=[data["sales"]], output_dir=tmp_path / "o"
+        ) as session:
+            first = session.data_dir.path if session.data_dir else None
+            engine.remove(session.container_id or "")  # the container dies under the session
+            lost = session.run("print(1)")
+            again = session.run("print(open('/data/sales.csv').read().split()[1])")
+            second = session.data_dir.path if session.data_dir else None
+        assert not lost.ok and again.stdout == "north,3\n"
+        assert first is not None and second is not None and first != second
+        assert pool.reaper.wait_idle(60)
+        assert not first.exists() and not second.exists()
