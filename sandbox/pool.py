@@ -23,7 +23,7 @@ Every container, pooled or not, holds a lease on the host-wide cap
 refill takes leases only when they fit now and nobody is queued, and when
 callers are queued it sheds idle containers, so a warm pool never starves a
 real request. Idle containers older than `max_age_s` are replaced.
-`Pool.start()` removes orphans of crashed processes (by label) first;
+`Pool.start()` removes orphans of crashed processes (by label) and their data directories first;
 `close()` drains: no new builds, idle containers removed, removals awaited.
 """
 
