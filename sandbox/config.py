@@ -39,6 +39,10 @@ TMPFS_OPTIONS = "rw,nosuid,nodev,noexec"
 SHIPPED_SECCOMP = Path(__file__).with_name("seccomp.json")
 
 
+DATA_TARGET = "/data"
+"""Where input data appears: `/data/<name>` per path, or a warm container's whole directory."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class DataMount:
     """One host path shown read-only inside the container."""
@@ -46,7 +50,7 @@ class DataMount:
     source: Path
     """Absolute, resolved host path (file or directory)."""
     target: str
-    """Where it appears: `/data/<name>`."""
+    """Where it appears: `/data/<name>` (or `/data` itself for a per-container directory)."""
 
 
 def container_environment(limits: Limits) -> dict[str, str]:

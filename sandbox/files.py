@@ -3,7 +3,9 @@
 Inbound, each host path must exist and be readable *by the sandbox's uid*
 (`SANDBOX_USER`), judged from the mode bits of the path and of every entry
 below it: sbx runs as root, so "sbx can read it" says nothing. Each path is
-bind-mounted read-only at `/data/<name>`.
+bind-mounted read-only at `/data/<name>`, or, in a warm pooled container, put
+at the same name in its own read-only `/data` directory (`sandbox.datadir`,
+which judges every entry again as it links or copies it).
 
 Outbound, the host never trusts a name or a size that came from the
 container: names must be plain relative paths with no hidden (dot) part and
@@ -46,7 +48,8 @@ MAX_SHOWN_CHARS = 120
 """Longest refused name we report (after escaping)."""
 MAX_DATA_ENTRIES = 20_000
 """Entries below a data directory whose modes are checked before a run (the rest are
-still guarded by the kernel inside the sandbox and by the host tools' own checks)."""
+still guarded by the kernel inside the sandbox and by the host tools' own checks), and
+the most a warm container's `/data` directory receives per run (`sandbox.datadir`)."""
 UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
 """Unicode categories refused in names: C0/C1 controls, bidi and zero-width format
 characters, surrogates (undecodable bytes), private use, line and paragraph separators."""

@@ -6,15 +6,26 @@ of other hosts (a shared remote engine) are left alone unless `everything` is
 asked for, since their liveness cannot be checked from here. The runner already exits when
 its owner's stream closes, and the engine auto-removes it; this is the net
 under that net, run by `sbx gc` and at pool start.
+
+The per-container `/data` directories (`sandbox.datadir`) are named after their
+owner the same way (`host.pid.token`) and are removed by the same rule, after
+the containers: a directory of a live process is never touched.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import socket
+import stat
+from pathlib import Path
 
 from sbx.sandbox.config import OWNER_LABEL, RUN_ID_LABEL
+from sbx.sandbox.datadir import default_data_root, host_label, parse_dir_name
 from sbx.sandbox.engine import Engine
+
+logger = logging.getLogger(__name__)
 
 
 def owner_tag() -> str:
@@ -41,8 +52,49 @@ def owned_here(tag: str) -> bool:
     return tag.rpartition(":")[0] == socket.gethostname()
 
 
-def collect_orphans(engine: Engine, *, everything: bool = False) -> list[dict[str, str]]:
-    """Remove orphaned (or, with `everything`, all) managed containers; return what was removed."""
+def collect_orphans(
+    engine: Engine, *, everything: bool = False, data_root: Path | None = None
+) -> list[dict[str, str]]:
+    """Remove orphaned (or, with `everything`, all) managed containers; return what was removed.
+
+    Then the per-container data directories of dead owners below `data_root`
+    (default: `default_data_root()`), all of them with `everything`.
+    """
+    removed = _collect_containers(engine, everything=everything)
+    gone = collect_orphan_data(data_root or default_data_root(), everything=everything)
+    if gone:
+        logger.info("removed %d orphaned data directory(ies)", len(gone))
+    return removed
+
+
+def collect_orphan_data(root: Path, *, everything: bool = False) -> list[str]:
+    """Remove the data directories below `root` whose owner is gone; return their names."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:  # no root yet: nothing was ever delivered
+        return []
+    here = host_label()
+    gone: list[str] = []
+    for name in names:
+        parsed = parse_dir_name(name)
+        if parsed is None:
+            continue  # not ours: never removed
+        host, pid = parsed
+        if not everything and (host != here or owner_alive(f"{socket.gethostname()}:{pid}")):
+            continue
+        path = root / name
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                continue
+            shutil.rmtree(path)
+        except OSError as exc:
+            logger.warning("could not remove data directory %s: %s", name, exc.strerror)
+            continue
+        gone.append(name)
+    return gone
+
+
+def _collect_containers(engine: Engine, *, everything: bool) -> list[dict[str, str]]:
     removed: list[dict[str, str]] = []
     for container in engine.managed_containers():
         labels = container.get("Labels") or {}

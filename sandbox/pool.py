@@ -11,17 +11,19 @@ The pool is keyed by everything that shapes a container (`PoolKey`: image and
 `Limits`, the runtime included). Only keys named with `warm()` are kept
 filled. A request for a warmed key with no idle container waits for a build
 already in flight (it is further along than a new create); a request for any
-other key, and any request with `/data` inputs, gets a container created on
-the spot. Data is never delivered into a pre-created container: bind mounts
-are fixed at create time, and copying files through the runner protocol would
-be a second, unaudited way in. Such runs pay the create on their critical path.
+other key gets a container created on the spot. Runs with `/data` inputs are
+served warm too: each pooled container mounts an empty directory of its own
+read-only at `/data`, and the run's files are linked (or copied) into it on
+the host before the first execution (`sandbox.datadir`), never sent through
+the runner protocol. Data past the delivery bounds gets a created container
+with bind mounts, as every run with data used to.
 
 Every container, pooled or not, holds a lease on the host-wide cap
 (`sandbox.capacity`) from before its create until after its removal. The
 refill takes leases only when they fit now and nobody is queued, and when
 callers are queued it sheds idle containers, so a warm pool never starves a
 real request. Idle containers older than `max_age_s` are replaced.
-`Pool.start()` removes orphans of crashed processes (by label) first;
+`Pool.start()` removes orphans of crashed processes (by label) and their data directories first;
 `close()` drains: no new builds, idle containers removed, removals awaited.
 """
 
@@ -38,8 +40,9 @@ from pathlib import Path
 from sbx.sandbox.capacity import HostCapacity, Lease
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.datadir import default_data_root
 from sbx.sandbox.engine import Engine
-from sbx.sandbox.files import check_output_dir
+from sbx.sandbox.files import check_output_dir, data_mounts
 from sbx.sandbox.gc import collect_orphans
 from sbx.sandbox.host_caps import Need
 from sbx.sandbox.limits import Limits
@@ -67,6 +70,8 @@ class Pool(Closing):
         self.config = config
         self.reaper = Reaper(engine, workers=config.reap_workers)
         self.stats = PoolStats()
+        self.data_root = config.data_root or default_data_root()
+        """Where the warm containers' `/data` directories live (`sbx gc` cleans the default)."""
         self._slots: dict[PoolKey, KeySlot] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -91,7 +96,7 @@ class Pool(Closing):
             capacity=capacity or HostCapacity.from_env(),
             config=config or PoolConfig(),
         )
-        removed = collect_orphans(pool.engine)
+        removed = collect_orphans(pool.engine, data_root=pool.data_root)
         if removed:
             logger.info("removed %d orphaned sandbox container(s)", len(removed))
         pool._thread.start()
@@ -119,21 +124,27 @@ class Pool(Closing):
     ) -> Session:
         """A started session for one run: a warm container if one fits, else a new one.
 
-        Close it (or use `with`) when the run ends; the container is then
-        removed in the background and never serves another run. Raises
-        `HostBusy` when the host-wide cap stays full past `SBX_HOST_WAIT`.
+        `data` is checked first (`InvalidInput`, before any container is taken),
+        then delivered into the warm container. Close the session (or use
+        `with`) when the run ends; the container is then removed in the
+        background and never serves another run. Raises `HostBusy` when the
+        host-wide cap stays full past `SBX_HOST_WAIT`.
         """
         key = PoolKey(image=image, limits=limits or Limits())
         run_id = run_id or new_run_id()
         output_dir = output_dir or Path("sbx-output") / run_id
         check_output_dir(output_dir)  # a warm session must not adopt an unusable directory
-        if not data:
-            taken = self._take(key)
-            if taken is not None:
-                taken.adopt(run_id=run_id, output_dir=output_dir, mode=mode)
-                return taken
+        mounts = data_mounts(list(data or []))
+        taken = self._take(key)
+        if taken is not None and taken.take_data(mounts):
+            taken.adopt(run_id=run_id, output_dir=output_dir, mode=mode)
+            with self._lock:
+                self.stats.hits += 1
+                self.stats.data_delivered += bool(mounts)
+            return taken
         with self._lock:
             self.stats.misses += 1
+            self.stats.data_cold += taken is not None  # past a delivery bound: discarded
         created = self._new_session(
             key, run_id=run_id, data=list(data or []), output_dir=output_dir, mode=mode
         )
@@ -231,26 +242,13 @@ class Pool(Closing):
     # ------------------------------------------------------------ internals
 
     def _new_session(
-        self,
-        key: PoolKey,
-        *,
-        run_id: str,
-        data: list[Path],
-        output_dir: Path,
-        mode: str,
-        lease: Lease | None = None,
+        self, key: PoolKey, *, run_id: str, data: list[Path], output_dir: Path, mode: str,
+        lease: Lease | None = None, data_root: Path | None = None,
     ) -> LeasedSession:
         return LeasedSession(
-            engine=self.engine,
-            limits=key.limits,
-            image=key.image,
-            run_id=run_id,
-            data=data,
-            output_dir=output_dir,
-            capacity=self.capacity,
-            reaper=self.reaper,
-            mode=mode,
-            lease=lease,
+            engine=self.engine, limits=key.limits, image=key.image, run_id=run_id, data=data,
+            output_dir=output_dir, capacity=self.capacity, reaper=self.reaper, mode=mode,
+            lease=lease, data_root=data_root, max_copy_bytes=self.config.max_copy_bytes,
         )
 
     def _take(self, key: PoolKey) -> LeasedSession | None:
@@ -267,7 +265,6 @@ class Pool(Closing):
                     candidate = slot.idle.popleft().session
                     if candidate.usable():
                         found = candidate
-                        self.stats.hits += 1
                     else:
                         dead.append(candidate)
                     continue
@@ -362,12 +359,8 @@ class Pool(Closing):
         """Create, attach and start one container for the pool (on a builder thread)."""
         pool_id = "pool-" + uuid.uuid4().hex[:12]
         session = self._new_session(
-            key,
-            run_id=pool_id,
-            data=[],
-            mode=POOL_MODE,
-            lease=lease,
-            output_dir=Path("sbx-output") / pool_id,
+            key, run_id=pool_id, data=[], mode=POOL_MODE, lease=lease,
+            output_dir=Path("sbx-output") / pool_id, data_root=self.data_root,
         )
         try:
             session.start()

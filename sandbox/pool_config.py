@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.limits import Limits
@@ -40,6 +41,12 @@ class PoolConfig:
     """Seconds between maintenance passes (a take or a release wakes it early)."""
     retry_s: float = 1.0
     """First pause after a failed build; it doubles up to 30 s while builds keep failing."""
+    data_root: Path | None = None
+    """Where each warm container's `/data` directory lives (None: `SBX_DATA_ROOT`, else
+    `/var/lib/sbx/data` for root): on the data's filesystem, files are linked, not copied."""
+    max_copy_bytes: int = 64 << 20
+    """Bytes one run may copy into a warm container (directory contents, or files on another
+    filesystem); a run with more gets a container created with bind mounts instead."""
 
 
 @dataclass(kw_only=True)
@@ -53,7 +60,12 @@ class PoolStats:
     hits: int = 0
     """Requests served by a warm container."""
     misses: int = 0
-    """Requests that created a container on their own path (no warm one, or `/data` given)."""
+    """Requests that created a container on their own path (no warm one of their key)."""
+    data_delivered: int = 0
+    """Hits whose `/data` files were put into the warm container (counted in `hits`)."""
+    data_cold: int = 0
+    """Requests with data a warm container could not take within the bounds (counted in
+    `misses`: they got a created container with bind mounts)."""
     built: int = 0
     """Containers the pool created."""
     shed: int = 0

@@ -7,6 +7,13 @@ after the container has been removed. Closing it closes the attach stream at
 once (the runner sees end of input and exits) and hands the container to the
 `Reaper`, whose threads kill and remove it, so the caller never waits for
 the engine's removal, which costs about as much as a create.
+
+A session given a `data_root` (every container the pool builds ahead of time)
+mounts a directory of its own at `/data` (`sandbox.datadir`) instead of one
+bind mount per data path, so the run's files can be delivered after the
+container started (`deliver`). The directory is removed after the container,
+and a replacement container (after a lost runner) gets a new one, filled
+again with the same files.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from sbx.sandbox.capacity import HostCapacity, Lease
+from sbx.sandbox.config import DATA_TARGET, DataMount
+from sbx.sandbox.datadir import DataDir, Delivery, NotDeliverable
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.host_caps import Need
 from sbx.sandbox.limits import Limits
@@ -38,24 +47,28 @@ class Reaper:
         self.reaped = 0
         """Containers removed so far (for stats and tests)."""
 
-    def submit(self, container_id: str | None, lease: Lease | None) -> None:
+    def submit(
+        self, container_id: str | None, lease: Lease | None, data_dir: DataDir | None = None
+    ) -> None:
         """Queue a removal; after `close()` it runs on the caller's thread instead."""
-        if container_id is None and lease is None:
+        if container_id is None and lease is None and data_dir is None:
             return
         with self._lock:
             if not self._closed:
-                future = self._executor.submit(self._reap, container_id, lease)
+                future = self._executor.submit(self._reap, container_id, lease, data_dir)
                 self._pending.add(future)
                 future.add_done_callback(self._done)
                 return
-        self._reap(container_id, lease)
+        self._reap(container_id, lease, data_dir)
 
     def _done(self, future: Future[None]) -> None:
         with self._lock:
             self._pending.discard(future)
 
-    def _reap(self, container_id: str | None, lease: Lease | None) -> None:
-        """Kill and remove, then give the share back: the ledger never shows less than runs."""
+    def _reap(
+        self, container_id: str | None, lease: Lease | None, data_dir: DataDir | None
+    ) -> None:
+        """Kill and remove, then the data directory, then give the share back."""
         try:
             if container_id is not None:
                 self.engine.remove(container_id)
@@ -64,6 +77,11 @@ class Reaper:
         except Exception:  # a background thread must not die: log and free the lease
             logger.warning("could not remove sandbox %s", (container_id or "?")[:12])
         finally:
+            try:
+                if data_dir is not None:
+                    data_dir.remove()
+            except OSError as exc:  # left for `sbx gc` once this process is gone
+                logger.warning("could not remove data directory: %s", exc.strerror)
             if lease is not None:
                 lease.release()
 
@@ -102,6 +120,8 @@ class LeasedSession(Session):
         reaper: Reaper,
         mode: str = "session",
         lease: Lease | None = None,
+        data_root: Path | None = None,
+        max_copy_bytes: int = 0,
     ) -> None:
         super().__init__(
             engine=engine,
@@ -115,19 +135,73 @@ class LeasedSession(Session):
         self.capacity = capacity
         self.reaper = reaper
         self.lease = lease
+        self.data_root = data_root
+        """Where this session's `/data` directory is made (None: one bind mount per path)."""
+        self.max_copy_bytes = max_copy_bytes
+        self.data_dir: DataDir | None = None
+        self.delivered: tuple[DataMount, ...] = ()
+        """The run's data, as delivered (a replacement container gets the same)."""
 
     def start(self) -> None:
-        """Take a host lease (waiting in the FIFO queue; HostBusy on timeout), then start."""
+        """Take a host lease (waiting in the FIFO queue; HostBusy on timeout), then start.
+
+        With a `data_root`, the container's `/data` directory is made (and
+        filled with what was delivered before) first.
+        """
         if self.lease is None:
             self.lease = self.capacity.acquire(Need.of(self.limits))
+        if self.data_root is not None:
+            try:
+                self._make_data_dir(self.data_root)
+            except BaseException:
+                self.close()
+                raise
         super().start()
 
+    def _make_data_dir(self, root: Path) -> None:
+        self.data_dir = DataDir.create(root)
+        try:
+            self.data_dir.fill(self.delivered, max_copy_bytes=self.max_copy_bytes)
+        except NotDeliverable:  # a replacement: the data grew; bind mounts as a created one
+            data_dir, self.data_dir, self.data_root = self.data_dir, None, None
+            data_dir.remove()
+            self.mounts = self.delivered
+            return
+        self.mounts = (DataMount(source=self.data_dir.path, target=DATA_TARGET),)
+
+    def deliver(self, mounts: tuple[DataMount, ...]) -> Delivery:
+        """Put the run's files into the running container's `/data`, before its first execution.
+
+        Raises `NotDeliverable` (past a bound: use another container) or
+        `InvalidInput` (a file changed since it was checked).
+        """
+        if self.data_dir is None or self.executions:
+            raise NotDeliverable("this container takes no data (no data directory, or used)")
+        delivery = self.data_dir.fill(mounts, max_copy_bytes=self.max_copy_bytes)
+        self.delivered = mounts
+        return delivery
+
+    def take_data(self, mounts: tuple[DataMount, ...]) -> bool:
+        """Deliver the run's data (if any); False, and this container discarded, past a bound."""
+        try:
+            if mounts:
+                logger.debug("data delivered: %s", self.deliver(mounts))
+        except NotDeliverable as exc:
+            logger.info("data served by a created container instead: %s", exc)
+            self.close()
+            return False
+        except BaseException:
+            self.close()
+            raise
+        return True
+
     def close(self) -> None:
-        """Close the stream now; remove the container and release the lease in the background."""
+        """Close the stream now; remove the container, its data directory and the lease later."""
         container_id, self.container_id = self.container_id, None
         lease, self.lease = self.lease, None
+        data_dir, self.data_dir = self.data_dir, None
         super().close()  # closes the stream only: container_id is already None
-        self.reaper.submit(container_id, lease)
+        self.reaper.submit(container_id, lease, data_dir)
 
     def usable(self) -> bool:
         """Whether the runner is still waiting quietly (no end of stream, no stray bytes)."""

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from conftest import TEST_IMAGE
 from sbx.agent.cli import bench as cli_bench
+from sbx.agent.cli import bench_gate as cli_bench_gate
 from sbx.sandbox.bench.render import render
 from sbx.sandbox.bench.run import BenchOptions, _engine_ceiling, host_busy_seconds, run_bench
 from sbx.sandbox.bench.stats import BenchReport, Summary, ratio
@@ -26,7 +27,7 @@ from sbx.sandbox.bench.targets import (
     THROUGHPUT_MODES,
     evaluate_targets,
 )
-from sbx.sandbox.bench.workloads import PRINT_ONE, STATEFUL_PAIR
+from sbx.sandbox.bench.workloads import FIRST_QUESTION, PNG_ARTIFACT, PRINT_ONE, STATEFUL_PAIR
 from sbx.sandbox.capacity import HostCapacity
 from sbx.sandbox.gc import owner_tag
 from sbx.sandbox.host_caps import HostCaps
@@ -66,6 +67,19 @@ def test_targets_are_ratios_of_this_runs_numbers() -> None:
     assert met["pooled fresh print(1) vs docker run"] is True  # 0.01x
     assert met["pooled fresh throughput at c=4 vs docker run"] is True  # 2.2x
     assert met["idle pooled container resident memory (RSS sum)"] is False  # 31 MiB
+    assert met["first question, 10 MB CSV: pooled vs docker run"] is None  # not measured
+
+
+def test_first_question_targets_compare_the_pool_with_docker_run_and_a_warm_session() -> None:
+    report = synthetic_report()
+    cells = {BASELINE: 1.5, "sbx fresh": 1.4, POOLED: 0.6, SESSION: 0.2}
+    report.latency[FIRST_QUESTION] = {mode: Summary.of([value]) for mode, value in cells.items()}
+    evaluate_targets(report)
+    found = {target.name.strip(): target for target in report.targets}
+    versus_run = found["first question, 10 MB CSV: pooled vs docker run"]
+    assert (versus_run.measured, versus_run.met) == ("0.4x", False)
+    versus_session = found["same, vs an already-warm session"]
+    assert (versus_session.measured, versus_session.met) == ("3x", False)
 
 
 def test_the_report_renders_as_tables_and_as_json() -> None:
@@ -105,6 +119,22 @@ def test_gate_overhead_is_measured_through_the_real_gate(tmp_path, monkeypatch) 
     assert list(tmp_path.iterdir()) == []  # the scratch audit log is gone
 
 
+def test_gate_concurrency_runs_callers_at_once_through_the_real_gate(
+    tmp_path, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SBX_AUDIT_LOG", raising=False)
+    report = BenchReport()
+    cli_bench_gate.add_gate_concurrency(report, calls=3)
+    assert set(report.gate["concurrency"]) == {"1", "4", "16"}
+    assert report.gate["concurrency"]["16"]["samples"] == 16 * 3 * 3  # callers x calls x rounds
+    assert report.gate["concurrency"]["1"]["appends_per_fsync"] == 1.0  # nobody to share with
+    (target,) = report.targets
+    assert target.name == "gate + audit per call at 16 callers vs 1" and target.met is not None
+    assert "c=16" in render(report)
+    assert list(tmp_path.iterdir()) == []  # the scratch audit log is gone
+
+
 def test_bench_refuses_out_of_range_options_before_measuring_anything() -> None:
     group = click.Group("sbx")
     cli_bench.register(group)
@@ -125,7 +155,7 @@ def test_a_tiny_real_run_fills_every_cell_and_leaves_nothing(engine, tmp_path) -
         concurrency=(2,),
         pool_size=1,
         image=TEST_IMAGE,
-        workloads=(PRINT_ONE, STATEFUL_PAIR),
+        workloads=(PRINT_ONE, STATEFUL_PAIR, PNG_ARTIFACT),  # artifacts: each run a new dir (C22)
     )
     report = run_bench(options, engine=engine, capacity=capacity)
     for mode in MODES:
@@ -137,7 +167,10 @@ def test_a_tiny_real_run_fills_every_cell_and_leaves_nothing(engine, tmp_path) -
     # A fresh container costs the engine far more CPU than a session execution does.
     assert cpu[BASELINE][2] > cpu[SESSION][2] > 0
     assert report.idle_memory["cgroup_usage"] > 0
-    assert len(report.targets) == 5
+    assert len(report.targets) == 7
+    first = report.latency[FIRST_QUESTION]
+    assert all(first[mode] is not None for mode in (BASELINE, "sbx fresh", POOLED, SESSION))
+    assert any("hard-linked" in note or "copied" in note for note in report.notes)
     assert capacity.usage().sandboxes == 0
     ours = [c for c in engine.managed_containers() if c["Labels"].get("sbx.owner") == owner_tag()]
     assert ours == []

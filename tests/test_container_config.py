@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from sbx.sandbox.config import DataMount, container_config
+from sbx.sandbox.config import DATA_TARGET, DataMount, container_config
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.seccomp import build_profile, render_profile
 
@@ -79,6 +79,22 @@ def test_default_limits_produce_closed_container() -> None:
             "runtime": "runc",
         },
     }
+
+
+def test_a_warm_container_mounts_one_directory_of_its_own_read_only_at_data() -> None:
+    """Issue 16: the run's files arrive in it later (sandbox/datadir.py); the shape is pinned."""
+    own = Path("/var/lib/sbx/data/0a1b2c3d.42.0123456789ab")
+    mount = DataMount(source=own, target=DATA_TARGET)
+    cfg = container_config(Limits(), run_id="pool-1", mode="pool", data=(mount,), owner="h:42")
+    assert cfg["host_config"]["mounts"] == [
+        {
+            "Type": "bind",
+            "Source": str(own),
+            "Target": "/data",
+            "ReadOnly": True,
+            "BindOptions": {"Propagation": "rprivate"},
+        }
+    ]
 
 
 def test_opening_the_network_is_explicit() -> None:

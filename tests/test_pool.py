@@ -159,12 +159,12 @@ def test_idle_containers_past_their_age_are_replaced(engine, tmp_path) -> None:
         assert pool.snapshot().built >= 2
 
 
-def test_runs_with_data_get_their_own_container_with_the_mount(engine, tmp_path) -> None:
+def test_runs_with_data_are_served_by_a_warm_container(engine, tmp_path) -> None:
+    """Issue 16: a run with data no longer creates its own container (test_pool_data.py)."""
     data = tmp_path / "sales.csv"
     data.write_text("region,amount\nnorth,3\n")
-    with Pool.start(
-        engine=engine, capacity=capacity(tmp_path), config=PoolConfig(size=1), warm=[KEY]
-    ) as pool:
+    config = PoolConfig(size=1, data_root=tmp_path / "data-root")
+    with Pool.start(engine=engine, capacity=capacity(tmp_path), config=config, warm=[KEY]) as pool:
         assert pool.wait_warm(KEY)
         result = pool.run_fresh(
             "print(open('/data/sales.csv').read().split()[1])",
@@ -175,7 +175,7 @@ def test_runs_with_data_get_their_own_container_with_the_mount(engine, tmp_path)
         )
         assert result.stdout == "north,3\n"
         stats = pool.snapshot()
-        assert stats.misses == 1 and stats.hits == 0 and pool.idle(KEY) == 1
+        assert (stats.misses, stats.hits, stats.data_delivered) == (0, 1, 1)
 
 
 def test_close_drains_idle_containers_and_waits_for_removals(engine, tmp_path) -> None:

@@ -3,9 +3,19 @@
 Each append takes an exclusive `fcntl.flock` on the file, learns the last
 record's `seq` and `hash` from the tail (a cached value when the file size has
 not moved since our own last append; otherwise by reading backwards from the
-end, never the whole file), writes the new lines, `fsync`s, and unlocks. The
-gate appends before a tool runs and after it ends, so a crash leaves at worst
-an intent without an outcome.
+end, never the whole file), writes the new lines and unlocks. The gate appends
+before a tool runs and after it ends, so a crash leaves at worst an intent
+without an outcome.
+
+Group commit: the `fsync` happens after the unlock, and concurrent appends of
+one process share it. An append returns only once an `fsync` that *started
+after its write* has completed, so a record is on disk and chained when its
+call returns, as before; the appends written while one `fsync` runs are all
+covered by the next (one in flight at a time, started by whichever waiter
+finds none running). Other processes may chain to a record written but not yet
+synced; their own `fsync` flushes the whole file, ours included, before they
+return. A failed `fsync` stops the log: every waiter and every later append
+raises `AuditError` (the kernel may have dropped the unsynced pages).
 
 A writer killed mid-append leaves a torn last line. The next writer does not
 hide it: it ends the fragment with a newline and appends a `recover` record
@@ -117,7 +127,19 @@ class AuditLog:
         self._key = key
         self._redact = redact
         self._lock = threading.Lock()
+        """Serialises this process's appends (and `close`); never held during an fsync."""
         self._cache: _Tail | None = None
+        self._synced = threading.Condition()
+        """Guards the commit counters below; waiters sleep on it until their append is durable."""
+        self._written = 0
+        """Appends of this process whose bytes are in the file (a ticket per append)."""
+        self._durable = 0
+        """Appends covered by a completed fsync that started after they were written."""
+        self._syncing = False
+        self._failed: str | None = None
+        """Why the log stopped (a failed fsync); every later append raises it."""
+        self.syncs = 0
+        """fsyncs this process ran on the log (`sbx bench` shows appends per fsync)."""
 
     @classmethod
     def open(cls, path: Path, *, key: bytes | None, redact: Redactor) -> AuditLog:
@@ -135,29 +157,83 @@ class AuditLog:
         self.close()
 
     def close(self) -> None:
-        """Close the file; later appends raise `AuditError`."""
-        with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+        """Sync what was written, close the file; later appends raise `AuditError`."""
+        with self._lock, self._synced:
+            while self._syncing:  # the fsync in flight uses the descriptor
+                self._synced.wait()
+            if self._fd < 0:
+                return
+            if self._durable < self._written and self._failed is None:
+                try:
+                    self.syncs += 1
+                    os.fsync(self._fd)
+                    self._durable = self._written
+                except OSError as exc:
+                    self._failed = self._sync_failure(exc)
+            self._synced.notify_all()
+            os.close(self._fd)
+            self._fd = -1
 
     def record(self, run_id: str, event: str, data: Mapping[str, Any]) -> int:
         """Append one event; return its seq."""
         return self.record_many(run_id, [(event, data)])
 
     def record_many(self, run_id: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> int:
-        """Append events as one locked, fsync'd write; return the last seq."""
+        """Append events as one locked write; return the last seq once they are on disk."""
         payloads = [(event, self._redact.redact(_jsonable(data))) for event, data in events]
         with self._lock:
             if self._fd < 0:
                 raise AuditError(f"audit log {self.path} is closed")
+            if self._failed is not None:
+                raise AuditError(self._failed)
             try:
-                return self._append_locked(run_id, payloads)
+                seq = self._append_locked(run_id, payloads)
             except OSError as exc:
                 raise AuditError(f"cannot write audit log {self.path}: {exc.strerror}") from None
+            self._written += 1
+            ticket = self._written
+        self._wait_durable(ticket)
+        return seq
+
+    def _wait_durable(self, ticket: int) -> None:
+        """Return once an fsync covering append `ticket` completed; run one if none is running.
+
+        The fsync runs outside every lock, so appends keep landing while it
+        runs; the next one covers them all (group commit).
+        """
+        with self._synced:
+            while self._durable < ticket:
+                if self._failed is not None:
+                    raise AuditError(self._failed)
+                if self._syncing:
+                    self._synced.wait()
+                    continue
+                self._syncing = True
+                covered, fd = self._written, self._fd  # every ticket counted is fully written
+                self._synced.release()
+                failure: OSError | None = None
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    failure = exc
+                finally:
+                    self._synced.acquire()
+                    self._syncing = False
+                    self._synced.notify_all()
+                self.syncs += 1
+                if failure is not None:
+                    self._failed = self._sync_failure(failure)
+                else:
+                    self._durable = max(self._durable, covered)
+
+    def _sync_failure(self, exc: OSError) -> str:
+        return (
+            f"cannot sync audit log {self.path}: {exc.strerror}; records since the last sync "
+            "may be lost: run `sbx audit verify` and open the log again"
+        )
 
     def _append_locked(self, run_id: str, payloads: list[tuple[str, Any]]) -> int:
-        """Under the thread lock: flock, read the tail, write, fsync, unlock."""
+        """Under the thread lock: flock, read the tail, write, unlock (the fsync comes after)."""
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
             tail = self._tail()
@@ -176,7 +252,6 @@ class AuditLog:
                 seq += 1
             blob = b"".join(chunks)
             _write_all(self._fd, blob)
-            os.fsync(self._fd)
             self._cache = _Tail(next_seq=seq, prev=prev, size=os.fstat(self._fd).st_size)
             return seq - 1
         finally:

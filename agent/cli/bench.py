@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from sbx.agent.cli.bench_gate import add_gate_concurrency
 from sbx.agent.cli.errors import operator_errors
 from sbx.agent.config import load_config
 from sbx.sandbox.bench import ds1000
@@ -144,6 +145,8 @@ def bench_command(
     report = run_bench(options, progress=progress)
     progress("gate and audit overhead")
     add_gate(report, samples=max(50, options.reps * 20))
+    progress("gate and audit at 1, 4 and 16 callers")
+    add_gate_concurrency(report, calls=max(20, options.reps * 4))
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=2))
     else:

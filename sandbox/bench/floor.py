@@ -28,7 +28,7 @@ from typing import Any
 import docker.errors
 
 from sbx.sandbox.bench.workloads import FLOOR_SOURCE, SHIP_OUTPUT
-from sbx.sandbox.config import SANDBOX_USER, container_config
+from sbx.sandbox.config import SANDBOX_USER, DataMount, container_config
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.errors import SandboxBroken
 from sbx.sandbox.gc import owner_tag
@@ -128,16 +128,17 @@ def docker_run(
     image: str,
     limits: Limits,
     command: list[str] | None = None,
+    data: tuple[DataMount, ...] = (),
 ) -> tuple[str, str]:
     """One hardened `docker run --rm` of `python3 -c program`; return (stdout, container id).
 
     Like the CLI, it asks the engine to report the removal before starting the
     container (asking afterwards can miss it). The caller forgets the id
     afterwards, outside the timed section. `command` replaces the program
-    (the bare-container floor runs `true`).
+    (the bare-container floor runs `true`); `data` is bind-mounted read-only.
     """
     config = container_config(
-        limits, run_id="bench-baseline", mode="bench", image=image, owner=owner_tag()
+        limits, run_id="bench-baseline", mode="bench", image=image, owner=owner_tag(), data=data
     )
     config["command"] = command or ["python3", "-I", "-c", program + SHIP_OUTPUT]
     config["user"] = SANDBOX_USER  # no runner to drop privileges: start as the code's user

@@ -108,6 +108,8 @@ def render(report: BenchReport) -> str:
     ]
     if report.gate:
         lines.append(f"Gate + audit per tool call: {report.gate.get('summary', 'n/a')}")
+    if "concurrency_summary" in report.gate:
+        lines.append(f"Gate + audit, concurrent callers: {report.gate['concurrency_summary']}")
     lines += ["", "Targets:"]
     lines += _grid(
         ["target", "limit", "measured", "met"],

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+from sbx.sandbox.bench.first_question import measure_first_question
 from sbx.sandbox.bench.floor import PersistentFloor, docker_run, host_floor
 from sbx.sandbox.bench.memory import idle_memory_mib
 from sbx.sandbox.bench.stats import BenchReport, Summary
@@ -179,7 +180,7 @@ class _Bench:
         programs = workload.fresh_programs()
         if mode in (FRESH, POOLED):
             pool = self.pool if mode == POOLED else self.cold
-            out = self.scratch / "fresh"
+            out = self.scratch / f"fresh-{time.perf_counter_ns()}"  # C22: nothing replaced
             return [
                 _checked(
                     pool.run_fresh(
@@ -332,11 +333,12 @@ def run_bench(
             time.sleep(1.0)
             report.idle_memory = idle_memory_mib(engine, bench.pool.idle_container_ids(bench.key))
             measure_latency(bench, report)
+            measure_first_question(bench, report, options.reps)
             measure_throughput(bench, report)
         finally:
             bench.close()
     report.environment["load_after"] = _load()
-    report.notes = _notes(options, capacity) + _engine_ceiling(report)
+    report.notes += _notes(options, capacity) + _engine_ceiling(report)
     report.environment["host_floor_missing"] = sorted(bench.host_missing)
     evaluate_targets(report)
     return report

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sbx.sandbox.bench.stats import BenchReport, Target, ratio
-from sbx.sandbox.bench.workloads import PRINT_ONE
+from sbx.sandbox.bench.workloads import FIRST_QUESTION, PRINT_ONE
 
 HOST = "host python3 -c"
 FLOOR = "persistent floor"
@@ -40,6 +40,19 @@ def evaluate_targets(report: BenchReport) -> None:
             measured="n/a" if rss is None else f"{rss:.1f} MiB",
             met=None if rss is None else rss <= 30.0,
         ),
+        *first_question_targets(report),
+    ]
+
+
+def first_question_targets(report: BenchReport) -> list[Target]:
+    """Issue 16's targets 1 and 2: a new conversation's first question with a 10 MB CSV."""
+    pooled = report.median(FIRST_QUESTION, POOLED)
+    vs_run = ratio(pooled, report.median(FIRST_QUESTION, BASELINE))
+    vs_session = ratio(pooled, report.median(FIRST_QUESTION, SESSION))
+    return [
+        _target("first question, 10 MB CSV: pooled vs docker run", "<= 0.1x", vs_run, 0.1,
+                below=True),
+        _target("  same, vs an already-warm session", "<= 2x", vs_session, 2.0, below=True),
     ]
 
 

@@ -59,6 +59,8 @@ PNG_ARTIFACT = Workload(
     artifact=True,
 )
 WORKLOADS = (PRINT_ONE, PANDAS_MEAN, STATEFUL_PAIR, STDOUT_1MIB, PNG_ARTIFACT)
+FIRST_QUESTION = "first question, 10 MB CSV"
+"""A new conversation's first program with data, measured apart (`bench/first_question.py`)."""
 
 FLOOR_SOURCE = r"""
 import base64, contextlib, io, json, os, sys
