@@ -28,6 +28,7 @@ from sbx.sandbox.files import data_mounts
 from sbx.sandbox.pool import Pool
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 from sbx.tools.audit import AuditLog
 from sbx.tools.context import Operator, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
@@ -126,7 +127,10 @@ class Workspace(Closing):
             continues=continues,
         )
         return build_gate(
-            self.config.policy, limits=self.config.limits, context=context, audit=self.audit,
+            self.config.policy,
+            limits=self.config.limits,
+            context=context,
+            audit=self.audit,
             extra_tools=self._extra_tools,
             max_argument_bytes=self.config.settings.max_argument_bytes,
         )
@@ -162,11 +166,13 @@ class Workspace(Closing):
                 raise WorkspaceClosed(f"the workspace of {self.spec.owner_id} is closed")
             if self._session is None:
                 self._session = self._pool.session(
-                    limits=self.config.limits,
-                    image=self.image,
-                    data=list(self.spec.data),
-                    output_dir=self.output_dir(run_id),
-                    run_id=run_id,  # the container is labelled with the run that opened it
+                    SessionSpec(
+                        limits=self.config.limits,
+                        image=self.image,
+                        data=tuple(self.spec.data),
+                        output_dir=self.output_dir(run_id),
+                        run_id=run_id,
+                    )
                 )
             self._session.output_dir = self.output_dir(run_id)
             self.used = True

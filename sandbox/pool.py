@@ -35,21 +35,21 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from sbx.sandbox.capacity import HostCapacity, Lease
 from sbx.sandbox.closing import Closing
-from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.datadir import default_data_root
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.files import check_output_dir, data_mounts
 from sbx.sandbox.gc import collect_orphans
 from sbx.sandbox.host_caps import Need
-from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats, WarmEntry
 from sbx.sandbox.pool_session import LeasedSession, Reaper
 from sbx.sandbox.result import ExecutionResult
-from sbx.sandbox.session import Session, code_text, new_run_id
+from sbx.sandbox.session import Session, code_text
+from sbx.sandbox.spec import DEFAULT_OUTPUT_ROOT, SessionSpec
 
 __all__ = ["POOL_MODE", "Pool", "PoolConfig", "PoolKey", "PoolStats"]
 
@@ -112,16 +112,7 @@ class Pool(Closing):
             self._slots.setdefault(key, KeySlot())
             self._wake.notify()
 
-    def session(
-        self,
-        *,
-        limits: Limits | None = None,
-        image: str = DEFAULT_IMAGE,
-        data: list[Path] | None = None,
-        output_dir: Path | None = None,
-        run_id: str | None = None,
-        mode: str = "session",
-    ) -> Session:
+    def session(self, spec: SessionSpec | None = None) -> Session:
         """A started session for one run: a warm container if one fits, else a new one.
 
         `data` is checked first (`InvalidInput`, before any container is taken),
@@ -130,14 +121,14 @@ class Pool(Closing):
         background and never serves another run. Raises `HostBusy` when the
         host-wide cap stays full past `SBX_HOST_WAIT`.
         """
-        key = PoolKey(image=image, limits=limits or Limits())
-        run_id = run_id or new_run_id()
-        output_dir = output_dir or Path("sbx-output") / run_id
+        spec = (spec or SessionSpec()).resolved()
+        key = PoolKey(image=spec.image, limits=spec.limits)
+        output_dir = spec.output_dir or DEFAULT_OUTPUT_ROOT / str(spec.run_id)
         check_output_dir(output_dir)  # a warm session must not adopt an unusable directory
-        mounts = data_mounts(list(data or []))
+        mounts = data_mounts(list(spec.data))
         taken = self._take(key)
         if taken is not None and taken.take_data(mounts):
-            taken.adopt(run_id=run_id, output_dir=output_dir, mode=mode)
+            taken.adopt(run_id=str(spec.run_id), output_dir=output_dir, mode=spec.mode)
             with self._lock:
                 self.stats.hits += 1
                 self.stats.data_delivered += bool(mounts)
@@ -145,33 +136,15 @@ class Pool(Closing):
         with self._lock:
             self.stats.misses += 1
             self.stats.data_cold += taken is not None  # past a delivery bound: discarded
-        created = self._new_session(
-            key, run_id=run_id, data=list(data or []), output_dir=output_dir, mode=mode
-        )
+        created = self._new_session(spec)
         created.start()
         return created
 
-    def run_fresh(
-        self,
-        code: str | bytes,
-        *,
-        limits: Limits | None = None,
-        image: str = DEFAULT_IMAGE,
-        data: list[Path] | None = None,
-        output_dir: Path | None = None,
-        run_id: str | None = None,
-    ) -> ExecutionResult:
+    def run_fresh(self, code: str | bytes, spec: SessionSpec | None = None) -> ExecutionResult:
         """Run one program in a container of its own (warm if possible), then discard it."""
-        limits = limits or Limits()
-        text = code_text(code, limits)  # refuse bad input before taking a container
-        with self.session(
-            limits=limits,
-            image=image,
-            data=data,
-            output_dir=output_dir,
-            run_id=run_id,
-            mode="fresh",
-        ) as session:
+        spec = replace(spec or SessionSpec(), mode="fresh")
+        text = code_text(code, spec.limits)  # refuse bad input before taking a container
+        with self.session(spec) as session:
             return session.run(text)
 
     def idle(self, key: PoolKey | None = None) -> int:
@@ -242,13 +215,16 @@ class Pool(Closing):
     # ------------------------------------------------------------ internals
 
     def _new_session(
-        self, key: PoolKey, *, run_id: str, data: list[Path], output_dir: Path, mode: str,
-        lease: Lease | None = None, data_root: Path | None = None,
+        self, spec: SessionSpec, *, lease: Lease | None = None, data_root: Path | None = None
     ) -> LeasedSession:
         return LeasedSession(
-            engine=self.engine, limits=key.limits, image=key.image, run_id=run_id, data=data,
-            output_dir=output_dir, capacity=self.capacity, reaper=self.reaper, mode=mode,
-            lease=lease, data_root=data_root, max_copy_bytes=self.config.max_copy_bytes,
+            engine=self.engine,
+            spec=spec,
+            capacity=self.capacity,
+            reaper=self.reaper,
+            lease=lease,
+            data_root=data_root,
+            max_copy_bytes=self.config.max_copy_bytes,
         )
 
     def _take(self, key: PoolKey) -> LeasedSession | None:
@@ -358,10 +334,14 @@ class Pool(Closing):
     def _build(self, key: PoolKey, lease: Lease) -> None:
         """Create, attach and start one container for the pool (on a builder thread)."""
         pool_id = "pool-" + uuid.uuid4().hex[:12]
-        session = self._new_session(
-            key, run_id=pool_id, data=[], mode=POOL_MODE, lease=lease,
-            output_dir=Path("sbx-output") / pool_id, data_root=self.data_root,
+        spec = SessionSpec(
+            limits=key.limits,
+            image=key.image,
+            run_id=pool_id,
+            mode=POOL_MODE,
+            output_dir=DEFAULT_OUTPUT_ROOT / pool_id,
         )
+        session = self._new_session(spec, lease=lease, data_root=self.data_root)
         try:
             session.start()
         except Exception as exc:  # a builder thread must not die; the error is reported

@@ -29,8 +29,8 @@ from sbx.sandbox.config import DATA_TARGET, DataMount
 from sbx.sandbox.datadir import DataDir, Delivery, NotDeliverable
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.host_caps import Need
-from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 logger = logging.getLogger(__name__)
 
@@ -111,27 +111,14 @@ class LeasedSession(Session):
         self,
         *,
         engine: Engine,
-        limits: Limits,
-        image: str,
-        run_id: str,
-        data: list[Path],
-        output_dir: Path,
+        spec: SessionSpec,
         capacity: HostCapacity,
         reaper: Reaper,
-        mode: str = "session",
         lease: Lease | None = None,
         data_root: Path | None = None,
         max_copy_bytes: int = 0,
     ) -> None:
-        super().__init__(
-            engine=engine,
-            limits=limits,
-            image=image,
-            run_id=run_id,
-            data=data,
-            output_dir=output_dir,
-            mode=mode,
-        )
+        super().__init__(engine=engine, spec=spec)
         self.capacity = capacity
         self.reaper = reaper
         self.lease = lease

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
+from dataclasses import replace
 from pathlib import Path
 
 from sbx.sandbox.accounting import Baseline, CgroupAccounting
 from sbx.sandbox.channel import Channel, ChannelClosed, ChannelTimeout
 from sbx.sandbox.closing import Closing
-from sbx.sandbox.config import DEFAULT_IMAGE, container_config
+from sbx.sandbox.config import container_config
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.errors import InvalidInput, SandboxBroken
 from sbx.sandbox.exchange import Exchange, copy_budget
@@ -38,6 +38,8 @@ from sbx.sandbox.outcome import (
 )
 from sbx.sandbox.protocol import PROTOCOL_VERSION, FatalFrame, Frame, ReadyFrame, exec_request
 from sbx.sandbox.result import ExecutionResult
+from sbx.sandbox.spec import DEFAULT_OUTPUT_ROOT, SessionSpec
+from sbx.sandbox.spec import new_run_id as new_run_id  # re-exported: callers name runs too
 
 START_TIMEOUT_S = 60.0
 """Seconds to wait for the runner's ready frame (gVisor starts slower than runc)."""
@@ -54,11 +56,6 @@ what does not fit is refused and listed, never a lost container."""
 COPY_MARGIN_S = 10.0
 """Seconds before the host's deadline at which the runner starts no new artifact: room for
 the one in flight (a default 32 MiB artifact takes about 3 s here) and the result frame."""
-
-
-def new_run_id() -> str:
-    """A short unique id shared by the containers, transcript and audit records of one run."""
-    return "run-" + uuid.uuid4().hex[:12]
 
 
 def code_text(code: str | bytes, limits: Limits) -> str:
@@ -82,26 +79,18 @@ def code_text(code: str | bytes, limits: Limits) -> str:
 class Session(Closing):
     """A sandbox container kept for one run; use `Session.open()` or a `with` block."""
 
-    def __init__(
-        self,
-        *,
-        engine: Engine,
-        limits: Limits,
-        image: str,
-        run_id: str,
-        data: list[Path],
-        output_dir: Path,
-        mode: str = "session",
-    ) -> None:
+    def __init__(self, *, engine: Engine, spec: SessionSpec) -> None:
+        spec = spec.resolved()
         self.engine = engine
-        self.limits = limits
-        self.image = image
-        self.run_id = run_id
-        self.mounts = data_mounts(data)
-        check_output_dir(output_dir)
-        self.output_dir = output_dir
+        self.spec = spec
+        self.limits = spec.limits
+        self.image = spec.image
+        self.run_id: str = spec.run_id or new_run_id()
+        self.mounts = data_mounts(list(spec.data))
+        self.output_dir: Path = spec.output_dir or DEFAULT_OUTPUT_ROOT / self.run_id
+        check_output_dir(self.output_dir)
         self._sink: ArtifactSink | None = None
-        self.mode = mode
+        self.mode = spec.mode
         self.container_id: str | None = None
         self._channel: Channel | None = None
         self._meter: CgroupAccounting | None = None
@@ -113,28 +102,9 @@ class Session(Closing):
         """Artifact bytes written to the host over this session (`max_run_artifact_bytes`)."""
 
     @classmethod
-    def open(
-        cls,
-        *,
-        limits: Limits | None = None,
-        image: str = DEFAULT_IMAGE,
-        data: list[Path] | None = None,
-        output_dir: Path | None = None,
-        run_id: str | None = None,
-        engine: Engine | None = None,
-        mode: str = "session",
-    ) -> Session:
+    def open(cls, spec: SessionSpec | None = None, *, engine: Engine | None = None) -> Session:
         """Validate the inputs, connect to the engine and start the container."""
-        run_id = run_id or new_run_id()
-        session = cls(
-            engine=engine or Engine.connect(),
-            limits=limits or Limits(),
-            image=image,
-            run_id=run_id,
-            data=list(data or []),
-            output_dir=output_dir or Path("sbx-output") / run_id,
-            mode=mode,
-        )
+        session = cls(engine=engine or Engine.connect(), spec=spec or SessionSpec())
         session.start()
         return session
 
@@ -340,25 +310,10 @@ def max_frame_bytes(limits: Limits) -> int:
 
 
 def run_fresh(
-    code: str | bytes,
-    *,
-    limits: Limits | None = None,
-    image: str = DEFAULT_IMAGE,
-    data: list[Path] | None = None,
-    output_dir: Path | None = None,
-    run_id: str | None = None,
-    engine: Engine | None = None,
+    code: str | bytes, spec: SessionSpec | None = None, *, engine: Engine | None = None
 ) -> ExecutionResult:
     """Run one program in a new container that is removed afterwards (one-shot mode)."""
-    limits = limits or Limits()
-    text = code_text(code, limits)
-    with Session.open(
-        limits=limits,
-        image=image,
-        data=data,
-        output_dir=output_dir,
-        run_id=run_id,
-        engine=engine,
-        mode="fresh",
-    ) as session:
+    spec = replace(spec or SessionSpec(), mode="fresh")
+    text = code_text(code, spec.limits)
+    with Session.open(spec, engine=engine) as session:
         return session.run(text)

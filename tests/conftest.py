@@ -23,6 +23,7 @@ from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.gc import owner_alive, owner_tag
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 TEST_IMAGE = os.environ.get("SBX_TEST_IMAGE", DEFAULT_IMAGE)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -75,6 +76,7 @@ def no_leaked_containers(request: pytest.FixtureRequest) -> Iterator[None]:
     except SandboxError:
         return
     mine = owner_tag()
+
     def ours_or_orphaned(container: dict[str, Any]) -> bool:
         owner = container["Labels"].get("sbx.owner", "")
         return owner == mine or not owner_alive(owner)
@@ -140,7 +142,7 @@ def session(engine: Engine, runtime: str, output_dir: Path) -> Iterator[Session]
     """A session with default limits except a short timeout, under each runtime."""
     limits = Limits(timeout="5s", runtime=runtime)
     with Session.open(
-        limits=limits, image=TEST_IMAGE, engine=engine, output_dir=output_dir
+        SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=output_dir), engine=engine
     ) as live:
         yield live
 

@@ -30,6 +30,7 @@ from sbx.agent.transcript import Event
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 from sbx.tools.gate import ToolGate
 from sbx.tools.policy import Policy
 
@@ -42,7 +43,8 @@ SYSTEM = "You are a test. Use tools when told."
 def sandbox(engine: Engine, output_dir: Path) -> Iterator[Session]:
     """A session for the agent tests: runc only (the security tests cover every runtime)."""
     with Session.open(
-        limits=Limits(timeout="10s"), image=TEST_IMAGE, engine=engine, output_dir=output_dir
+        SessionSpec(limits=Limits(timeout="10s"), image=TEST_IMAGE, output_dir=output_dir),
+        engine=engine,
     ) as live:
         yield live
 
@@ -77,8 +79,12 @@ def settings(**budget: Any) -> AgentSettings:
     top = {
         key: budget.pop(key)
         for key in (
-            "max_retries", "context_tokens", "request_timeout", "max_answer_chars",
-            "max_argument_bytes", "max_reply_bytes",
+            "max_retries",
+            "context_tokens",
+            "request_timeout",
+            "max_answer_chars",
+            "max_argument_bytes",
+            "max_reply_bytes",
         )
         if key in budget
     }

@@ -34,6 +34,7 @@ from sbx.sandbox.bench.ds1000 import (
 from sbx.sandbox.errors import InvalidInput
 from sbx.sandbox.result import ExecutionError, ExecutionResult
 from sbx.sandbox.session import run_fresh
+from sbx.sandbox.spec import SessionSpec
 
 HARNESS = '''
 import pandas as pd
@@ -62,11 +63,11 @@ def test_execution(solution: str):
         assert test_env["result"] == expected_result
 '''
 
-STRING_CHECK = '''
+STRING_CHECK = """
 
 def test_string(solution: str):
     assert "while" not in solution
-'''
+"""
 
 PURE_HARNESS = '''
 exec_context = r"""
@@ -89,12 +90,14 @@ def test_string(solution: str):
 
 def record(pid: int, reference: str, *, library: str = "Pandas", harness: str = HARNESS) -> str:
     """One JSONL line shaped like a DS-1000 record."""
-    return json.dumps({
-        "prompt": "ignored",
-        "reference_code": reference,
-        "metadata": {"problem_id": pid, "library": library, "test_case_cnt": 1},
-        "code_context": harness,
-    })
+    return json.dumps(
+        {
+            "prompt": "ignored",
+            "reference_code": reference,
+            "metadata": {"problem_id": pid, "library": library, "test_case_cnt": 1},
+            "code_context": harness,
+        }
+    )
 
 
 def problem(reference: str, harness: str = PURE_HARNESS) -> Problem:
@@ -177,13 +180,17 @@ def test_repeated_ids_oversized_records_and_missing_files_are_refused(tmp_path: 
 
 
 def test_results_are_classified_by_what_stopped_them() -> None:
-    error = ExecutionError(type="AttributeError", traceback="...",
-                           message="'DataFrame' object has no attribute 'applymap'\nmore")
+    error = ExecutionError(
+        type="AttributeError",
+        traceback="...",
+        message="'DataFrame' object has no attribute 'applymap'\nmore",
+    )
     assert classify(ExecutionResult(stdout="fine")) == ("", "")
     assert classify(ExecutionResult(timed_out=True, exit_code=137)) == (TIMEOUT, "")
     assert classify(ExecutionResult(oom_killed=True, exit_code=137)) == (MEMORY, "")
     assert classify(ExecutionResult(exit_code=1, error=error)) == (
-        "AttributeError", "'DataFrame' object has no attribute 'applymap'"
+        "AttributeError",
+        "'DataFrame' object has no attribute 'applymap'",
     )
     assert classify(ExecutionResult(exit_code=3, stderr="warn\nbye\n")) == ("exit 3", "bye")
 
@@ -200,13 +207,16 @@ def test_failure_text_from_the_program_is_bounded_and_escaped() -> None:
 
 
 def test_the_report_counts_per_library_and_cause_and_lists_the_failures() -> None:
-    report = Ds1000Report(image="img", outcomes=[
-        Outcome(problem_id=0, library="Numpy", cause=""),
-        Outcome(problem_id=1, library="Pandas", cause="AttributeError", detail="no applymap"),
-        Outcome(problem_id=2, library="Pandas", cause=""),
-        Outcome(problem_id=3, library="Pandas", cause="AttributeError", detail="no append"),
-        Outcome(problem_id=4, library="Scipy", cause=SANDBOX, detail="SandboxBroken: lost"),
-    ])
+    report = Ds1000Report(
+        image="img",
+        outcomes=[
+            Outcome(problem_id=0, library="Numpy", cause=""),
+            Outcome(problem_id=1, library="Pandas", cause="AttributeError", detail="no applymap"),
+            Outcome(problem_id=2, library="Pandas", cause=""),
+            Outcome(problem_id=3, library="Pandas", cause="AttributeError", detail="no append"),
+            Outcome(problem_id=4, library="Scipy", cause=SANDBOX, detail="SandboxBroken: lost"),
+        ],
+    )
     data = report.as_json()
     assert (data["passed"], data["total"]) == (2, 5)
     assert data["libraries"]["Pandas"] == {"passed": 1, "total": 3, "causes": {"AttributeError": 2}}
@@ -243,14 +253,23 @@ def test_a_malformed_file_is_one_line_and_exit_125(tmp_path: Path) -> None:
 @pytest.mark.docker
 def test_three_records_run_end_to_end_in_fresh_sandboxes(engine: Any, tmp_path: Path) -> None:
     path = tmp_path / "problems.jsonl"
-    path.write_text("\n".join([
-        record(10, "result = df['a'].sum() * 2\n"),
-        # DataFrame.append was removed in pandas 2.0: the failure names the API.
-        record(11, "result = df.append(df)['a'].sum()\n"),
-        # Right answer, but test_string refuses a `while` loop.
-        record(12, "result = df['a'].sum() * 2\nwhile False:\n    pass\n", library="Numpy",
-               harness=HARNESS + STRING_CHECK),
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                record(10, "result = df['a'].sum() * 2\n"),
+                # DataFrame.append was removed in pandas 2.0: the failure names the API.
+                record(11, "result = df.append(df)['a'].sum()\n"),
+                # Right answer, but test_string refuses a `while` loop.
+                record(
+                    12,
+                    "result = df['a'].sum() * 2\nwhile False:\n    pass\n",
+                    library="Numpy",
+                    harness=HARNESS + STRING_CHECK,
+                ),
+            ]
+        )
+        + "\n"
+    )
     group = click.Group("sbx")
     cli_bench.register(group)
     done = CliRunner().invoke(
@@ -268,13 +287,13 @@ def test_three_records_run_end_to_end_in_fresh_sandboxes(engine: Any, tmp_path: 
     assert failing[12]["cause"] == "AssertionError"
 
 
-PANDAS_2_TEXT_IDIOMS = '''
+PANDAS_2_TEXT_IDIOMS = """
 import pandas as pd
 df = pd.DataFrame({"name": ["a", "b", "a"], "v": [1.0, 2.0, 3.0]})
 assert df["name"].dtype == "object", df["name"].dtype
 df.loc[0, "name"] = 1
 print(df.groupby("name", sort=False)["v"].sum().to_dict())
-'''
+"""
 """Text columns as models use them (DS-1000 33, 61): pandas 3's `str` dtype refuses both."""
 
 
@@ -282,14 +301,15 @@ def test_the_recipe_keeps_object_text_columns_on_a_pandas_that_honours_it() -> N
     images = Path(__file__).resolve().parent.parent / "images"
     for dockerfile in ("Dockerfile", "Dockerfile.slim"):
         assert "PANDAS_FUTURE_INFER_STRING=0" in (images / dockerfile).read_text(), dockerfile
-    wheels = {w.name.lower(): w.version for w in parse_lock((images / "requirements.lock")
-                                                            .read_text())}
+    wheels = {
+        w.name.lower(): w.version for w in parse_lock((images / "requirements.lock").read_text())
+    }
     assert wheels["pandas"].split(".")[0] == "3", "pandas 4 drops PANDAS_FUTURE_INFER_STRING"
     assert "pandas>=3.1,<4" in (images / "requirements.in").read_text().split()
 
 
 @pytest.mark.docker
 def test_the_image_runs_pandas_2_text_idioms(engine: Any) -> None:
-    result = run_fresh(PANDAS_2_TEXT_IDIOMS, image=TEST_IMAGE, engine=engine)
+    result = run_fresh(PANDAS_2_TEXT_IDIOMS, SessionSpec(image=TEST_IMAGE), engine=engine)
     assert result.ok, (result.error, result.stderr)
     assert result.stdout.strip() == "{1: 1.0, 'b': 2.0, 'a': 3.0}"

@@ -19,6 +19,7 @@ from sbx.sandbox.errors import InvalidInput
 from sbx.sandbox.files import data_mounts
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 SANDBOX_UID, SANDBOX_GID = (int(part) for part in SANDBOX_USER.split(":"))
 
@@ -114,7 +115,8 @@ def test_the_sandbox_agrees_with_the_judgement(engine, runtime, tmp_path) -> Non
     )
     limits = Limits(runtime=runtime)
     with Session.open(
-        image=TEST_IMAGE, engine=engine, data=[root], output_dir=tmp_path / "out", limits=limits
+        SessionSpec(image=TEST_IMAGE, data=(root,), output_dir=tmp_path / "out", limits=limits),
+        engine=engine,
     ) as session:
         # locked after the mount check, so the sandbox itself can be asked
         for index, (uid, gid, mode) in enumerate(CASES):

@@ -21,6 +21,7 @@ from sbx.agent.cli.scripted_model import assistant, tool_call
 from sbx.agent.rerun_compare import Observed, compare
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 from scripted_llm import FAKE_KEY
 
 llm = scripted_llm.llm
@@ -46,18 +47,37 @@ PLOT = (
 def _record(llm, tmp_path) -> Path:
     data = tmp_path / "sales.csv"
     data.write_text("region,revenue\nWest,100\nEast,250\nWest,125.5\n")
-    llm.script([
-        tool_call("execute_python", code=LOAD),
-        tool_call("execute_python", code=PLOT),
-        assistant("West has 47.4% of revenue (225.5 of 475.5)... see by_region.png."),
-        assistant("West has 47.4% of revenue (225.5 in all)."),  # after the validation turn
-    ])
-    outcome = CliRunner().invoke(cli, [
-        "ask", "What share is West's?", "--data", str(data), "--base-url", llm.base_url,
-        "--api-key", FAKE_KEY, "--model", "scripted", "--image", TEST_IMAGE,
-        "--audit-log", str(tmp_path / "audit.jsonl"), "--transcript", str(tmp_path / "run.jsonl"),
-        "--output", str(tmp_path / "out"),
-    ])
+    llm.script(
+        [
+            tool_call("execute_python", code=LOAD),
+            tool_call("execute_python", code=PLOT),
+            assistant("West has 47.4% of revenue (225.5 of 475.5)... see by_region.png."),
+            assistant("West has 47.4% of revenue (225.5 in all)."),  # after the validation turn
+        ]
+    )
+    outcome = CliRunner().invoke(
+        cli,
+        [
+            "ask",
+            "What share is West's?",
+            "--data",
+            str(data),
+            "--base-url",
+            llm.base_url,
+            "--api-key",
+            FAKE_KEY,
+            "--model",
+            "scripted",
+            "--image",
+            TEST_IMAGE,
+            "--audit-log",
+            str(tmp_path / "audit.jsonl"),
+            "--transcript",
+            str(tmp_path / "run.jsonl"),
+            "--output",
+            str(tmp_path / "out"),
+        ],
+    )
     assert outcome.exit_code == 0, outcome.output
     return data
 
@@ -94,8 +114,13 @@ def test_an_exported_notebook_validates_and_prints_the_same_numbers_in_the_sandb
     assert "**Verified**" in markdown and "| 47.4% | step 2 | 4 |" in markdown
 
     with Session.open(
-        limits=Limits(timeout="60s"), image=TEST_IMAGE, engine=engine, data=[data],
-        output_dir=tmp_path / "rerun-out",
+        SessionSpec(
+            limits=Limits(timeout="60s"),
+            image=TEST_IMAGE,
+            data=(data,),
+            output_dir=tmp_path / "rerun-out",
+        ),
+        engine=engine,
     ) as sandbox:
         sandbox.run("import shutil; shutil.copy('/data/sales.csv', '.')")  # next to the data
         results = [sandbox.run(cell.source) for cell in code]
@@ -123,8 +148,13 @@ def test_the_script_runs_top_to_bottom_past_the_failed_step_and_the_report_reads
     compile(script, "export.py", "exec")
     assert 'run_cell("import pandas as pd' in script
     with Session.open(
-        limits=Limits(timeout="60s"), image=TEST_IMAGE, engine=engine, data=[data],
-        output_dir=tmp_path / "rerun-out",
+        SessionSpec(
+            limits=Limits(timeout="60s"),
+            image=TEST_IMAGE,
+            data=(data,),
+            output_dir=tmp_path / "rerun-out",
+        ),
+        engine=engine,
     ) as sandbox:
         sandbox.run("import shutil; shutil.copy('/data/sales.csv', '.')")
         result = sandbox.run(script)

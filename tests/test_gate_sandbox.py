@@ -10,6 +10,7 @@ from conftest import TEST_IMAGE
 from sbx.agent.config import load_config
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 from tools_support import make_gate
 
 pytestmark = pytest.mark.docker
@@ -19,11 +20,10 @@ def test_execute_python_runs_in_the_session_and_is_audited(engine, runtime, tmp_
     policy = load_config(None).policy
     limits = Limits(timeout="3s", runtime=runtime)
     with Session.open(
-        limits=limits,
-        image=TEST_IMAGE,
+        SessionSpec(
+            limits=limits, image=TEST_IMAGE, output_dir=tmp_path / "out", run_id="run-gate-sbx"
+        ),
         engine=engine,
-        output_dir=tmp_path / "out",
-        run_id="run-gate-sbx",
     ) as session:
         gate, log = make_gate(tmp_path, policy, runner=session, run_id=session.run_id)
         first = gate.call(

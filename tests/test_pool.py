@@ -17,6 +17,7 @@ from sbx.sandbox.gc import owner_tag
 from sbx.sandbox.host_caps import HostCaps
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -50,7 +51,7 @@ def test_a_taken_container_is_ready_serves_one_run_and_is_never_reused(engine, t
         engine=engine, capacity=capacity(tmp_path), config=PoolConfig(size=2), warm=[KEY]
     ) as pool:
         assert pool.wait_warm(KEY)
-        first = pool.session(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path)
+        first = pool.session(SessionSpec(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path))
         assert pool.snapshot().hits == 1 and pool.snapshot().misses == 0
         first_id = first.container_id
         with first:
@@ -61,9 +62,7 @@ def test_a_taken_container_is_ready_serves_one_run_and_is_never_reused(engine, t
         for _ in range(3):
             result = pool.run_fresh(
                 "import os; print('x' in globals(), os.path.exists('/tmp/left'))",
-                limits=KEY.limits,
-                image=TEST_IMAGE,
-                output_dir=tmp_path,
+                SessionSpec(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path),
             )
             assert result.ok and result.stdout == "False False\n"
             assert not result.state_reset
@@ -72,7 +71,9 @@ def test_a_taken_container_is_ready_serves_one_run_and_is_never_reused(engine, t
         stats = pool.snapshot()
         assert stats.hits + stats.misses == 4 and stats.built >= 2
         for _ in range(2):
-            with pool.session(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path) as again:
+            with pool.session(
+                SessionSpec(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path)
+            ) as again:
                 assert again.container_id not in seen
                 seen.add(again.container_id)
 
@@ -83,7 +84,8 @@ def test_the_pool_refills_after_takes(engine, tmp_path) -> None:
     ) as pool:
         assert pool.wait_warm(KEY)
         taken = [
-            pool.session(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path) for _ in range(2)
+            pool.session(SessionSpec(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path))
+            for _ in range(2)
         ]
         assert pool.snapshot().hits == 2
         assert pool.wait_warm(KEY), "the pool did not refill"
@@ -98,14 +100,16 @@ def test_the_pool_never_exceeds_the_host_cap_and_callers_time_out(engine, tmp_pa
         assert pool.wait_warm(KEY, count=2)
         assert pool.settle(KEY)  # builds done: the pool is as full as the cap lets it be
         assert pool.idle(KEY) == 2 and ledger.usage().sandboxes == 2
-        one = pool.session(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path)
-        two = pool.session(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path)
+        one = pool.session(SessionSpec(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path))
+        two = pool.session(SessionSpec(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path))
         assert ledger.usage().sandboxes <= 2
         with pytest.raises(HostBusy, match="SBX_MAX_SANDBOXES"):
-            pool.session(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path)
+            pool.session(SessionSpec(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path))
         one.close()
         ledger.wait_s = 30  # the freed slot may go to a refill first; then it is shed for us
-        with pool.session(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path) as three:
+        with pool.session(
+            SessionSpec(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path)
+        ) as three:
             assert three.run("print(3)").stdout == "3\n"
         two.close()
     assert ledger.usage().sandboxes == 0
@@ -116,8 +120,8 @@ def test_idle_warm_containers_make_way_for_a_queued_caller(engine, tmp_path) -> 
     with Pool.start(engine=engine, capacity=ledger, config=PoolConfig(size=2), warm=[KEY]) as pool:
         assert pool.wait_warm(KEY)
         other = Limits(timeout="10s", memory="256m")  # another key: no warm container fits it
-        result = pool.run_fresh(  # HostBusy if no idle container made way within wait_s
-            "print('served')", limits=other, image=TEST_IMAGE, output_dir=tmp_path
+        result = pool.run_fresh(
+            "print('served')", SessionSpec(limits=other, image=TEST_IMAGE, output_dir=tmp_path)
         )
         assert result.stdout == "served\n"
         assert pool.snapshot().shed >= 1
@@ -145,7 +149,9 @@ def test_a_dead_warm_container_is_never_handed_over(engine, tmp_path) -> None:
         assert pool.wait_warm(KEY)
         victim = next(c["Id"] for c in ours(engine) if c["Labels"]["sbx.mode"] == "pool")
         engine.remove(victim)
-        with pool.session(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path) as session:
+        with pool.session(
+            SessionSpec(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path)
+        ) as session:
             assert session.container_id != victim
             assert session.run("print('fine')").ok
 
@@ -168,10 +174,7 @@ def test_runs_with_data_are_served_by_a_warm_container(engine, tmp_path) -> None
         assert pool.wait_warm(KEY)
         result = pool.run_fresh(
             "print(open('/data/sales.csv').read().split()[1])",
-            limits=KEY.limits,
-            image=TEST_IMAGE,
-            data=[data],
-            output_dir=tmp_path,
+            SessionSpec(limits=KEY.limits, image=TEST_IMAGE, data=(data,), output_dir=tmp_path),
         )
         assert result.stdout == "north,3\n"
         stats = pool.snapshot()
@@ -182,7 +185,7 @@ def test_close_drains_idle_containers_and_waits_for_removals(engine, tmp_path) -
     ledger = capacity(tmp_path)
     pool = Pool.start(engine=engine, capacity=ledger, config=PoolConfig(size=3), warm=[KEY])
     assert pool.wait_warm(KEY)
-    held = pool.session(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path)
+    held = pool.session(SessionSpec(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path))
     pool.close()
     assert pool.reaper.pending() == 0
     assert [c["Id"] for c in ours(engine)] == [held.container_id]
@@ -199,7 +202,8 @@ def test_no_leaks_after_a_burst_of_200_fresh_executions(engine, tmp_path) -> Non
             results = list(
                 workers.map(
                     lambda i: pool.run_fresh(
-                        f"print({i})", limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path
+                        f"print({i})",
+                        SessionSpec(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path),
                     ),
                     range(200),
                 )

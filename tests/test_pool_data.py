@@ -29,6 +29,7 @@ from sbx.sandbox.host_caps import HostCaps
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -85,7 +86,9 @@ def test_a_warm_container_serves_a_run_with_data_read_only_at_the_same_paths(
         assert pool.wait_warm(key)
         warm_id = pool.idle_container_ids(key)[0]
         with pool.session(
-            limits=key.limits, image=TEST_IMAGE, data=paths, output_dir=tmp_path / "o"
+            SessionSpec(
+                limits=key.limits, image=TEST_IMAGE, data=tuple(paths), output_dir=tmp_path / "o"
+            )
         ) as session:
             stats = pool.snapshot()
             assert (stats.hits, stats.misses, stats.data_delivered) == (1, 0, 1)
@@ -98,9 +101,11 @@ def test_a_warm_container_serves_a_run_with_data_read_only_at_the_same_paths(
         assert warm.ok, warm
         assert pool.reaper.wait_idle(60)
         assert not directory.exists()  # gone with its container
-    with Session.open(  # the same data in a created container, one bind mount per path
-        image=TEST_IMAGE, engine=engine, data=paths, output_dir=tmp_path / "o2",
-        limits=key.limits,
+    with Session.open(
+        SessionSpec(
+            image=TEST_IMAGE, data=tuple(paths), output_dir=tmp_path / "o2", limits=key.limits
+        ),
+        engine=engine,
     ) as cold:
         created = cold.run(LOOK)
     assert warm.stdout == created.stdout
@@ -129,9 +134,18 @@ def test_data_is_checked_before_a_warm_container_is_taken(engine, tmp_path, data
     with Pool.start(engine=engine, capacity=capacity(tmp_path), config=config, warm=[key]) as pool:
         assert pool.wait_warm(key)
         with pytest.raises(InvalidInput, match="not readable by the sandbox's user"):
-            pool.session(limits=key.limits, image=TEST_IMAGE, data=[data["reports"]])
+            pool.session(SessionSpec(limits=key.limits, image=TEST_IMAGE, data=(data["reports"],)))
         with pytest.raises(InvalidInput, match="two data paths are both named 'sales.csv'"):
-            pool.session(limits=key.limits, image=TEST_IMAGE, data=[data["sales"], twin])
+            pool.session(
+                SessionSpec(
+                    limits=key.limits,
+                    image=TEST_IMAGE,
+                    data=(
+                        data["sales"],
+                        twin,
+                    ),
+                )
+            )
         stats = pool.snapshot()
         assert (stats.hits, stats.misses, pool.idle(key)) == (0, 0, 1)
 
@@ -146,8 +160,12 @@ def test_data_past_the_copy_bound_gets_a_created_container_with_bind_mounts(
         assert pool.wait_warm(key)
         result = pool.run_fresh(
             "import os; print(os.path.getsize('/data/reports/big.bin'))",
-            limits=key.limits, image=TEST_IMAGE, data=[data["reports"]],
-            output_dir=tmp_path / "o",
+            SessionSpec(
+                limits=key.limits,
+                image=TEST_IMAGE,
+                data=(data["reports"],),
+                output_dir=tmp_path / "o",
+            ),
         )
         assert result.stdout == "8192\n"
         stats = pool.snapshot()
@@ -161,13 +179,14 @@ from sbx.sandbox.capacity import HostCapacity
 from sbx.sandbox.host_caps import HostCaps
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
+from sbx.sandbox.spec import SessionSpec
 image, root, ledger, data, marker = sys.argv[1:]
 key = PoolKey(image=image, limits=Limits(timeout="10s"))
 caps = HostCaps(sandboxes=8, memory=16 << 30, cpus=32.0)
 pool = Pool.start(capacity=HostCapacity(directory=Path(ledger), caps=caps),
                   config=PoolConfig(size=2, data_root=Path(root)), warm=[key])
 pool.wait_warm(key)
-session = pool.session(limits=key.limits, image=image, data=[Path(data)])
+session = pool.session(SessionSpec(limits=key.limits, image=image, data=(Path(data),)))
 print(session.run("print(open('/data/sales.csv').read())").stdout, flush=True)
 pool.settle(key)  # no create in flight: the engine would finish it after the kill
 Path(marker).write_text("leased")
@@ -181,9 +200,18 @@ def test_a_crash_leaves_nothing_the_next_start_or_gc_does_not_clean(
 ) -> None:
     root, marker = tmp_path / "data-root", tmp_path / "leased"
     proc = subprocess.Popen(
-        [sys.executable, "-c", CRASHER, TEST_IMAGE, str(root), str(tmp_path / "ledger"),
-         str(data["sales"]), str(marker)],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            CRASHER,
+            TEST_IMAGE,
+            str(root),
+            str(tmp_path / "ledger"),
+            str(data["sales"]),
+            str(marker),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 120
@@ -199,8 +227,9 @@ def test_a_crash_leaves_nothing_the_next_start_or_gc_does_not_clean(
             proc.stdout.close()
     owner = f":{proc.pid}"
     if cleaner == "pool start":
-        with Pool.start(engine=engine, capacity=capacity(tmp_path),
-                        config=PoolConfig(size=0, data_root=root)):
+        with Pool.start(
+            engine=engine, capacity=capacity(tmp_path), config=PoolConfig(size=0, data_root=root)
+        ):
             pass
     else:
         outcome = CliRunner().invoke(cli, ["gc"], env={"SBX_DATA_ROOT": str(root)})
@@ -222,7 +251,12 @@ def test_a_replacement_container_gets_the_same_data_in_a_directory_of_its_own(
     with Pool.start(engine=engine, capacity=capacity(tmp_path), config=config, warm=[key]) as pool:
         assert pool.wait_warm(key)
         with pool.session(
-            limits=key.limits, image=TEST_IMAGE, data=[data["sales"]], output_dir=tmp_path / "o"
+            SessionSpec(
+                limits=key.limits,
+                image=TEST_IMAGE,
+                data=(data["sales"],),
+                output_dir=tmp_path / "o",
+            )
         ) as session:
             first = session.data_dir.path if session.data_dir else None
             engine.remove(session.container_id or "")  # the container dies under the session

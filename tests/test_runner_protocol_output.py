@@ -16,6 +16,7 @@ from conftest import TEST_IMAGE
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -42,7 +43,7 @@ def test_sparse_files_copy_out_no_more_than_the_output_size(
     `output_size`; the landed runner sent them all and the host wrote them all."""
     limits = Limits(runtime=runtime, output_size="2m", max_artifact_bytes="1m")
     with Session.open(
-        limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path
+        SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path), engine=engine
     ) as session:
         result = session.run(
             "import os\nfor i in range(8):\n    open(f'/output/s{i}', 'w').close()\n"
@@ -67,7 +68,7 @@ def test_artifacts_past_the_copy_time_are_refused_and_the_result_still_comes(
     monkeypatch.setattr(session_module, "COPY_MARGIN_S", 100.0, raising=False)
     limits = Limits(runtime=runtime, timeout="5s")
     with Session.open(
-        limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path
+        SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path), engine=engine
     ) as session:
         result = session.run("open('/output/late.txt', 'w').write('x')\nprint('done')")
         assert result.ok and result.stdout == "done\n" and not result.artifacts

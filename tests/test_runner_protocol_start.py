@@ -20,6 +20,7 @@ from sbx.sandbox.engine import Engine
 from sbx.sandbox.errors import SandboxBroken
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -45,7 +46,9 @@ def test_a_runner_of_another_protocol_version_is_refused(
 ) -> None:
     patch_config(monkeypatch, command=["python3", "-I", "-u", "-c", OLD_RUNNER])
     with pytest.raises(SandboxBroken, match=r"protocol 1, this sbx needs 2: rebuild the image"):
-        Session.open(limits=Limits(), image=TEST_IMAGE, engine=engine, output_dir=tmp_path)
+        Session.open(
+            SessionSpec(limits=Limits(), image=TEST_IMAGE, output_dir=tmp_path), engine=engine
+        )
 
 
 def test_a_runner_that_cannot_separate_users_refuses_to_start(
@@ -56,5 +59,6 @@ def test_a_runner_that_cannot_separate_users_refuses_to_start(
     patch_config(monkeypatch, user="1000:1000")
     with pytest.raises(SandboxBroken, match=r"could not start: cannot separate users.*root"):
         Session.open(
-            limits=Limits(runtime=runtime), image=TEST_IMAGE, engine=engine, output_dir=tmp_path
+            SessionSpec(limits=Limits(runtime=runtime), image=TEST_IMAGE, output_dir=tmp_path),
+            engine=engine,
         )

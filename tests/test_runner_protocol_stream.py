@@ -21,6 +21,7 @@ from conftest import TEST_IMAGE
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -68,10 +69,12 @@ def hostile(
 
         monkeypatch.setattr(session_module, "container_config", config)
         session = Session.open(
-            limits=limits.model_copy(update={"runtime": runtime}),
-            image=TEST_IMAGE,
+            SessionSpec(
+                limits=limits.model_copy(update={"runtime": runtime}),
+                image=TEST_IMAGE,
+                output_dir=tmp_path / "out",
+            ),
             engine=engine,
-            output_dir=tmp_path / "out",
         )
         opened.append(session)
         return session

@@ -16,6 +16,7 @@ from sbx.sandbox.files import ArtifactSink, unsafe_name_reason
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.protocol import ArtifactFrame
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 
 def frame(name: str, data: bytes = b"data") -> ArtifactFrame:
@@ -63,7 +64,9 @@ def test_symlinks_fifos_and_escapes_are_refused_and_reported(session: Session, o
 @pytest.mark.docker
 def test_oversized_and_too_many_artifacts_are_refused(engine, runtime, tmp_path) -> None:
     limits = Limits(runtime=runtime, max_artifact_bytes="1k", max_artifacts=2)
-    with Session.open(limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path) as s:
+    with Session.open(
+        SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path), engine=engine
+    ) as s:
         result = s.run(
             "open('/output/big.bin', 'wb').write(b'x' * 5000)\n"
             "for i in range(4):\n"
@@ -144,7 +147,7 @@ def test_existing_host_files_are_never_replaced_or_followed(engine, tmp_path) ->
         "    open('/output/' + name, 'w').write('[core]\\nfsmonitor = touch /tmp/pwned\\n')\n"
         "print('done')\n"
     )
-    with Session.open(image=TEST_IMAGE, engine=engine, output_dir=out) as session:
+    with Session.open(SessionSpec(image=TEST_IMAGE, output_dir=out), engine=engine) as session:
         first = session.run(program)
         again = session.run(
             "open('/output/fresh.txt', 'w').write('second')\n"

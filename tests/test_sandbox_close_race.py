@@ -9,6 +9,7 @@ import pytest
 from conftest import TEST_IMAGE, wait_for_file_in_container
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -16,11 +17,14 @@ pytestmark = pytest.mark.docker
 @pytest.mark.parametrize("attempt", range(5))
 def test_close_from_another_thread_wakes_the_reader(engine, tmp_path, attempt) -> None:
     session = Session.open(
-        limits=Limits(timeout="60s"), image=TEST_IMAGE, engine=engine, output_dir=tmp_path
+        SessionSpec(limits=Limits(timeout="60s"), image=TEST_IMAGE, output_dir=tmp_path),
+        engine=engine,
     )
     outcome = {}
-    code = f"open('/tmp/started', 'w').close()\nsum(range({attempt} * 10**6))\n" \
+    code = (
+        f"open('/tmp/started', 'w').close()\nsum(range({attempt} * 10**6))\n"
         "import time\ntime.sleep(60)"
+    )
     worker = threading.Thread(target=lambda: outcome.setdefault("r", session.run(code)))
     worker.start()
     assert session.container_id is not None

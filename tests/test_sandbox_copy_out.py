@@ -24,6 +24,7 @@ from sbx.agent.cli.scripted_model import assistant, call, tool_calls
 from sbx.sandbox.config import RUN_ID_LABEL
 from sbx.sandbox.errors import InvalidInput
 from sbx.sandbox.session import Session, new_run_id
+from sbx.sandbox.spec import SessionSpec
 from scripted_llm import FAKE_KEY
 
 llm = scripted_llm.llm
@@ -63,7 +64,7 @@ def test_full_disk_refuses_the_artifact_removes_the_partial_and_keeps_the_output
     engine, small_disk
 ) -> None:
     out = small_disk / "out"
-    with Session.open(image=TEST_IMAGE, engine=engine, output_dir=out) as session:
+    with Session.open(SessionSpec(image=TEST_IMAGE, output_dir=out), engine=engine) as session:
         result = session.run(PROGRAM)
         after = session.run("print('session intact')")
     assert result.stdout == "the output survives\n" and result.ok
@@ -101,7 +102,7 @@ def test_an_output_path_that_is_not_a_directory_is_refused_before_the_run(
     run_id = new_run_id()
     with pytest.raises(InvalidInput, match="output directory .*results.csv"):
         Session.open(
-            image=TEST_IMAGE, engine=engine, output_dir=taken / below, run_id=run_id
+            SessionSpec(image=TEST_IMAGE, output_dir=taken / below, run_id=run_id), engine=engine
         ).close()
     assert taken.read_text() == "a,b\n"
     mine = engine.api.containers(all=True, filters={"label": f"{RUN_ID_LABEL}={run_id}"})
@@ -129,7 +130,9 @@ def test_exec_with_an_unusable_output_is_one_line_and_exit_125(engine, tmp_path)
 def test_an_unwritable_output_directory_is_refused_before_the_run(engine, tmp_path) -> None:
     with tmpfs(tmp_path / "ro", "ro,size=4k") as locked:
         with pytest.raises(InvalidInput, match="is not writable"):
-            Session.open(image=TEST_IMAGE, engine=engine, output_dir=locked / "out").close()
+            Session.open(
+                SessionSpec(image=TEST_IMAGE, output_dir=locked / "out"), engine=engine
+            ).close()
 
 
 @pytest.mark.docker
@@ -143,9 +146,25 @@ def test_ask_tells_the_model_a_plain_reason_never_the_host_error(llm, engine, sm
     scratch = small_disk.parent
     outcome = CliRunner().invoke(
         cli,
-        ["ask", "q", "-q", "--base-url", llm.base_url, "--api-key", FAKE_KEY, "--model", "m",
-         "--audit-log", str(scratch / "audit.jsonl"), "--transcript", str(scratch / "run.jsonl"),
-         "--output", str(small_disk), "--image", TEST_IMAGE],  # fmt: skip
+        [
+            "ask",
+            "q",
+            "-q",
+            "--base-url",
+            llm.base_url,
+            "--api-key",
+            FAKE_KEY,
+            "--model",
+            "m",
+            "--audit-log",
+            str(scratch / "audit.jsonl"),
+            "--transcript",
+            str(scratch / "run.jsonl"),
+            "--output",
+            str(small_disk),
+            "--image",
+            TEST_IMAGE,
+        ],  # fmt: skip
     )
     assert outcome.exit_code == 0, outcome.output
     events = [json.loads(line) for line in (scratch / "run.jsonl").read_text().splitlines()]

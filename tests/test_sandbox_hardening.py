@@ -8,6 +8,7 @@ import pytest
 
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -54,11 +55,13 @@ def test_data_is_the_only_host_mount_and_it_is_read_only(engine, runtime, tmp_pa
     data.write_text("region,amount\nnorth,1\n")
     data.chmod(0o666)  # only the read-only mount may stop the write
     with Session.open(
-        image=TEST_IMAGE,
+        SessionSpec(
+            image=TEST_IMAGE,
+            data=(data,),
+            output_dir=tmp_path / "o",
+            limits=Limits(runtime=runtime),
+        ),
         engine=engine,
-        data=[data],
-        output_dir=tmp_path / "o",
-        limits=Limits(runtime=runtime),
     ) as s:
         mounts = s.engine.inspect(s.container_id or "")["Mounts"]
         assert [(m["Destination"], m["RW"]) for m in mounts] == [("/data/sales.csv", False)]
@@ -122,9 +125,7 @@ def test_host_environment_absent_in_fresh_mode(engine, runtime, tmp_path, monkey
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fresh-secret-456")
     result = run_fresh(
         "import os; print(sorted(os.environ))",
-        image=TEST_IMAGE,
+        SessionSpec(image=TEST_IMAGE, limits=Limits(runtime=runtime), output_dir=tmp_path),
         engine=engine,
-        limits=Limits(runtime=runtime),
-        output_dir=tmp_path,
     )
     assert "OPENAI_API_KEY" not in result.stdout and result.exit_code == 0

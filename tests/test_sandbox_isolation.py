@@ -9,6 +9,7 @@ import pytest
 from conftest import TEST_IMAGE, wait_for_file_in_container
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -32,10 +33,10 @@ def test_two_live_sessions_are_isolated_and_nothing_carries_over(engine, runtime
     )
     with (
         Session.open(
-            limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path / "a"
+            SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path / "a"), engine=engine
         ) as a,
         Session.open(
-            limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path / "b"
+            SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path / "b"), engine=engine
         ) as b,
     ):
         held = {}
@@ -50,7 +51,7 @@ def test_two_live_sessions_are_isolated_and_nothing_carries_over(engine, runtime
         assert a.run("import os; print(os.path.exists('/tmp/secret-a'))").stdout == "True\n"
     assert seen.stdout.splitlines()[:2] == ["False", "[]"]
     with Session.open(
-        limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path / "c"
+        SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path / "c"), engine=engine
     ) as c:
         assert c.run("import os; print(os.path.exists('/tmp/secret-a'))").stdout == "False\n"
 

@@ -15,24 +15,23 @@ from conftest import TEST_IMAGE, wait_for_file_in_container, wait_until_removed
 from sbx.sandbox.gc import collect_orphans
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
 
 def _containers_of(engine, run_id: str) -> list[str]:
-    return [
-        c["Id"] for c in engine.managed_containers() if c["Labels"].get("sbx.run_id") == run_id
-    ]
+    return [c["Id"] for c in engine.managed_containers() if c["Labels"].get("sbx.run_id") == run_id]
 
 
 def test_ctrl_c_during_an_execution_removes_the_container(engine, runtime, tmp_path) -> None:
     main_thread = threading.main_thread().ident
     assert main_thread is not None
     session = Session.open(
-        limits=Limits(runtime=runtime, timeout="30s"),
-        image=TEST_IMAGE,
+        SessionSpec(
+            limits=Limits(runtime=runtime, timeout="30s"), image=TEST_IMAGE, output_dir=tmp_path
+        ),
         engine=engine,
-        output_dir=tmp_path,
     )
     container_id = session.container_id
     assert container_id is not None
@@ -55,7 +54,8 @@ OWNER = f"""
 import sys, time
 from pathlib import Path
 from sbx.sandbox.session import Session
-s = Session.open(image={TEST_IMAGE!r}, output_dir=Path(sys.argv[1]))
+from sbx.sandbox.spec import SessionSpec
+s = Session.open(SessionSpec(image={TEST_IMAGE!r}, output_dir=Path(sys.argv[1])))
 s.run("x = 1")
 print(s.run_id, flush=True)  # the session is up and has served a run
 time.sleep(300)  # until the test kills it
@@ -88,7 +88,7 @@ def test_gc_removes_orphans_and_spares_live_sessions(engine, runtime, tmp_path) 
             owner=f"{socket.gethostname()}:4194305",  # a pid above pid_max: dead,
         )
     )
-    with Session.open(image=TEST_IMAGE, engine=engine, output_dir=tmp_path) as live:
+    with Session.open(SessionSpec(image=TEST_IMAGE, output_dir=tmp_path), engine=engine) as live:
         removed = collect_orphans(engine)
         assert [item["run_id"] for item in removed] == ["orphan-test"]
         assert live.run("print(1)").ok

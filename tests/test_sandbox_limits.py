@@ -14,6 +14,7 @@ from conftest import TEST_IMAGE
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session, run_fresh
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -22,10 +23,12 @@ def test_memory_bomb_is_reported_as_oom_killed(engine, runtime, tmp_path) -> Non
     code = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 * 1024 * 1024))"
     result = run_fresh(
         code,
-        limits=Limits(runtime=runtime, memory="128m", timeout="20s"),
-        image=TEST_IMAGE,
+        SessionSpec(
+            limits=Limits(runtime=runtime, memory="128m", timeout="20s"),
+            image=TEST_IMAGE,
+            output_dir=tmp_path,
+        ),
         engine=engine,
-        output_dir=tmp_path,
     )
     assert result.oom_killed and not result.timed_out
     assert result.exit_code == 137
@@ -68,11 +71,13 @@ def test_fork_bomb_hits_the_pids_limit_and_host_stays_responsive(engine, runtime
     patient = Engine.connect()
     try:
         with Session.open(
-            limits=Limits(runtime=runtime, pids=64, timeout="60s"),
-            image=TEST_IMAGE,
+            SessionSpec(
+                limits=Limits(runtime=runtime, pids=64, timeout="60s"),
+                image=TEST_IMAGE,
+                data=(box,),
+                output_dir=tmp_path,
+            ),
             engine=patient,
-            data=[box],
-            output_dir=tmp_path,
         ) as session:
             code = FORK_BOMB.replace("{box}", box.name)
             bomb = threading.Thread(target=lambda: outcome.setdefault("r", session.run(code)))
@@ -106,15 +111,17 @@ def test_busy_loop_is_killed_at_the_timeout(engine, runtime, tmp_path) -> None:
     # what is pinned is the kill and its reason; the product's own clock says it was not early
     result = run_fresh(
         "while True: pass",
-        limits=Limits(runtime=runtime, timeout="2s"),
-        image=TEST_IMAGE,
+        SessionSpec(
+            limits=Limits(runtime=runtime, timeout="2s"), image=TEST_IMAGE, output_dir=tmp_path
+        ),
         engine=engine,
-        output_dir=tmp_path,
     )
     assert result.timed_out and result.exit_code == 124
     assert result.duration_s >= 2.0
-    assert any(note.startswith("timed out: the execution passed the 2 s wall-clock limit and was "
-                               "killed") for note in result.notes), result.notes
+    assert any(
+        note.startswith("timed out: the execution passed the 2 s wall-clock limit and was killed")
+        for note in result.notes
+    ), result.notes
 
 
 def test_detached_child_does_not_outlive_the_execution(session: Session) -> None:

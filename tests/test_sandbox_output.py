@@ -18,9 +18,11 @@ import json, sys
 from pathlib import Path
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import run_fresh
+from sbx.sandbox.spec import SessionSpec
 flood = "import sys\\nchunk = 'x' * (1 << 20)\\nfor _ in range(1024):\\n    sys.stdout.write(chunk)"
 limits = Limits(timeout="60s", runtime=sys.argv[3])
-result = run_fresh(flood, limits=limits, image=sys.argv[1], output_dir=Path(sys.argv[2]))
+spec = SessionSpec(limits=limits, image=sys.argv[1], output_dir=Path(sys.argv[2]))
+result = run_fresh(flood, spec)
 print(json.dumps({"truncated": result.truncated, "kept": len(result.stdout),
                   "dropped": result.stdout_dropped_bytes, "timed_out": result.timed_out,
                   "exit": result.exit_code, "notes": result.notes}))

@@ -10,6 +10,7 @@ from conftest import TEST_IMAGE
 from sbx.sandbox.errors import InvalidInput
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session, new_run_id, run_fresh
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -24,10 +25,10 @@ def test_after_a_timeout_the_next_execution_works_and_reports_the_reset(
     engine, runtime, tmp_path
 ) -> None:
     with Session.open(
-        limits=Limits(runtime=runtime, timeout="2s"),
-        image=TEST_IMAGE,
+        SessionSpec(
+            limits=Limits(runtime=runtime, timeout="2s"), image=TEST_IMAGE, output_dir=tmp_path
+        ),
         engine=engine,
-        output_dir=tmp_path,
     ) as session:
         session.run("x = 41")
         stuck = session.run("import time\ntime.sleep(60)")
@@ -56,19 +57,17 @@ def test_fresh_mode_uses_a_new_container_each_time(engine, runtime, tmp_path) ->
     ids = [new_run_id(), new_run_id()]
     first = run_fresh(
         "y = 1",
-        image=TEST_IMAGE,
-        limits=Limits(runtime=runtime),
-        run_id=ids[0],
+        SessionSpec(
+            image=TEST_IMAGE, limits=Limits(runtime=runtime), run_id=ids[0], output_dir=tmp_path
+        ),
         engine=engine,
-        output_dir=tmp_path,
     )
     second = run_fresh(
         "print('y' in globals())",
-        image=TEST_IMAGE,
-        run_id=ids[1],
-        limits=Limits(runtime=runtime),
+        SessionSpec(
+            image=TEST_IMAGE, run_id=ids[1], limits=Limits(runtime=runtime), output_dir=tmp_path
+        ),
         engine=engine,
-        output_dir=tmp_path,
     )
     assert first.ok and second.stdout == "False\n"
     left = [c for c in engine.managed_containers() if c["Labels"].get("sbx.run_id") in ids]
@@ -77,9 +76,13 @@ def test_fresh_mode_uses_a_new_container_each_time(engine, runtime, tmp_path) ->
 
 def test_bad_code_is_refused_before_any_container(engine, runtime, tmp_path) -> None:
     with pytest.raises(InvalidInput, match="not valid UTF-8"):
-        run_fresh(b"print('\xff')", image=TEST_IMAGE, engine=engine, output_dir=tmp_path)
+        run_fresh(
+            b"print('\xff')", SessionSpec(image=TEST_IMAGE, output_dir=tmp_path), engine=engine
+        )
     with pytest.raises(InvalidInput, match="max_code_bytes"):
-        run_fresh("x = 1\n" * 300_000, image=TEST_IMAGE, engine=engine, output_dir=tmp_path)
+        run_fresh(
+            "x = 1\n" * 300_000, SessionSpec(image=TEST_IMAGE, output_dir=tmp_path), engine=engine
+        )
 
 
 PROBE_DESCRIPTORS = """

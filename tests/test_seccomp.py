@@ -7,6 +7,7 @@ import pytest
 from conftest import TEST_IMAGE
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -47,7 +48,8 @@ t = threading.Thread(target=print, args=("thread",)); t.start(); t.join()
 
 def test_ptrace_unshare_and_friends_are_denied_under_runc(engine, tmp_path) -> None:
     with Session.open(
-        limits=Limits(runtime="runc"), image=TEST_IMAGE, engine=engine, output_dir=tmp_path
+        SessionSpec(limits=Limits(runtime="runc"), image=TEST_IMAGE, output_dir=tmp_path),
+        engine=engine,
     ) as session:
         result = session.run(DENIED)
     outcomes = dict(line.split(" ", 1) for line in result.stdout.splitlines())
@@ -57,7 +59,9 @@ def test_ptrace_unshare_and_friends_are_denied_under_runc(engine, tmp_path) -> N
 
 def test_data_science_workload_runs_under_the_profile(engine, runtime, tmp_path) -> None:
     limits = Limits(runtime=runtime, timeout="120s", memory="1g")
-    with Session.open(limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path) as s:
+    with Session.open(
+        SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path), engine=engine
+    ) as s:
         result = s.run(WORKLOAD)
     assert result.ok, (result.error, result.stderr[-2000:])
     lines = result.stdout.splitlines()

@@ -31,6 +31,7 @@ from sbx.sandbox.pool import Pool
 from sbx.sandbox.pool_config import PoolConfig
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import new_run_id
+from sbx.sandbox.spec import SessionSpec
 from sbx.sandbox.units import format_size
 from sbx.tools.text_safety import safe_json, safe_text
 
@@ -166,11 +167,9 @@ def exec_command(
     with Pool.start(config=PoolConfig(size=0)) as pool:  # the host-wide cap, no warm-up
         result = pool.run_fresh(
             code,
-            limits=limits,
-            image=image,
-            data=list(data),
-            output_dir=output,
-            run_id=run_id,
+            SessionSpec(
+                limits=limits, image=image, data=tuple(data), output_dir=output, run_id=run_id
+            ),
         )
     if as_json:
         click.echo(safe_json(result.model_dump_json(indent=2)))

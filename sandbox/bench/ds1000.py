@@ -31,6 +31,7 @@ from sbx.sandbox.errors import InvalidInput, SandboxBroken
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
 from sbx.sandbox.result import ExecutionResult
+from sbx.sandbox.spec import SessionSpec
 
 MAX_RECORD_BYTES = 1 << 20
 """Longest JSONL line accepted; DS-1000's longest record is about 20 KB."""
@@ -110,9 +111,7 @@ class Ds1000Report:
         """Per library: passed, total, and failures by cause."""
         table: dict[str, dict[str, Any]] = {}
         for outcome in self.outcomes:
-            row = table.setdefault(
-                outcome.library, {"passed": 0, "total": 0, "causes": Counter()}
-            )
+            row = table.setdefault(outcome.library, {"passed": 0, "total": 0, "causes": Counter()})
             row["total"] += 1
             if outcome.passed:
                 row["passed"] += 1
@@ -256,8 +255,9 @@ def run_ds1000(
     try:
         pool.warm(key)
         with TemporaryDirectory(prefix="sbx-ds1000-") as scratch:
-            outcomes = _run_all(pool, key, problems, scratch=Path(scratch), jobs=jobs,
-                                progress=progress)
+            outcomes = _run_all(
+                pool, key, problems, scratch=Path(scratch), jobs=jobs, progress=progress
+            )
     finally:
         if owned:
             pool.close()
@@ -265,7 +265,12 @@ def run_ds1000(
 
 
 def _run_all(
-    pool: Pool, key: PoolKey, problems: list[Problem], *, scratch: Path, jobs: int,
+    pool: Pool,
+    key: PoolKey,
+    problems: list[Problem],
+    *,
+    scratch: Path,
+    jobs: int,
     progress: Progress,
 ) -> list[Outcome]:
     """The outcomes in problem order; on Ctrl-C nothing more starts and running ones finish."""
@@ -288,14 +293,24 @@ def run_problem(pool: Pool, key: PoolKey, problem: Problem, output_dir: Path) ->
     """Run one problem's program as `sbx exec` would and classify what happened."""
     try:
         result = pool.run_fresh(
-            build_program(problem), limits=key.limits, image=key.image, output_dir=output_dir
+            build_program(problem),
+            SessionSpec(limits=key.limits, image=key.image, output_dir=output_dir),
         )
     except (SandboxBroken, InvalidInput) as exc:
-        return Outcome(problem_id=problem.problem_id, library=problem.library, cause=SANDBOX,
-                       detail=printable(f"{type(exc).__name__}: {exc}"))
+        return Outcome(
+            problem_id=problem.problem_id,
+            library=problem.library,
+            cause=SANDBOX,
+            detail=printable(f"{type(exc).__name__}: {exc}"),
+        )
     cause, detail = classify(result)
-    return Outcome(problem_id=problem.problem_id, library=problem.library, cause=cause,
-                   detail=detail, seconds=result.duration_s)
+    return Outcome(
+        problem_id=problem.problem_id,
+        library=problem.library,
+        cause=cause,
+        detail=detail,
+        seconds=result.duration_s,
+    )
 
 
 def _report_progress(progress: Progress, outcome: Outcome, *, done: int, total: int) -> None:

@@ -36,15 +36,14 @@ from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool import Pool
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 WORKLOAD = FIRST_QUESTION
 CSV_NAME = "sales.csv"
 CSV_ROWS = 490_000
 """Rows of the generated CSV: about 10 MB."""
 PROGRAM = (
-    "import pandas as pd\n"
-    f"frame = pd.read_csv('/data/{CSV_NAME}')\n"
-    "print('rows', len(frame))\n"
+    f"import pandas as pd\nframe = pd.read_csv('/data/{CSV_NAME}')\nprint('rows', len(frame))\n"
 )
 EXPECT = f"rows {CSV_ROWS}"
 MODES = (BASELINE, FRESH, POOLED, SESSION)
@@ -81,8 +80,7 @@ def write_csv(directory: Path, rows: int = CSV_ROWS) -> Path:
     with path.open("w") as handle:
         handle.write("id,region,amount,units\n")
         handle.writelines(
-            f"{i},{regions[i % 4]},{(i * 7919) % 100_000 / 100:.2f},{i % 13}\n"
-            for i in range(rows)
+            f"{i},{regions[i % 4]},{(i * 7919) % 100_000 / 100:.2f},{i % 13}\n" for i in range(rows)
         )
     path.chmod(0o644)
     directory.chmod(0o755)
@@ -95,7 +93,7 @@ def measure_first_question(bench: _Bench, report: BenchReport, reps: int) -> Non
     samples: dict[str, list[float]] = {mode: [] for mode in MODES}
     limits, image = bench.options.limits, bench.options.image
     session = bench.pool.session(
-        limits=limits, image=image, data=[csv], output_dir=bench.scratch / "warm"
+        SessionSpec(limits=limits, image=image, data=(csv,), output_dir=bench.scratch / "warm")
     )
     try:
         _checked(session.run(PROGRAM))  # the warm session has run it once already
@@ -120,14 +118,22 @@ def _sample(bench: _Bench, mode: str, csv: Path, session: Session) -> float:
         text = _checked(session.run(PROGRAM))
     elif mode == BASELINE:
         text, container_id = docker_run(
-            bench.engine, PROGRAM, image=bench.options.image, limits=bench.options.limits,
+            bench.engine,
+            PROGRAM,
+            image=bench.options.image,
+            limits=bench.options.limits,
             data=data_mounts([csv]),
         )
     else:
         pool = bench.pool if mode == POOLED else bench.cold
         result = pool.run_fresh(
-            PROGRAM, limits=bench.options.limits, image=bench.options.image, data=[csv],
-            output_dir=bench.scratch / "fresh",
+            PROGRAM,
+            SessionSpec(
+                limits=bench.options.limits,
+                image=bench.options.image,
+                data=(csv,),
+                output_dir=bench.scratch / "fresh",
+            ),
         )
         text = _checked(result)
     elapsed = time.perf_counter() - started

@@ -54,6 +54,7 @@ from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 SESSION_THROUGHPUT_FACTOR = 25
 """Session executions are ~1000x cheaper: run this many more of them for a stable figure."""
@@ -123,13 +124,15 @@ class _Bench:
         self.pool.close()
         self.cold.close()
 
+    def spec(self, output_dir: Path) -> SessionSpec:
+        """The bench's sandbox configuration, artifacts to `output_dir`."""
+        return SessionSpec(
+            limits=self.options.limits, image=self.options.image, output_dir=output_dir
+        )
+
     def open_session(self) -> Session:
         self.pool.wait_warm(self.key, count=1)
-        return self.pool.session(
-            limits=self.options.limits,
-            image=self.options.image,
-            output_dir=self.scratch / "session",
-        )
+        return self.pool.session(self.spec(self.scratch / "session"))
 
     def quiesce(self) -> None:
         """Let refills and removals finish, so the next sample runs on a quiet host."""
@@ -161,7 +164,10 @@ class _Bench:
         """Seconds for one hardened `docker run --rm` of `true` (no Python at all)."""
         started = time.perf_counter()
         _, container_id = docker_run(
-            self.engine, "", image=self.options.image, limits=self.options.limits,
+            self.engine,
+            "",
+            image=self.options.image,
+            limits=self.options.limits,
             command=["true"],
         )
         elapsed = time.perf_counter() - started
@@ -181,15 +187,7 @@ class _Bench:
         if mode in (FRESH, POOLED):
             pool = self.pool if mode == POOLED else self.cold
             out = self.scratch / f"fresh-{time.perf_counter_ns()}"  # C22: nothing replaced
-            return [
-                _checked(
-                    pool.run_fresh(
-                        p, limits=self.options.limits, image=self.options.image, output_dir=out
-                    ),
-                    workload,
-                )
-                for p in programs
-            ], []
+            return [_checked(pool.run_fresh(p, self.spec(out)), workload) for p in programs], []
         if mode == BASELINE:
             ran = [
                 docker_run(self.engine, p, image=self.options.image, limits=self.options.limits)

@@ -10,6 +10,7 @@ from sbx.sandbox.engine import Engine
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import new_run_id, run_fresh
+from sbx.sandbox.spec import SessionSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,10 +47,12 @@ class Probe:
         """Run `code` in a new container with the configured (or given) limits."""
         return run_fresh(
             code,
-            limits=limits or self.limits,
-            image=self.image,
+            SessionSpec(
+                limits=limits or self.limits,
+                image=self.image,
+                output_dir=self.scratch / new_run_id(),
+            ),
             engine=self.engine,
-            output_dir=self.scratch / new_run_id(),
         )
 
     def facts(self, code: str) -> dict[str, object]:

@@ -26,6 +26,7 @@ from sbx.sandbox.engine import Engine, first_line
 from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import run_fresh
+from sbx.sandbox.spec import SessionSpec
 
 GVISOR_FIX = "see security.md, 'Operator's hardening guide', item 2 (gVisor)"
 ENGINE_FIX = "the engine did not apply the container config; run `sbx selftest` and see security.md"
@@ -61,7 +62,9 @@ def check_runtime_usable(engine: Engine, image: str, runtime: str, scratch: Path
     limits = Limits(runtime=runtime, timeout=20.0)
     try:
         result = run_fresh(
-            "print('ok')", limits=limits, image=image, engine=engine, output_dir=scratch
+            "print('ok')",
+            SessionSpec(limits=limits, image=image, output_dir=scratch),
+            engine=engine,
         )
     except SandboxError as exc:
         return Check(

@@ -35,6 +35,7 @@ from sbx.sandbox.engine import Engine
 from sbx.sandbox.gc import owner_tag
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 CANARY_VARIABLE = "SBX_SELFTEST_CANARY"
 
@@ -244,16 +245,12 @@ def check_isolation(probe: Probe) -> list[Check]:
     )
     with (
         Session.open(
-            limits=probe.limits,
-            image=probe.image,
+            SessionSpec(limits=probe.limits, image=probe.image, output_dir=probe.scratch / "a"),
             engine=probe.engine,
-            output_dir=probe.scratch / "a",
         ) as first,
         Session.open(
-            limits=probe.limits,
-            image=probe.image,
+            SessionSpec(limits=probe.limits, image=probe.image, output_dir=probe.scratch / "b"),
             engine=probe.engine,
-            output_dir=probe.scratch / "b",
         ) as second,
     ):
         busy = threading.Thread(target=first.run, args=(holder,))
