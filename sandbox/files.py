@@ -31,6 +31,7 @@ import os
 import secrets
 import stat
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 
 from sbx.sandbox.config import SANDBOX_USER, DataMount
@@ -339,3 +340,23 @@ def _create(dir_fd: int, leaf: str, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(leaf, dir_fd=dir_fd)
         raise
+
+
+def open_beneath(root: Path, parts: Sequence[str]) -> int:
+    """Open `root/parts...` read-only without following a link at any component.
+
+    Each component is opened relative to the descriptor of the one before with
+    `O_NOFOLLOW`, so a directory swapped for a symlink between two steps opens
+    nothing outside `root`. Raises `OSError` (the caller words it); the caller
+    closes the returned descriptor.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, flags | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            next_fd = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        return os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)

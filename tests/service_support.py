@@ -41,6 +41,7 @@ from typing import Any
 import httpx
 import pytest
 
+import scripted_llm
 from conftest import TEST_IMAGE
 from sbx.agent.cli.scripted_model import ScriptedLLM
 from sbx.agent.service.store.db import Database
@@ -148,15 +149,8 @@ def postgres(pg_cluster: PgCluster) -> str:
 # ------------------------------------------------------------------ the scripted model
 
 
-@pytest.fixture
-def llm() -> Iterator[ScriptedLLM]:
-    """The scripted model the test's servers talk to; every turn must be consumed."""
-    server = ScriptedLLM().start()
-    try:
-        yield server
-    finally:
-        server.close()
-    server.assert_complete()
+llm = scripted_llm.llm
+"""The scripted model the test's servers talk to; every turn must be consumed."""
 
 
 # ------------------------------------------------------------------ servers

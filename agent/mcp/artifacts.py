@@ -25,7 +25,7 @@ from urllib.parse import quote, unquote
 
 from mcp.types import ContentBlock, ImageContent, ResourceLink
 
-from sbx.sandbox.files import unsafe_name_reason
+from sbx.sandbox.files import open_beneath, unsafe_name_reason
 from sbx.sandbox.result import Artifact
 
 SCHEME = "sbx://artifacts/"
@@ -82,22 +82,10 @@ def read_artifact(directory: Path, artifact: Artifact, *, max_bytes: int) -> byt
 
 def _open_below(directory: Path, parts: list[str]) -> int:
     """Open `directory/parts...` read-only, refusing a link at any component."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(directory, flags | os.O_DIRECTORY)
-    except OSError as exc:
-        raise ArtifactUnavailable(f"artifact directory unavailable: {exc.strerror}") from None
-    try:
-        for part in parts[:-1]:
-            next_fd = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = next_fd
-        leaf = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
+        return open_beneath(directory, parts)
     except OSError as exc:
         raise ArtifactUnavailable(f"artifact unavailable: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    return leaf
 
 
 def artifact_blocks(

@@ -27,6 +27,7 @@ from sbx.agent.service.schemas import ArtifactOut, Listing, RunOut
 from sbx.agent.service.sse import event_stream, last_event_id
 from sbx.agent.service.store.models import ArtifactRow, Run
 from sbx.agent.service.tenancy import owned
+from sbx.sandbox.files import open_beneath
 
 UNFINISHED = ("queued", "running")
 INLINE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
@@ -119,21 +120,10 @@ def open_inside(root: Path, name: str) -> int:
     parts = Path(name).parts
     if not parts or Path(name).is_absolute() or any(p in ("..", ".", "") for p in parts):
         raise not_found("artifact", name[:200])
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(root, flags | os.O_DIRECTORY)
+        file_fd = open_beneath(root, parts)
     except OSError:
         raise not_found("artifact", name[:200]) from None
-    try:
-        for part in parts[:-1]:
-            next_fd = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = next_fd
-        file_fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
-    except OSError:
-        raise not_found("artifact", name[:200]) from None
-    finally:
-        os.close(fd)
     if not stat.S_ISREG(os.fstat(file_fd).st_mode):
         os.close(file_fd)
         raise not_found("artifact", name[:200])
