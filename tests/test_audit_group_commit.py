@@ -132,7 +132,9 @@ def test_every_call_returns_durable_and_chained_as_a_second_process_sees(
     ends = line_ends(path)
     late = [(seq, covered, ends[seq]) for seq, covered in returned if covered < ends[seq]]
     assert late == [], "a call returned before an fsync covering its record completed"
-    assert spy.calls < threads * calls  # and they did share
+    # Sharing is proved by the test above, where the overlap is forced; here the checker's
+    # lock can serialize the writers, so only the bound holds: never more fsyncs than calls.
+    assert 0 < spy.calls <= threads * calls
     report = verify_log(path, key=None)
     assert report.ok and report.records == threads * calls, report.summary()
 
