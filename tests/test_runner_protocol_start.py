@@ -44,7 +44,7 @@ def test_a_runner_of_another_protocol_version_is_refused(
     monkeypatch: pytest.MonkeyPatch, engine: Engine, tmp_path: Path
 ) -> None:
     patch_config(monkeypatch, command=["python3", "-I", "-u", "-c", OLD_RUNNER])
-    with pytest.raises(SandboxBroken, match=r"protocol 1, this sbx needs 2: rebuild the image"):
+    with pytest.raises(SandboxBroken, match=r"protocol 1, this sbx needs 3: rebuild the image"):
         Session.open(limits=Limits(), image=TEST_IMAGE, engine=engine, output_dir=tmp_path)
 
 
