@@ -100,7 +100,8 @@ IDENTITY = r"""
 import json, os
 def status(pid):
     fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
-    return {key: fields[key].split() for key in ("Name", "Uid", "Gid", "CapEff", "CapPrm", "CapBnd")}
+    keys = ("Name", "Uid", "Gid", "CapEff", "CapPrm", "CapBnd")
+    return {key: fields[key].split() for key in keys}
 def parent(pid):
     return int(open(f"/proc/{pid}/stat").read().rsplit(") ", 1)[1].split()[1])
 def attempt(action):

@@ -27,8 +27,9 @@ def denied(attempts: object, expected: int) -> bool:
 
 
 def check_protocol(probe: Probe) -> list[CheckResult]:
-    """Code cannot reach the protocol: init's and the runner's descriptors, and their memory
-    or the zygote's; nor can it signal any of the three.
+    """Code cannot open init's or the runner's descriptors, their or the zygote's memory.
+
+    Nor can it signal any of the three.
     """
     facts = probe.facts(PROTOCOL_PROBE)
     uids = facts.get("uids")
