@@ -96,7 +96,7 @@ import sys
 import time
 import traceback
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 PROTOCOL = 3
@@ -105,6 +105,9 @@ FONT_CACHE = "/opt/sbx/matplotlib"
 PREIMPORT_LIST = "/opt/sbx/preimport.txt"
 """Modules the zygote imports for every kernel, one per line (images/preimport.txt)."""
 MAX_PREIMPORTS = 64
+PREIMPORT_MIN_MEMORY = 384 << 20
+"""Below this memory limit nothing is preimported: the stack takes 80 MiB of an idle
+container under runc and about 130 MiB under gVisor (sbx bench), too much of a small one."""
 OUTPUT_CHUNK_BYTES = 64 * 1024
 """Most bytes of one output frame; this much waiting is sent without waiting for the interval."""
 OUTPUT_INTERVAL_S = 0.02
@@ -734,13 +737,20 @@ class Kernel:
     """A kernel process that runs code; we hold the other ends of its four pipes.
 
     The zygote forked it and is its parent: the zygote reaps it when we ask
-    (`Zygote.reap`), and we kill it with CAP_KILL.
+    (`reap` is `Zygote.reap`), and we kill it with CAP_KILL. Should the zygote
+    have died, we fork kernels ourselves and `reap` is `reap_child`.
     """
 
     def __init__(
-        self, zygote: Zygote, pid: int, request_w: int, reply_r: int, stdout_r: int, stderr_r: int
+        self,
+        reap: Callable[[int], int],
+        pid: int,
+        request_w: int,
+        reply_r: int,
+        stdout_r: int,
+        stderr_r: int,
     ) -> None:
-        self.zygote = zygote
+        self.reap = reap
         self.pid = pid
         self.request_w, self.reply_r = request_w, reply_r
         self.stdout_r, self.stderr_r = stdout_r, stderr_r
@@ -764,7 +774,7 @@ class Kernel:
             with contextlib.suppress(OSError):
                 kill(self.pid, signal.SIGKILL)
         if self.returncode is None:
-            self.returncode = self.zygote.reap(self.pid)
+            self.returncode = self.reap(self.pid)
         return -self.returncode if self.returncode < 0 else None
 
     def close_outputs(self) -> None:
@@ -802,19 +812,23 @@ class Zygote:
         self.pid, self.control = pid, ours
 
     def fork_kernel(self) -> Kernel:
-        """A new kernel with the stack imported."""
-        for attempt in (1, 2):
-            if self.control is None:
-                self.spawn()
+        """A new kernel with the stack imported, or without it when the zygote has died.
+
+        A dead zygote is not started again: its imports would now read files
+        the code could have changed (the matplotlib cache in /tmp), in a process
+        that holds capabilities. Kernels are then forked here, as before the
+        zygote existed, and import the stack themselves.
+        """
+        if self.control is not None:
             try:
                 kernel = self._request_kernel()
                 self.tasks = thread_count(self.pid)
                 return kernel
-            except OSError:
+            except OSError as exc:
                 self.stop()
-                if attempt == 2:
-                    raise
-        raise OSError("unreachable")
+                report(f"the zygote is gone ({exc}); kernels no longer start with the stack")
+        pid, ends = spawn_kernel(self.separated)
+        return Kernel(reap_child, pid, *ends)
 
     def _request_kernel(self) -> Kernel:
         control = self.control
@@ -826,7 +840,7 @@ class Zygote:
             for fd in fds:
                 _close_quietly(fd)
             raise OSError(f"the zygote sent no kernel ({message[:40]!r})")
-        return Kernel(self, int(message), *fds)
+        return Kernel(self.reap, int(message), *fds)
 
     def reap(self, pid: int) -> int:
         """Wait for kernel `pid` to end (it was killed) and return its exit code (-N: signal N)."""
@@ -848,7 +862,21 @@ class Zygote:
             with contextlib.suppress(OSError):
                 os.kill(self.pid, signal.SIGKILL)
                 os.waitpid(self.pid, 0)
-            self.pid = -1
+            self.pid, self.tasks = -1, 0
+
+
+def reap_child(pid: int) -> int:
+    """Wait for our own child `pid` to end; its exit code (-N: killed by signal N)."""
+    try:
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status)
+    except ChildProcessError:
+        return -signal.SIGKILL
+
+
+def report(message: str) -> None:
+    """One line on the runner's own stderr (the host keeps its head for diagnostics)."""
+    os.write(2, (f"sbx runner: {message}"[:300] + "\n").encode("utf-8", "replace"))
 
 
 def thread_count(pid: int) -> int:
@@ -917,20 +945,57 @@ def preimport(names: list[str], separated: bool) -> None:
 
     As the code's effective uid, so what a library creates on import (the
     matplotlib config and font cache under /tmp) belongs to the code, as it
-    did when each kernel imported for itself. `gc.freeze` keeps the collector
-    of every forked kernel from touching, and so copying, these objects.
-    A module that fails to import is reported on stderr and skipped.
+    did when each kernel imported for itself. Nothing when the container's
+    memory is under PREIMPORT_MIN_MEMORY: the stack would take most of it.
+    `gc.freeze` keeps the collector of every forked kernel from touching, and
+    so copying, these objects. A module that fails to import is reported on
+    stderr and skipped.
     """
+    limit = memory_limit()
+    if limit is not None and limit < PREIMPORT_MIN_MEMORY:
+        names = []
     with code_identity(separated):
-        seed_font_cache()
-        for name in names:
-            try:
-                importlib.import_module(name)
-            except Exception as exc:
-                message = f"sbx runner: could not preimport {name}: {type(exc).__name__}: {exc}"
-                os.write(2, (message[:300] + "\n").encode("utf-8", "replace"))
+        config = seed_font_cache()
+        with writable_for_us(config):
+            for name in names:
+                try:
+                    importlib.import_module(name)
+                except Exception as exc:
+                    report(f"could not preimport {name}: {type(exc).__name__}: {exc}")
     gc.collect()
     gc.freeze()
+
+
+@contextlib.contextmanager
+def writable_for_us(directory: str | None) -> Iterator[None]:
+    """Open the code's new matplotlib directory to us while we import, then close it again.
+
+    matplotlib checks its directory with access(2), which asks about the real
+    uid (ours, not the code's whose effective uid we hold): refused, it would
+    build a font cache in a temporary directory instead (0.5 s, and a warning).
+    No code runs yet, so nothing else can write there meanwhile.
+    """
+    if directory is None:
+        yield
+        return
+    os.chmod(directory, 0o777)
+    try:
+        yield
+    finally:
+        os.chmod(directory, 0o755)
+
+
+def memory_limit() -> int | None:
+    """The container's memory limit in bytes: its cgroup's (runc) or the kernel's total (gVisor)."""
+    found: list[int] = []
+    for path in ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory.max"):
+        with contextlib.suppress(OSError, ValueError), open(path) as handle:
+            found.append(int(handle.read().strip()))
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("MemTotal:"):
+                found.append(int(line.split()[1]) * 1024)
+    return min(found) if found else None
 
 
 def serve_kernels(control: socket.socket, separated: bool) -> None:
@@ -944,12 +1009,7 @@ def serve_kernels(control: socket.socket, separated: bool) -> None:
                 for fd in ends:
                     os.close(fd)
         elif request[:1] == b"w" and request[1:].isdigit():
-            try:
-                _, status = os.waitpid(int(request[1:]), 0)
-                code = os.waitstatus_to_exitcode(status)
-            except ChildProcessError:
-                code = -signal.SIGKILL
-            control.sendall(str(code).encode())
+            control.sendall(str(reap_child(int(request[1:]))).encode())
 
 
 def spawn_kernel(separated: bool) -> tuple[int, list[int]]:
@@ -1359,14 +1419,19 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
-def seed_font_cache() -> None:
-    """Copy matplotlib's prebuilt font cache into writable /tmp, as the code's user, who uses it."""
+def seed_font_cache() -> str | None:
+    """Copy matplotlib's prebuilt font cache into writable /tmp, as the code's user, who uses it.
+
+    Returns the directory when it was created here, None when it existed or could not be.
+    """
     target = os.environ.get("MPLCONFIGDIR", "/tmp/matplotlib")
     if os.path.isdir(FONT_CACHE) and not os.path.exists(target):
         try:
             shutil.copytree(FONT_CACHE, target)
+            return target
         except OSError:
             pass
+    return None
 
 
 def main() -> None:
