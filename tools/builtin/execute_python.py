@@ -35,7 +35,11 @@ def make_execute_python() -> Tool:
         """
         if ctx.runner is None:
             raise ToolFailure("no sandbox is available in this run")
-        result = ctx.runner.run(code, on_output=live_output(ctx))
+        callback = live_output(ctx)
+        if callback is None:  # the call a runner written before live output understands too
+            result = ctx.runner.run(code)
+        else:
+            result = ctx.runner.run(code, on_output=callback)
         text = render_execution(result)
         return ToolReturn(text=text, execution=result, audit=audit_fields(result))
 
