@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import docker.errors
 import openai
 import pytest
 
@@ -79,9 +80,24 @@ def no_leaked_containers(request: pytest.FixtureRequest) -> Iterator[None]:
         for c in engine.managed_containers()
         if c["Labels"].get("sbx.owner") == mine or not owner_alive(c["Labels"].get("sbx.owner", ""))
     ]
+    left = [c for c in left if engine_knows(engine, c["Id"])]
     for container in left:  # other live sbx processes' containers are not ours to judge
         engine.remove(container["Id"])
     assert not left, f"containers leaked: {[c['Id'][:12] for c in left]}"
+
+
+def engine_knows(engine: Engine, container_id: str) -> bool:
+    """Whether the engine can still inspect a container it lists.
+
+    After a removal that failed half-way (runsc, "unlinkat ...: directory not empty") dockerd
+    can keep listing a container as "Removal In Progress" that it can no longer inspect or
+    remove, until it restarts: nothing a test left running, and nothing a test can remove.
+    """
+    try:
+        engine.inspect(container_id)
+    except docker.errors.NotFound:
+        return False
+    return True
 
 
 def wait_for_file_in_container(engine: Engine, container_id: str, path: str) -> None:
