@@ -27,7 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from tempfile import TemporaryDirectory
+from tempfile import TemporaryDirectory, mkdtemp
 
 from sbx.sandbox.bench.floor import PersistentFloor, docker_run, host_floor
 from sbx.sandbox.bench.host import host_busy_seconds
@@ -184,7 +184,7 @@ class _Bench:
         programs = workload.fresh_programs()
         if mode in (FRESH, POOLED):
             pool = self.pool if mode == POOLED else self.cold
-            out = self.scratch / "fresh"
+            out = Path(mkdtemp(dir=self.scratch))  # each container's sink writes files anew
             return [
                 _checked(
                     pool.run_fresh(
