@@ -8,10 +8,11 @@ Three kinds of process, so that model-written code can never speak the protocol:
   on stdin and writes JSON frames, one per line, on stdout: that stream is the
   Docker attach socket the host holds. It enforces the execution timeout, caps
   stdout and stderr (head and tail), streams the head to the host while the
-  code runs (`output` frames, at most one per stream every OUTPUT_INTERVAL_S
-  unless OUTPUT_CHUNK_BYTES are waiting), kills stray processes after each
-  execution, reads the cgroup's CPU and memory figures, and lists `/output`
-  for artifacts, within the byte and time budget the host sets.
+  code runs (`output` frames: none in the first OUTPUT_FIRST_DELAY_S, then at
+  most one per stream every OUTPUT_INTERVAL_S unless OUTPUT_CHUNK_BYTES wait),
+  kills stray processes after each execution, reads the cgroup's CPU and
+  memory figures, and lists `/output` for artifacts, within the byte and time
+  budget the host sets.
 * The **zygote** is forked from the supervisor before anything else and
   imports the modules listed in PREIMPORT_LIST (the image recipe's
   `images/preimport.txt`: numpy, pandas, matplotlib with Agg), once per
@@ -113,6 +114,10 @@ OUTPUT_CHUNK_BYTES = 64 * 1024
 OUTPUT_INTERVAL_S = 0.02
 """Least time between two output frames of one stream (unless a whole chunk is waiting): a
 program printing a byte at a time costs the host 50 frames a second, not one per write."""
+OUTPUT_FIRST_DELAY_S = 0.002
+"""No output frame before this long after the request (unless a whole chunk waits): a quick
+cell's output then comes with its result, one frame instead of two (a session `print(1)`
+was 0.1 ms slower streamed, measured), and a long one's first chunk is at most this late."""
 MAX_REPLY_BYTES = 1 << 20
 MAX_ERROR_CHARS = 16_000
 MAX_ARTIFACT_DEPTH = 8
@@ -471,7 +476,9 @@ class LiveOutput:
         self.out, self.err = out, err
         self.streams = (("stdout", out), ("stderr", err)) if enabled else ()
         self.seq = 0
-        self.last = {"stdout": -math.inf, "stderr": -math.inf}
+        first = time.monotonic() + OUTPUT_FIRST_DELAY_S - OUTPUT_INTERVAL_S
+        self.last = {"stdout": first, "stderr": first}
+        """When each stream last sent a frame (as if one had gone just before the request)."""
 
     def wait(self, now: float) -> float:
         """Seconds until a waiting chunk may be sent (infinite when nothing waits)."""
