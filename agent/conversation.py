@@ -10,6 +10,8 @@ messages carry over, so the model also remembers what it said.
 Every happening is a typed event (`sbx.agent.events`) written to the
 conversation's transcript and handed to each subscriber (the CLI's progress,
 the service's event stream); a subscriber that raises is dropped, never the run.
+An execution's live output goes to the subscribers alone, as `output_chunk`
+events while the code runs; the transcript keeps the output in `tool_result`.
 
 Cancellation (Ctrl-C, or `cancel()` from another thread) ends the run as
 `cancelled`: the gate marks the interrupted call `cancelled`, the sandbox is
@@ -29,7 +31,7 @@ from typing import Any
 
 from sbx.agent.asking import PendingInput, answer_message
 from sbx.agent.config import AppConfig
-from sbx.agent.events import Event, EventSink, RunEnd, RunError, RunStart
+from sbx.agent.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.loop import run
 from sbx.agent.model import ModelClient, TokenUsage
 from sbx.agent.prompt import SystemPrompt, build_system_prompt
@@ -132,12 +134,17 @@ class Conversation(Closing):
     def emit(self, event: Event) -> None:
         """Record an event in the transcript, then hand it to every subscriber."""
         self.transcript.record(event)
+        self._publish(event)
+
+    def _publish(self, event: Event) -> None:
+        """Hand an event to every subscriber (live output comes here from the tool's thread)."""
         for sink in list(self._sinks):
             try:
                 sink(event)
             except Exception:  # a broken display must not end the run
                 logger.warning("an event subscriber failed and was removed", exc_info=True)
-                self._sinks.remove(sink)
+                if sink in self._sinks:
+                    self._sinks.remove(sink)
 
     # ------------------------------------------------------------ questions
 
@@ -224,7 +231,10 @@ class Conversation(Closing):
     ) -> RunResult:
         """Open the gate for one run, run the loop, settle the history, close the gate."""
         self.pending = None
-        gate = self.workspace.open_gate(run_id, continues=continues.run_id if continues else None)
+        live = LiveRelay(run_id, self._publish)
+        gate = self.workspace.open_gate(
+            run_id, continues=continues.run_id if continues else None, on_output=live
+        )
         self._gate = gate
         reason = "error"
         try:
@@ -252,6 +262,7 @@ class Conversation(Closing):
             self.emit(RunError(run_id=run_id, error=f"{type(exc).__name__}: {exc}"))
             raise
         finally:
+            live.close()
             if reason == "cancelled":
                 gate.cancel()
                 self.workspace.discard()
@@ -306,6 +317,32 @@ class Conversation(Closing):
         )
         self.emit(RunEnd.model_validate({"run_id": run_id, **result.as_dict()}))
         return result
+
+
+class LiveRelay:
+    """One run's live output as `output_chunk` events, to subscribers only, until it ends.
+
+    Called from the thread that runs the execution; once the run has ended
+    (an abandoned call's thread may still be printing) nothing more goes out.
+    """
+
+    def __init__(self, run_id: str, publish: Callable[[Event], None]) -> None:
+        self.run_id = run_id
+        self._publish = publish
+        self._lock = threading.Lock()
+        self._open = True
+
+    def __call__(self, call_id: str, stream: str, text: str) -> None:
+        """Publish one chunk of the execution of `call_id` (several events if it is long)."""
+        with self._lock:
+            if self._open:
+                for event in output_chunks(self.run_id, call_id, stream, text):
+                    self._publish(event)
+
+    def close(self) -> None:
+        """The run ended: drop whatever comes later."""
+        with self._lock:
+            self._open = False
 
 
 def settle(messages: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:

@@ -10,6 +10,8 @@ transcript line back into the same types (what `sbx replay` renders).
                         the data files' SHA-256
     message             a message the harness added (system prompt, question, notices)
     model_reply         the assistant message (text and tool calls), usage, timing
+    output_chunk        live stdout or stderr of an execution while it runs (subscribers
+                        only: never written to the transcript, where tool_result keeps it)
     tool_result         one observation exactly as the model received it, status, artifacts,
                         and an execution's own stdout, stderr and error
     compaction          which older observations were shortened before a request
@@ -115,6 +117,36 @@ class ExecutionRecord(BaseModel):
     oom_killed: bool = False
 
 
+MAX_OUTPUT_CHUNK_CHARS = 8192
+"""Most characters of one `output_chunk` event: a longer chunk becomes several events."""
+
+
+class OutputChunk(_Event):
+    """Part of an execution's stdout or stderr, as the sandbox streamed it while the code ran.
+
+    For watching a long execution (the CLI's progress, the service's events,
+    MCP progress); the `tool_result` that follows holds the output as kept. The
+    text is the sandboxed program's, so hostile: show it escaped. Bounded
+    per event here, and per execution by the sandbox (the head of each stream).
+    """
+
+    type: Literal["output_chunk"] = "output_chunk"
+    call_id: str
+    """The id of the tool call whose execution printed it (`tool_result.call_id`)."""
+    stream: Literal["stdout", "stderr"]
+    text: str = Field(max_length=MAX_OUTPUT_CHUNK_CHARS)
+
+
+def output_chunks(run_id: str, call_id: str, stream: str, text: str) -> list[OutputChunk]:
+    """`text` as events of at most MAX_OUTPUT_CHUNK_CHARS characters each."""
+    kind: Literal["stdout", "stderr"] = "stderr" if stream == "stderr" else "stdout"
+    size = MAX_OUTPUT_CHUNK_CHARS
+    return [
+        OutputChunk(run_id=run_id, call_id=call_id, stream=kind, text=text[i : i + size])
+        for i in range(0, len(text), size)
+    ]
+
+
 class ToolResult(_Event):
     """One tool call's observation, exactly as the model received it."""
 
@@ -190,6 +222,7 @@ Event = Annotated[
     | RunStart
     | MessageAdded
     | ModelReplied
+    | OutputChunk
     | ToolResult
     | Compaction
     | RunEnd
@@ -201,8 +234,8 @@ _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 KNOWN_TYPES = frozenset(
     str(model.model_fields["type"].default)
     for model in (
-        ConversationStart, RunStart, MessageAdded, ModelReplied, ToolResult, Compaction, RunEnd,
-        RunError,
+        ConversationStart, RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult,
+        Compaction, RunEnd, RunError,
     )
 )
 

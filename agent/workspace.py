@@ -25,12 +25,13 @@ from sbx.agent.settings import SettingsError
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.errors import InvalidInput, SandboxError
 from sbx.sandbox.files import data_mounts
+from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.pool import Pool
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session
 from sbx.sandbox.spec import SessionSpec
 from sbx.tools.audit import AuditLog
-from sbx.tools.context import Operator, ToolContext
+from sbx.tools.context import Operator, OutputSink, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.registry import Tool
 
@@ -106,14 +107,17 @@ class Workspace(Closing):
         """Where the artifacts of `run_id` are copied."""
         return self.spec.output or self.spec.output_root / run_id
 
-    def open_gate(self, run_id: str, *, continues: str | None = None) -> ToolGate:
+    def open_gate(
+        self, run_id: str, *, continues: str | None = None, on_output: OutputSink | None = None
+    ) -> ToolGate:
         """A started gate for one run, its code sent to this workspace's sandbox.
 
         The sandbox is opened now if it is not open yet (None without
         `execute_python`); its artifacts for this run go to `output_dir(run_id)`.
         The gate may outlive a `discard()`: its next program opens a new
         sandbox. The caller closes the gate (`run_end`) when the run ends. `continues`
-        names the run this one continues (after `needs_input`) in the audit's `run_start`.
+        names the run this one continues (after `needs_input`) in the audit's `run_start`;
+        `on_output(call_id, stream, text)` receives executions' output while they run.
         """
         opened = self._sandbox(run_id)
         context = ToolContext(
@@ -125,6 +129,7 @@ class Workspace(Closing):
             operator=self.spec.operator,
             defer_questions=self.spec.defer_questions,
             continues=continues,
+            on_output=on_output,
         )
         return build_gate(
             self.config.policy,
@@ -192,13 +197,13 @@ class _CurrentSandbox:
         self._workspace = workspace
         self._run_id = run_id
 
-    def run(self, code: str) -> ExecutionResult:
+    def run(self, code: str, *, on_output: OutputCallback | None = None) -> ExecutionResult:
         """Run `code` in the workspace's current sandbox (opened again after a discard)."""
         session = self._workspace._sandbox(self._run_id)
         if session is None:
             raise SandboxError("no sandbox is available in this workspace")
         try:
-            return session.run(code)
+            return session.run(code, on_output=on_output)
         finally:
             with self._workspace._lock:
                 current = self._workspace._session is session

@@ -131,7 +131,7 @@ def build_image(
         progress("building the top layer (runner, user, env, labels)")
         image_id = engine.build_top(
             client, base=base_ref, dockerfile=recipe.dockerfile, runner=recipe.runner,
-            tag=tags[1], nocache=force, log=log,
+            preimport=recipe.preimport, tag=tags[1], nocache=force, log=log,
             labels={IMAGE_LABEL: "true", RECIPE_LABEL: recipe_hash},
         )
     built = result(image_id, reused=False)

@@ -86,10 +86,10 @@ def import_rootfs(
 
 def build_top(
     client: docker.DockerClient, *, base: str, dockerfile: bytes, runner: bytes, tag: str,
-    labels: dict[str, str], nocache: bool, log: TextIO,
+    labels: dict[str, str], nocache: bool, log: TextIO, preimport: bytes = b"",
 ) -> str:
     """Build images/Dockerfile FROM `base` with the runner as its context; return the image id."""
-    context = _context(dockerfile=dockerfile, runner=runner)
+    context = _context(dockerfile=dockerfile, runner=runner, preimport=preimport)
     stream = client.api.build(
         fileobj=context, custom_context=True, tag=tag, pull=False, rm=True, forcerm=True,
         buildargs={"BASE": base}, labels=labels, nocache=nocache, decode=True,
@@ -161,11 +161,12 @@ def prune_dangling(
             progress(f"kept untagged image {str(image.id)[7:19]}: {_reason(exc)}")
 
 
-def _context(*, dockerfile: bytes, runner: bytes) -> io.BytesIO:
-    """The build context: the Dockerfile and runner.py, root-owned and world-readable."""
+def _context(*, dockerfile: bytes, runner: bytes, preimport: bytes) -> io.BytesIO:
+    """The build context: Dockerfile, runner.py, preimport.txt, root-owned, world-readable."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name, data in (("Dockerfile", dockerfile), ("runner.py", runner)):
+        files = (("Dockerfile", dockerfile), ("runner.py", runner), ("preimport.txt", preimport))
+        for name, data in files:
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.uid, info.gid = len(data), 0o644, 0, 0
             archive.addfile(info, io.BytesIO(data))

@@ -5,8 +5,9 @@ The image is built in two layers so that the slow part is rebuilt rarely:
     base  (minutes)  Debian rootfs + pinned wheels + user/dirs + font cache
           keyed by   suite, variant, Debian packages, requirements.lock,
                      and the code that shapes the base (rootfs.py, wheels.py)
-    top   (seconds)  runner, env, workdir, user, cmd, labels
-          keyed by   the base hash, images/Dockerfile and images/runner.py
+    top   (seconds)  runner, preimport list, env, workdir, user, cmd, labels
+          keyed by   the base hash, images/Dockerfile, images/runner.py and
+                     images/preimport.txt
 
 The recipe hash (label `sbx.recipe`) covers both, so "is the image current?"
 is one label lookup. The mirror is deliberately not an input: two mirrors of the
@@ -60,6 +61,8 @@ class Recipe:
     """The top layer's Dockerfile."""
     runner: bytes
     """The in-container runner copied to /opt/sbx/runner.py."""
+    preimport: bytes = b""
+    """`preimport.txt`: the modules the runner imports before the first question."""
 
     def base_hash(self) -> str:
         """sha256 hex of everything the base layer depends on."""
@@ -79,7 +82,7 @@ class Recipe:
         """sha256 hex of the whole image: the base plus the top layer's inputs."""
         return _digest(
             {"base": self.base_hash(), "dockerfile": _sha(self.dockerfile),
-             "runner": _sha(self.runner)}
+             "runner": _sha(self.runner), "preimport": _sha(self.preimport)}
         )
 
 
@@ -91,6 +94,7 @@ def load_recipe(images_dir: Path = IMAGES_DIR) -> Recipe:
         base_code=code,
         dockerfile=(images_dir / "Dockerfile").read_bytes(),
         runner=(images_dir / "runner.py").read_bytes(),
+        preimport=(images_dir / "preimport.txt").read_bytes(),
     )
 
 

@@ -1,21 +1,33 @@
-"""The in-container runner: a supervisor that owns the protocol and a kernel that runs code.
+"""The in-container runner: a supervisor that owns the protocol, a zygote, and kernels.
 
 It ships inside the sandbox image and imports nothing but the standard library.
 
-Two processes, so that model-written code can never speak the protocol:
+Three kinds of process, so that model-written code can never speak the protocol:
 
 * The **supervisor** (this file, no arguments) reads one JSON request per line
   on stdin and writes JSON frames, one per line, on stdout: that stream is the
   Docker attach socket the host holds. It enforces the execution timeout, caps
-  stdout and stderr (head and tail), kills stray processes after each
-  execution, reads the cgroup's CPU and memory figures, and lists `/output`
-  for artifacts, within the byte and time budget the host sets.
+  stdout and stderr (head and tail), streams the head to the host while the
+  code runs (`output` frames: none in the first OUTPUT_FIRST_DELAY_S, then at
+  most one per stream every OUTPUT_INTERVAL_S unless OUTPUT_CHUNK_BYTES wait),
+  kills stray processes after each execution, reads the cgroup's CPU and
+  memory figures, and lists `/output` for artifacts, within the byte and time
+  budget the host sets.
+* The **zygote** is forked from the supervisor before anything else and
+  imports the modules listed in PREIMPORT_LIST (the image recipe's
+  `images/preimport.txt`: numpy, pandas, matplotlib with Agg), once per
+  container. It then only forks kernels when the supervisor asks, so every
+  kernel starts with the data stack already imported, and a reset (timeout,
+  OOM kill) forks a fresh copy of that clean state: module attributes a
+  previous kernel changed are gone with it. It never sees a request, code or
+  output: it is asked for a kernel (its pid and pipes go back to the supervisor)
+  or for a dead kernel's exit status.
 * The **kernel** holds the user's variables between executions, like a
-  notebook. It is forked from the supervisor (one interpreter boot per
-  container, and a reset costs a fork, not a boot), then drops every
-  descriptor but its own four pipes: stdout and stderr to the supervisor, and
-  a request and a reply pipe. When it dies (timeout, OOM kill, `os._exit`)
-  the supervisor forks a new one and the result says that state was reset.
+  notebook. Forked by the zygote (which reaps it when the supervisor asks),
+  it drops every descriptor but its own four pipes: stdout and stderr to the
+  supervisor, and a request and a reply pipe. When it dies (timeout, OOM kill,
+  `os._exit`) the supervisor asks for a new one and the result says that
+  state was reset.
   The first kernel runs an empty cell before the supervisor says `ready`, so
   a warm pooled container never makes its first execution wait for it.
 
@@ -25,24 +37,32 @@ container starts as root with four capabilities; init (PID 1, which holds the
 attach stream's pipes too) stays root; the supervisor empties the bounding set
 and drops itself at once to uid 999 keeping only CAP_KILL (kill strays) and
 CAP_SETUID and CAP_SETGID (drop each kernel; take the code's effective uid
-while it reads `/output`, so it never reads more than the code could); each
-kernel becomes uid 1000 with no capability at all before any code runs. Code
-can therefore neither open init's or the supervisor's descriptors or memory
-nor stop, trace or signal them (measured under both runtimes, also while the
-supervisor's effective uid is the code's: its real and saved uids stay 999).
-In a sandbox (SBX_SANDBOX=1) a supervisor that cannot do this refuses to start.
+while it reads `/output`, so it never reads more than the code could); the
+zygote is uid 999 too, non-dumpable, with CAP_SETUID and CAP_SETGID only (its
+kernels need them to drop); each kernel becomes uid 1000 with no capability at
+all before any code runs. Code can therefore neither open init's, the
+supervisor's or the zygote's descriptors or memory nor stop, trace or signal
+them (measured under both runtimes, also while the supervisor's effective uid
+is the code's: its real and saved uids stay 999). In a sandbox (SBX_SANDBOX=1)
+a supervisor that cannot do this refuses to start.
 
 The host treats every frame from here as untrusted input anyway: the
 container is the boundary, not this file.
 
 Frames written to stdout (each a JSON object with a `type`):
-    ready     {"type": "ready", "protocol": 2}
+    ready     {"type": "ready", "protocol": 3}
+    output    {"type": "output", "id", "seq", "stream": "stdout" | "stderr", "data": str}
+              the head of a stream while the code runs: `seq` counts the execution's
+              output frames from 0; only whole UTF-8 characters; at most half the stream's
+              cap in all (the head the result keeps), and none with `"stream": false`
     artifact  {"type": "artifact", "id", "name", "size", "data": base64}
     result    {"type": "result", "id", "exit_code", "error", "stdout", "stderr",
                "stdout_total", "stdout_dropped", "stderr_total", "stderr_dropped",
                "timed_out", "killed_signal", "oom_killed", "state_reset",
                "cpu_seconds", "peak_memory_bytes", "refused": [{"name", "reason"}] (at most
                MAX_REFUSED_LISTED), "refused_more": int (refusals not listed)}
+              `stdout` and `stderr` hold what the output frames did not carry: the
+              stream is the output frames' data followed by this text
     fatal     {"type": "fatal", "message"}   the supervisor could not serve a request
 Request read from stdin:
     {"type": "exec", "id": int, "code": str, "timeout": float, "stdout_cap": int,
@@ -50,7 +70,8 @@ Request read from stdin:
      "copy_bytes": int (artifact bytes this execution may send), "copy_refusal": str
      (the reason given past it), "copy_seconds": float (after the request arrives, no
      new artifact is started: the host's deadline is absolute),
-     "measure": bool (optional, default true: read the cgroup here too)}
+     "measure": bool (optional, default true: read the cgroup here too),
+     "stream": bool (optional, default true: send output frames while the code runs)}
 """
 
 from __future__ import annotations
@@ -60,29 +81,51 @@ import base64
 import builtins
 import contextlib
 import ctypes
+import gc
+import importlib
 import json
 import linecache
+import math
 import os
+import re
 import select
 import shutil
 import signal
+import socket
 import struct
 import sys
 import time
 import traceback
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-PROTOCOL = 2
+PROTOCOL = 3
 OUTPUT_DIR = "/output"
 FONT_CACHE = "/opt/sbx/matplotlib"
+PREIMPORT_LIST = "/opt/sbx/preimport.txt"
+"""Modules the zygote imports for every kernel, one per line (images/preimport.txt)."""
+MAX_PREIMPORTS = 64
+PREIMPORT_MIN_MEMORY = 384 << 20
+"""Below this memory limit nothing is preimported: the stack takes 80 MiB of an idle
+container under runc and about 130 MiB under gVisor (sbx bench), too much of a small one."""
+OUTPUT_CHUNK_BYTES = 64 * 1024
+"""Most bytes of one output frame; this much waiting is sent without waiting for the interval."""
+OUTPUT_INTERVAL_S = 0.02
+"""Least time between two output frames of one stream (unless a whole chunk is waiting): a
+program printing a byte at a time costs the host 50 frames a second, not one per write."""
+OUTPUT_FIRST_DELAY_S = 0.002
+"""No output frame before this long after the request (unless a whole chunk waits): a quick
+cell's output then comes with its result, one frame instead of two (a session `print(1)`
+was 0.1 ms slower streamed, measured), and a long one's first chunk is at most this late."""
 MAX_REPLY_BYTES = 1 << 20
 MAX_ERROR_CHARS = 16_000
 MAX_ARTIFACT_DEPTH = 8
 _LENGTH = struct.Struct(">I")
+PR_GET_DUMPABLE = 3
 PR_SET_DUMPABLE = 4
 PR_SET_KEEPCAPS = 8
+PR_SET_NAME = 15
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -90,6 +133,8 @@ CAPABILITY_VERSION_3 = 0x20080522
 CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
 RUNNER_CAPS = (1 << CAP_KILL) | (1 << CAP_SETGID) | (1 << CAP_SETUID)
 """What the supervisor keeps: kill strays, drop kernels (and itself, briefly) to the code's uid."""
+ZYGOTE_CAPS = (1 << CAP_SETGID) | (1 << CAP_SETUID)
+"""What the zygote keeps: its kernels drop to the code's uid with these, then hold nothing."""
 RUNNER_UID = 999
 CODE_UID = 1000
 MAX_REFUSED_LISTED = 20
@@ -349,7 +394,12 @@ def describe_error(exc: BaseException) -> dict[str, str]:
 
 
 class Capture:
-    """Keep the head and tail of a stream up to `cap` bytes and count the rest."""
+    """Keep the head and tail of a stream up to `cap` bytes and count the rest.
+
+    The head may also stream to the host while the code runs (`LiveOutput`):
+    `sent` head bytes went out in output frames, always whole UTF-8
+    characters, and `render` then leaves them out of the result.
+    """
 
     def __init__(self, cap: int) -> None:
         self.head_cap = cap // 2
@@ -357,6 +407,7 @@ class Capture:
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
+        self.sent = 0
 
     def feed(self, data: bytes) -> None:
         """Take a chunk, keeping memory bounded by the cap whatever the stream's size."""
@@ -370,14 +421,87 @@ class Capture:
             if len(self.tail) > 2 * self.tail_cap:
                 del self.tail[: len(self.tail) - self.tail_cap]
 
+    def streamable(self) -> int:
+        """Head bytes not sent yet that end on a whole character (a split one waits)."""
+        return whole_characters_end(self.head, self.sent, len(self.head)) - self.sent
+
+    def take_stream(self, limit: int) -> bytes:
+        """Up to `limit` head bytes not sent yet, ending on a whole character; marks them sent."""
+        end = whole_characters_end(self.head, self.sent, min(len(self.head), self.sent + limit))
+        data = bytes(self.head[self.sent : end])
+        self.sent = end
+        return data
+
     def render(self) -> tuple[str, int]:
-        """The kept text (with a cut marker when truncated) and the number of bytes dropped."""
+        """The kept text not streamed (with a cut marker when truncated), and the bytes dropped."""
         tail = bytes(self.tail[-self.tail_cap :]) if self.tail_cap else b""
         dropped = self.total - len(self.head) - len(tail)
+        head = bytes(self.head[self.sent :])
         if dropped <= 0:
-            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace"), 0
+            return (head + bytes(self.tail)).decode("utf-8", "replace"), 0
         marker = f"\n[... {dropped} bytes cut ...]\n".encode()
-        return (bytes(self.head) + marker + tail).decode("utf-8", "replace"), dropped
+        return (head + marker + tail).decode("utf-8", "replace"), dropped
+
+
+def whole_characters_end(data: bytearray, start: int, end: int) -> int:
+    """The largest cut at or before `end` (not before `start`) that splits no UTF-8 character.
+
+    Only a lead byte whose sequence is still incomplete at `end` moves the cut
+    back (at most three bytes); invalid bytes are cut anywhere, and decode as
+    U+FFFD on the host exactly as they would in one piece.
+    """
+    for back in range(1, min(4, end - start + 1)):
+        byte = data[end - back]
+        if byte & 0xC0 == 0x80:
+            continue  # a continuation byte: look further back for its lead byte
+        if byte >= 0xC0:
+            needed = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return end - back if back < needed else end
+        return end
+    return end
+
+
+class LiveOutput:
+    """Send the head of stdout and stderr to the host while the code runs, as output frames.
+
+    What was printed then reaches the host even when the container dies
+    (gVisor kills a sandbox at its memory limit with everything in it). It
+    stays within the caps: only the head streams (the result keeps the rest,
+    as before), and at most one frame per stream per OUTPUT_INTERVAL_S unless
+    a whole OUTPUT_CHUNK_BYTES waits, so the host can bound the frame count.
+    """
+
+    def __init__(self, request_id: int, out: Capture, err: Capture, enabled: bool) -> None:
+        self.request_id = request_id
+        self.out, self.err = out, err
+        self.streams = (("stdout", out), ("stderr", err)) if enabled else ()
+        self.seq = 0
+        first = time.monotonic() + OUTPUT_FIRST_DELAY_S - OUTPUT_INTERVAL_S
+        self.last = {"stdout": first, "stderr": first}
+        """When each stream last sent a frame (as if one had gone just before the request)."""
+
+    def wait(self, now: float) -> float:
+        """Seconds until a waiting chunk may be sent (infinite when nothing waits)."""
+        soonest = math.inf
+        for name, capture in self.streams:
+            if capture.streamable():
+                soonest = min(soonest, max(0.0, self.last[name] + OUTPUT_INTERVAL_S - now))
+        return soonest
+
+    def send(self, now: float) -> None:
+        """Send every chunk the rate allows now."""
+        for name, capture in self.streams:
+            while (waiting := capture.streamable()) > 0:
+                if waiting < OUTPUT_CHUNK_BYTES and now - self.last[name] < OUTPUT_INTERVAL_S:
+                    break
+                data = capture.take_stream(OUTPUT_CHUNK_BYTES)
+                if not data:
+                    break
+                frame = {"type": "output", "id": self.request_id, "seq": self.seq,
+                         "stream": name, "data": data.decode("utf-8", "replace")}
+                write_frame(1, frame)
+                self.seq += 1
+                self.last[name] = now
 
 
 class Cgroup:
@@ -479,10 +603,11 @@ UNMEASURED = Unmeasured()
 
 
 def kill_strays(keep: set[int]) -> None:
-    """SIGKILL every process in the container but init, us and the kernel: nothing outlives a run.
+    """SIGKILL every process in the container but init and `keep`: nothing outlives a run.
 
-    Only inside a sandbox (the host sets SBX_SANDBOX=1): run by hand on a
-    workstation, this would otherwise kill every process of the same user.
+    `keep` is us, the zygote and a live kernel. Only inside a sandbox (the host
+    sets SBX_SANDBOX=1): run by hand on a workstation, this would otherwise kill
+    every process of the same user.
     """
     if os.environ.get("SBX_SANDBOX") != "1":
         return
@@ -491,10 +616,8 @@ def kill_strays(keep: set[int]) -> None:
         for entry in os.listdir("/proc"):
             if entry.isdigit() and int(entry) not in keep and int(entry) != 1:
                 found = True
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(int(entry), signal.SIGKILL)
-                except OSError:
-                    pass
         if not found:
             return
         time.sleep(0.01)
@@ -618,19 +741,27 @@ def read_regular_file(path: str | bytes, cap: int) -> bytes | None:
 
 
 class Kernel:
-    """A forked child that runs code; the supervisor holds the other ends of its four pipes."""
+    """A kernel process that runs code; we hold the other ends of its four pipes.
 
-    def __init__(self, separated: bool) -> None:
-        request_r, self.request_w = os.pipe()
-        self.reply_r, reply_w = os.pipe()
-        self.stdout_r, stdout_w = os.pipe()
-        self.stderr_r, stderr_w = os.pipe()
+    The zygote forked it and is its parent: the zygote reaps it when we ask
+    (`reap` is `Zygote.reap`), and we kill it with CAP_KILL. Should the zygote
+    have died, we fork kernels ourselves and `reap` is `reap_child`.
+    """
+
+    def __init__(
+        self,
+        reap: Callable[[int], int],
+        pid: int,
+        request_w: int,
+        reply_r: int,
+        stdout_r: int,
+        stderr_r: int,
+    ) -> None:
+        self.reap = reap
+        self.pid = pid
+        self.request_w, self.reply_r = request_w, reply_r
+        self.stdout_r, self.stderr_r = stdout_r, stderr_r
         self.returncode: int | None = None
-        self.pid = os.fork()
-        if self.pid == 0:
-            become_kernel(request_r, reply_w, stdout_w, stderr_w, separated)  # never returns
-        for fd in (request_r, reply_w, stdout_w, stderr_w):
-            os.close(fd)
         for fd in (self.stdout_r, self.stderr_r):
             os.set_blocking(fd, False)  # read after select; drain without blocking
 
@@ -646,13 +777,11 @@ class Kernel:
         """
         for fd in (self.request_w, self.reply_r):
             _close_quietly(fd)
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        for kill in (os.killpg, os.kill):  # the group exists once the kernel called setsid
+            with contextlib.suppress(OSError):
+                kill(self.pid, signal.SIGKILL)
         if self.returncode is None:
-            _, status = os.waitpid(self.pid, 0)
-            self.returncode = os.waitstatus_to_exitcode(status)
+            self.returncode = self.reap(self.pid)
         return -self.returncode if self.returncode < 0 else None
 
     def close_outputs(self) -> None:
@@ -660,6 +789,248 @@ class Kernel:
         for fd in self.outputs():
             _close_quietly(fd)
         self.stdout_r = self.stderr_r = -1
+
+
+class Zygote:
+    """The supervisor's handle on the zygote: ask it for kernels and their exit status.
+
+    One request at a time on a SEQPACKET socket pair: `k` forks a kernel (its
+    pid comes back with our ends of its four pipes), `w<pid>` reaps one (its
+    exit status comes back). The zygote is forked before the supervisor opens
+    anything (cgroup files, the request buffer), so neither it nor its kernels
+    inherit any of that. A zygote that died is started again once.
+    """
+
+    def __init__(self, separated: bool) -> None:
+        self.separated = separated
+        self.pid = -1
+        self.control: socket.socket | None = None
+        self.tasks = 1
+        """Threads of the zygote (a library may start one), for the stray count."""
+
+    def spawn(self) -> None:
+        """Fork the zygote; it imports the stack while the supervisor goes on."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            zygote_main(theirs.detach(), self.separated)  # never returns
+        theirs.close()
+        self.pid, self.control = pid, ours
+
+    def fork_kernel(self) -> Kernel:
+        """A new kernel with the stack imported, or without it when the zygote has died.
+
+        A dead zygote is not started again: its imports would now read files
+        the code could have changed (the matplotlib cache in /tmp), in a process
+        that holds capabilities. Kernels are then forked here, as before the
+        zygote existed, and import the stack themselves.
+        """
+        if self.control is not None:
+            try:
+                kernel = self._request_kernel()
+                self.tasks = thread_count(self.pid)
+                return kernel
+            except OSError as exc:
+                self.stop()
+                report(f"the zygote is gone ({exc}); kernels no longer start with the stack")
+        pid, ends = spawn_kernel(self.separated)
+        return Kernel(reap_child, pid, *ends)
+
+    def _request_kernel(self) -> Kernel:
+        control = self.control
+        if control is None:
+            raise OSError("the zygote is not running")
+        control.sendall(b"k")
+        message, fds, _, _ = socket.recv_fds(control, 64, 4)
+        if len(fds) != 4 or not message.isdigit() or int(message) <= 1:
+            for fd in fds:
+                _close_quietly(fd)
+            raise OSError(f"the zygote sent no kernel ({message[:40]!r})")
+        return Kernel(self.reap, int(message), *fds)
+
+    def reap(self, pid: int) -> int:
+        """Wait for kernel `pid` to end (it was killed) and return its exit code (-N: signal N)."""
+        control = self.control
+        try:
+            if control is None:
+                raise OSError("the zygote is not running")
+            control.sendall(b"w%d" % pid)
+            return int(control.recv(64))
+        except (OSError, ValueError):
+            return -signal.SIGKILL  # the zygote died with it: the kernel is gone too
+
+    def stop(self) -> None:
+        """End the zygote and reap it (idempotent)."""
+        control, self.control = self.control, None
+        if control is not None:
+            control.close()
+        if self.pid > 0:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            self.pid, self.tasks = -1, 0
+
+
+def reap_child(pid: int) -> int:
+    """Wait for our own child `pid` to end; its exit code (-N: killed by signal N)."""
+    try:
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status)
+    except ChildProcessError:
+        return -signal.SIGKILL
+
+
+def report(message: str) -> None:
+    """One line on the runner's own stderr (the host keeps its head for diagnostics)."""
+    os.write(2, (f"sbx runner: {message}"[:300] + "\n").encode("utf-8", "replace"))
+
+
+def thread_count(pid: int) -> int:
+    """Threads of process `pid` (1 when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 1
+
+
+def zygote_main(control: int, separated: bool) -> None:
+    """In the forked zygote: keep only the control socket, import the stack, fork kernels.
+
+    Never returns. Descriptors 0 and 1 become /dev/null (only the supervisor
+    writes frames), 2 stays (the runner's own stderr, for import failures), the
+    control socket moves to 3 and everything else closes. The zygote keeps only
+    the capabilities its kernels need to drop, and is made non-dumpable again
+    after the imports (taking the code's effective uid for them resets it).
+    """
+    code = 1
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.dup2(control, 3, inheritable=False)
+        os.closerange(4, os.sysconf("SC_OPEN_MAX"))
+        if separated:
+            set_capabilities(ZYGOTE_CAPS)
+        set_process_name(b"sbx-zygote")
+        preimport(read_preimport_list(PREIMPORT_LIST), separated)
+        _prctl_checked(PR_SET_DUMPABLE, 0)
+        if _libc().prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+            raise OSError(1, "the zygote is still dumpable")
+        serve_kernels(socket.socket(fileno=3), separated)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def set_process_name(name: bytes) -> None:
+    """Name this process in /proc/<pid>/comm (what `ps` shows); failures are ignored."""
+    with contextlib.suppress(OSError, AttributeError):
+        _libc().prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+
+
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def read_preimport_list(path: str) -> list[str]:
+    """Module names from the image's list: one per line, `#` comments; none when it is missing."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read(1 << 16).splitlines()
+    except OSError:
+        return []
+    names = [line.split("#", 1)[0].strip() for line in lines]
+    return [name for name in names if MODULE_NAME.fullmatch(name)][:MAX_PREIMPORTS]
+
+
+def preimport(names: list[str], separated: bool) -> None:
+    """Import `names` as the code's user would, then freeze them out of the collector.
+
+    As the code's effective uid, so what a library creates on import (the
+    matplotlib config and font cache under /tmp) belongs to the code, as it
+    did when each kernel imported for itself. Nothing when the container's
+    memory is under PREIMPORT_MIN_MEMORY: the stack would take most of it.
+    `gc.freeze` keeps the collector of every forked kernel from touching, and
+    so copying, these objects. A module that fails to import is reported on
+    stderr and skipped.
+    """
+    limit = memory_limit()
+    if limit is not None and limit < PREIMPORT_MIN_MEMORY:
+        names = []
+    with code_identity(separated):
+        config = seed_font_cache()
+        with writable_for_us(config):
+            for name in names:
+                try:
+                    importlib.import_module(name)
+                except Exception as exc:
+                    report(f"could not preimport {name}: {type(exc).__name__}: {exc}")
+    gc.collect()
+    gc.freeze()
+
+
+@contextlib.contextmanager
+def writable_for_us(directory: str | None) -> Iterator[None]:
+    """Open the code's new matplotlib directory to us while we import, then close it again.
+
+    matplotlib checks its directory with access(2), which asks about the real
+    uid (ours, not the code's whose effective uid we hold): refused, it would
+    build a font cache in a temporary directory instead (0.5 s, and a warning).
+    No code runs yet, so nothing else can write there meanwhile.
+    """
+    if directory is None:
+        yield
+        return
+    os.chmod(directory, 0o777)
+    try:
+        yield
+    finally:
+        os.chmod(directory, 0o755)
+
+
+def memory_limit() -> int | None:
+    """The container's memory limit in bytes: its cgroup's (runc) or the kernel's total (gVisor)."""
+    found: list[int] = []
+    for path in ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory.max"):
+        with contextlib.suppress(OSError, ValueError), open(path) as handle:
+            found.append(int(handle.read().strip()))
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("MemTotal:"):
+                found.append(int(line.split()[1]) * 1024)
+    return min(found) if found else None
+
+
+def serve_kernels(control: socket.socket, separated: bool) -> None:
+    """Answer the supervisor's requests (`k`: fork a kernel, `w<pid>`: reap one) until it goes."""
+    while request := control.recv(64):
+        if request == b"k":
+            pid, ends = spawn_kernel(separated)
+            try:
+                socket.send_fds(control, [str(pid).encode()], ends)
+            finally:
+                for fd in ends:
+                    os.close(fd)
+        elif request[:1] == b"w" and request[1:].isdigit():
+            control.sendall(str(reap_child(int(request[1:]))).encode())
+
+
+def spawn_kernel(separated: bool) -> tuple[int, list[int]]:
+    """Fork a kernel; return its pid and the supervisor's ends of its four pipes."""
+    request_r, request_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    stderr_r, stderr_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        become_kernel(request_r, reply_w, stdout_w, stderr_w, separated)  # never returns
+    for fd in (request_r, reply_w, stdout_w, stderr_w):
+        os.close(fd)
+    return pid, [request_w, reply_r, stdout_r, stderr_r]
 
 
 def become_kernel(
@@ -689,7 +1060,7 @@ def become_kernel(
         if separated:
             become(CODE_UID, 0)
         _prctl(PR_SET_DUMPABLE, 1)
-        seed_font_cache()
+        set_process_name(b"python3")  # not the zygote's name
         kernel_main(3, 4)
         code = 0
     finally:
@@ -704,19 +1075,20 @@ def _close_quietly(fd: int) -> None:
 
 
 class Supervisor:
-    """Serve exec requests from stdin; one kernel at a time."""
+    """Serve exec requests from stdin; one kernel at a time, each forked by the zygote."""
 
-    def __init__(self, separated: bool) -> None:
+    def __init__(self, separated: bool, zygote: Zygote) -> None:
         self.cgroup = Cgroup()
         self.separated = separated
+        self.zygote = zygote
         self.budget = CopyBudget.unlimited()
         self.kernel: Kernel | None = None
         self.seen: dict[str, tuple[int, int, int]] = {}
         self.refused_seen: set[tuple[str, str]] = set()
 
     def start_kernel(self) -> Kernel:
-        """Fork a fresh kernel with empty state."""
-        self.kernel = Kernel(self.separated)
+        """A fresh kernel from the zygote: the stack imported, nothing of an earlier kernel."""
+        self.kernel = self.zygote.fork_kernel()
         return self.kernel
 
     def warm_up(self) -> None:
@@ -772,8 +1144,9 @@ class Supervisor:
         out, err = Capture(request["stdout_cap"]), Capture(request["stderr_cap"])
         meter: Cgroup | Unmeasured = self.cgroup if request.get("measure", True) else UNMEASURED
         cpu_before, peak_before, oom_before = meter.cpu_seconds(), meter.peak(), meter.oom_kills()
+        live = LiveOutput(request["id"], out, err, request.get("stream", True))
         send_message(kernel.request_w, {"id": request["id"], "code": request["code"]})
-        reply, timed_out, sampled_peak = self.pump(kernel, out, err, request["timeout"], meter)
+        reply, timed_out, sampled_peak = self.pump(kernel, live, request["timeout"], meter)
         killed_signal, state_reset = None, False
         if reply is None:
             self.kernel = None
@@ -819,32 +1192,37 @@ class Supervisor:
     def reap_strays(self, kernel: Kernel) -> None:
         """Kill leftover processes; skip the /proc scan when the task count rules them out.
 
-        init, this supervisor and a live kernel are one task each at least, so
-        exactly that many tasks means nothing else runs. Without a readable
-        pids controller (gVisor), always scan.
+        init, this supervisor, the zygote's threads and a live kernel are one task
+        each at least, so exactly that many tasks means nothing else runs.
+        Without a readable pids controller (gVisor), always scan.
         """
         alive = self.kernel is not None
-        if self.cgroup.tasks() == (3 if alive else 2):
+        if self.cgroup.tasks() == 2 + self.zygote.tasks + (1 if alive else 0):
             return
-        kill_strays({os.getpid(), kernel.pid} if alive else {os.getpid()})
+        keep = {os.getpid(), self.zygote.pid}
+        kill_strays(keep | {kernel.pid} if alive else keep)
 
     def pump(
         self,
         kernel: Kernel,
-        out: Capture,
-        err: Capture,
+        live: LiveOutput,
         timeout: float,
         meter: Cgroup | Unmeasured,
     ) -> tuple[dict[str, Any] | None, bool, int | None]:
-        """Move output into the captures until the kernel replies, dies or runs out of time."""
-        streams = {kernel.stdout_r: out, kernel.stderr_r: err}
+        """Move output into the captures until the kernel replies, dies or runs out of time.
+
+        The head streams to the host as it comes (`LiveOutput`), within its rate.
+        """
+        streams = {kernel.stdout_r: live.out, kernel.stderr_r: live.err}
         deadline = time.monotonic() + timeout
         peak: int | None = None
         while True:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 return None, True, peak
-            ready, _, _ = select.select([*streams, kernel.reply_r], [], [], min(remaining, 0.05))
+            wait = min(remaining, 0.05, live.wait(now))
+            ready, _, _ = select.select([*streams, kernel.reply_r], [], [], wait)
             usage = meter.memory()
             if usage is not None:
                 peak = max(peak or 0, usage)
@@ -859,6 +1237,7 @@ class Supervisor:
                     streams[fd].feed(data)
                 else:
                     del streams[fd]
+            live.send(time.monotonic())
 
     @staticmethod
     def drain(kernel: Kernel, out: Capture, err: Capture) -> None:
@@ -1007,8 +1386,9 @@ def validate_request(request: Any) -> None:
     for key, kind in fields.items():
         if not isinstance(request.get(key), kind) or isinstance(request.get(key), bool):
             raise ValueError(f"field {key!r} missing or of the wrong type")
-    if not isinstance(request.get("measure", True), bool):
-        raise ValueError("field 'measure' must be true or false")
+    for flag in ("measure", "stream"):
+        if not isinstance(request.get(flag, True), bool):
+            raise ValueError(f"field {flag!r} must be true or false")
 
 
 def exit_status(
@@ -1046,31 +1426,45 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
-def seed_font_cache() -> None:
-    """Copy matplotlib's prebuilt font cache into writable /tmp, as the code's user, who uses it."""
+def seed_font_cache() -> str | None:
+    """Copy matplotlib's prebuilt font cache into writable /tmp, as the code's user, who uses it.
+
+    Returns the directory when it was created here, None when it existed or could not be.
+    """
     target = os.environ.get("MPLCONFIGDIR", "/tmp/matplotlib")
     if os.path.isdir(FONT_CACHE) and not os.path.exists(target):
         try:
             shutil.copytree(FONT_CACHE, target)
+            return target
         except OSError:
             pass
+    return None
 
 
 def main() -> None:
-    """Entry point: the supervisor, which drops its privileges and forks its kernels."""
+    """Entry point: the supervisor, which drops its privileges, starts the zygote and serves."""
     try:
         separated = separate_privileges()
     except OSError as exc:
         write_frame(1, {"type": "fatal", "message": f"cannot separate users: {exc}"})
         return
     _prctl(PR_SET_DUMPABLE, 0)
-    supervisor = Supervisor(separated)
+    zygote = Zygote(separated)
+    supervisor: Supervisor | None = None
     try:
-        supervisor.start_kernel()
+        zygote.spawn()  # first: it imports the stack while we set up
+        supervisor = Supervisor(separated, zygote)
+        try:
+            supervisor.start_kernel()
+        except OSError as exc:
+            write_frame(1, {"type": "fatal", "message": f"cannot start a kernel: {exc}"})
+            return
         supervisor.warm_up()
         supervisor.serve()
     finally:
-        supervisor.stop_kernel()
+        if supervisor is not None:
+            supervisor.stop_kernel()
+        zygote.stop()
         kill_strays({os.getpid()})
 
 

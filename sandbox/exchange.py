@@ -7,20 +7,24 @@ is sent and no frame moves it; artifact frames are counted (an honest runner
 sends at most `max_artifacts`); the bytes written to the host are capped per
 execution (`output_size`, what `/output` holds) and per run
 (`max_run_artifact_bytes`); and the refusals shown are a short list with a
-count of the rest. Refusing an artifact is an ordinary outcome; a stream an
-honest runner could not have sent raises `StreamOverrun`, and the session
-replaces the container.
+count of the rest. Output frames (live stdout and stderr) are checked by
+`sandbox.live_output` under the same deadline: their sequence, their bytes
+(no more than the head the result keeps) and their count (the runner's rate).
+Refusing an artifact is an ordinary outcome; a stream an honest runner could
+not have sent raises `StreamOverrun`, and the session replaces the container.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from sbx.sandbox.channel import Channel
 from sbx.sandbox.errors import SandboxBroken
 from sbx.sandbox.files import ArtifactSink
 from sbx.sandbox.limits import Limits
-from sbx.sandbox.protocol import ArtifactFrame, FatalFrame, ReadyFrame, ResultFrame
+from sbx.sandbox.live_output import LiveOutput, StreamOverrun
+from sbx.sandbox.protocol import ArtifactFrame, FatalFrame, OutputFrame, ReadyFrame, ResultFrame
 from sbx.sandbox.result import Artifact, RefusedArtifact
 from sbx.sandbox.units import format_size
 
@@ -30,8 +34,7 @@ broken. The runner sends at most `max_artifacts`; the margin only keeps a future
 that reports one or two more things this way from tripping an older host."""
 
 
-class StreamOverrun(SandboxBroken):
-    """The runner sent what no honest runner sends (too many frames): replace the container."""
+__all__ = ["ARTIFACT_FRAME_MARGIN", "Exchange", "StreamOverrun", "copy_budget"]
 
 
 def execution_refusal(limits: Limits) -> str:
@@ -69,6 +72,8 @@ class Exchange:
     """Monotonic time past which the runner counts as lost; set once, never moved."""
     run_bytes_left: int
     """Artifact bytes the run may still write to the host (`max_run_artifact_bytes`)."""
+    live: LiveOutput
+    """The execution's live output: what streamed before the result (or the runner's loss)."""
     accepted: list[Artifact] = field(default_factory=list)
     refused: list[RefusedArtifact] = field(default_factory=list)
     frames: int = 0
@@ -82,7 +87,11 @@ class Exchange:
         return self.limits.max_artifacts + ARTIFACT_FRAME_MARGIN
 
     def collect(self) -> ResultFrame:
-        """Take artifact frames until the result frame; raise SandboxBroken on anything else."""
+        """Take output and artifact frames until the result frame; SandboxBroken on anything else.
+
+        The result's text is what the output frames did not carry: it is returned
+        joined to them, so `stdout` and `stderr` read as they always did.
+        """
         while True:
             frame = self.channel.receive(self.deadline)
             if isinstance(frame, FatalFrame):
@@ -90,8 +99,16 @@ class Exchange:
             if isinstance(frame, ReadyFrame) or frame.id != self.request_id:
                 raise SandboxBroken("runner answered out of turn")
             if isinstance(frame, ResultFrame):
-                return frame
-            self.take(frame)
+                return frame.model_copy(
+                    update={
+                        "stdout": self.live.text("stdout") + frame.stdout,
+                        "stderr": self.live.text("stderr") + frame.stderr,
+                    }
+                )
+            if isinstance(frame, OutputFrame):
+                self.live.take(frame, time.monotonic())
+            else:
+                self.take(frame)
 
     def take(self, frame: ArtifactFrame) -> None:
         """Count one artifact frame, then write it or record why not."""

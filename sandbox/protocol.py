@@ -11,13 +11,21 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-PROTOCOL_VERSION = 2
-"""2: the runner runs code under its own uid (images/runner.py) and takes a copy budget.
+PROTOCOL_VERSION = 3
+"""3: the runner streams the head of stdout and stderr while code runs (`output` frames), and
+the result's text is what those frames did not carry; kernels are forked with the data stack
+imported. 2: the runner runs code under its own uid (images/runner.py), with a copy budget.
 
-The host refuses any other version before code runs: an older image's runner
-would run code as the container's user, which is now root."""
+The host refuses any other version before code runs: an image whose runner predates 3 would
+neither stream nor preimport (its output lost with its container, as before), and one before 2
+would run code as root."""
 MAX_REFUSED_LISTED = 20
 """Refusals one result frame may list (the runner counts the rest in `refused_more`)."""
+OUTPUT_CHUNK_BYTES = 64 * 1024
+"""Most bytes of stdout or stderr one output frame carries (the runner's own constant)."""
+OUTPUT_INTERVAL_S = 0.02
+"""Least time between two output frames of one stream unless a whole chunk waits (the
+runner's own constant): what bounds the frame count of an honest runner."""
 
 
 class _Frame(BaseModel):
@@ -29,6 +37,18 @@ class ReadyFrame(_Frame):
 
     type: Literal["ready"]
     protocol: int
+
+
+class OutputFrame(_Frame):
+    """Part of the head of stdout or stderr, sent while the code runs."""
+
+    type: Literal["output"]
+    id: int
+    seq: int = Field(ge=0)
+    """The execution's output frames, counted from 0 across both streams."""
+    stream: Literal["stdout", "stderr"]
+    data: str = Field(max_length=OUTPUT_CHUNK_BYTES)
+    """Whole characters only: a decoded chunk has no more characters than bytes."""
 
 
 class ArtifactFrame(_Frame):
@@ -87,12 +107,13 @@ class FatalFrame(_Frame):
 
 
 Frame = Annotated[
-    ReadyFrame | ArtifactFrame | ResultFrame | FatalFrame, Field(discriminator="type")
+    ReadyFrame | OutputFrame | ArtifactFrame | ResultFrame | FatalFrame,
+    Field(discriminator="type"),
 ]
 _FRAME = TypeAdapter(Frame)
 
 
-def parse_frame(line: bytes) -> ReadyFrame | ArtifactFrame | ResultFrame | FatalFrame:
+def parse_frame(line: bytes) -> ReadyFrame | OutputFrame | ArtifactFrame | ResultFrame | FatalFrame:
     """Parse one JSON line from the runner; raises ValueError/ValidationError when malformed."""
     return _FRAME.validate_json(line)
 
@@ -110,6 +131,7 @@ def exec_request(
     copy_refusal: str,
     copy_seconds: float,
     measure: bool = True,
+    stream: bool = True,
 ) -> dict[str, object]:
     """The request line the runner expects for one execution.
 
@@ -119,6 +141,7 @@ def exec_request(
     `copy_refusal` is the reason it gives for files past the byte budget.
     `measure=False` when the host reads the container's cgroup itself
     (`sandbox.accounting`): the runner then skips its own, forgeable readings.
+    `stream=False` keeps all output for the result frame (no `output` frames).
     """
     return {
         "type": "exec",
@@ -133,4 +156,5 @@ def exec_request(
         "copy_refusal": copy_refusal,
         "copy_seconds": copy_seconds,
         "measure": measure,
+        "stream": stream,
     }

@@ -29,6 +29,7 @@ from sbx.sandbox.exchange import Exchange, copy_budget
 from sbx.sandbox.files import ArtifactSink, check_output_dir, data_mounts
 from sbx.sandbox.gc import owner_tag
 from sbx.sandbox.limits import Limits
+from sbx.sandbox.live_output import LiveOutput, OutputCallback
 from sbx.sandbox.outcome import (
     build_result,
     listed_refusals,
@@ -100,6 +101,9 @@ class Session(Closing):
         self.executions = 0
         self.artifact_bytes = 0
         """Artifact bytes written to the host over this session (`max_run_artifact_bytes`)."""
+        self.stream_output = True
+        """The runner streams output while code runs (protocol 3). False keeps it all for the
+        result, as protocol 2 did: only `sbx bench` does, to measure what streaming costs."""
 
     @classmethod
     def open(cls, spec: SessionSpec | None = None, *, engine: Engine | None = None) -> Session:
@@ -138,8 +142,14 @@ class Session(Closing):
             self.close()
             raise
 
-    def run(self, code: str | bytes) -> ExecutionResult:
-        """Execute a program in this session's interpreter and report what happened."""
+    def run(
+        self, code: str | bytes, *, on_output: OutputCallback | None = None
+    ) -> ExecutionResult:
+        """Execute a program in this session's interpreter and report what happened.
+
+        `on_output(stream, text)` receives stdout and stderr while the code runs
+        (`sbx.sandbox.live_output`); the result holds the same text, as it always did.
+        """
         text = code_text(code, self.limits)
         with self._lock:
             if self._channel is None:
@@ -152,7 +162,7 @@ class Session(Closing):
             exchange: Exchange | None = None
             lost = False
             try:
-                exchange = self._open_exchange(request_id, started)
+                exchange = self._open_exchange(request_id, started, on_output)
                 result = self._converse(exchange, text, started)
             except SandboxBroken as exc:  # the channel closed, timed out or broke a cap
                 lost = True
@@ -183,6 +193,8 @@ class Session(Closing):
             persistent=self.mode == "session",
         )
         if exchange is not None:
+            result.stdout = exchange.live.text("stdout")  # what was printed survives the loss
+            result.stderr = exchange.live.text("stderr")
             result.artifacts = list(exchange.accepted)
             result.refused_artifacts, result.refused_unlisted = listed_refusals(
                 [], 0, exchange.refused
@@ -202,7 +214,9 @@ class Session(Closing):
         peak_reset = meter.reset_peak()
         return Baseline(before=meter.snapshot(), peak_reset=peak_reset)
 
-    def _open_exchange(self, request_id: int, started: float) -> Exchange:
+    def _open_exchange(
+        self, request_id: int, started: float, on_output: OutputCallback | None
+    ) -> Exchange:
         """One execution's caps and absolute deadline, fixed before its request goes out."""
         channel = self._channel
         if channel is None:
@@ -214,6 +228,7 @@ class Session(Closing):
             sink=self._artifact_sink(),
             deadline=started + self.limits.timeout + EXECUTION_GRACE_S,
             run_bytes_left=self.limits.max_run_artifact_bytes - self.artifact_bytes,
+            live=LiveOutput(limits=self.limits, started=started, callback=on_output),
         )
 
     def _converse(self, exchange: Exchange, code: str, started: float) -> ExecutionResult:
@@ -232,6 +247,7 @@ class Session(Closing):
                 copy_refusal=copy_refusal,
                 copy_seconds=self.limits.timeout + EXECUTION_GRACE_S - COPY_MARGIN_S,
                 measure=self._meter is None,
+                stream=self.stream_output,
             )
         )
         frame = exchange.collect()

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from conftest import TEST_IMAGE
 from sbx.agent.cli import bench as cli_bench
 from sbx.agent.cli import bench_gate as cli_bench_gate
+from sbx.sandbox.bench.live import FIRST_CHUNK, SESSION_BUFFERED
 from sbx.sandbox.bench.render import render
 from sbx.sandbox.bench.run import BenchOptions, _engine_ceiling, host_busy_seconds, run_bench
 from sbx.sandbox.bench.stats import BenchReport, Summary, ratio
@@ -27,7 +28,13 @@ from sbx.sandbox.bench.targets import (
     THROUGHPUT_MODES,
     evaluate_targets,
 )
-from sbx.sandbox.bench.workloads import FIRST_QUESTION, PNG_ARTIFACT, PRINT_ONE, STATEFUL_PAIR
+from sbx.sandbox.bench.workloads import (
+    FIRST_QUESTION,
+    PNG_ARTIFACT,
+    PRINT_ONE,
+    STATEFUL_PAIR,
+    STDOUT_1MIB,
+)
 from sbx.sandbox.capacity import HostCapacity
 from sbx.sandbox.gc import owner_tag
 from sbx.sandbox.host_caps import HostCaps
@@ -53,9 +60,15 @@ def synthetic_report() -> BenchReport:
     report.latency[PRINT_ONE.name] = {mode: Summary.of([value]) for mode, value in cells.items()}
     report.latency[PRINT_ONE.name][SESSION] = Summary.of([0.0012])
     report.latency[STATEFUL_PAIR.name] = dict.fromkeys(MODES)
+    report.latency[STDOUT_1MIB.name] = {
+        SESSION: Summary.of([0.024]), SESSION_BUFFERED: Summary.of([0.02])
+    }
+    report.live = {FIRST_CHUNK: Summary.of([0.004])}
     report.throughput = {BASELINE: {4: 5.0}, POOLED: {4: 11.0}, BURST: {4: 40.0}}
     report.cpu_per_execution = {BARE: {4: 0.25}, BASELINE: {4: 0.3125}, POOLED: {4: 0.375}}
-    report.idle_memory = {"cgroup_usage": 16.0, "rss_sum": 31.0}
+    report.idle_memory = {
+        "cgroup_usage": 90.0, "cgroup_anon_rss": 83.0, "rss_sum": 225.0, "pss_sum": 140.0
+    }
     return report
 
 
@@ -66,7 +79,10 @@ def test_targets_are_ratios_of_this_runs_numbers() -> None:
     assert met["session print(1) vs persistent floor"] is True  # 1.2x
     assert met["pooled fresh print(1) vs docker run"] is True  # 0.01x
     assert met["pooled fresh throughput at c=4 vs docker run"] is True  # 2.2x
-    assert met["idle pooled container resident memory (RSS sum)"] is False  # 31 MiB
+    assert met["1 MiB stdout, streamed vs buffered session"] is False  # 1.2x
+    assert met["first live chunk vs session print(1), medians"] is True  # 3.33x
+    memory = next(t for t in report.targets if "anonymous memory" in t.name)
+    assert memory.met is True and memory.measured == "83.0 MiB (rss_sum 225.0, pss_sum 140.0)"
     assert met["first question, 10 MB CSV: pooled vs docker run"] is None  # not measured
 
 
@@ -93,6 +109,8 @@ def test_the_report_renders_as_tables_and_as_json() -> None:
     assert data["latency"][PRINT_ONE.name][SESSION]["median_ms"] == 1.2
     assert data["throughput_per_s"][POOLED]["4"] == 11.0
     assert "Host CPU per execution" in text and "312" in text
+    assert "Live output, first output chunk: 4.00 ms median" in text
+    assert data["live"][FIRST_CHUNK]["median_ms"] == 4.0
     assert data["host_cpu_ms_per_execution"][POOLED]["4"] == 375.0
 
 
@@ -160,6 +178,7 @@ def test_a_tiny_real_run_fills_every_cell_and_leaves_nothing(engine, tmp_path) -
     report = run_bench(options, engine=engine, capacity=capacity)
     for mode in MODES:
         assert report.latency[PRINT_ONE.name][mode] is not None, mode
+    assert report.live[FIRST_CHUNK].samples == 1
     assert set(report.throughput) == set(THROUGHPUT_MODES)
     assert all(value > 0 for levels in report.throughput.values() for value in levels.values())
     cpu = report.cpu_per_execution
@@ -171,6 +190,7 @@ def test_a_tiny_real_run_fills_every_cell_and_leaves_nothing(engine, tmp_path) -
     first = report.latency[FIRST_QUESTION]
     assert all(first[mode] is not None for mode in (BASELINE, "sbx fresh", POOLED, SESSION))
     assert any("hard-linked" in note or "copied" in note for note in report.notes)
+    assert report.idle_memory["cgroup_anon_rss"] > 0
     assert capacity.usage().sandboxes == 0
     ours = [c for c in engine.managed_containers() if c["Labels"].get("sbx.owner") == owner_tag()]
     assert ours == []

@@ -159,7 +159,7 @@ def test_base_code_and_packages_are_base_inputs() -> None:
 
 
 def _copy_recipe_files(target: Path) -> None:
-    for name in (*BASE_CODE_FILES, "requirements.lock", "Dockerfile", "runner.py"):
+    for name in (*BASE_CODE_FILES, "requirements.lock", "Dockerfile", "runner.py", "preimport.txt"):
         shutil.copy(IMAGES_DIR / name, target / name)
 
 
@@ -179,6 +179,17 @@ def test_recipe_files_on_disk_change_the_hash_only_when_runner_or_lock_change(
 
     (tmp_path / "requirements.lock").write_bytes(before.lock + b"\n")
     assert load_recipe(tmp_path).base_hash() != before.base_hash()
+
+
+def test_the_preimport_list_is_a_top_layer_input(tmp_path: Path) -> None:
+    """The modules the runner imports before the first question are part of the image: a
+    changed list is a new recipe, built in seconds on the same base."""
+    _copy_recipe_files(tmp_path)
+    before = load_recipe(tmp_path)
+    (tmp_path / "preimport.txt").write_text("numpy\nscipy\n")
+    after = load_recipe(tmp_path)
+    assert after.recipe_hash() != before.recipe_hash()
+    assert after.base_hash() == before.base_hash()
 
 
 def test_missing_runner_is_reported(tmp_path: Path) -> None:

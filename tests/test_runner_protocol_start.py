@@ -26,7 +26,7 @@ pytestmark = pytest.mark.docker
 
 OLD_RUNNER = r"""
 import os, sys
-os.write(1, b'{"type": "ready", "protocol": 1}\n')
+os.write(1, b'{"type": "ready", "protocol": VERSION}\n')
 sys.stdin.read()
 """
 
@@ -41,11 +41,17 @@ def patch_config(monkeypatch: pytest.MonkeyPatch, **changes: Any) -> None:
     monkeypatch.setattr(session_module, "container_config", config)
 
 
+@pytest.mark.parametrize("version", [1, 2])
 def test_a_runner_of_another_protocol_version_is_refused(
-    monkeypatch: pytest.MonkeyPatch, engine: Engine, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, engine: Engine, tmp_path: Path, version: int
 ) -> None:
-    patch_config(monkeypatch, command=["python3", "-I", "-u", "-c", OLD_RUNNER])
-    with pytest.raises(SandboxBroken, match=r"protocol 1, this sbx needs 2: rebuild the image"):
+    """1 ran code as the container's user (root now); 2 neither streams output nor forks
+    kernels with the stack imported, and its result would be read as the tail of frames it
+    never sent."""
+    runner = OLD_RUNNER.replace("VERSION", str(version))
+    patch_config(monkeypatch, command=["python3", "-I", "-u", "-c", runner])
+    expected = rf"protocol {version}, this sbx needs 3: rebuild the image"
+    with pytest.raises(SandboxBroken, match=expected):
         Session.open(
             SessionSpec(limits=Limits(), image=TEST_IMAGE, output_dir=tmp_path), engine=engine
         )

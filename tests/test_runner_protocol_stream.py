@@ -43,7 +43,7 @@ def refused_frame(request_id, index):
 def artifact(request_id, name, size):
     return {"type": "artifact", "id": request_id, "name": name, "size": size,
             "data": base64.b64encode(b"x" * size).decode()}
-send({"type": "ready", "protocol": 2})
+send({"type": "ready", "protocol": 3})
 """
 LOOP = r"""
 for line in sys.stdin:

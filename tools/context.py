@@ -10,18 +10,27 @@ a fresh-container runner, or a test double that really runs code.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.result import ExecutionResult
+
+OutputSink = Callable[[str, str, str], None]
+"""`sink(call_id, stream, text)`: an execution's stdout or stderr while it runs."""
 
 
 class CodeRunner(Protocol):
     """Runs one program in the run's sandbox and reports what happened (bad code is data)."""
 
-    def run(self, code: str) -> ExecutionResult:
-        """Execute `code` and return its result; raise only for errors the operator must fix."""
+    def run(self, code: str, *, on_output: OutputCallback | None = None) -> ExecutionResult:
+        """Execute `code` and return its result; raise only for errors the operator must fix.
+
+        `on_output(stream, text)`, when given, receives stdout and stderr while the code
+        runs (a runner that cannot stream may ignore it: the result has the output).
+        """
         ...
 
 
@@ -57,3 +66,12 @@ class ToolContext:
     """The run this one continues (after `needs_input`); named in the audit's `run_start`."""
     stop: threading.Event = field(default_factory=threading.Event)
     """Set when the run is cancelled: a tool waiting for a person stops waiting."""
+    on_output: OutputSink | None = None
+    """Where `execute_python` sends stdout and stderr while the code runs (the conversation
+    turns them into `output_chunk` events); None: nowhere, the result alone."""
+    call_id: str | None = None
+    """The call being served: the gate sets it on the copy each call receives (`for_call`)."""
+
+    def for_call(self, call_id: str) -> ToolContext:
+        """This context for one call: the same run, `stop` event and sinks, and its call id."""
+        return replace(self, call_id=call_id)

@@ -295,7 +295,7 @@ class ToolGate:
         extra: Mapping[str, Any] = {}
         rule: str | None = None
         try:
-            returned = self._invoke(tool, args, cancels)
+            returned = self._invoke(tool, args, cancels, ids.reply)
             text, extra = unpack_return(returned)
         except CallTimedOut:
             seconds, key = call_timeout(self._policy, self._limits, tool.name)
@@ -333,16 +333,17 @@ class ToolGate:
             rule=rule,
         )
 
-    def _invoke(self, tool: Tool, args: BaseModel, cancels: int) -> object:
+    def _invoke(self, tool: Tool, args: BaseModel, cancels: int, call_id: str) -> object:
         """The tool's return value, from a thread of its own bounded by the call's timeout."""
         lock = self._sequential.get(tool.sequential or "")
         seconds, _ = call_timeout(self._policy, self._limits, tool.name)
+        context = self._context.for_call(call_id)
 
         def call() -> object:
             if lock is None:
-                return tool.invoke(args, self._context)
+                return tool.invoke(args, context)
             with lock:
-                return tool.invoke(args, self._context)
+                return tool.invoke(args, context)
 
         return run_bounded(
             call, timeout=seconds, cancelled=lambda: self._cancels != cancels, name=tool.name

@@ -31,6 +31,7 @@ from sbx.sandbox.bench.stats import BenchReport, Summary, Target
 from sbx.sandbox.bench.targets import SESSION
 from sbx.sandbox.bench.workloads import PRINT_ONE
 from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.result import ExecutionResult
 from sbx.tools.audit import AuditLog, resolve_audit_path
 from sbx.tools.context import ToolContext
@@ -48,7 +49,7 @@ class _AnsweringRunner:
     def __init__(self, result: ExecutionResult) -> None:
         self.result = result
 
-    def run(self, code: str) -> ExecutionResult:
+    def run(self, code: str, *, on_output: OutputCallback | None = None) -> ExecutionResult:
         return self.result
 
 

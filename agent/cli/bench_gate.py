@@ -32,6 +32,7 @@ import click
 
 from sbx.agent.config import load_config
 from sbx.sandbox.bench.stats import BenchReport, Summary, Target
+from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.result import ExecutionResult
 from sbx.tools.audit import AuditLog, resolve_audit_path
 from sbx.tools.context import ToolContext
@@ -47,7 +48,7 @@ TARGET = 1.5
 class _AnsweringRunner:
     """A `CodeRunner` that returns a fixed result at once: the gate is what is timed."""
 
-    def run(self, code: str) -> ExecutionResult:
+    def run(self, code: str, *, on_output: OutputCallback | None = None) -> ExecutionResult:
         return ExecutionResult(stdout="1\n", duration_s=0.0008)
 
 

@@ -3,7 +3,8 @@
 It reads the events the core emits (see `sbx.agent.events`), never the loop's
 state, so a transcript file re-renders exactly as the run looked. One line
 per happening: the turn and its tokens, each tool call with its code, a
-one-line outcome, notices, and the ending. Colour only on a terminal (click
+one-line outcome, notices, and the ending; while an execution runs, its live
+output (dimmed, a bounded number of lines). Colour only on a terminal (click
 strips it elsewhere).
 
 Nearly every value here comes from the model, the sandboxed program or a
@@ -33,6 +34,8 @@ Row = dict[str, Any]
 
 MAX_CODE_LINES = 30
 MAX_LINE = 160
+MAX_LIVE_LINES = 200
+"""Live output lines shown per tool call while it runs; then one note, and the result."""
 _SECTION = re.compile(r"^\[(stdout|stderr|notes)\]$")
 
 
@@ -47,6 +50,9 @@ class Progress:
         self._stream = stream
         self._show_answer = show_answer
         self._strict = strict
+        self._partial: dict[tuple[str, str], str] = {}
+        """A live line not finished yet, per (call, stream): shown when its newline comes."""
+        self._live_lines: dict[str, int] = {}
 
     def __call__(self, event: Event | Row) -> None:
         """Render one event (unknown types are skipped: newer transcripts stay readable).
@@ -108,7 +114,39 @@ class Progress:
             for line in _arguments_lines(_text(function.get("arguments"))):
                 self._echo(f"   | {line}", multiline=True, dim=True)  # one line; tabs kept
 
+    def _on_output_chunk(self, event: Row) -> None:
+        """Live output of a running execution: whole lines, dimmed, escaped, at most a few."""
+        call_id, stream = _text(event.get("call_id")), _text(event.get("stream"))
+        lines = (self._partial.pop((call_id, stream), "") + _text(event.get("text"))).split("\n")
+        rest = lines.pop()
+        if len(rest) > MAX_LINE:  # a line without end is shown in parts, so memory stays small
+            lines.append(rest)
+            rest = ""
+        if rest:
+            self._partial[(call_id, stream)] = rest
+        for line in lines:
+            self._live_line(call_id, stream, line)
+
+    def _live_line(self, call_id: str, stream: str, line: str) -> None:
+        shown = self._live_lines.get(call_id, 0)
+        self._live_lines[call_id] = shown + 1
+        if shown < MAX_LIVE_LINES:
+            mark = "2>" if stream == "stderr" else ">"
+            self._echo(f"   {mark} {_clip(line, tabs=True)}", multiline=True, dim=True)
+        elif shown == MAX_LIVE_LINES:
+            self._echo("   (more output while it runs is not shown here; the result follows)",
+                       dim=True)
+
+    def _end_live_output(self, call_id: str) -> None:
+        """Show the unfinished live lines of a call that has ended, and forget it."""
+        for stream in ("stdout", "stderr"):
+            rest = self._partial.pop((call_id, stream), "")
+            if rest:
+                self._live_line(call_id, stream, rest)
+        self._live_lines.pop(call_id, None)
+
     def _on_tool_result(self, event: Row) -> None:
+        self._end_live_output(_text(event.get("call_id")))
         failed = bool(event.get("failed"))
         status = _text(event.get("status"))
         word = status if status != "ok" or not failed else "failed"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sbx.sandbox.bench.stats import BenchReport, ratio
 
-SBX_MODES = ("sbx fresh", "sbx fresh (pool)", "sbx session")
+SBX_MODES = ("sbx fresh", "sbx fresh (pool)", "sbx session", "sbx session (buffered)")
 FLOOR = "persistent floor"
 BASELINE = "docker run"
 
@@ -106,6 +106,9 @@ def render(report: BenchReport) -> str:
         "Idle pooled container, MiB: "
         + (", ".join(f"{k} {v:.1f}" for k, v in report.idle_memory.items()) or "n/a"),
     ]
+    for name, summary in report.live.items():
+        lines.append(f"Live output, {name}: {_ms(summary.median_s)} ms median "
+                     f"(p90 {_ms(summary.p90_s)}), from the print to the host's callback")
     if report.gate:
         lines.append(f"Gate + audit per tool call: {report.gate.get('summary', 'n/a')}")
     if "concurrency_summary" in report.gate:

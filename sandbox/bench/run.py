@@ -13,6 +13,7 @@ runs include all background work. The modes:
     sbx fresh           a container created for the execution (no warm pool), removed off-path
     sbx fresh (pool)    a warm pooled container handed over, used once, removed off-path
     sbx session         one more execution in an open session
+    sbx session (buffered)  the same with live output off (live.py: streaming's cost)
 
 Gate and audit overhead is measured by the CLI (`sandbox` does not import
 `tools`) and added to the same report.
@@ -26,10 +27,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from tempfile import TemporaryDirectory
+from tempfile import TemporaryDirectory, mkdtemp
 
 from sbx.sandbox.bench.first_question import measure_first_question
 from sbx.sandbox.bench.floor import PersistentFloor, docker_run, host_floor
+from sbx.sandbox.bench.host import host_busy_seconds
+from sbx.sandbox.bench.live import SESSION_BUFFERED, LiveBench
 from sbx.sandbox.bench.memory import idle_memory_mib
 from sbx.sandbox.bench.stats import BenchReport, Summary
 from sbx.sandbox.bench.targets import (
@@ -115,11 +118,13 @@ class _Bench:
         self.cold = Pool(engine=engine, capacity=capacity, config=PoolConfig(size=0))
         self.floor = PersistentFloor(engine, image=options.image, limits=options.limits)
         self.session: Session | None = None
+        self.live = LiveBench(lambda: self.open_session("buffered"))
         self.host_missing = _missing_host_modules(self.python)
 
     def close(self) -> None:
         if self.session is not None:
             self.session.close()
+        self.live.close()
         self.floor.close()
         self.pool.close()
         self.cold.close()
@@ -130,9 +135,9 @@ class _Bench:
             limits=self.options.limits, image=self.options.image, output_dir=output_dir
         )
 
-    def open_session(self) -> Session:
+    def open_session(self, name: str = "session") -> Session:
         self.pool.wait_warm(self.key, count=1)
-        return self.pool.session(self.spec(self.scratch / "session"))
+        return self.pool.session(self.spec(self.scratch / name))
 
     def quiesce(self) -> None:
         """Let refills and removals finish, so the next sample runs on a quiet host."""
@@ -176,9 +181,9 @@ class _Bench:
 
     def _execute(self, mode: str, workload: Workload) -> tuple[list[str], list[str]]:
         """Run the workload; return the outputs and containers to forget afterwards."""
-        if mode == SESSION:
+        if mode in (SESSION, SESSION_BUFFERED):
             self.session = self.session or self.open_session()
-            session = self.session
+            session = self.session if mode == SESSION else self.live.buffered_session()
             return [_checked(session.run(step), workload) for step in workload.steps], []
         if mode == FLOOR:
             replies = [self.floor.run(step) for step in workload.steps]
@@ -186,7 +191,7 @@ class _Bench:
         programs = workload.fresh_programs()
         if mode in (FRESH, POOLED):
             pool = self.pool if mode == POOLED else self.cold
-            out = self.scratch / f"fresh-{time.perf_counter_ns()}"  # C22: nothing replaced
+            out = Path(mkdtemp(dir=self.scratch))  # each container's sink writes files anew
             return [_checked(pool.run_fresh(p, self.spec(out)), workload) for p in programs], []
         if mode == BASELINE:
             ran = [
@@ -235,6 +240,7 @@ def measure_latency(bench: _Bench, report: BenchReport) -> None:
                 bench.quiesce()
                 if rep:
                     samples[workload.name][mode].append(elapsed)
+        bench.live.sample_first_chunk(bench.session, report if rep else None)
     for workload_name, modes in samples.items():
         report.latency[workload_name] = {
             mode: (Summary.of(values) if values else None) for mode, values in modes.items()
@@ -253,6 +259,7 @@ def measure_throughput(bench: _Bench, report: BenchReport) -> None:
     if bench.session is not None:  # its lease would count against the host cap at c=8
         bench.session.close()
         bench.session = None
+    bench.live.close()
     for mode in THROUGHPUT_MODES:
         report.throughput[mode] = {}
         report.cpu_per_execution[mode] = {}
@@ -296,18 +303,6 @@ def _throughput(bench: _Bench, mode: str, level: int) -> tuple[int, float]:
     with ThreadPoolExecutor(level) as workers:
         list(workers.map(lambda _: one(), range(runs)))
     return runs, time.perf_counter() - started
-
-
-def host_busy_seconds(stat: Path = Path("/proc/stat")) -> float | None:
-    """CPU seconds all processes of this host have used since boot (None off Linux)."""
-    try:
-        fields = stat.read_text().splitlines()[0].split()
-    except OSError:
-        return None
-    if not fields or fields[0] != "cpu":
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq = (int(value) for value in fields[1:8])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def run_bench(

@@ -76,6 +76,8 @@ class BenchReport:
     """mode -> concurrency -> host CPU seconds (all processes) per execution."""
     idle_memory: dict[str, float] = field(default_factory=dict)
     """Resident memory of one idle pooled container, MiB, by measure."""
+    live: dict[str, Summary] = field(default_factory=dict)
+    """Live output figures: the latency of a first chunk (`live.py`)."""
     gate: dict[str, Any] = field(default_factory=dict)
     """Gate + audit overhead per tool call (filled by the CLI: `sandbox` never imports `tools`)."""
     targets: list[Target] = field(default_factory=list)
@@ -105,6 +107,7 @@ class BenchReport:
                 for mode, levels in self.cpu_per_execution.items()
             },
             "idle_pooled_container_mib": {k: round(v, 1) for k, v in self.idle_memory.items()},
+            "live": {name: summary.as_json() for name, summary in self.live.items()},
             "gate": self.gate,
             "targets": [vars(t) for t in self.targets],
             "notes": self.notes,

@@ -97,11 +97,15 @@ def uid_of(pid):
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("Uid:"):
             return int(line.split()[1])
+def parent_of(pid):
+    return int(open(f"/proc/{pid}/stat").read().rsplit(") ", 1)[1].split()[1])
 facts = {"descriptors": {}, "memory": {}, "signals": {}, "uids": {"code": os.getuid()}}
-for name, pid in (("init", 1), ("runner", os.getppid())):
-    for fd, mode in ((0, os.O_RDONLY), (1, os.O_WRONLY)):
-        path = f"/proc/{pid}/fd/{fd}"
-        facts["descriptors"][f"{name} fd {fd}"] = attempt(lambda: os.close(os.open(path, mode)))
+zygote = os.getppid()  # forks the interpreters; the runner, which holds the stream, is its parent
+for name, pid in (("init", 1), ("runner", parent_of(zygote)), ("zygote", zygote)):
+    if name != "zygote":
+        for fd, mode in ((0, os.O_RDONLY), (1, os.O_WRONLY)):
+            path = f"/proc/{pid}/fd/{fd}"
+            facts["descriptors"][f"{name} fd {fd}"] = attempt(lambda: os.close(os.open(path, mode)))
     facts["memory"][name] = attempt(lambda: open(f"/proc/{pid}/mem", "rb").close())
     facts["signals"][name] = attempt(lambda: os.kill(pid, 0))
     facts["uids"][name] = uid_of(pid)

@@ -27,7 +27,10 @@ def denied(attempts: object, expected: int) -> bool:
 
 
 def check_protocol(probe: Probe) -> list[Check]:
-    """Code cannot reach init's or the runner's descriptors or memory, nor signal them."""
+    """Code cannot open init's or the runner's descriptors, their or the zygote's memory.
+
+    Nor can it signal any of the three.
+    """
     facts = probe.facts(PROTOCOL_PROBE)
     uids = facts.get("uids")
     uids = uids if isinstance(uids, dict) else {}
@@ -35,9 +38,11 @@ def check_protocol(probe: Probe) -> list[Check]:
     return [
         Check(
             name="protocol.users",
-            passed=code is not None and code not in (uids.get("init"), uids.get("runner")),
-            tried="compare the code's uid with the runner's and init's",
-            happened=f"code {code}, runner {uids.get('runner')}, init {uids.get('init')}"
+            passed=code is not None
+            and code not in (uids.get("init"), uids.get("runner"), uids.get("zygote")),
+            tried="compare the code's uid with the runner's, the zygote's and init's",
+            happened=f"code {code}, runner {uids.get('runner')}, zygote {uids.get('zygote')}, "
+            f"init {uids.get('init')}"
             if uids
             else str(facts)[:120],
         ),
@@ -49,14 +54,15 @@ def check_protocol(probe: Probe) -> list[Check]:
         ),
         Check(
             name="protocol.memory",
-            passed=denied(facts.get("memory"), 2),
-            tried="open init's and the runner's memory (/proc/<pid>/mem, the ptrace check)",
+            passed=denied(facts.get("memory"), 3),
+            tried="open init's, the runner's and the zygote's memory (/proc/<pid>/mem, the "
+            "ptrace check)",
             happened=str(facts.get("memory", facts))[:120],
         ),
         Check(
             name="protocol.signals",
-            passed=denied(facts.get("signals"), 2),
-            tried="signal init and the runner (signal 0: the permission check alone)",
+            passed=denied(facts.get("signals"), 3),
+            tried="signal init, the runner and the zygote (signal 0: the permission check alone)",
             happened=str(facts.get("signals", facts))[:120],
         ),
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.result import ExecutionResult
 from sbx.tools.context import ToolContext
 from sbx.tools.observation import render_execution
@@ -34,11 +35,23 @@ def make_execute_python() -> Tool:
         """
         if ctx.runner is None:
             raise ToolFailure("no sandbox is available in this run")
-        result = ctx.runner.run(code)
+        callback = live_output(ctx)
+        if callback is None:  # the call a runner written before live output understands too
+            result = ctx.runner.run(code)
+        else:
+            result = ctx.runner.run(code, on_output=callback)
         text = render_execution(result)
         return ToolReturn(text=text, execution=result, audit=audit_fields(result))
 
     return build_tool(execute_python, sequential=SESSION_KEY)
+
+
+def live_output(ctx: ToolContext) -> OutputCallback | None:
+    """The callback that hands this call's live output to the run's sink, if it has one."""
+    sink, call_id = ctx.on_output, ctx.call_id or ""
+    if sink is None:
+        return None
+    return lambda stream, text: sink(call_id, stream, text)
 
 
 def audit_fields(result: ExecutionResult) -> dict[str, Any]:

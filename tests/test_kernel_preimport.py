@@ -1,0 +1,81 @@
+"""Issue 16: every interpreter starts with the data stack imported, and starts clean.
+
+The runner's zygote imports images/preimport.txt once per container and forks each
+kernel from that state, so a first question's `import pandas` costs nothing (on the
+landed code every interpreter imported the stack itself: 0.5 s from the pool). A reset
+forks a fresh copy of the clean state, and a pooled container serves one session, so a
+variable or a patched module of one interpreter never shows in the next.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import TEST_IMAGE
+from sbx.sandbox.capacity import HostCapacity
+from sbx.sandbox.engine import Engine
+from sbx.sandbox.host_caps import HostCaps
+from sbx.sandbox.limits import Limits
+from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
+from sbx.sandbox.session import Session
+
+pytestmark = pytest.mark.docker
+
+STACK = ["matplotlib", "matplotlib.backends.backend_agg", "matplotlib.pyplot", "numpy", "pandas"]
+LOADED = f"""
+import sys
+print({STACK!r} == [name for name in {STACK!r} if name in sys.modules])
+"""
+"""Asked before any import statement of the cell's own (`sys` is always loaded)."""
+PATCH = "import numpy, pandas\npandas.read_csv = None\nnumpy.pi = 3\nx = 5"
+STATE = "import numpy, pandas\nprint(pandas.read_csv is None, numpy.pi == 3, 'x' in globals())"
+
+
+def test_the_first_cell_finds_the_stack_imported(session: Session) -> None:
+    assert session.run(LOADED).stdout == "True\n"
+    plot = session.run(
+        "import matplotlib, matplotlib.pyplot as plt\nprint(matplotlib.get_backend())\n"
+        "plt.plot([1, 2])\nplt.savefig('/output/p.png')"
+    )
+    assert plot.ok and plot.stdout.lower() == "agg\n"
+    assert [a.name for a in plot.artifacts] == ["p.png"]
+    assert not plot.stderr  # matplotlib found its cache (no temporary directory, no warning)
+
+
+def test_a_reset_forks_a_clean_interpreter_from_the_imported_state(session: Session) -> None:
+    """Module attributes the last interpreter changed are gone with it: the zygote never
+    runs code, so what it forks is the state right after the imports."""
+    assert session.run(PATCH).ok
+    assert session.run(STATE).stdout == "True True True\n"
+    reset = session.run("import os; os._exit(3)")
+    assert reset.state_reset and reset.exit_code == 3
+    assert session.run(LOADED).stdout == "True\n"
+    assert session.run(STATE).stdout == "False False False\n"
+
+
+def test_no_state_of_one_pooled_session_reaches_the_next(engine: Engine, tmp_path: Path) -> None:
+    key = PoolKey(image=TEST_IMAGE, limits=Limits(timeout="20s"))
+    caps = HostCaps(sandboxes=4, memory=16 << 30, cpus=32.0)
+    capacity = HostCapacity(directory=tmp_path / "ledger", caps=caps)
+    config = PoolConfig(size=1)
+    with Pool.start(engine=engine, capacity=capacity, config=config, warm=[key]) as pool:
+        assert pool.wait_warm(key)
+        with pool.session(limits=key.limits, image=TEST_IMAGE, output_dir=tmp_path) as first:
+            assert first.run(PATCH).ok
+        assert pool.wait_warm(key)
+        with pool.session(limits=key.limits, image=TEST_IMAGE, output_dir=tmp_path) as second:
+            assert second.run(LOADED).stdout == "True\n"
+            assert second.run(STATE).stdout == "False False False\n"
+
+
+def test_a_small_container_imports_nothing_before_the_first_question(
+    engine: Engine, runtime: str, tmp_path: Path
+) -> None:
+    """Under 384 MiB the stack would take most of the memory (gVisor could not even start
+    a container of 128 MiB with it): nothing is preimported, and the code imports it."""
+    limits = Limits(runtime=runtime, memory="256m")
+    with Session.open(limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path) as s:
+        assert s.run("import sys\nprint('pandas' in sys.modules)").stdout == "False\n"
+        assert s.run("import pandas\nprint(pandas.Series([1, 2]).sum())").stdout == "3\n"
