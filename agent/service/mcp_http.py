@@ -20,9 +20,9 @@ A session ends (sandbox removed, `run_end` audited, its `max_conversations`
 slot freed, its artifacts deleted) on the client's `DELETE` with its
 `Mcp-Session-Id`, after `[service] idle_timeout` without a call (the next
 call with that key gets a new session and is told earlier variables are
-gone), and at shutdown. The quotas are `sbx.agent.service.mcp_tenancy`'s.
-On SIGTERM the server's long-lived GET streams are closed at once (and
-refused while draining), so they do not hold the shutdown for the grace.
+gone), and at shutdown (uvicorn's shutdown ends the open GET streams, so
+they do not hold it for the grace). The quotas are
+`sbx.agent.service.mcp_tenancy`'s.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from sbx.agent.mcp.upload import register_upload
 from sbx.agent.service.api import authenticate
 from sbx.agent.service.core import Service
 from sbx.agent.service.mcp_tenancy import ServiceAdmission
-from sbx.agent.service.problems import Problem, unavailable
+from sbx.agent.service.problems import Problem
 from sbx.agent.service.store.keys import KeyInfo
 
 logger = logging.getLogger(__name__)
@@ -61,8 +61,6 @@ SESSION_HEADER = "sbx-session"
 DEFAULT_SESSION = "default"
 MAX_TRANSPORT_SESSIONS = 1000
 """Handshake-era transport sessions open at once on one replica (then 503)."""
-DRAIN_CHECK_S = 0.2
-"""How soon after SIGTERM the GET streams are closed."""
 DATA_NOTE = "the datasets of your API key, the newest of each name; list_data_files names them"
 _SESSION_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _GRANT = "sbx.mcp.grant"
@@ -119,24 +117,16 @@ class McpEndpoint:
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
         self.manager = self.server.session_manager
-        self._streams: set[anyio.CancelScope] = set()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """The transport's and the MCP server's lifetime: every session ends when it exits."""
-        async with self.manager.run(), anyio.create_task_group() as group:
-            group.start_soon(self._close_streams_on_drain)
-            try:
-                yield
-            finally:
-                group.cancel_scope.cancel()
+        async with self.manager.run():
+            yield
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One `/mcp` request: authenticated, bound to its key, served by the SDK."""
         request = Request(scope, receive)
-        if request.method == "GET" and self.service.gateway.draining:
-            raise unavailable("the server is shutting down; reconnect to another replica", 5.0,
-                              slug="draining")
         key = await run_in_threadpool(authenticate, self.service, request.headers)
         state = scope.setdefault("state", {})
         state["principal"] = key.principal
@@ -149,13 +139,13 @@ class McpEndpoint:
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=key.principal,
                                                       scopes=[]))
         transport = request.headers.get(MCP_SESSION_ID_HEADER)
-        status = await self._serve(scope, receive, send, stream=request.method == "GET")
+        status = await self._serve(scope, receive, send)
         if request.method == "DELETE" and transport and 200 <= status < 300:
             ended = session_key(key.principal, transport=transport, name=name)
             await anyio.to_thread.run_sync(self.server.sessions.end, ended)
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send, *, stream: bool) -> int:
-        """The SDK's answer; its status (a GET stream can be closed by the drain: 0)."""
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> int:
+        """The SDK's answer to the request; the HTTP status it sent (0: none)."""
         status = 0
 
         async def watched(message: Message) -> None:
@@ -164,26 +154,5 @@ class McpEndpoint:
                 status = message["status"]
             await send(message)
 
-        with anyio.CancelScope() as cancel:
-            if stream:
-                self._streams.add(cancel)
-            try:
-                await self.manager.handle_request(scope, receive, watched)
-            finally:
-                self._streams.discard(cancel)
-        if cancel.cancelled_caught and status:  # end the open stream cleanly for the client
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await self.manager.handle_request(scope, receive, watched)
         return status
-
-    async def _close_streams_on_drain(self) -> None:
-        """After SIGTERM, close the GET streams: they never end by themselves.
-
-        The drain flag is set from uvicorn's signal handler, outside any task; reading it
-        a few times a second is the simplest safe bridge (uvicorn itself polls its exit
-        flag every 0.1 s).
-        """
-        while not self.service.gateway.draining:  # noqa: ASYNC110 - see the docstring
-            await anyio.sleep(DRAIN_CHECK_S)
-        for cancel in list(self._streams):
-            cancel.cancel()
-        logger.debug("closed %d MCP stream(s) for the drain", len(self._streams))
