@@ -9,6 +9,10 @@ tests wait on responses, never on the clock.
 from __future__ import annotations
 
 import base64
+import json
+import re
+import textwrap
+from pathlib import Path
 
 import anyio
 import httpx
@@ -146,3 +150,42 @@ def test_sessions_and_principals_are_isolated(sqlite, serve):
     assert seen["bob preview"].is_error and "1,2" not in text_of(seen["bob preview"])
     assert len(session_ids(server, "key:ann")) == 3 and len(session_ids(server, "key:bob")) == 1
     assert verify_log(server.audit_log, key=None).ok
+
+
+def _readme_http_section() -> str:
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index("### Over HTTP: `/mcp` on `sbx serve`")
+    return text[start:text.index("\n## ", start)]
+
+
+def _blocks(section: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
+
+
+@pytest.mark.docker
+def test_the_readmes_http_snippets_work_against_a_real_server(sqlite, serve):
+    server = serve(sqlite)
+    key = server.key("ann")
+    section = _readme_http_section()
+    [python] = _blocks(section, "python")
+    cursor, vscode = (json.loads(block) for block in _blocks(section, "json"))
+    for config in (cursor["mcpServers"]["sbx"], vscode["servers"]["sbx"]):
+        assert config["url"].endswith("/mcp")
+        assert config["headers"]["Authorization"].startswith("Bearer ${")
+    local = server.url + "/mcp"
+    code = python.replace("http://127.0.0.1:8700/mcp", local)
+    assert code != python  # the snippet names the default address of `sbx serve`
+    scope: dict = {"key": key}
+    exec("async def snippet():\n" + textwrap.indent(code, "    ") + "\n    return result\n",
+         scope)
+    result = anyio.run(scope["snippet"])
+    assert not result.is_error and text_of(result).startswith("[stdout]\n42")
+    headers = {"Authorization": cursor["mcpServers"]["sbx"]["headers"]["Authorization"]
+               .replace("${env:SBX_API_KEY}", key)}
+    with httpx.Client(timeout=60) as http:  # the configured header is all a host sends
+        answer = http.post(local, headers={**headers, "Accept": "application/json, "
+                                           "text/event-stream"}, json={
+            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "readme", "version": "0"}}})
+    assert answer.status_code == 200 and answer.headers["mcp-session-id"]
