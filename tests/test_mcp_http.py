@@ -41,18 +41,35 @@ def sqlite(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'data' / 'sbx.db'}"
 
 
-def test_mcp_without_a_live_key_is_401_and_a_bad_session_name_is_400(sqlite, serve):
+def test_mcp_needs_a_live_key_and_a_transport_session_stays_with_the_key_that_opened_it(
+    sqlite, serve
+):
     server = serve(sqlite)
-    key = server.key("ann")
+    ann, bob = server.key("ann"), server.key("bob")
+    accept = {"Accept": "application/json, text/event-stream"}
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-    with httpx.Client(base_url=server.url, timeout=60) as http:
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"}}}
+    with httpx.Client(base_url=server.url, timeout=60, headers=accept) as http:
         missing = http.post("/mcp", json=body)
         wrong = http.post("/mcp", json=body, headers={"Authorization": "Bearer sbx_nope"})
         named = http.post("/mcp", json=body, headers={
-            "Authorization": f"Bearer {key}", "Sbx-Session": "../etc"})
+            "Authorization": f"Bearer {ann}", "Sbx-Session": "../etc"})
+        opened = http.post("/mcp", json=initialize, headers={"Authorization": f"Bearer {ann}"})
+        transport = opened.headers["mcp-session-id"]
+        stolen = http.post("/mcp", json=body, headers={
+            "Authorization": f"Bearer {bob}", "Mcp-Session-Id": transport})
+        ended = http.delete("/mcp", headers={
+            "Authorization": f"Bearer {bob}", "Mcp-Session-Id": transport})
+        own = http.delete("/mcp", headers={
+            "Authorization": f"Bearer {ann}", "Mcp-Session-Id": transport})
     assert missing.status_code == 401 and wrong.status_code == 401
     assert missing.headers["www-authenticate"].startswith("Bearer")
     assert named.status_code == 400 and "Sbx-Session" in named.json()["detail"]
+    assert opened.status_code == 200
+    assert stolen.status_code == 404 and ended.status_code == 404  # as if it did not exist
+    assert own.status_code == 200  # ann's session was still there for ann
 
 
 @pytest.mark.docker
