@@ -46,6 +46,7 @@ class McpSessions(Closing):
         self.admission: Admission = admission or FixedData()
         self.idle_ends_session = idle_ends_session
         self._lock = threading.Lock()
+        self._opening = threading.Lock()
         self._sessions: dict[str, McpSession] = {}
         self._idle_notes: OrderedDict[str, str] = OrderedDict()
         self._closed = False
@@ -53,31 +54,34 @@ class McpSessions(Closing):
     def get(self, caller: Caller) -> McpSession:
         """The session for `caller.key`, opened now if it is new (its sandbox at first use).
 
-        Opening asks the face's `Admission` (which may raise `Refused`); two callers
-        racing to open one key get the same session.
+        Opening asks the face's `Admission` (which may raise `Refused`). Opens are one at
+        a time, so two first calls of one key make one session (and reserve one slot).
         """
         with self._lock:
             self._check_open()
             session = self._sessions.get(caller.key)
-            if session is not None:
-                return session
-            reason = self._idle_notes.pop(caller.key, None)
-        try:
-            opened = self._open(caller, reason)
-        except BaseException:
-            if reason is not None:  # still to be told, by the session that does open
-                with self._lock:
-                    self._remember_idle(caller.key, reason)
-            raise
-        with self._lock:
-            current = self._sessions.get(caller.key) if not self._closed else None
-            if current is None and not self._closed:
-                self._sessions[caller.key] = opened
-                return opened
-        opened.close()  # lost the race (or the server is stopping): release what it reserved
-        if current is None:
-            raise SessionClosed("the MCP server is shutting down")
-        return current
+        if session is not None:
+            return session
+        with self._opening:
+            with self._lock:
+                self._check_open()
+                session = self._sessions.get(caller.key)
+                if session is not None:
+                    return session
+                reason = self._idle_notes.pop(caller.key, None)
+            try:
+                opened = self._open(caller, reason)
+            except BaseException:
+                if reason is not None:  # still to be told, by the session that does open
+                    with self._lock:
+                        self._remember_idle(caller.key, reason)
+                raise
+            with self._lock:
+                if not self._closed:
+                    self._sessions[caller.key] = opened
+                    return opened
+        opened.close()  # the server began stopping meanwhile: release what it reserved
+        raise SessionClosed("the MCP server is shutting down")
 
     def find(self, key: str) -> McpSession | None:
         """The live session for `key`, or None (reading a resource opens nothing)."""
