@@ -26,6 +26,7 @@ from sbx.sandbox.units import at_most_seconds as at_most_seconds
 
 BUILTIN_TOOLS = (
     "execute_python", "calculate", "list_data_files", "preview_data_file", "http_get", "ask_user",
+    "upload_dataset",
 )
 DEFAULT_CALL_TIMEOUT_S = 30.0
 """`[tools] timeout`: seconds one tool call may take at the gate, unless its own rule says."""
@@ -116,6 +117,19 @@ class AskUserRule(ToolRule):
     """Seconds the operator at a terminal has to answer; then the call ends `error`."""
 
 
+class UploadDatasetRule(ToolRule):
+    """`upload_dataset`: an MCP client over `sbx serve`'s `/mcp` stores a file as a dataset.
+
+    Only the HTTP MCP face offers it (it needs the service's datasets); elsewhere the key
+    is read and ignored. The file arrives inside a tool call, so it is bounded three ways:
+    this cap on the decoded bytes, the key's `upload_bytes` quota, and the HTTP body limit
+    (`[service] max_body`, which base64 content must fit with a third to spare).
+    """
+
+    max_bytes: Bytes = 512 * 1024
+    """Largest file accepted, after decoding (base64 content is a third larger on the wire)."""
+
+
 class CustomToolRule(ToolRule):
     """`[tools.custom.NAME]`: a tool an embedding program registers, or the policy loads."""
 
@@ -148,6 +162,8 @@ class ToolsPolicy(BaseModel):
     """Fetch a URL from the host, allowlisted domains only."""
     ask_user: AskUserRule = AskUserRule()
     """Ask the person who asked a question, where someone can answer."""
+    upload_dataset: UploadDatasetRule = UploadDatasetRule()
+    """Store a file sent in a tool call as the caller's dataset (`sbx serve`'s `/mcp` only)."""
     custom: dict[str, CustomToolRule] = Field(default_factory=dict)
     """Tools loaded from `entry` or registered by the embedding program; each must exist when
     the gate is built."""

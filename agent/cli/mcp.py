@@ -25,7 +25,7 @@ import click
 from sbx.agent.app import OUTPUT_DIR, App, os_principal
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.config import load_config
-from sbx.agent.mcp.server import DEFAULT_IDLE_S, SbxServer, build_server
+from sbx.agent.mcp.server import DEFAULT_IDLE_S, SbxServer, build_server, stdio_face
 from sbx.agent.settings import SettingsError
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine
@@ -80,10 +80,9 @@ def mcp_command(
         fail(str(exc))
     with app:
         try:
-            server = build_server(
-                app, principal=os_principal(), data=data, output_root=output,
-                idle_s=idle_s or None,
-            )
+            face = stdio_face(principal=os_principal(), data=data, output_root=output,
+                              idle_s=idle_s or None)
+            server = build_server(app, face)
         except SettingsError as exc:
             fail(str(exc), 2)
         anyio.run(_serve, server, app)

@@ -2,10 +2,11 @@
 
 An MCP client's model sees nothing of sbx but these texts, so they say what
 the sandbox really holds, from the same sources that build it: the packages
-of the image (`images/requirements.in`), `/data` (read-only, the names given
-with `--data`), `/output`, the network setting and the limits of the policy
-file in force. A tool the policy disables is still listed (a call to it is
-denied and audited like any other) and its description says so.
+of the image (`images/requirements.in`), `/data` (read-only: the names given
+with `--data`, or what the face says it holds), `/output`, the network
+setting and the limits of the policy file in force. A tool the policy
+disables is still listed (a call to it is denied and audited like any other)
+and its description says so.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def sandbox_packages() -> list[str]:
     return [line for line in lines if line]
 
 
-def describe(config: AppConfig, data: Sequence[Path], *, idle_s: float | None) -> Descriptions:
-    """Every text from the configuration in force and the data given."""
+def describe(config: AppConfig, data_note: str, *, idle_s: float | None) -> Descriptions:
+    """Every text from the configuration in force; `data_note` says what `/data` holds."""
     limits = config.limits
     network = (
         "There is no network: nothing can be downloaded or installed."
@@ -53,7 +54,7 @@ def describe(config: AppConfig, data: Sequence[Path], *, idle_s: float | None) -
     sandbox = (
         f"Python 3.11 in a locked-down Linux container with {', '.join(sandbox_packages())} "
         f"(matplotlib draws with the Agg backend). {network} "
-        f"Input files are read-only under /data ({_data_names(data)}). "
+        f"Input files are read-only under /data ({data_note}). "
         "Save plots and tables to /output: each file comes back as a resource link, "
         "PNG images also inline. "
         f"Each call may run for {limits.timeout:g} s and use {format_size(limits.memory)} of "
@@ -98,7 +99,7 @@ def _gated(text: str, enabled: bool) -> str:
     return text + " DISABLED by the operator's policy: every call is denied and audited."
 
 
-def _data_names(data: Sequence[Path]) -> str:
+def data_names(data: Sequence[Path]) -> str:
     """`/data/a.csv, /data/b.csv and 3 more`, or that none were given."""
     index = index_data_files(list(data), max_files=MAX_NAMED_FILES + 1)
     names = [f"/data/{item.name}" for item in index.files[:MAX_NAMED_FILES]]

@@ -1,20 +1,18 @@
 """`build_server`: sbx as an MCP server object, for any transport.
 
-    build_server(app, principal=..., data=...)  ──▶  SbxServer (an MCPServer)
-        tools      execute_python, list_data_files, preview_data_file, reset_sandbox
+    build_server(app, face)  ──▶  SbxServer (an MCPServer)
+        tools      execute_python, list_data_files, preview_data_file, reset_sandbox,
+                   and the face's own (`upload_dataset` over HTTP)
         resources  sbx://artifacts/<session id>/<name>   (the caller's own artifacts)
         lifespan   idle sandboxes removed; every session ended when the server stops
 
-The factory takes what a face knows: the application core (configuration,
-pool, audit log), the principal it authenticated and the data it was given.
-It knows nothing of the transport. Which session a request belongs to comes
-from `session_key`: one session for a stdio connection (`sbx mcp`); the
-HTTP face passes a key from the transport's session id and calls
-`sessions.end(key)` when the transport ends that session.
-
-Transport-specific tools plug in through `extra_tools`, each a function that
-registers on the server. The HTTP face's `upload_dataset` (size-capped, only
-when its policy enables it) is meant to come in this way.
+The factory takes the application core (configuration, pool, audit log) and
+a `Face`: what the serving face decided. It knows nothing of the transport.
+Who calls and which session a request belongs to come from `face.caller`
+(`stdio_face`: one session, the OS user; `sbx serve`'s `/mcp`: the API key's
+principal and the transport's session), what a caller may do from
+`face.admission` (data, quotas), and the face ends sessions with
+`server.sessions.end(key)`.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from mcp.types import InputRequiredResult, ResourceTemplate
 from pydantic import AnyUrl
 
 from sbx.agent.app import OUTPUT_DIR, App
+from sbx.agent.mcp.admission import Admission, Caller, FixedData
 from sbx.agent.mcp.artifacts import (
     TEMPLATE,
     ArtifactUnavailable,
@@ -41,8 +41,8 @@ from sbx.agent.mcp.artifacts import (
     parse_artifact_uri,
     read_artifact,
 )
-from sbx.agent.mcp.describe import describe
-from sbx.agent.mcp.session import McpSessions
+from sbx.agent.mcp.describe import data_names, describe
+from sbx.agent.mcp.sessions import McpSessions
 from sbx.agent.mcp.tools import SessionKey, register_tools
 from sbx.agent.settings import SettingsError
 from sbx.sandbox.errors import InvalidInput
@@ -57,12 +57,49 @@ DEFAULT_IDLE_S = 15 * 60.0
 IDLE_CHECK_S = 5.0
 """How often idle sandboxes are looked for (at most this late past the timeout)."""
 
-ToolRegistrar = Callable[["SbxServer", McpSessions], None]
-"""Adds a transport's own tools (the HTTP face's `upload_dataset`) to a built server."""
+ToolRegistrar = Callable[["SbxServer", McpSessions, SessionKey], None]
+"""Adds a face's own MCP tools (the HTTP face's `upload_dataset`) to a built server."""
 
-def one_session(ctx: Context[Any, Any]) -> str:
-    """Every request of a stdio connection belongs to its one session."""
-    return STDIO_SESSION
+
+@dataclass(frozen=True, kw_only=True)
+class Face:
+    """What the face serving MCP decided: who calls, what they may do, where files go."""
+
+    caller: SessionKey
+    """Who sends each request and which session it belongs to (never a tool argument)."""
+    admission: Admission
+    """Each session's data and extra gate tools; the face's quotas on sessions and runs."""
+    data_note: str
+    """What `/data` holds, as the tool descriptions say it."""
+    output_root: Path = OUTPUT_DIR
+    """Each session's artifacts go to `output_root/<session id>/`."""
+    idle_s: float | None = DEFAULT_IDLE_S
+    """Seconds without a call after which a sandbox is removed (None: never)."""
+    idle_ends_session: bool = False
+    """Idle ends the whole session, not just its sandbox (HTTP: nothing else may end it)."""
+    extra_tools: Sequence[ToolRegistrar] = field(default_factory=tuple)
+    """The face's own MCP tools."""
+
+
+def stdio_face(
+    *, principal: str, data: Sequence[Path] = (), output_root: Path = OUTPUT_DIR,
+    idle_s: float | None = DEFAULT_IDLE_S,
+) -> Face:
+    """`sbx mcp`: one connection, one session, the OS user; the `--data` paths.
+
+    Data the sandbox's user could not read is a `SettingsError`, before anything runs.
+    """
+    try:  # the same check as a conversation's: data the sandbox's user cannot read is refused
+        data_mounts(list(data))
+    except InvalidInput as exc:
+        raise SettingsError(str(exc)) from None
+    caller = Caller(key=STDIO_SESSION, principal=principal)
+
+    def one_session(ctx: Context[Any, Any]) -> Caller:
+        return caller  # every request of a stdio connection belongs to its one session
+
+    return Face(caller=one_session, admission=FixedData(data), data_note=data_names(data),
+                output_root=output_root, idle_s=idle_s)
 
 
 class SbxServer(MCPServer[dict[str, Any]]):
@@ -88,7 +125,7 @@ class SbxServer(MCPServer[dict[str, Any]]):
         parsed = parse_artifact_uri(str(uri))
         if parsed is None or context is None:
             return await super().read_resource(uri, context)
-        session = self.sessions.find(self.session_key(context))
+        session = self.sessions.find(self.session_key(context).key)
         session_id, name = parsed
         artifact = session.artifact(name) if session and session.id == session_id else None
         if session is None or artifact is None:  # another session's is unknown here, by design
@@ -110,41 +147,26 @@ class SbxServer(MCPServer[dict[str, Any]]):
         return [ReadResourceContents(content=content, mime_type=kind)]
 
 
-def build_server(
-    app: App,
-    *,
-    principal: str,
-    data: Sequence[Path] = (),
-    output_root: Path = OUTPUT_DIR,
-    session_key: SessionKey = one_session,
-    idle_s: float | None = DEFAULT_IDLE_S,
-    extra_tools: Sequence[ToolRegistrar] = (),
-) -> SbxServer:
+def build_server(app: App, face: Face) -> SbxServer:
     """The MCP server of sbx: the tools, the artifact resources, the session lifecycle.
 
-    `principal` reaches every audit record of every session (the face
-    authenticated it; no client input can change it). Each session's
-    artifacts go to `output_root/<session id>/`. `idle_s=None` keeps idle
-    sandboxes until their session ends. Data the sandbox's user could not read
-    is a `SettingsError`, before anything runs.
+    Each session's principal (the face's `Caller`) reaches every audit record of that
+    session; no client input can change it.
     """
-    try:  # the same check as a conversation's: data the sandbox's user cannot read is refused
-        data_mounts(list(data))
-    except InvalidInput as exc:
-        raise SettingsError(str(exc)) from None
     sessions = McpSessions(
-        app=app, principal=principal, data=tuple(data), output_root=output_root
+        app=app, output_root=face.output_root, admission=face.admission,
+        idle_ends_session=face.idle_ends_session,
     )
-    texts = describe(app.config, data, idle_s=idle_s)
+    texts = describe(app.config, face.data_note, idle_s=face.idle_s)
     server = SbxServer(
-        sessions=sessions, session_key=session_key, name="sbx", title="sbx sandbox",
+        sessions=sessions, session_key=face.caller, name="sbx", title="sbx sandbox",
         version=version("sbx"),
-        instructions=texts.instructions, lifespan=_lifespan(sessions, idle_s),
+        instructions=texts.instructions, lifespan=_lifespan(sessions, face.idle_s),
         log_level="WARNING",
     )
-    register_tools(server, sessions, session_key, texts)
-    for register in extra_tools:
-        register(server, sessions)
+    register_tools(server, sessions, face.caller, texts)
+    for register in face.extra_tools:
+        register(server, sessions, face.caller)
     return server
 
 

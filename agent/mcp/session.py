@@ -1,17 +1,19 @@
-"""`McpSession` and `McpSessions`: one workspace and one gate for each MCP session.
+"""`McpSession`: one workspace and one gate for one MCP session.
 
 An MCP client brings its own model; sbx gives it the tools without one. A
-session is what the transport calls a session (the whole life of a stdio
-connection; an `Mcp-Session-Id` over HTTP). Each gets a `Workspace` (one
-sandbox, opened at the first call, kept between calls so variables persist)
-and one `ToolGate` whose run id is the session's id: the audit log shows
-`run_start` at the first call and `run_end` when the session ends, and the
-sandbox containers carry the same id in their `sbx.run_id` label.
+session is what the face calls a session (the whole life of a stdio
+connection; over HTTP, an `Mcp-Session-Id` or a named session of a
+sessionless client: `sbx.agent.service.mcp_http`). Each gets a `Workspace`
+(one sandbox, opened at the first call, kept between calls so variables
+persist) and one `ToolGate` whose run id is the session's id: the audit log
+shows `run_start` at the first call and `run_end` when the session ends, and
+the sandbox containers carry the same id in their `sbx.run_id` label.
 
 Everything here is blocking and thread-safe; the MCP layer calls it from
 worker threads. A sandbox is removed (and the next call told so) when the
 client cancels a running call, when the client asks (`reset_sandbox`), and
-after an idle timeout; the session's end removes it for good.
+after an idle timeout; the session's end removes it for good and tells the
+face's `Admission`. Executions pass the `Admission` first (a face's quotas).
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from sbx.agent.app import App
-from sbx.agent.workspace import Workspace, WorkspaceSpec
+from sbx.agent.mcp.admission import Admission, Caller
+from sbx.agent.workspace import Workspace
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.result import Artifact
 from sbx.tools.audit import AuditError
@@ -45,6 +47,14 @@ RESET_NOTE = (
 )
 MAX_REMEMBERED_ARTIFACTS = 10_000
 """Artifacts a session keeps addressable as resources; the oldest are forgotten first."""
+UPLOAD_TOOL = "upload_dataset"
+"""The gate tool whose value is a new data file for the session (`sbx.agent.mcp.upload`)."""
+DATA_NOW = "It is at /data/{name} from the next execute_python call."
+DATA_AFTER_RESET = (
+    "This session's sandbox started before it and holds your variables, so /data/{name} "
+    "appears there only after reset_sandbox (which clears them); list_data_files and "
+    "preview_data_file see it now."
+)
 
 
 def new_session_id() -> str:
@@ -64,21 +74,34 @@ class CallReport:
     """What the gate returned (denials and tool errors included)."""
     reset_note: str | None = None
     """Said before the output when the sandbox was reset since the last execution."""
+    footer: str | None = None
+    """Said after the output (where a file just uploaded can be read)."""
 
 
 class McpSession(Closing):
     """One MCP session's sandbox, gate and artifacts; thread-safe."""
 
-    def __init__(self, *, session_id: str, workspace: Workspace) -> None:
+    def __init__(
+        self, *, session_id: str, workspace: Workspace, caller: Caller, admission: Admission,
+        reset_reason: str | None = None,
+    ) -> None:
         self.id = session_id
         self.workspace = workspace
+        self.caller = caller
+        """Who opened it: its principal is every audit record's; its key finds it again."""
+        self.admission = admission
         self._lock = threading.Lock()
         self._gate_lock = threading.Lock()
         self._gate: ToolGate | None = None
         self._closed = False
+        self._closing = False
+        self._holds_state = False
+        """Code has run in the current sandbox (replacing it would lose variables)."""
         self._busy = 0
         self._last_used = time.monotonic()
-        self._reset_reason: str | None = None
+        self._reset_reason = reset_reason
+        """Told at the next execution: set by a discard, or given by an earlier session of
+        the same key that ended idle (its state is gone, and the client should know)."""
         self._artifacts: dict[str, Artifact] = {}
         self.turn = anyio.Lock()
         """Held by the async layer around an execution: one at a time, so that a
@@ -90,18 +113,38 @@ class McpSession(Closing):
         return self.workspace.output_dir(self.id)
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> CallReport:
-        """One tool call through the session's gate (policy, validation, quotas, audit)."""
+        """One tool call through the session's gate (policy, validation, quotas, audit).
+
+        An execution passes the face's `Admission` first (its quotas); a refusal
+        raises `Refused` and leaves the session as it was.
+        """
         with self._lock:
             if self._closed:
                 raise SessionClosed(f"MCP session {self.id} has ended")
             self._busy += 1
-        try:
+        note: str | None = None
+
+        def through_gate() -> ToolOutcome:
+            nonlocal note
             gate = self._open_gate()
-            note = self._take_reset_note() if name == "execute_python" else None
+            if name == "execute_python":
+                note = self._take_reset_note()
             call_id = "call-" + uuid.uuid4().hex[:12]
-            outcome = gate.call(name=name, arguments=json.dumps(arguments), call_id=call_id)
+            return gate.call(name=name, arguments=json.dumps(arguments), call_id=call_id)
+
+        try:
+            if name == "execute_python":
+                outcome = self.admission.run(self.caller, self.id, through_gate)
+            else:
+                outcome = through_gate()
             self._remember(outcome.artifacts)
-            return CallReport(outcome=outcome, reset_note=note)
+            if outcome.execution is not None:
+                with self._lock:
+                    self._holds_state = True
+            footer = None
+            if name == UPLOAD_TOOL and outcome.status == "ok" and isinstance(outcome.value, Path):
+                footer = self._add_data(outcome.value)
+            return CallReport(outcome=outcome, reset_note=note, footer=footer)
         finally:
             with self._lock:
                 self._busy -= 1
@@ -137,12 +180,26 @@ class McpSession(Closing):
             self._record_reset(reason)
         return lost
 
-    def close(self) -> None:
-        """The session ended: stop what runs, remove the sandbox, write `run_end` (idempotent)."""
+    def end_if_idle(self, idle_s: float, now: float) -> bool:
+        """Mark the session ended when no call has come for `idle_s` s (and none runs).
+
+        True: the caller must `close()` it; a call arriving from now on is refused.
+        """
         with self._lock:
-            if self._closed:
-                return
+            if self._closed or self._busy or now - self._last_used < idle_s:
+                return False
             self._closed = True
+            return True
+
+    def close(self) -> None:
+        """The session ended: stop what runs, remove the sandbox, write `run_end` (idempotent).
+
+        The face's `Admission` hears of it last, whatever failed before.
+        """
+        with self._lock:
+            if self._closing:
+                return
+            self._closed = self._closing = True
             busy = self._busy
         gate = self._gate
         if gate is not None and busy:
@@ -150,10 +207,13 @@ class McpSession(Closing):
         try:
             self.workspace.close()  # from now on no program opens a sandbox here
         finally:
-            with self._gate_lock:  # a gate being opened right now is closed as well
-                gate = self._gate
-            if gate is not None:
-                gate.close(reason="session_end")
+            try:
+                with self._gate_lock:  # a gate being opened right now is closed as well
+                    gate = self._gate
+                if gate is not None:
+                    gate.close(reason="session_end")
+            finally:
+                self.admission.close(self.caller, self.id)
 
     def _open_gate(self) -> ToolGate:
         """The session's one gate, opened (with its sandbox) at the first call: `run_start`."""
@@ -165,6 +225,7 @@ class McpSession(Closing):
             return self._gate
 
     def _discard_locked(self, reason: str) -> bool:
+        self._holds_state = False
         self.workspace.discard()
         lost = self.workspace.take_reset()
         if lost:
@@ -179,6 +240,22 @@ class McpSession(Closing):
             return None
         return RESET_NOTE.format(reason=reason or "its sandbox was replaced")
 
+    def _add_data(self, path: Path) -> str:
+        """A file just uploaded joins the session's data: mounted by its next sandbox.
+
+        The sandbox running now cannot gain a mount. When no code has run in it yet it
+        is replaced at once (nothing is lost); otherwise the client is told to reset.
+        """
+        workspace = self.workspace
+        with self._lock:
+            workspace.spec = replace(workspace.spec, data=(*workspace.spec.data, path))
+            fresh = not self._holds_state
+        if fresh:
+            workspace.discard()
+            workspace.take_reset()  # nothing was lost: no reset to report
+            return DATA_NOW.format(name=path.name)
+        return DATA_AFTER_RESET.format(name=path.name)
+
     def _remember(self, artifacts: tuple[Artifact, ...]) -> None:
         with self._lock:
             for artifact in artifacts:
@@ -191,83 +268,8 @@ class McpSession(Closing):
         """An audit record of a reset the client did not run code for (cancel, idle, ask)."""
         if self._gate is None:
             return
-        data = {"reason": reason, "principal": self.workspace.spec.principal}
+        data = {"reason": reason, "principal": self.caller.principal}
         try:
             self.workspace.audit.record(self.id, "sandbox_reset", data)
         except AuditError:  # the sandbox is gone either way; the next tool call will halt
             logger.warning("could not record the sandbox reset of %s", self.id)
-
-
-class McpSessions(Closing):
-    """Every live MCP session of one server, by the transport's session key; thread-safe.
-
-    Sessions open at their first call. `close(key)` ends one (the transport
-    says when); `reap_idle` removes idle sandboxes; `close()` ends them all.
-    """
-
-    def __init__(
-        self, *, app: App, principal: str, data: tuple[Path, ...], output_root: Path
-    ) -> None:
-        self.app = app
-        self.principal = principal
-        self.data = data
-        self.output_root = output_root
-        self._lock = threading.Lock()
-        self._sessions: dict[str, McpSession] = {}
-        self._closed = False
-
-    def get(self, key: str) -> McpSession:
-        """The session for `key`, opened now if it is new (no I/O until its first call)."""
-        with self._lock:
-            if self._closed:
-                raise SessionClosed("the MCP server is shutting down")
-            session = self._sessions.get(key)
-            if session is None:
-                session = self._open()
-                self._sessions[key] = session
-            return session
-
-    def find(self, key: str) -> McpSession | None:
-        """The live session for `key`, or None (reading a resource opens nothing)."""
-        with self._lock:
-            return self._sessions.get(key)
-
-    def end(self, key: str) -> None:
-        """The transport ended the session `key`: its sandbox is removed, `run_end` written."""
-        with self._lock:
-            session = self._sessions.pop(key, None)
-        if session is not None:
-            session.close()
-
-    def reap_idle(self, idle_s: float) -> int:
-        """Remove the sandboxes of sessions idle for `idle_s` seconds; how many were removed."""
-        with self._lock:
-            sessions = list(self._sessions.values())
-        now = time.monotonic()
-        return sum(session.discard_if_idle(idle_s, now) for session in sessions)
-
-    def close(self) -> None:
-        """End every session (idempotent); later calls are refused."""
-        with self._lock:
-            self._closed = True
-            sessions, self._sessions = list(self._sessions.values()), {}
-        errors: list[BaseException] = []
-        for session in sessions:
-            try:
-                session.close()
-            except Exception as exc:  # end the others first, then report
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-
-    def _open(self) -> McpSession:
-        session_id = new_session_id()
-        spec = WorkspaceSpec(
-            owner_id=session_id, principal=self.principal, data=self.data,
-            output_root=self.output_root,
-        )
-        workspace = Workspace(
-            spec=spec, config=self.app.config, audit=self.app.audit, pool=self.app.pool,
-            image=self.app.image,
-        )
-        return McpSession(session_id=session_id, workspace=workspace)

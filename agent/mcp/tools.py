@@ -31,16 +31,19 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ContentBlock, TextContent, ToolAnnotations
 from pydantic import Field
 
+from sbx.agent.mcp.admission import Caller, Refused
 from sbx.agent.mcp.artifacts import artifact_blocks
 from sbx.agent.mcp.describe import Descriptions
-from sbx.agent.mcp.session import CallReport, McpSession, McpSessions, SessionClosed
+from sbx.agent.mcp.session import CallReport, McpSession, SessionClosed
+from sbx.agent.mcp.sessions import McpSessions
 from sbx.sandbox.errors import SandboxError
 from sbx.tools.audit import AuditError
 
 logger = logging.getLogger(__name__)
 
-SessionKey = Callable[[Context[Any, Any]], str]
-"""Which session a request belongs to, as the transport knows it (never a tool argument)."""
+SessionKey = Callable[[Context[Any, Any]], Caller]
+"""Who sends a request and which session it belongs to, as the face knows it from the
+transport and its authentication (never from a tool argument)."""
 PROGRESS_INTERVAL_S = 1.0
 """Seconds between progress notifications while code runs."""
 SETTLE_S = 10.0
@@ -69,11 +72,11 @@ def register_tools(
         session = sessions.get(key(ctx))
         async with session.turn:
             report = await _execute(session, code, ctx, timeout_s)
-        return _result(report, session)
+        return result_of(report, session)
 
     async def list_data_files(ctx: Context[Any, Any]) -> CallToolResult:
         session = sessions.get(key(ctx))
-        return _result(await _call(session, "list_data_files", {}), session)
+        return result_of(await call_host_tool(session, "list_data_files", {}), session)
 
     async def preview_data_file(
         name: Annotated[str, Field(description="A name exactly as list_data_files shows it.")],
@@ -82,7 +85,7 @@ def register_tools(
     ) -> CallToolResult:
         session = sessions.get(key(ctx))
         arguments = {"name": name, "rows": rows}
-        return _result(await _call(session, "preview_data_file", arguments), session)
+        return result_of(await call_host_tool(session, "preview_data_file", arguments), session)
 
     async def reset_sandbox(ctx: Context[Any, Any]) -> CallToolResult:
         session = sessions.get(key(ctx))
@@ -90,36 +93,38 @@ def register_tools(
             reset = partial(session.discard, "the client called reset_sandbox")
             lost = await anyio.to_thread.run_sync(reset)
         if not lost:
-            return _text("Nothing to reset: no code has run in this session's sandbox yet.")
-        return _text(
+            return text_result("Nothing to reset: no code has run in this session's sandbox yet.")
+        return text_result(
             "The sandbox was reset: its variables, imports and files are gone; the next "
             "execute_python call starts in a fresh one."
         )
 
     server.add_tool(
-        _reported(execute_python), description=texts.execute_python,
+        reported(execute_python), description=texts.execute_python,
         annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False),
     )
     server.add_tool(
-        _reported(list_data_files), description=texts.list_data_files, annotations=_READ_ONLY
+        reported(list_data_files), description=texts.list_data_files, annotations=_READ_ONLY
     )
     server.add_tool(
-        _reported(preview_data_file), description=texts.preview_data_file,
+        reported(preview_data_file), description=texts.preview_data_file,
         annotations=_READ_ONLY,
     )
     server.add_tool(
-        _reported(reset_sandbox), description=texts.reset_sandbox,
+        reported(reset_sandbox), description=texts.reset_sandbox,
         annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False),
     )
 
 
-def _reported(handler: _Handler) -> _Handler:
+def reported(handler: _Handler) -> _Handler:
     """The handler, with operator errors turned into a tool error the client can show."""
 
     @functools.wraps(handler)
     async def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
         try:
             return await handler(*args, **kwargs)
+        except Refused as exc:  # a face's quota: the client may retry later, nothing halted
+            return text_result(str(exc), error=True)
         except OPERATOR_ERRORS as exc:
             return operator_error(exc)
 
@@ -166,24 +171,28 @@ async def _report_progress(ctx: Context[Any, Any], timeout_s: float) -> None:
         await ctx.report_progress(round(elapsed, 1), timeout_s, message)
 
 
-async def _call(session: McpSession, name: str, arguments: Mapping[str, Any]) -> CallReport:
+async def call_host_tool(
+    session: McpSession, name: str, arguments: Mapping[str, Any]
+) -> CallReport:
     """A quick host-side tool: a cancelled call just stops being waited for."""
     return await anyio.to_thread.run_sync(
         partial(session.call, name, arguments), abandon_on_cancel=True
     )
 
 
-def _result(report: CallReport, session: McpSession) -> CallToolResult:
-    """The gate's observation as text (the reset note first), then the artifacts."""
+def result_of(report: CallReport, session: McpSession) -> CallToolResult:
+    """The gate's observation as text (the reset note first, a footer last), then artifacts."""
     outcome = report.outcome
-    text = outcome.text if report.reset_note is None else f"{report.reset_note}\n\n{outcome.text}"
+    parts = [report.reset_note, outcome.text, report.footer]
+    text = "\n\n".join(part for part in parts if part is not None)
     content: list[ContentBlock] = [TextContent(text=text)]
     limit = session.workspace.config.limits.max_artifact_bytes
     content += artifact_blocks(session.id, session.output_dir, outcome.artifacts, max_bytes=limit)
     return CallToolResult(content=content, is_error=outcome.failed)
 
 
-def _text(text: str, *, error: bool = False) -> CallToolResult:
+def text_result(text: str, *, error: bool = False) -> CallToolResult:
+    """A plain text result (an error the calling model reads when `error`)."""
     return CallToolResult(content=[TextContent(text=text)], is_error=error)
 
 
@@ -191,7 +200,7 @@ def operator_error(exc: BaseException) -> CallToolResult:
     """What the client's model reads when sbx itself failed (the operator's log has more)."""
     logger.error("MCP tool call failed: %s: %s", type(exc).__name__, exc)
     if isinstance(exc, SessionClosed):
-        return _text(str(exc), error=True)
-    return _text(OPERATOR_ERROR.format(error=f"{type(exc).__name__}: {exc}"), error=True)
+        return text_result(str(exc), error=True)
+    return text_result(OPERATOR_ERROR.format(error=f"{type(exc).__name__}: {exc}"), error=True)
 
 

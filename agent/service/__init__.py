@@ -17,6 +17,7 @@
     datasets.py       /v1/datasets          uploads.py   streamed multipart uploads
     conversations.py  /v1/conversations     runs_api.py  /v1/runs, events, artifacts
     execute.py        /v1/execute           health.py    /healthz, /readyz
+    mcp_http.py       /mcp: MCP streamable HTTP behind the keys; mcp_tenancy.py its quotas
     openapi.py        /openapi.json from the declarations
     schemas.py        the wire types (requests forbid unknown fields)
     store/            SQLAlchemy models, the engine (SQLite WAL or PostgreSQL), API keys

@@ -7,11 +7,13 @@
            ├─ /v1/datasets ...                                        datasets.py
            ├─ /v1/conversations ...                                   conversations.py
            ├─ /v1/runs ... (SSE events, artifacts)                    runs_api.py, sse.py
-           └─ /v1/execute                                             execute.py
+           ├─ /v1/execute                                             execute.py
+           └─ /mcp (MCP streamable HTTP)                              mcp_http.py
 
 The service is opened before the server starts (so a bad policy or an
 unreachable database fails the start, not the first request); the lifespan's
-shutdown closes it after uvicorn has stopped accepting and drained.
+shutdown ends every MCP session, then closes it after uvicorn has stopped
+accepting and drained.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from starlette.types import ASGIApp
 from sbx.agent.service import conversations, datasets, execute, health, runs_api
 from sbx.agent.service.api import ROUTES, starlette_routes
 from sbx.agent.service.core import Service
+from sbx.agent.service.mcp_http import MCP_PATH, McpEndpoint
 from sbx.agent.service.middleware import BodyTimeout, BodyTooLarge, Gateway
 from sbx.agent.service.openapi import openapi_document
 from sbx.agent.service.outcomes import notify
@@ -42,17 +45,20 @@ ENDPOINT_MODULES = (conversations, datasets, execute, health, runs_api)
 def create_app(service: Service) -> ASGIApp:
     """The ASGI application serving `service` (which the lifespan closes at shutdown)."""
     document = openapi_document(ROUTES)
+    mcp = McpEndpoint(service)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
+        async with mcp.running():
+            yield
         await run_in_threadpool(service.close)
 
     app = Starlette(
-        routes=[*starlette_routes(ROUTES), Route("/openapi.json", openapi, methods=["GET"])],
+        routes=[*starlette_routes(ROUTES), Route("/openapi.json", openapi, methods=["GET"]),
+                Route(MCP_PATH, mcp)],
         exception_handlers={
             Problem: _problem, HTTPException: _http_error, BodyTooLarge: _too_large,
             BodyTimeout: _client_timeout, ClientDisconnect: _gone, Exception: _internal,

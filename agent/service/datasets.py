@@ -18,7 +18,9 @@ from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from sbx.agent.config import ServiceQuotas
 from sbx.agent.service.api import Call, api, json_response
+from sbx.agent.service.core import Service
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.quotas import (
     effective_quotas,
@@ -47,30 +49,34 @@ async def upload_dataset(call: Call) -> Response:
     upload = await receive_upload(call.request, call.service.paths.datasets, quotas.upload_bytes,
                                   upload_too_large(quotas))
     try:
-        row = await run_in_threadpool(_store, call, upload)
+        row = await run_in_threadpool(store_upload, call.service, call.principal, quotas, upload)
     finally:
         upload.path.unlink(missing_ok=True)
     return json_response(_out(row, preview=True), 201)
 
 
-def _store(call: Call, upload: Upload) -> Dataset:
-    """Check the file, move it under its id, compute the preview, reserve the bytes."""
+def store_upload(service: Service, principal: str, quotas: ServiceQuotas, upload: Upload
+                 ) -> Dataset:
+    """Check the file, move it under its id, compute the preview, reserve the bytes.
+
+    The one way a file becomes a dataset: `POST /v1/datasets` and the MCP face's
+    `upload_dataset` both come here. Raises `Problem` (415, 422, 429).
+    """
     name = safe_name(upload.filename)
     fmt = format_of(name)
     check_content(name, upload.head)
     ident = "ds-" + uuid.uuid4().hex[:12]
-    directory = call.service.paths.datasets / ident
+    directory = service.paths.datasets / ident
     directory.mkdir(mode=0o700)
     final = directory / name
     try:
         os.rename(upload.path, final)
         os.chmod(final, 0o644)  # the sandbox's unprivileged user reads it through its mount
-        row = Dataset(id=ident, principal=call.principal, name=name, format=fmt,
+        row = Dataset(id=ident, principal=principal, name=name, format=fmt,
                       size=upload.size, sha256=upload.sha256,
                       preview=summarize_data([final]), created_at=time.time())
-        quotas = effective_quotas(call.service.settings.quotas, call.key)
-        with call.service.db.write() as session:
-            reserve_dataset_bytes(session, call.principal, quotas, upload.size)
+        with service.db.write() as session:
+            reserve_dataset_bytes(session, principal, quotas, upload.size)
             session.add(row)
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)

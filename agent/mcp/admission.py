@@ -1,0 +1,89 @@
+"""Who calls, and what the face lets them do: `Caller`, `Admission`, `Refused`.
+
+The MCP layer knows nothing of API keys, quotas or datasets. The face that
+serves it says, for every request, who calls and which session the request
+belongs to (a `Caller`, from the transport and its authentication, never
+from a tool argument), and answers through its `Admission`:
+
+    open(caller, session_id)       may this caller open a session now; with which data
+                                   (`/data`) and which extra gate tools
+    run(caller, session_id, call)  may this execution run now; account for it when it
+                                   ends (runs per hour, CPU seconds, the replica's queue)
+    close(caller, session_id)      the session ended: free what `open` took
+
+`FixedData` is the stdio face's: one principal, the `--data` paths, no limits
+beyond the policy's gate. `sbx serve`'s `/mcp` has its own
+(`sbx.agent.service.mcp_tenancy`). A face refuses with `Refused`: the calling
+model reads the message as a tool error and the session goes on, unlike an
+operator error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from sbx.tools.outcome import ToolOutcome
+from sbx.tools.registry import Tool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Caller:
+    """Who sends a request and which session it belongs to, as the face established it."""
+
+    key: str
+    """The session's key, unique across principals (a stdio connection has one)."""
+    principal: str
+    """Who calls, as the face authenticated them: every audit record of the session has it."""
+    grant: object = None
+    """What the face authenticated (an API key's record), handed back to its `Admission`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Opened:
+    """What a session gets when its face lets it open."""
+
+    data: tuple[Path, ...] = ()
+    """Files mounted read-only at `/data/<name>` (the host-side data tools read only these)."""
+    tools: tuple[Tool, ...] = ()
+    """Gate tools of the face, besides the built-ins (`upload_dataset` over HTTP)."""
+
+
+class Refused(Exception):
+    """The face's limits refuse this call now (a quota, a full queue); the message says which."""
+
+
+class Admission(Protocol):
+    """A face's say over sessions and executions (see the module docstring); thread-safe."""
+
+    def open(self, caller: Caller, session_id: str) -> Opened:
+        """Let a session open (or raise `Refused`); its data and extra tools."""
+        ...
+
+    def run(self, caller: Caller, session_id: str, call: Callable[[], ToolOutcome]) -> ToolOutcome:
+        """Run one execution (`call`) if the face allows it now (else `Refused`), accounted."""
+        ...
+
+    def close(self, caller: Caller, session_id: str) -> None:
+        """The session ended (its sandbox is gone): release what `open` reserved."""
+        ...
+
+
+class FixedData:
+    """The stdio face: every session gets the same data; nothing beyond the gate is limited."""
+
+    def __init__(self, data: Sequence[Path] = ()) -> None:
+        self.data = tuple(data)
+
+    def open(self, caller: Caller, session_id: str) -> Opened:
+        """The `--data` paths."""
+        return Opened(data=self.data)
+
+    def run(self, caller: Caller, session_id: str, call: Callable[[], ToolOutcome]) -> ToolOutcome:
+        """Run it: the policy's gate is the only limit."""
+        return call()
+
+    def close(self, caller: Caller, session_id: str) -> None:
+        """Nothing was reserved."""

@@ -1,0 +1,162 @@
+"""`McpSessions`: every live MCP session of one server, by the key its face gave it.
+
+A session opens at its first call (`get`), once the face's `Admission` lets
+it (its data, its extra gate tools, its quotas), under the caller's principal.
+It ends when the face says so (`end(key)`: a stdio connection closing, an HTTP
+client's `DELETE`), when the server stops (`close()`), or, where the face
+asks for it (`idle_ends_session`, HTTP), after an idle timeout. Otherwise an
+idle timeout only removes the sandbox and the session goes on (stdio: the
+connection is the session).
+
+A session that ended idle leaves a note under its key, so that the next call
+with that key (a new session: a sessionless HTTP client has no other way to
+learn it) says that earlier variables are gone. At most
+`MAX_IDLE_NOTES` notes are kept, the oldest dropped first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+from sbx.agent.app import App
+from sbx.agent.mcp.admission import Admission, Caller, FixedData
+from sbx.agent.mcp.session import McpSession, SessionClosed, new_session_id
+from sbx.agent.workspace import Workspace, WorkspaceSpec
+from sbx.sandbox.closing import Closing
+
+logger = logging.getLogger(__name__)
+
+MAX_IDLE_NOTES = 10_000
+"""Keys of sessions that ended idle, remembered to tell their next call."""
+
+
+class McpSessions(Closing):
+    """The live sessions, by key (see the module docstring); thread-safe."""
+
+    def __init__(
+        self, *, app: App, output_root: Path, admission: Admission | None = None,
+        idle_ends_session: bool = False,
+    ) -> None:
+        self.app = app
+        self.output_root = output_root
+        self.admission: Admission = admission or FixedData()
+        self.idle_ends_session = idle_ends_session
+        self._lock = threading.Lock()
+        self._opening = threading.Lock()
+        self._sessions: dict[str, McpSession] = {}
+        self._idle_notes: OrderedDict[str, str] = OrderedDict()
+        self._closed = False
+
+    def get(self, caller: Caller) -> McpSession:
+        """The session for `caller.key`, opened now if it is new (its sandbox at first use).
+
+        Opening asks the face's `Admission` (which may raise `Refused`). Opens are one at
+        a time, so two first calls of one key make one session (and reserve one slot).
+        """
+        with self._lock:
+            self._check_open()
+            session = self._sessions.get(caller.key)
+        if session is not None:
+            return session
+        with self._opening:
+            with self._lock:
+                self._check_open()
+                session = self._sessions.get(caller.key)
+                if session is not None:
+                    return session
+                reason = self._idle_notes.pop(caller.key, None)
+            try:
+                opened = self._open(caller, reason)
+            except BaseException:
+                if reason is not None:  # still to be told, by the session that does open
+                    with self._lock:
+                        self._remember_idle(caller.key, reason)
+                raise
+            with self._lock:
+                if not self._closed:
+                    self._sessions[caller.key] = opened
+                    return opened
+        opened.close()  # the server began stopping meanwhile: release what it reserved
+        raise SessionClosed("the MCP server is shutting down")
+
+    def find(self, key: str) -> McpSession | None:
+        """The live session for `key`, or None (reading a resource opens nothing)."""
+        with self._lock:
+            return self._sessions.get(key)
+
+    def end(self, key: str) -> None:
+        """The face ended the session `key`: its sandbox is removed, `run_end` written."""
+        with self._lock:
+            session = self._sessions.pop(key, None)
+        if session is not None:
+            session.close()
+
+    def reap_idle(self, idle_s: float) -> int:
+        """Sandboxes (or, `idle_ends_session`, whole sessions) idle for `idle_s` s removed.
+
+        Returns how many were removed.
+        """
+        with self._lock:
+            sessions = list(self._sessions.values())
+        now = time.monotonic()
+        if not self.idle_ends_session:
+            return sum(session.discard_if_idle(idle_s, now) for session in sessions)
+        ended = []
+        with self._lock:
+            for session in sessions:
+                key = session.caller.key
+                if self._sessions.get(key) is session and session.end_if_idle(idle_s, now):
+                    del self._sessions[key]
+                    self._remember_idle(key, f"it was idle for more than {idle_s:g} s")
+                    ended.append(session)
+        for session in ended:
+            try:
+                session.close()
+            except Exception:  # the others still end; the next tick finds nothing of it
+                logger.warning("closing the idle MCP session %s failed", session.id,
+                               exc_info=True)
+        return len(ended)
+
+    def close(self) -> None:
+        """End every session (idempotent); later calls are refused."""
+        with self._lock:
+            self._closed = True
+            sessions, self._sessions = list(self._sessions.values()), {}
+        errors: list[BaseException] = []
+        for session in sessions:
+            try:
+                session.close()
+            except Exception as exc:  # end the others first, then report
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed("the MCP server is shutting down")
+
+    def _remember_idle(self, key: str, reason: str) -> None:
+        self._idle_notes[key] = reason
+        while len(self._idle_notes) > MAX_IDLE_NOTES:
+            self._idle_notes.popitem(last=False)
+
+    def _open(self, caller: Caller, reset_reason: str | None) -> McpSession:
+        """A new session for `caller`, with what its face's `Admission` allows."""
+        session_id = new_session_id()
+        opened = self.admission.open(caller, session_id)
+        spec = WorkspaceSpec(
+            owner_id=session_id, principal=caller.principal, data=opened.data,
+            output_root=self.output_root,
+        )
+        workspace = Workspace(
+            spec=spec, config=self.app.config, audit=self.app.audit, pool=self.app.pool,
+            image=self.app.image, extra_tools=opened.tools,
+        )
+        return McpSession(
+            session_id=session_id, workspace=workspace, caller=caller,
+            admission=self.admission, reset_reason=reset_reason,
+        )

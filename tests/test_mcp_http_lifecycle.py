@@ -1,0 +1,187 @@
+"""`/mcp` sessions over HTTP: when they end, what they cost, and that nothing outlives them.
+
+The SDK's own client against a real `sbx serve`; the code runs in the real
+sandbox. Tests wait on events (a progress notification, a response, a
+container's removal, the process's exit), never on the clock.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from mcp.types import CallToolResult
+
+import service_support
+from mcp_http_support import (
+    audit_records,
+    connect,
+    containers_of,
+    data_dir_files,
+    session_ids,
+    text_of,
+)
+from service_support import wait_for
+
+serve = service_support.serve
+llm = service_support.llm
+
+RESET = "[sbx] The sandbox was reset before this call"
+
+
+@pytest.fixture
+def sqlite(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'data' / 'sbx.db'}"
+
+
+def _conversations(server, key) -> list[dict]:
+    return server.client(key).get("/v1/conversations").json()["items"]
+
+
+@pytest.mark.docker
+def test_a_closed_session_leaves_no_container_and_frees_its_conversation_slot(
+    sqlite, serve, engine
+):
+    server = serve(sqlite)
+    key = server.key("ann", max_conversations=1)
+    chart = "open('/output/note.txt', 'w').write('kept until the session ends')"
+
+    async def scenario():
+        async with connect(server, key, mode="legacy") as first:
+            await first.call_tool("execute_python", {"code": chart})
+            [session] = session_ids(server)
+            live = containers_of(engine, session)
+            listed = _conversations(server, key)
+            artifacts = data_dir_files(server)
+            async with connect(server, key, mode="legacy") as second:
+                refused = await second.call_tool("execute_python", {"code": "print(1)"})
+        # the first client has closed its session (DELETE): its sandbox and slot are gone
+        left = wait_for(lambda: not containers_of(engine, session), what="removal") and []
+        async with connect(server, key, mode="legacy") as third:
+            after = await third.call_tool("execute_python", {"code": "print('next')"})
+        return session, live, listed, artifacts, refused, left, after
+
+    session, live, listed, artifacts, refused, left, after = anyio.run(scenario)
+
+    assert len(live) == 1 and left == []
+    assert [(c["id"], c["model"], c["status"]) for c in listed] == [(session, "mcp", "active")]
+    assert [p.name for p in artifacts] == ["note.txt"]
+    assert refused.is_error and text_of(refused).startswith("max_conversations: 1 conversations")
+    assert text_of(after).startswith("[stdout]\nnext")
+    rows = {c["id"]: c["status"] for c in _conversations(server, key)}
+    assert rows[session] == "closed"
+    assert not (server.data_dir / "mcp" / session).exists()  # its artifacts went with it
+    assert [r["event"] for r in audit_records(server) if r["run_id"] == session][-1] == "run_end"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_cancelling_a_busy_loop_kills_it_and_the_next_call_says_state_was_reset(
+    sqlite, serve, engine, mode
+):
+    server = serve(sqlite)
+    key = server.key("ann")
+    progress: list[str] = []
+
+    async def scenario() -> tuple[list[str], CallToolResult, list[str]]:
+        async with connect(server, key, mode=mode) as client:
+            await client.call_tool("execute_python", {"code": "kept = 1"})
+            [session] = session_ids(server)
+            running = anyio.Event()
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                progress.append(message or "")
+                running.set()
+
+            async with anyio.create_task_group() as group:
+                busy = {"code": "while True: pass"}
+                group.start_soon(
+                    lambda: client.call_tool("execute_python", busy, progress_callback=on_progress)
+                )
+                await running.wait()  # the code is running: its first progress notification
+                busy_containers = containers_of(engine, session)
+                group.cancel_scope.cancel()  # the client gives up on the call
+            after = await client.call_tool("execute_python", {"code": "print('alive')\nkept"})
+            now = containers_of(engine, session)
+        return busy_containers, after, now
+
+    busy_containers, after, now = anyio.run(scenario)
+
+    assert progress and "time limit 60 s" in progress[0]
+    text = text_of(after)
+    assert text.startswith(RESET) and "cancelled" in text.splitlines()[0]
+    assert "NameError: name 'kept' is not defined" in text
+    assert "[stdout]\nalive" in text
+    assert len(busy_containers) == 1 and len(now) == 1 and busy_containers != now
+    outcomes = [r["data"]["status"] for r in audit_records(server) if r["event"] == "outcome"]
+    assert outcomes == ["ok", "cancelled", "ok"]
+
+
+@pytest.mark.docker
+def test_an_idle_session_ends_and_the_next_call_with_its_name_says_so(sqlite, serve, engine):
+    server = serve(sqlite, policy={"service": {"idle_timeout": "1s"}})
+    key = server.key("ann")
+
+    async def scenario():
+        async with connect(server, key) as client:
+            await client.call_tool("execute_python", {"code": "kept = 1"})
+            [first] = session_ids(server)
+            wait_for(lambda: not containers_of(engine, first), what="the idle sandbox's removal")
+            wait_for(lambda: {c["id"]: c["status"] for c in _conversations(server, key)}
+                     .get(first) == "closed", what="the idle session's end")
+            after = await client.call_tool("execute_python", {"code": "kept"})
+        return first, after
+
+    first, after = anyio.run(scenario)
+
+    text = text_of(after)
+    assert text.startswith(RESET) and "idle for more than 1 s" in text.splitlines()[0]
+    assert "NameError: name 'kept' is not defined" in text
+    assert session_ids(server)[0] == first and len(session_ids(server)) == 2
+
+
+@pytest.mark.docker
+def test_sigterm_with_a_client_attached_ends_its_session_and_exits_without_the_grace(
+    sqlite, serve, engine
+):
+    # The grace (300 s) is longer than the fixture waits for an exit (120 s): a stream
+    # the server kept open through the drain would make this test fail, not just slow.
+    server = serve(sqlite, args=("--grace", "300s"))
+    key = server.key("ann")
+
+    async def scenario():
+        async with connect(server, key, mode="legacy") as client:  # holds a GET stream
+            answered = await client.call_tool("execute_python", {"code": "print(6 * 7)"})
+            [session] = session_ids(server)
+            live = containers_of(engine, session)
+            status = await anyio.to_thread.run_sync(server.stop)
+        return answered, session, live, status
+
+    answered, session, live, status = anyio.run(scenario)
+
+    assert text_of(answered).startswith("[stdout]\n42")
+    assert len(live) == 1
+    assert status == 0
+    assert containers_of(engine, session) == []  # removed before the process exited
+    assert [r["event"] for r in audit_records(server) if r["run_id"] == session][-1] == "run_end"
+
+
+@pytest.mark.docker
+def test_executions_count_as_runs_and_a_refused_one_is_an_error_the_model_reads(sqlite, serve):
+    server = serve(sqlite, policy={"tools.preview_data_file": {"enabled": False}})
+    key = server.key("ann", runs_per_hour=1)
+
+    async def scenario():
+        async with connect(server, key) as client:
+            denied = await client.call_tool("preview_data_file", {"name": "x.csv"})
+            first = await client.call_tool("execute_python", {"code": "print(1)"})
+            second = await client.call_tool("execute_python", {"code": "print(2)"})
+            listed = await client.call_tool("list_data_files", {})
+        return denied, first, second, listed
+
+    denied, first, second, listed = anyio.run(scenario)
+
+    assert denied.is_error and not first.is_error and not listed.is_error
+    assert second.is_error and text_of(second).startswith("runs_per_hour: 1 runs started")
+    assert "retry in" in text_of(second)
+    outcomes = [r["data"]["tool"] for r in audit_records(server) if r["event"] == "outcome"]
+    assert outcomes.count("execute_python") == 1  # the refused one never reached the gate
