@@ -1,4 +1,4 @@
-"""Acceptance 5 and the access log, over real HTTP: a real `sbx serve`, real Docker, the scripted model.
+"""Acceptance 5 and the access log over real HTTP: `sbx serve`, real Docker, the scripted model.
 
 `/metrics` is parsed with prometheus-client's own parser, and its counters
 must move as executions, tool calls, model replies, runs, requests and quota
