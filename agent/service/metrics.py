@@ -44,7 +44,7 @@ from prometheus_client.registry import Collector
 from starlette.responses import Response
 
 from sbx.agent.service.api import Call, api
-from sbx.agent.service.outcomes import Observer
+from sbx.agent.service.outcomes import UNMATCHED, Observer
 from sbx.agent.service.problems import Problem
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ class Metrics(Observer):
     # ------------------------------------------------------------ observer hooks
 
     def request_finished(self, *, method: str, path: str, status: int, duration_s: float,
-                         request_id: str, route: str = "", principal: str | None = None,
+                         request_id: str, route: str = UNMATCHED, principal: str | None = None,
                          bytes_in: int = 0, bytes_out: int = 0) -> None:
         """Count the request under its route's template."""
         shown = method if method in METHODS else "OTHER"
