@@ -23,6 +23,7 @@ import logging
 import signal
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 
 from sbx.agent.model import ToolCallRequest
 from sbx.tools.gate import ToolGate
@@ -47,7 +48,9 @@ class ToolDispatcher:
             key = self._gate.sequential_key(call.name)
             groups.setdefault(f"key:{key}" if key else f"call:{index}", []).append(index)
         futures = [
-            (indexes, self._pool.submit(self._run_group, [calls[i] for i in indexes]))
+            # each group in a copy of this context: its spans are children of the run's
+            (indexes, self._pool.submit(copy_context().run, self._run_group,
+                                        [calls[i] for i in indexes]))
             for indexes in groups.values()
         ]
         outcomes: dict[int, ToolOutcome] = {}

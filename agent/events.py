@@ -115,6 +115,12 @@ class ExecutionRecord(BaseModel):
     traceback: str | None = None
     timed_out: bool = False
     oom_killed: bool = False
+    duration_s: float = 0.0
+    """Wall-clock seconds of the execution (the host's measure)."""
+    cpu_seconds: float | None = None
+    """CPU seconds the sandbox used, where its cgroup reports it (metrics read these three)."""
+    peak_memory_bytes: int | None = None
+    """Highest memory use during the execution, where its cgroup reports it."""
 
 
 MAX_OUTPUT_CHUNK_CHARS = 8192

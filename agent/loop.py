@@ -40,6 +40,7 @@ from sbx.agent.model import ModelClient, ModelError, ModelReply, ToolCallRequest
 from sbx.agent.provenance_run import answer_ending, execution_record, note_output, settle_ending
 from sbx.agent.settings import AgentSettings
 from sbx.agent.state import Ending, Observation, RunResult, RunState
+from sbx.agent.tracing import traced_complete, traced_run
 from sbx.tools.gate import ToolGate
 from sbx.tools.outcome import ToolOutcome
 
@@ -83,6 +84,7 @@ class EmptyReply:
 NextStep = FinalAnswer | CutOff | RunTools | EmptyReply
 
 
+@traced_run
 def run(
     question: str,
     *,
@@ -140,7 +142,7 @@ def take_turn(
         return ending
     timeout = remaining_s(state, budget, time.monotonic())  # retries included
     try:
-        reply = model.complete(state.messages, tools, timeout=max(timeout, 0.001))
+        reply = traced_complete(model, state.messages, tools, timeout=max(timeout, 0.001))
     except ModelError as exc:
         return model_ending(state, budget, exc, now=time.monotonic())
     record_reply(state, reply, emit)

@@ -25,7 +25,7 @@ class Recorder(Observer):
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, int, str]] = []
 
-    def request_finished(self, *, method, path, status, duration_s, request_id) -> None:
+    def request_finished(self, *, method, path, status, duration_s, request_id, **_) -> None:
         self.requests.append((method, path, status, request_id))
 
 

@@ -43,18 +43,12 @@ from sbx.tools.builtin import builtin_tools
 from sbx.tools.call_records import CallIds, invalid_arguments, request_data, too_large
 from sbx.tools.context import ToolContext
 from sbx.tools.custom import custom_tools
-from sbx.tools.observation import (
-    Denied,
-    Failure,
-    Halted,
-    ToolError,
-    UnknownTool,
-    render_failure,
-)
+from sbx.tools.observation import Denied, Failure, Halted, ToolError, UnknownTool, render_failure
 from sbx.tools.outcome import CANCELLED_TEXT, CallStatus, ToolOutcome
 from sbx.tools.policy import BUILTIN_TOOLS, Policy, PolicyError
 from sbx.tools.registry import Tool, ToolFailure, ToolReturn, register, unpack_return
 from sbx.tools.rules import QuotaCounter, call_timeout, check_arguments
+from sbx.tools.tracing import traced_call
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +166,7 @@ class ToolGate:
                 self._halted = self._halted or "the run was cancelled by the operator"
                 self._context.stop.set()  # a tool waiting for a person stops waiting
 
+    @traced_call
     def call(
         self,
         *,

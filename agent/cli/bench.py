@@ -24,6 +24,7 @@ import click
 from sbx.agent.cli.bench_gate import add_gate_concurrency
 from sbx.agent.cli.errors import operator_errors
 from sbx.agent.config import load_config
+from sbx.agent.service.bench import ServeBenchOptions, run_serve_bench
 from sbx.sandbox.bench import ds1000
 from sbx.sandbox.bench.render import render
 from sbx.sandbox.bench.run import BenchOptions, run_bench
@@ -129,7 +130,8 @@ def bench_command(
     to the baseline, throughput at concurrency 1/4/8, an idle pooled
     container's memory, the gate's overhead, and which targets are met.
     Respects the host caps (SBX_MAX_SANDBOXES, SBX_MAX_MEMORY, SBX_MAX_CPUS).
-    `sbx bench ds1000 PROBLEMS.jsonl` measures the image's data stack instead.
+    `sbx bench ds1000 PROBLEMS.jsonl` measures the image's data stack instead;
+    `sbx bench serve` what the HTTP service adds over the in-process core.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -182,6 +184,36 @@ def ds1000_command(
         progress=lambda message: click.echo(f"sbx bench ds1000: {message}", err=True),
     )
     click.echo(json.dumps(report.as_json(), indent=2) if as_json else ds1000.render(report))
+
+
+@bench_command.command("serve")
+@click.option("--conversations", type=click.IntRange(1, 64), default=32, show_default=True,
+              help="Conversations at once (one API key each).")
+@click.option("--questions", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="Questions per conversation, asked in turn.")
+@click.option("--rounds", type=click.IntRange(1, 10), default=2, show_default=True,
+              help="Each round runs the service and the in-process core; order alternates.")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@operator_errors
+def serve_bench_command(conversations: int, questions: int, rounds: int, image: str,
+                        as_json: bool) -> None:
+    """Measure what `sbx serve` adds over the in-process core, and that it loses nothing.
+
+    \b
+    Runs the same concurrent conversations with the scripted model against a
+    real `sbx serve` on 127.0.0.1 and through the core in this process,
+    interleaved. Prints p50/p99 latency per question of each and the
+    difference, events lost (0), containers left (0), and whether the audit
+    logs verify; exits 1 when one of those fails.
+    """
+    options = ServeBenchOptions(conversations=conversations, questions=questions,
+                                rounds=rounds, image=image)
+    report = run_serve_bench(
+        options, progress=lambda message: click.echo(f"sbx bench serve: {message}", err=True))
+    click.echo(json.dumps(report.as_json(), indent=2) if as_json else report.render())
+    if not report.ok:
+        sys.exit(1)
 
 
 def register(cli: click.Group) -> None:

@@ -6,6 +6,11 @@ with one line), prints where it listens, and runs under uvicorn. SIGTERM (or
 Ctrl-C) drains: changes are refused at once, runs get `--grace` to finish,
 then are cancelled; every sandbox is removed and the audit log closed before
 the process exits 0.
+
+Every request gets one JSON line in the access log (stderr unless
+`--access-log` says otherwise); `/metrics` serves Prometheus metrics to admin
+keys; OpenTelemetry spans are exported when `OTEL_TRACES_EXPORTER` is `otlp`
+or `console` and the SDK is installed (`pip install 'sbx[otel]'`).
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from pathlib import Path
 import click
 
 from sbx.agent.cli.errors import fail
+from sbx.agent.service.access_log import AccessLog
 from sbx.agent.service.core import ServeOptions, Service
 from sbx.agent.service.server import bind_listener, serve_forever
 from sbx.agent.service.store.db import StoreError, data_dir
+from sbx.agent.tracing import TracingError, configure_from_env
 from sbx.agent.transcript import TranscriptError
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.errors import SandboxError
@@ -56,9 +63,12 @@ _FILE = click.Path(path_type=Path, dir_okay=False)
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
+@click.option("--access-log", default="-", show_default=True, metavar="FILE|-|off",
+              help="One JSON line per request: '-' is stderr, 'off' none, else a file (0600).")
 def serve_command(host: str, port: int, policy: Path | None, database: str | None,
                   data_dir_option: Path | None, advertise_url: str | None, replica_id: str | None,
-                  grace: str, audit_log: Path | None, image: str, log_level: str) -> None:
+                  grace: str, audit_log: Path | None, image: str, log_level: str,
+                  access_log: str) -> None:
     """Serve sbx over HTTP: API keys, quotas, datasets, conversations, live events.
 
     \b
@@ -76,6 +86,11 @@ def serve_command(host: str, port: int, policy: Path | None, database: str | Non
     for chatty in ("httpx", "httpx2", "alembic"):  # one line per model request / migration step
         logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
+        tracing = configure_from_env(os.environ)
+        requests = AccessLog.open(access_log)
+    except (TracingError, OSError) as exc:
+        fail(f"{'--access-log' if isinstance(exc, OSError) else 'tracing'}: {exc}")
+    try:
         sock = bind_listener(host, port)
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror}")
@@ -88,7 +103,7 @@ def serve_command(host: str, port: int, policy: Path | None, database: str | Non
         database=database, policy=policy, audit_log=audit_log, image=image,
     )
     try:
-        service = Service.open(options, environ=os.environ)
+        service = Service.open(options, environ=os.environ, observer=requests)
     except (PolicyError, StoreError, SandboxError, AuditError, TranscriptError) as exc:
         sock.close()
         fail(str(exc))
@@ -98,7 +113,13 @@ def serve_command(host: str, port: int, policy: Path | None, database: str | Non
     click.echo(f"sbx serve: listening on http://{url_host}:{bound} (replica "
                f"{options.replica_id}, store {service.db.display}, data {service.paths.root}, "
                f"audit {service.app.audit.path})", err=True)
-    serve_forever(service, sock, grace_s=grace_s)
+    try:
+        serve_forever(service, sock, grace_s=grace_s)
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # exports the spans still buffered
+        if requests is not None:
+            requests.close()
     click.echo("sbx serve: stopped; every sandbox removed, audit log closed", err=True)
 
 

@@ -3,6 +3,7 @@
     Gateway (request id, draining, body bounds, error net, observer)   middleware.py
       └─ Starlette: exception handlers turn every error into a problem document
            ├─ /healthz /readyz                                        health.py
+           ├─ /metrics (admin keys)                                   metrics.py
            ├─ /openapi.json                                           openapi.py
            ├─ /v1/datasets ...                                        datasets.py
            ├─ /v1/conversations ...                                   conversations.py
@@ -29,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from sbx.agent.service import conversations, datasets, execute, health, runs_api
+from sbx.agent.service import conversations, datasets, execute, health, metrics, runs_api
 from sbx.agent.service.api import ROUTES, starlette_routes
 from sbx.agent.service.core import Service
 from sbx.agent.service.mcp_http import MCP_PATH, McpEndpoint
@@ -38,7 +39,7 @@ from sbx.agent.service.openapi import openapi_document
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
 
-ENDPOINT_MODULES = (conversations, datasets, execute, health, runs_api)
+ENDPOINT_MODULES = (conversations, datasets, execute, health, metrics, runs_api)
 """Imported for their `@api` declarations."""
 
 

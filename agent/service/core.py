@@ -26,8 +26,9 @@ from sbx.agent.app import App
 from sbx.agent.config import AppConfig, load_config
 from sbx.agent.service.eventlog import EventHub, EventLog
 from sbx.agent.service.lifecycle import Housekeeper
+from sbx.agent.service.metrics import Metrics, live_figures
 from sbx.agent.service.middleware import GatewayState
-from sbx.agent.service.outcomes import Observer
+from sbx.agent.service.outcomes import Observer, Observers
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.replicas import Identity, Replicas
 from sbx.agent.service.runs import RunManager
@@ -103,7 +104,9 @@ class Service:
         self.app = app
         self.endpoint = endpoint
         self.endpoint_error = endpoint_error
-        self.observer = observer
+        self.metrics = Metrics(runtime=config.limits.runtime)
+        self.observer: Observer = Observers(self.metrics, observer)
+        observer = self.observer
         self.hub = EventHub()
         self.events = EventLog(db, self.hub, observer)
         self.runs = RunManager(db=db, events=self.events, observer=observer,
@@ -112,6 +115,7 @@ class Service:
         self.gateway = GatewayState(max_body=self.settings.max_body,
                                     client_timeout=self.settings.client_timeout, observer=observer)
         self.housekeeper = Housekeeper(self)
+        self.metrics.watch(lambda: live_figures(self))
         self._closed = False
         self._drain: threading.Thread | None = None
 
@@ -123,7 +127,10 @@ class Service:
     @classmethod
     def open(cls, options: ServeOptions, *, environ: Mapping[str, str],
              observer: Observer | None = None) -> Service:
-        """Open everything in order; whatever opened is closed again if a later step fails."""
+        """Open everything in order; whatever opened is closed again if a later step fails.
+
+        `observer` hears what the service reports (the access log), beside its metrics.
+        """
         config = load_config(options.policy)
         paths = DataPaths(options.data_dir).create()
         db = Database.open(database_url(options.database, paths.root, environ))

@@ -10,8 +10,9 @@ For each request, in order:
                       that pauses longer than `client_timeout` mid-body gets 408
     errors            anything unexpected is logged with the request id and answered as a
                       500 problem: never a traceback
-    observer          `request_finished(...)` with method, path, status and duration: the
-                      seam where metrics and an access log attach
+    observer          `request_finished(...)` with method, path, the route's template,
+                      status, duration, principal and bytes: the seam where the metrics
+                      and the access log attach (a failing observer never fails a request)
 
 The upload route has no byte limit here: it streams to disk and cuts the
 upload at the principal's own `upload_bytes` quota (`sbx.agent.service.uploads`).
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sbx.agent.service.outcomes import Observer
+from sbx.agent.service.outcomes import UNMATCHED, Observer, notify
 from sbx.agent.service.problems import Problem, unavailable
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class Gateway:
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 0
+        sizes = [0, 0]  # body bytes received, sent
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -96,7 +98,15 @@ class Gateway:
                 headers["X-Request-Id"] = request_id
                 headers.setdefault("X-Content-Type-Options", "nosniff")
                 headers.setdefault("Cache-Control", "no-store")
+            elif message["type"] == "http.response.body":
+                sizes[1] += len(message.get("body", b""))
             await send(message)
+
+        async def counted_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                sizes[0] += len(message.get("body", b""))
+            return message
 
         self.state.in_flight += 1
         try:
@@ -104,7 +114,7 @@ class Gateway:
             if early is not None:
                 await early.response(request_id)(scope, receive, send_with_id)
                 return
-            bounded = self._bounded_receive(scope, receive)
+            bounded = self._bounded_receive(scope, counted_receive)
             try:
                 await self.app(scope, bounded, send_with_id)
             except Exception:  # the one net under every handler: log, answer, never a trace
@@ -114,9 +124,11 @@ class Gateway:
                     await problem.response(request_id)(scope, receive, send_with_id)
         finally:
             self.state.in_flight -= 1
-            self.state.observer.request_finished(
-                method=scope["method"], path=scope["path"], status=status or 500,
-                duration_s=time.perf_counter() - started, request_id=request_id,
+            notify(
+                self.state.observer.request_finished, method=scope["method"], path=scope["path"],
+                route=_route(scope), status=status or 500, request_id=request_id,
+                duration_s=time.perf_counter() - started, bytes_in=sizes[0], bytes_out=sizes[1],
+                principal=scope["state"].get("principal"),
             )
 
     def _refuse_early(self, scope: Scope) -> Problem | None:
@@ -170,6 +182,12 @@ def _request_id(scope: Scope) -> str:
             if _REQUEST_ID.match(text):
                 return text
     return uuid.uuid4().hex
+
+
+def _route(scope: Scope) -> str:
+    """The template of the route that took the request (`/v1/runs/{run_id}`), never the path."""
+    path = getattr(scope.get("route"), "path", None)
+    return path if isinstance(path, str) else UNMATCHED
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -230,6 +230,11 @@ class RunManager:
         with self._idle:
             return self._idle.wait_for(lambda: self._pending == 0, timeout=timeout)
 
+    def sandboxes_held(self) -> int:
+        """Conversations here whose sandbox is in use or kept for their next question."""
+        with self._lock:
+            return sum(1 for live in self._live.values() if live.holds_sandbox or live.run_id)
+
     @property
     def busy(self) -> int:
         """Runs queued or running."""

@@ -1,0 +1,210 @@
+"""The two sides of `sbx bench serve`: the same conversations over HTTP and through the core.
+
+    ServerProcess   a real `sbx serve` on 127.0.0.1 (port 0), its own data dir and SQLite
+                    store, the scripted model; stopped with SIGTERM, which must exit 0
+    http_phase      N concurrent conversations (one API key each), Q questions in turn;
+                    each question: POST, then its Server-Sent Events until the run's end
+    core_phase      the same N x Q through `App` / `Conversation` in this process
+
+Every wait is bounded (`DEADLINE_S` per phase, the HTTP client's timeouts,
+the server's start and exit), and every request goes to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from sbx.agent.app import App
+from sbx.agent.cli.scripted_model import Reply, ScriptedCall, ScriptedRequest
+from sbx.agent.conversation import ConversationSpec
+from sbx.agent.settings import Endpoint
+
+FAKE_KEY = "sk-bench-SCRIPTED0123456789abcdefghij"
+MODEL = "scripted"
+CODE = "n = globals().get('n', 0) + 1\nprint('question', n)"
+"""Each question's program: it uses the variable the conversation's previous one left."""
+DEADLINE_S = 900.0
+"""A phase that has not finished by then is a failure, not a longer wait."""
+START_TIMEOUT_S = 120.0
+EXIT_TIMEOUT_S = 180.0
+
+
+def respond(request: ScriptedRequest) -> Reply:
+    """The scripted model: run the program, then (after its result) answer without numbers."""
+    messages = request.body.get("messages") or [{}]
+    if messages[-1].get("role") == "tool":
+        return Reply(content="Done: the program ran.")
+    arguments = json.dumps({"code": CODE})
+    return Reply(tool_calls=(ScriptedCall(name="execute_python", arguments=arguments),))
+
+
+@dataclass(kw_only=True)
+class Sample:
+    """One question, as one side saw it."""
+
+    run_id: str
+    seconds: float
+    status: str
+    received: list[int] = field(default_factory=list)
+    """SSE ids received live (the HTTP side only)."""
+
+
+class ServerProcess:
+    """`sbx serve` in a child process (see the module docstring)."""
+
+    def __init__(self, *, root: Path, policy: Path, image: str, llm_url: str) -> None:
+        self.root = root
+        self.database = f"sqlite:///{root / 'data' / 'sbx.db'}"
+        command = [sys.executable, "-c", "from sbx.agent.cli.main import main; main()",
+                   "serve", "--port", "0", "--database", self.database, "--data-dir",
+                   str(root / "data"), "--policy", str(policy), "--image", image,
+                   "--log-level", "warning", "--access-log", "off", "--grace", "30s"]
+        env = {**os.environ, "OPENAI_BASE_URL": llm_url, "OPENAI_API_KEY": FAKE_KEY,
+               "SBX_MODEL": MODEL}
+        for name in ("SBX_AUDIT_LOG", "SBX_AUDIT_KEY", "SBX_DATABASE_URL", "OTEL_TRACES_EXPORTER"):
+            env.pop(name, None)
+        self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, env=env)
+        self.lines: list[str] = []
+        self._ready: queue.Queue[str | None] = queue.Queue()
+        self._pump = threading.Thread(target=self._read, daemon=True)
+        self._pump.start()
+        self.url = self._wait_listening()
+
+    @property
+    def audit_log(self) -> Path:
+        """The server's audit log (the data dir's default)."""
+        return self.root / "data" / "audit.jsonl"
+
+    @property
+    def owner(self) -> str:
+        """The `sbx.owner` label of the server's containers."""
+        return f"{socket.gethostname()}:{self.proc.pid}"
+
+    def _read(self) -> None:
+        if self.proc.stderr is None:  # pragma: no cover - Popen was given PIPE
+            return
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if "listening on" in line:
+                self._ready.put(line)
+        self._ready.put(None)
+
+    def _wait_listening(self) -> str:
+        try:
+            line = self._ready.get(timeout=START_TIMEOUT_S)
+        except queue.Empty:
+            line = None
+        if line is None:
+            self.proc.kill()
+            self.proc.wait(EXIT_TIMEOUT_S)
+            raise RuntimeError("sbx serve did not start:\n" + "".join(self.lines[-20:]))
+        return line.split("listening on ", 1)[1].split()[0]
+
+    def stop(self) -> int:
+        """SIGTERM, then its exit code (a clean drain is 0)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(EXIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(EXIT_TIMEOUT_S)
+        finally:
+            self._pump.join(10)
+
+
+def run_concurrently(count: int, work: Callable[[int], list[Sample]]) -> list[list[Sample]]:
+    """`work(i)` for i in 0..count-1 on `count` threads at once; each result, in order."""
+    start = threading.Barrier(count, timeout=60)
+
+    def begin(index: int) -> list[Sample]:
+        start.wait()
+        return work(index)
+
+    with ThreadPoolExecutor(max_workers=count, thread_name_prefix="bench") as pool:
+        futures = [pool.submit(begin, index) for index in range(count)]
+        deadline = time.monotonic() + DEADLINE_S
+        return [future.result(timeout=max(1.0, deadline - time.monotonic()))
+                for future in futures]
+
+
+def http_phase(server: ServerProcess, keys: list[str], questions: int) -> list[list[Sample]]:
+    """Each key holds one conversation and asks `questions` questions, all keys at once."""
+
+    def conversation(index: int) -> list[Sample]:
+        headers = {"Authorization": f"Bearer {keys[index]}"}
+        timeout = httpx2.Timeout(300.0, connect=10.0)
+        with httpx2.Client(base_url=server.url, headers=headers, timeout=timeout) as client:
+            created = client.post("/v1/conversations", json={})
+            _expect(created, 201)
+            conversation_id = created.json()["id"]
+            samples = [_ask_over_http(client, conversation_id, number)
+                       for number in range(1, questions + 1)]
+            _expect(client.delete(f"/v1/conversations/{conversation_id}"), 204)
+        return samples
+
+    return run_concurrently(len(keys), conversation)
+
+
+def _ask_over_http(client: httpx2.Client, conversation_id: str, number: int) -> Sample:
+    started = time.perf_counter()
+    asked = client.post(f"/v1/conversations/{conversation_id}/questions",
+                        json={"question": f"Question {number}: run the program."})
+    _expect(asked, 202)
+    run_id = str(asked.json()["run_id"])
+    received: list[int] = []
+    status = "?"
+    with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
+        _expect(response, 200)
+        for line in response.iter_lines():
+            if line.startswith("id: "):
+                received.append(int(line[4:]))
+            elif line.startswith("data: "):
+                event: dict[str, Any] = json.loads(line[6:])
+                if event.get("type") in ("run_end", "run_error"):
+                    status = str(event.get("status", "error"))
+    return Sample(run_id=run_id, seconds=time.perf_counter() - started, status=status,
+                  received=received)
+
+
+def _expect(response: httpx2.Response, status: int) -> None:
+    if response.status_code != status:
+        body = response.read()[:300].decode("utf-8", "replace")
+        raise RuntimeError(f"{response.request.method} {response.request.url.path}: "
+                           f"{response.status_code} (expected {status}): {body}")
+
+
+def core_phase(app: App, endpoint: Endpoint, root: Path, count: int, questions: int
+               ) -> list[list[Sample]]:
+    """The same conversations through the application core, in this process, all at once."""
+
+    def conversation(index: int) -> list[Sample]:
+        spec = ConversationSpec(principal=f"bench:{index}", output_root=root / "output")
+        transcript = root / "transcripts" / f"{index}-{time.monotonic_ns()}.jsonl"
+        samples = []
+        with app.conversation(spec, endpoint=endpoint, transcript=transcript) as talk:
+            for number in range(1, questions + 1):
+                started = time.perf_counter()
+                result = talk.ask(f"Question {number}: run the program.")
+                samples.append(Sample(run_id=result.run_id, status=result.status,
+                                      seconds=time.perf_counter() - started))
+        return samples
+
+    return run_concurrently(count, conversation)
