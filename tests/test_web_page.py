@@ -82,7 +82,8 @@ def test_an_analyst_uploads_asks_sees_the_fix_and_the_chart_then_follows_up_and_
     expect(steps.nth(1).locator(".notes")).to_contain_text("artifacts saved: growth_by_region.png")
     chart = steps.nth(1).locator(".chart img")
     expect(chart).to_be_visible()
-    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=chart.element_handle())
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0",
+                           arg=chart.element_handle())
     assert chart.evaluate("img => img.naturalWidth") > 0
     expect(first.locator(".provenance.verified")).to_be_visible()
     expect(first.locator(".sources summary")).to_contain_text("Sources (")

@@ -56,7 +56,6 @@ def routes() -> list[Route]:
         return serve("index.html")
 
     async def static(request: Request) -> Response:
-        name = str(request.path_params["name"])
-        return serve(name if name != "index.html" else "")
+        return serve(str(request.path_params["name"]))
 
     return [Route("/", index, methods=["GET"]), Route("/static/{name}", static, methods=["GET"])]
