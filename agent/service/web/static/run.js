@@ -139,7 +139,7 @@ export class RunView {
     const text = event.text.slice(0, MAX_LIVE_CHARS - step.chars);
     step.chars += text.length;
     step.live.hidden = false;
-    append(step.live, text);
+    append(step.live, event.stream === "stderr" ? el("span", { class: "live-stderr" }, text) : text);
   }
 
   result(event) {
