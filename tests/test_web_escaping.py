@@ -23,7 +23,6 @@ from web_support import sign_in, watch
 serve = service_support.serve
 llm = service_support.llm
 browser = web_support.browser
-playwright_driver = web_support.playwright_driver
 
 COLUMN = "<img src=x onerror=alert(1)>"
 UPLOAD_NAME = "<img src=x onerror=alert(2)>.csv"

@@ -20,7 +20,6 @@ from web_support import watch
 serve = service_support.serve
 llm = service_support.llm
 browser = web_support.browser
-playwright_driver = web_support.playwright_driver
 
 SALES = Path(__file__).resolve().parents[1] / "examples" / "sales.csv"
 SLOW = "print('started', flush=True)\nimport time\ntime.sleep(300)\n"
@@ -30,7 +29,8 @@ MARK_CONTROLS = """() => {
     const controls = [...document.querySelectorAll(selector)].filter((node) =>
         !node.disabled && node.tabIndex >= 0 && node.getClientRects().length > 0);
     controls.forEach((node, index) => { node.dataset.kbd = String(index); });
-    return controls.map((node) => node.tagName.toLowerCase() + '#' + (node.id || node.textContent.trim().slice(0, 30)));
+    return controls.map((node) =>
+        node.tagName.toLowerCase() + '#' + (node.id || node.textContent.trim().slice(0, 30)));
 }"""
 UNNAMED = """() => [...document.querySelectorAll('input, textarea, select, button, a[href]')]
     .filter((node) => node.getClientRects().length > 0)

@@ -25,7 +25,6 @@ from web_support import PHONE, screenshot, sign_in, watch
 serve = service_support.serve
 llm = service_support.llm
 browser = web_support.browser
-playwright_driver = web_support.playwright_driver
 
 SALES = Path(__file__).resolve().parents[1] / "examples" / "sales.csv"
 FOLLOW_UP = "And by how much did it grow, in percent?"

@@ -21,12 +21,12 @@ from web_support import watch
 serve = service_support.serve
 llm = service_support.llm
 browser = web_support.browser
-playwright_driver = web_support.playwright_driver
 
 CALL = {"id": "c1", "function": {"name": "execute_python",
                                  "arguments": json.dumps({"code": "print(1)"})}}
 FRAME = "    a    b\n0  1.5  x y\n1  2.0  z\nDone: <b>2</b> rows\n"
-CODE = '''@cache\ndef f(x="#not a comment", *a):  # a 'comment' with "quotes"\n    return f"""{x}\n'''
+CODE = ('@cache\ndef f(x="#not a comment", *a):  # a \'comment\' with "quotes"\n'
+        '    return f"""{x}\n')
 
 
 @pytest.fixture

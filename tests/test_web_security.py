@@ -37,7 +37,6 @@ from web_support import sign_in, watch
 serve = service_support.serve
 llm = service_support.llm
 browser = web_support.browser
-playwright_driver = web_support.playwright_driver
 
 
 def _sqlite(tmp_path) -> str:

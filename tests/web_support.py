@@ -8,10 +8,9 @@
 Without /usr/bin/chromium the tests fail in CI (CI=true) and skip elsewhere,
 naming the packages to install (setup.sh installs them).
 
-A test module binds these at module level, with the service fixtures:
+A test module binds it at module level, with the service fixtures:
 
     browser = web_support.browser
-    playwright_driver = web_support.playwright_driver
 """
 
 from __future__ import annotations
@@ -38,33 +37,35 @@ EVENT_TIMEOUT_MS = 180_000
 """How long a wait on the page may take: a run under a loaded shared engine can be slow."""
 
 
-@pytest.fixture(scope="session")
-def playwright_driver() -> Iterator[Any]:
-    """Playwright's driver for the session (fails in CI, skips elsewhere, without chromium)."""
+def _require_chromium() -> None:
     if not CHROMIUM.exists():
         message = "chromium not found: apt-get install chromium chromium-driver"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """A Chromium context with a fresh profile (user-data dir) of its own.
+
+    Playwright's driver is started per test: a sync driver owns an event loop, and two
+    alive at once (one per test module) refuse to start.
+    """
+    _require_chromium()
     from playwright.sync_api import expect, sync_playwright
 
     expect.set_options(timeout=EVENT_TIMEOUT_MS)
     with sync_playwright() as driver:
-        yield driver
-
-
-@pytest.fixture
-def browser(playwright_driver: Any, tmp_path: Path) -> Iterator[Any]:
-    """A Chromium context with a fresh profile (user-data dir) of its own."""
-    context = playwright_driver.chromium.launch_persistent_context(
-        str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True,
-        args=CHROMIUM_ARGS, viewport=DESKTOP, accept_downloads=True,
-    )
-    context.set_default_timeout(EVENT_TIMEOUT_MS)
-    try:
-        yield context
-    finally:
-        context.close()
+        context = driver.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True,
+            args=CHROMIUM_ARGS, viewport=DESKTOP, accept_downloads=True,
+        )
+        context.set_default_timeout(EVENT_TIMEOUT_MS)
+        try:
+            yield context
+        finally:
+            context.close()
 
 
 @dataclass

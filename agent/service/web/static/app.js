@@ -4,45 +4,16 @@
 // run's steps arrive as Server-Sent Events (EventSource resumes with
 // Last-Event-ID by itself) and are drawn by RunView (run.js).
 
-import { ApiError, call, setCsrf, upload } from "./api.js";
-import { append, clear, el, formatSize, formatTime } from "./dom.js";
+import { call, setCsrf } from "./api.js";
+import { datasetName, refreshDatasets, refreshUsage, setUpDropZone } from "./datasets.js";
+import { append, clear, el, formatTime } from "./dom.js";
 import { RunView } from "./run.js";
+import { $, guarded, say, state, whenSessionEnds } from "./ui.js";
 
 const EVENT_TYPES = ["run_start", "message", "model_reply", "output_chunk", "tool_result",
   "compaction", "run_end", "run_error"];
 const TERMINAL = new Set(["run_end", "run_error"]);
 const UNFINISHED = new Set(["queued", "running"]);
-
-const $ = (id) => document.getElementById(id);
-const state = {
-  principal: null,
-  datasets: [],
-  selected: new Set(),
-  conversation: null,
-  activeRun: null,
-  source: null,
-  generation: 0,
-};
-
-// ---------------------------------------------------------------- status and errors
-
-function say(id, text, kind = "info") {
-  const node = $(id);
-  node.textContent = text;
-  node.dataset.kind = kind;
-}
-
-async function guarded(id, action) {
-  try {
-    await action();
-  } catch (error) {
-    if (error instanceof ApiError && error.status === 401) {
-      signedOut("Your session ended; sign in again.");
-      return;
-    }
-    say(id, error instanceof Error ? error.message : String(error), "error");
-  }
-}
 
 // ---------------------------------------------------------------- sign in and out
 
@@ -104,48 +75,6 @@ function refreshAll() {
   guarded("ask-status", refreshUsage);
 }
 
-async function refreshDatasets() {
-  const listing = await call("GET", "/v1/datasets");
-  state.datasets = listing.items;
-  const list = clear($("dataset-list"));
-  if (!listing.items.length) append(list, el("li", { class: "empty" }, "No datasets yet."));
-  for (const dataset of listing.items) {
-    const box = el("input", { type: "checkbox", id: `use-${dataset.id}`, value: dataset.id });
-    box.checked = state.selected.has(dataset.id);
-    box.disabled = state.conversation !== null;
-    box.addEventListener("change", () => {
-      if (box.checked) state.selected.add(dataset.id);
-      else state.selected.delete(dataset.id);
-    });
-    const preview = el("button", { type: "button", class: "small" }, "Preview");
-    preview.addEventListener("click", () => guarded("data-status", () => showPreview(dataset)));
-    const remove = el("button", { type: "button", class: "small subtle" }, "Delete");
-    remove.setAttribute("aria-label", `Delete ${dataset.name}`);
-    preview.setAttribute("aria-label", `Preview ${dataset.name}`);
-    remove.addEventListener("click", () => guarded("data-status", () => deleteDataset(dataset)));
-    append(list, el("li", { class: "dataset" },
-      el("label", { for: box.id }, box, el("span", { class: "name" }, dataset.name),
-        el("span", { class: "meta" }, formatSize(dataset.size))),
-      el("span", { class: "actions" }, preview, remove)));
-  }
-}
-
-async function showPreview(dataset) {
-  const full = await call("GET", `/v1/datasets/${encodeURIComponent(dataset.id)}`);
-  $("preview-title").textContent = `Preview of ${full.name}`;
-  $("preview-text").textContent = full.preview ?? "";
-  $("preview").hidden = false;
-  $("preview-text").focus();
-}
-
-async function deleteDataset(dataset) {
-  await call("DELETE", `/v1/datasets/${encodeURIComponent(dataset.id)}`);
-  state.selected.delete(dataset.id);
-  say("data-status", `Deleted ${dataset.name}.`);
-  await refreshDatasets();
-  await refreshUsage();
-}
-
 async function refreshConversations() {
   const listing = await call("GET", "/v1/conversations");
   const list = clear($("conversation-list"));
@@ -159,66 +88,6 @@ async function refreshConversations() {
     append(list, el("li", { class: `conversation status-${conversation.status}` }, button,
       el("span", { class: "meta" }, conversation.status)));
   }
-}
-
-async function refreshUsage() {
-  const usage = await call("GET", "/v1/usage");
-  const q = usage.quotas;
-  const u = usage.used;
-  const rows = [
-    ["Open conversations", `${u.max_conversations} of ${q.max_conversations}`],
-    ["Runs in the last hour", `${u.runs_per_hour} of ${q.runs_per_hour}`],
-    ["Sandbox CPU seconds, 24 h", `${Number(u.cpu_seconds_per_day).toFixed(1)} of ${q.cpu_seconds_per_day}`],
-    ["Stored data", `${formatSize(u.dataset_bytes)} of ${formatSize(q.dataset_bytes)}`],
-    ["Largest upload", formatSize(q.upload_bytes)],
-  ];
-  const list = clear($("usage"));
-  for (const [name, value] of rows) append(list, el("dt", {}, name), el("dd", {}, value));
-}
-
-function datasetName(id) {
-  return state.datasets.find((dataset) => dataset.id === id)?.name ?? id;
-}
-
-// ---------------------------------------------------------------- uploads
-
-async function uploadFiles(files) {
-  const bar = $("upload-progress");
-  for (const file of files) {
-    bar.hidden = false;
-    bar.value = 0;
-    say("data-status", `Uploading ${file.name}…`);
-    try {
-      const dataset = await upload(file, (fraction) => { bar.value = Math.round(fraction * 100); });
-      bar.value = 100;
-      if (state.conversation === null) state.selected.add(dataset.id);
-      say("data-status", `Uploaded ${dataset.name} (${formatSize(dataset.size)}).`);
-    } catch (error) {
-      say("data-status", `${file.name}: ${error.message}`, "error");
-    }
-  }
-  bar.hidden = true;
-  $("file-input").value = "";
-  await guarded("data-status", async () => { await refreshDatasets(); await refreshUsage(); });
-}
-
-function setUpDropZone() {
-  const zone = $("dropzone");
-  for (const name of ["dragenter", "dragover"]) {
-    zone.addEventListener(name, (event) => {
-      event.preventDefault();
-      zone.classList.add("dragging");
-    });
-  }
-  for (const name of ["dragleave", "drop"]) {
-    zone.addEventListener(name, () => zone.classList.remove("dragging"));
-  }
-  zone.addEventListener("drop", (event) => {
-    event.preventDefault();
-    const files = [...(event.dataTransfer?.files ?? [])];
-    if (files.length) uploadFiles(files);
-  });
-  $("file-input").addEventListener("change", (event) => uploadFiles([...event.target.files]));
 }
 
 // ---------------------------------------------------------------- conversations and runs
@@ -401,5 +270,6 @@ function wire() {
   setUpDropZone();
 }
 
+whenSessionEnds(signedOut);
 wire();
 start().catch((error) => say("signin-status", error.message, "error"));
