@@ -113,10 +113,23 @@ def test_an_analyst_uploads_asks_sees_the_fix_and_the_chart_then_follows_up_and_
     assert [e["status"] for e in events if e["type"] == "run_end"] == ["completed", "completed"]
     assert str(server.data_dir) not in transcript.read_text()  # no host paths
 
+    page.reload()  # the session cookie survives; the conversation is read back from its events
+    expect(page.locator("#workspace")).to_be_visible()
+    page.locator("#conversation-list button").first.click()
+    expect(page.locator(".run")).to_have_count(2)
+    expect(page.locator(".run .answer-text").nth(1)).to_have_text(
+        "Revenue in the South grew by 41.0% from 2023 to 2024.")
+    replayed = page.locator(".run").nth(0).locator(".chart img")
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0",
+                           arg=replayed.element_handle())
+    second = page.locator(".run").nth(1)
+
     page.set_viewport_size(PHONE)
     second.evaluate("node => node.scrollIntoView({block: 'start'})")
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     screenshot(page, "web-phone.png", tmp_path)
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_label("API key")).to_be_visible()
     seen.assert_clean()
 
 
