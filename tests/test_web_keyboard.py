@@ -22,6 +22,11 @@ llm = service_support.llm
 browser = web_support.browser
 
 SALES = Path(__file__).resolve().parents[1] / "examples" / "sales.csv"
+DROP = """() => {
+    const files = new DataTransfer();
+    files.items.add(new File(['a,b\\n1,2\\n'], 'dropped.csv', { type: 'text/csv' }));
+    return files;
+}"""
 SLOW = "print('started', flush=True)\nimport time\ntime.sleep(300)\n"
 
 MARK_CONTROLS = """() => {
@@ -55,6 +60,10 @@ def test_everything_is_reachable_and_usable_from_the_keyboard(serve, llm, browse
     expect(page.get_by_label("Your question")).to_be_focused()
     page.get_by_label("Choose files to upload").set_input_files(str(SALES))
     expect(page.locator("#dataset-list .dataset")).to_have_count(1)
+    dropped = page.evaluate_handle(DROP)
+    page.dispatch_event("#dropzone", "drop", {"dataTransfer": dropped})
+    expect(page.locator("#dataset-list .dataset")).to_have_count(2)
+    expect(page.locator("#data-status")).to_have_text("Uploaded dropped.csv (8 B).")
 
     llm.script([tool_call("execute_python", code="print(6 * 7)"), assistant("It is 42."),
                 tool_call("execute_python", code=SLOW)])
