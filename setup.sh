@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up sbx on a Debian machine, idempotently: Docker engine, debootstrap, PostgreSQL's
-# binaries (for the service tests), a venv with sbx, and the offline sandbox image. Run as root (or with sudo). Safe to run again: each step
+# binaries (for the service tests), chromium (for the web page's tests), a venv with sbx, and
+# the offline sandbox image. Run as root (or with sudo). Safe to run again: each step
 # is skipped when already done, and the image build is a no-op when its recipe is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -18,6 +19,10 @@ command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v runsc >/dev/null 2>&1 || missing+=(runsc)
 # PostgreSQL's binaries for the service tests' throwaway clusters (no server is started here).
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+# Debian's chromium for the web page's browser tests (Playwright drives it; it never downloads
+# a browser of its own here).
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 python3 -m venv --help >/dev/null 2>&1 && python3 -c 'import ensurepip' >/dev/null 2>&1 \
   || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -6,9 +6,11 @@
 
 Each declared route, in this order: the bearer key is looked up (401 when it
 is missing, unknown or revoked; the principal comes from the key and only
-from it); the JSON body is read (bounded by the gateway), parsed and
-validated against the declared model (400 malformed, 415 not JSON, 422
-invalid, unknown keys included); then the handler runs, a plain function on
+from it), or, without one, the web page's session cookie (a change made with
+the cookie must also pass its Origin and CSRF checks: `web/sessions.py`);
+the JSON body is read (bounded by the gateway), parsed and validated against
+the declared model (400 malformed, 415 not JSON, 422 invalid, unknown keys
+included); then the handler runs, a plain function on
 a worker thread (database and sandbox calls block). Handlers that stream
 (uploads, Server-Sent Events) are `async` and run on the event loop.
 
@@ -32,6 +34,7 @@ from starlette.routing import Route
 
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.store.keys import KeyInfo, lookup_key
+from sbx.agent.service.web.sessions import cookie_key
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service
@@ -124,7 +127,7 @@ def _dispatch(methods: dict[str, Spec]) -> Callable[[Request], Awaitable[Respons
     async def endpoint(request: Request) -> Response:
         spec = methods[request.method if request.method != "HEAD" else "GET"]
         service: Service = request.app.state.service
-        key = await run_in_threadpool(authenticate, service, request.headers) if spec.auth \
+        key = await run_in_threadpool(authenticate_request, service, request) if spec.auth \
             else ANONYMOUS
         request.scope["state"]["principal"] = key.principal
         body = await read_json(request, spec.body) if spec.body is not None else None
@@ -141,6 +144,15 @@ def _dispatch(methods: dict[str, Spec]) -> Callable[[Request], Awaitable[Respons
 
 
 ANONYMOUS = KeyInfo(name="-", role="user", created_at=0.0, revoked_at=None, overrides={})
+
+
+def authenticate_request(service: Service, request: Request) -> KeyInfo:
+    """The bearer key of the request, else its web session's key (checked for forgery), or 401."""
+    if "authorization" not in request.headers:
+        key = cookie_key(service, request)
+        if key is not None:
+            return key
+    return authenticate(service, request.headers)
 
 
 def authenticate(service: Service, headers: Headers) -> KeyInfo:

@@ -9,7 +9,10 @@
            ├─ /v1/conversations ...                                   conversations.py
            ├─ /v1/runs ... (SSE events, artifacts)                    runs_api.py, sse.py
            ├─ /v1/execute                                             execute.py
-           └─ /mcp (MCP streamable HTTP)                              mcp_http.py
+           ├─ /v1/usage, /v1/conversations/{id}/export|transcript     usage.py, exports.py
+           ├─ /mcp (MCP streamable HTTP)                              mcp_http.py
+           └─ the web page: /, /static/*, /web/session                web/
+    every answer gets the security headers (CSP, framing, resource policy)  web/headers.py
 
 The service is opened before the server starts (so a bad policy or an
 unreachable database fails the start, not the first request); the lifespan's
@@ -30,7 +33,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from sbx.agent.service import conversations, datasets, execute, health, metrics, runs_api
+from sbx.agent.service import (
+    conversations,
+    datasets,
+    execute,
+    exports,
+    health,
+    metrics,
+    runs_api,
+    usage,
+)
 from sbx.agent.service.api import ROUTES, starlette_routes
 from sbx.agent.service.core import Service
 from sbx.agent.service.mcp_http import MCP_PATH, McpEndpoint
@@ -38,8 +50,12 @@ from sbx.agent.service.middleware import BodyTimeout, BodyTooLarge, Gateway
 from sbx.agent.service.openapi import openapi_document
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
+from sbx.agent.service.web import pages, signin
+from sbx.agent.service.web.headers import SecurityHeaders
 
-ENDPOINT_MODULES = (conversations, datasets, execute, health, metrics, runs_api)
+ENDPOINT_MODULES = (
+    conversations, datasets, execute, exports, health, metrics, runs_api, signin, usage
+)
 """Imported for their `@api` declarations."""
 
 
@@ -59,7 +75,7 @@ def create_app(service: Service) -> ASGIApp:
 
     app = Starlette(
         routes=[*starlette_routes(ROUTES), Route("/openapi.json", openapi, methods=["GET"]),
-                Route(MCP_PATH, mcp)],
+                Route(MCP_PATH, mcp), *pages.routes()],
         exception_handlers={
             Problem: _problem, HTTPException: _http_error, BodyTooLarge: _too_large,
             BodyTimeout: _client_timeout, ClientDisconnect: _gone, Exception: _internal,
@@ -70,7 +86,7 @@ def create_app(service: Service) -> ASGIApp:
     service.gateway.unbounded = (
         lambda method, path: method == "POST" and path == datasets.UPLOAD_PATH
     )
-    return Gateway(app, service.gateway)
+    return Gateway(SecurityHeaders(app), service.gateway)
 
 
 def _request_id(request: Request) -> str | None:

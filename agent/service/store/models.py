@@ -7,6 +7,7 @@
     events         each run's transcript events as the client sees them, in order (SSE replay)
     artifacts      files a run copied out of `/output`, looked up by run and name
     replicas       serving processes: where to redirect, last heartbeat
+    web_sessions   the web page's signed-in browsers: a SHA-256 of each cookie, its key, expiry
 
 Times are POSIX seconds (floats): the same type on SQLite and PostgreSQL, and
 quota windows are plain subtraction. Every row that belongs to someone carries
@@ -142,3 +143,18 @@ class Replica(Base):
     state: Mapped[str] = mapped_column(String(16))
     started_at: Mapped[float] = mapped_column(Float)
     heartbeat_at: Mapped[float] = mapped_column(Float)
+
+
+class WebSession(Base):
+    """A browser signed in to the web page with an API key (`sbx.agent.service.web.sessions`).
+
+    Only a SHA-256 of the cookie is kept, as for keys; the session acts as its key
+    and stops when the key is revoked, when it expires, or at sign-out.
+    """
+
+    __tablename__ = "web_sessions"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_name: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)

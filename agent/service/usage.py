@@ -1,0 +1,50 @@
+"""`GET /v1/usage`: the caller's quotas and how much of each is used now.
+
+Counted exactly as the quota checks count (`sbx.agent.service.quotas`), so
+what the web page shows is what the next request will be judged by.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import func, select
+from starlette.responses import Response
+
+from sbx.agent.service.api import Call, api, json_response
+from sbx.agent.service.quotas import DAY_S, HOUR_S, effective_quotas, stored_bytes
+from sbx.agent.service.store.models import Conversation, Run
+
+
+class UsageOut(BaseModel):
+    """Your quotas (the policy's defaults with your key's overrides) and your use of each."""
+
+    principal: str
+    quotas: dict[str, Any]
+    """`max_conversations`, `runs_per_hour`, `cpu_seconds_per_day`, `dataset_bytes`,
+    `upload_bytes`."""
+    used: dict[str, Any]
+    """The same names: conversations open, runs in the last hour, sandbox CPU seconds in
+    the last 24 hours, dataset bytes stored (`upload_bytes` is per file: not counted)."""
+
+
+@api("GET", "/v1/usage", response=UsageOut)
+def usage(call: Call) -> Response:
+    """Your quotas and how much of each you use now."""
+    quotas = effective_quotas(call.service.settings.quotas, call.key)
+    now = time.time()
+    with call.service.db.read() as session:
+        conversations = session.scalar(select(func.count()).select_from(Conversation).where(
+            Conversation.principal == call.principal, Conversation.status == "active")) or 0
+        runs = session.scalar(select(func.count()).select_from(Run).where(
+            Run.principal == call.principal, Run.created_at > now - HOUR_S)) or 0
+        cpu = session.scalar(select(func.coalesce(func.sum(Run.cpu_seconds), 0.0)).where(
+            Run.principal == call.principal, Run.created_at > now - DAY_S)) or 0.0
+        stored = stored_bytes(session, call.principal)
+    return json_response(UsageOut(
+        principal=call.principal, quotas=quotas.model_dump(),
+        used={"max_conversations": int(conversations), "runs_per_hour": int(runs),
+              "cpu_seconds_per_day": round(float(cpu), 3), "dataset_bytes": stored},
+    ))

@@ -1,0 +1,275 @@
+// The sbx web page: sign in, datasets, conversations, questions and their runs live.
+//
+// Everything goes through the same HTTP API as the curl examples (api.js); a
+// run's steps arrive as Server-Sent Events (EventSource resumes with
+// Last-Event-ID by itself) and are drawn by RunView (run.js).
+
+import { call, setCsrf } from "./api.js";
+import { datasetName, refreshDatasets, refreshUsage, setUpDropZone } from "./datasets.js";
+import { append, clear, el, formatTime } from "./dom.js";
+import { RunView } from "./run.js";
+import { $, guarded, say, state, whenSessionEnds } from "./ui.js";
+
+const EVENT_TYPES = ["run_start", "message", "model_reply", "output_chunk", "tool_result",
+  "compaction", "run_end", "run_error"];
+const TERMINAL = new Set(["run_end", "run_error"]);
+const UNFINISHED = new Set(["queued", "running"]);
+
+// ---------------------------------------------------------------- sign in and out
+
+async function start() {
+  const session = await call("GET", "/web/session");
+  if (session.signed_in) signedIn(session);
+  else signedOut("");
+}
+
+function signedIn(session) {
+  state.principal = session.principal;
+  setCsrf(session.csrf_token);
+  $("principal").textContent = session.principal;
+  $("signin").hidden = true;
+  $("who").hidden = false;
+  $("workspace").hidden = false;
+  refreshAll();
+  $("question").focus();
+}
+
+function signedOut(message) {
+  stopStream();
+  setCsrf(null);
+  Object.assign(state, { principal: null, conversation: null, activeRun: null, datasets: [] });
+  state.selected.clear();
+  $("workspace").hidden = true;
+  $("who").hidden = true;
+  $("signin").hidden = false;
+  say("signin-status", message, message ? "error" : "info");
+  $("key").focus();
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const key = $("key").value.trim();
+  if (!key) return say("signin-status", "Enter your API key.", "error");
+  try {
+    const session = await call("POST", "/web/session", { key });
+    $("key").value = "";
+    say("signin-status", "");
+    signedIn(session);
+  } catch (error) {
+    say("signin-status", error.message, "error");
+  }
+}
+
+async function signOut() {
+  await guarded("ask-status", async () => {
+    await call("DELETE", "/web/session");
+    signedOut("Signed out.");
+  });
+}
+
+// ---------------------------------------------------------------- lists
+
+function refreshAll() {
+  guarded("data-status", refreshDatasets);
+  guarded("ask-status", refreshConversations);
+  guarded("ask-status", refreshUsage);
+}
+
+async function refreshConversations() {
+  const listing = await call("GET", "/v1/conversations");
+  const list = clear($("conversation-list"));
+  if (!listing.items.length) append(list, el("li", { class: "empty" }, "No conversations yet."));
+  for (const conversation of listing.items) {
+    const names = conversation.datasets.map((id) => datasetName(id)).join(", ") || "no data";
+    const button = el("button", { type: "button", class: "link" },
+      `${formatTime(conversation.created_at)} · ${names}`);
+    if (state.conversation?.id === conversation.id) button.setAttribute("aria-current", "true");
+    button.addEventListener("click", () => guarded("ask-status", () => openConversation(conversation.id)));
+    append(list, el("li", { class: `conversation status-${conversation.status}` }, button,
+      el("span", { class: "meta" }, conversation.status)));
+  }
+}
+
+// ---------------------------------------------------------------- conversations and runs
+
+function showConversation(conversation) {
+  state.conversation = conversation;
+  const names = conversation ? conversation.datasets.map(datasetName).join(", ") : "";
+  $("conversation-title").textContent = conversation ? `Conversation ${conversation.id}` : "New conversation";
+  $("conversation-data").textContent = conversation
+    ? `Data: ${names || "none"} · ${conversation.status}`
+    : "Choose datasets on the left, then ask a question.";
+  const base = conversation ? `/v1/conversations/${encodeURIComponent(conversation.id)}` : null;
+  for (const [id, href] of [["export-ipynb", `${base}/export?format=ipynb`],
+    ["export-py", `${base}/export?format=py`], ["export-md", `${base}/export?format=md`],
+    ["export-transcript", `${base}/transcript`]]) {
+    $(id).setAttribute("href", href ?? "#");
+  }
+  $("exports").hidden = conversation === null;
+  $("close-conversation").hidden = conversation === null || conversation.status !== "active";
+  const closed = conversation !== null && conversation.status !== "active";
+  $("question").disabled = closed;
+  $("ask").disabled = closed;
+  if (closed) say("ask-status", `This conversation is ${conversation.status}; start a new one to ask.`);
+  for (const box of document.querySelectorAll("#dataset-list input[type=checkbox]")) {
+    box.disabled = conversation !== null;
+  }
+}
+
+function newConversation() {
+  stopStream();
+  state.generation += 1;
+  clear($("runs"));
+  showConversation(null);
+  say("ask-status", "");
+  guarded("ask-status", refreshDatasets);
+  $("question").focus();
+}
+
+async function openConversation(id) {
+  stopStream();
+  const generation = ++state.generation;
+  const conversation = await call("GET", `/v1/conversations/${encodeURIComponent(id)}`);
+  clear($("runs"));
+  showConversation(conversation);
+  say("ask-status", "");
+  await refreshConversations();
+  for (const runId of conversation.runs) {
+    if (generation !== state.generation) return;
+    const run = await call("GET", `/v1/runs/${encodeURIComponent(runId)}`);
+    const view = new RunView(runId, run.question);
+    append($("runs"), view.root);
+    await follow(view, generation);
+  }
+}
+
+async function closeConversation() {
+  const conversation = state.conversation;
+  if (!conversation) return;
+  await call("DELETE", `/v1/conversations/${encodeURIComponent(conversation.id)}`);
+  say("ask-status", "Conversation closed; its sandbox was removed.");
+  newConversation();
+  await refreshConversations();
+  await refreshUsage();
+}
+
+async function ask(event) {
+  event?.preventDefault();
+  const question = $("question").value.trim();
+  if (!question || state.activeRun) return;
+  await guarded("ask-status", async () => {
+    if (state.conversation === null) {
+      const created = await call("POST", "/v1/conversations", { datasets: [...state.selected] });
+      showConversation(created);
+      state.generation += 1;
+    }
+    const accepted = await call("POST",
+      `/v1/conversations/${encodeURIComponent(state.conversation.id)}/questions`, { question });
+    $("question").value = "";
+    say("ask-status", "");
+    const view = new RunView(accepted.run_id, question);
+    append($("runs"), view.root);
+    view.root.scrollIntoView({ block: "start" });
+    refreshConversations();
+    await follow(view, state.generation);
+    await refreshUsage();
+  });
+}
+
+/**
+ * Stream a run's events into its view until it ends (resolves then).
+ *
+ * The server closes the stream once the run's final status is stored, together
+ * with its files; EventSource then reports an error (and would reconnect with
+ * Last-Event-ID, which is how a dropped connection resumes). So on each error the
+ * run is read: ended, its files are shown and the stream is closed for good.
+ */
+function follow(view, generation) {
+  return new Promise((resolve) => {
+    if (generation !== state.generation) return resolve();
+    const source = new EventSource(`/v1/runs/${encodeURIComponent(view.runId)}/events`);
+    state.source = source;
+    setActive(view.runId);
+    const done = () => {
+      source.close();
+      if (state.source === source) state.source = null;
+      setActive(null);
+      resolve();
+    };
+    const onEvent = (message) => {
+      let data;
+      try {
+        data = JSON.parse(message.data);
+      } catch {
+        return;
+      }
+      view.handle(data);
+      if (TERMINAL.has(data.type)) $("cancel").hidden = true;
+    };
+    for (const type of EVENT_TYPES) source.addEventListener(type, onEvent);
+    source.addEventListener("error", async () => {
+      try {
+        const run = await call("GET", `/v1/runs/${encodeURIComponent(view.runId)}`);
+        if (!UNFINISHED.has(run.status)) {
+          view.lost(run);
+          view.finalize(run);
+          done();
+        } else if (source.readyState === EventSource.CLOSED) {
+          say("ask-status", "The event stream was refused; reload the page to follow the run.", "error");
+          done();
+        }
+      } catch {
+        done();
+      }
+    });
+    source.addEventListener("close-view", done);
+  });
+}
+
+function stopStream() {
+  if (state.source) {
+    state.source.dispatchEvent(new Event("close-view"));
+    state.source = null;
+  }
+  setActive(null);
+}
+
+function setActive(runId) {
+  state.activeRun = runId;
+  $("cancel").hidden = runId === null;
+  $("ask").disabled = runId !== null || (state.conversation !== null && state.conversation.status !== "active");
+  if (runId) say("ask-status", "The run is going; its steps appear below as they happen.");
+  else if ($("ask-status").textContent.startsWith("The run is going")) say("ask-status", "");
+}
+
+async function cancelRun() {
+  const runId = state.activeRun;
+  if (!runId) return;
+  await guarded("ask-status", async () => {
+    await call("POST", `/v1/runs/${encodeURIComponent(runId)}/cancel`);
+    say("ask-status", "Cancelling…");
+  });
+}
+
+// ---------------------------------------------------------------- wiring
+
+function wire() {
+  $("signin-form").addEventListener("submit", signIn);
+  $("sign-out").addEventListener("click", signOut);
+  $("ask-form").addEventListener("submit", ask);
+  $("question").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      ask();
+    }
+  });
+  $("cancel").addEventListener("click", cancelRun);
+  $("new-conversation").addEventListener("click", newConversation);
+  $("close-conversation").addEventListener("click", () => guarded("ask-status", closeConversation));
+  $("preview-close").addEventListener("click", () => { $("preview").hidden = true; });
+  setUpDropZone();
+}
+
+whenSessionEnds(signedOut);
+wire();
+start().catch((error) => say("signin-status", error.message, "error"));

@@ -1,0 +1,297 @@
+// One run on the page: its question, each step as it happens, then the answer.
+//
+// RunView.handle(event) takes the run's events in order, as the server streams
+// them (run_start, message, model_reply, output_chunk, tool_result, compaction,
+// run_end, run_error); an event type it does not know is ignored. Everything
+// shown is built with el() from dom.js: model text, code, output and names are
+// text, never markup.
+
+import { el, append, clear, encodePath, formatSize } from "./dom.js";
+import { highlight } from "./highlight.js";
+import { splitOutput } from "./tables.js";
+
+const IMAGE = /\.(png|jpe?g|gif|webp)$/i;
+const MAX_LIVE_CHARS = 200000;  // live stdout kept on the page per step (the head, like the server)
+
+function artifactUrl(runId, name) {
+  return `/v1/runs/${encodeURIComponent(runId)}/artifacts/${encodePath(name)}`;
+}
+
+function codeOf(call) {
+  try {
+    const args = JSON.parse(call.function?.arguments ?? "{}");
+    if (typeof args.code === "string") return { code: args.code, args };
+    return { code: null, args };
+  } catch {
+    return { code: null, args: call.function?.arguments ?? "" };
+  }
+}
+
+/** The [notes] and [resources] lines of an observation (the server's resource notes). */
+export function resourceNotes(content) {
+  const notes = [];
+  let resources = null;
+  let inNotes = false;
+  for (const line of String(content ?? "").split("\n")) {
+    if (line.startsWith("[resources]")) resources = line.slice("[resources]".length).trim();
+    if (/^\[[a-z]+\]/.test(line)) inNotes = line === "[notes]";
+    else if (inNotes && line.startsWith("- ")) notes.push(line.slice(2));
+  }
+  return { notes, resources };
+}
+
+/** stdout as text blocks and tables. */
+function outputNode(text, label) {
+  const box = el("div", { class: `output output-${label}` });
+  append(box, el("p", { class: "output-label" }, label));
+  for (const part of label === "stdout" ? splitOutput(text) : [{ kind: "text", text }]) {
+    if (part.kind === "text") {
+      append(box, el("pre", { class: "stream", tabindex: "0" }, part.text));
+      continue;
+    }
+    const table = el("table", { class: "frame" });
+    append(table, el("thead", {}, el("tr", {}, part.header.map((cell) => el("th", { scope: "col" }, cell)))));
+    append(table, el("tbody", {}, part.rows.map((row) => el("tr", {}, row.map((cell, i) => (
+      i === 0 ? el("th", { scope: "row" }, cell) : el("td", {}, cell)))))));
+    append(box, el("div", { class: "table-wrap", tabindex: "0", role: "region",
+      "aria-label": "table from the output" }, table));
+  }
+  return box;
+}
+
+export class RunView {
+  constructor(runId, question) {
+    this.runId = runId;
+    this.steps = new Map();
+    this.files = [];
+    this.count = 0;
+    this.ended = false;
+    this.status = el("p", { class: "run-status", role: "status" }, "Queued…");
+    this.stepList = el("ol", { class: "steps" });
+    this.question = el("p", { class: "question-text" }, question ?? "");
+    this.root = el("li", { class: "run", "data-run-id": runId },
+      el("div", { class: "question" }, el("span", { class: "who" }, "You asked"), this.question),
+      this.stepList, this.status);
+  }
+
+  /** Show one event of the run. */
+  handle(event) {
+    const handler = {
+      run_start: () => this.started(event),
+      message: () => this.message(event),
+      model_reply: () => this.reply(event),
+      output_chunk: () => this.chunk(event),
+      tool_result: () => this.result(event),
+      compaction: () => this.note("Older outputs were shortened to keep the model's context small."),
+      run_end: () => this.end(event),
+      run_error: () => this.error(event),
+    }[event.type];
+    if (handler) handler();
+  }
+
+  started(event) {
+    this.question.textContent = event.question ?? "";
+    this.status.textContent = "Running…";
+    if (event.sandbox_reset) {
+      this.note("The sandbox was started again: variables from earlier questions are gone.");
+    }
+  }
+
+  message(event) {
+    const message = event.message ?? {};
+    if (message.role !== "user" || event.turn === 0) return;  // system prompt, the question
+    this.note(`Note to the model: ${message.content ?? ""}`);
+  }
+
+  note(text) {
+    append(this.stepList, el("li", { class: "note" }, text));
+  }
+
+  reply(event) {
+    const message = event.message ?? {};
+    const calls = Array.isArray(message.tool_calls) ? message.tool_calls : [];
+    if (!calls.length) return;  // the answer: shown by run_end with its provenance
+    if (message.content) append(this.stepList, el("li", { class: "thought" }, message.content));
+    for (const toolCall of calls) this.newStep(toolCall);
+  }
+
+  newStep(toolCall) {
+    this.count += 1;
+    const name = toolCall.function?.name ?? "tool";
+    const { code, args } = codeOf(toolCall);
+    const title = el("h3", {}, `Step ${this.count} · ${name}`);
+    const state = el("span", { class: "step-state" }, "running…");
+    const body = code !== null
+      ? el("pre", { class: "code", tabindex: "0" }, highlight(code))
+      : el("pre", { class: "args", tabindex: "0" }, JSON.stringify(args, null, 2));
+    const live = el("pre", { class: "stream live", hidden: true, "aria-label": "live output" });
+    const outcome = el("div", { class: "outcome" });
+    const node = el("li", { class: "step running", "data-call-id": toolCall.id ?? "" },
+      el("div", { class: "step-head" }, title, state), body, live, outcome);
+    this.steps.set(toolCall.id, { node, state, live, outcome, chars: 0 });
+    append(this.stepList, node);
+    this.status.textContent = `Running step ${this.count}…`;
+  }
+
+  chunk(event) {
+    const step = this.steps.get(event.call_id);
+    if (!step || typeof event.text !== "string" || step.chars >= MAX_LIVE_CHARS) return;
+    const text = event.text.slice(0, MAX_LIVE_CHARS - step.chars);
+    step.chars += text.length;
+    step.live.hidden = false;
+    append(step.live, event.stream === "stderr" ? el("span", { class: "live-stderr" }, text) : text);
+  }
+
+  result(event) {
+    let step = this.steps.get(event.call_id);
+    if (!step) {
+      this.newStep({ id: event.call_id, function: { name: event.name, arguments: "{}" } });
+      step = this.steps.get(event.call_id);
+    }
+    const { node, state, live, outcome } = step;
+    clear(live);
+    live.hidden = true;
+    node.classList.remove("running");
+    node.classList.add(event.failed ? "failed" : "succeeded");
+    state.textContent = event.failed ? "failed" : `done in ${Number(event.duration_s ?? 0).toFixed(2)} s`;
+    const execution = event.execution;
+    if (execution) this.execution(outcome, execution);
+    else append(outcome, el("pre", { class: event.failed ? "stream error-text" : "stream", tabindex: "0" },
+      event.content ?? ""));
+    for (const name of event.artifacts ?? []) this.artifact(outcome, name);
+    const { notes, resources } = resourceNotes(event.content);
+    if (notes.length) append(outcome, el("ul", { class: "notes" }, notes.map((n) => el("li", {}, n))));
+    if (resources) append(outcome, el("p", { class: "resources" }, `Resources: ${resources}`));
+  }
+
+  execution(outcome, execution) {
+    if (execution.stdout) append(outcome, outputNode(execution.stdout, "stdout"));
+    if (execution.stderr) append(outcome, outputNode(execution.stderr, "stderr"));
+    if (execution.error_type || execution.timed_out || execution.oom_killed) {
+      const headline = execution.timed_out ? "Timed out: the execution ran past its time limit."
+        : execution.oom_killed ? "Killed: the execution ran out of memory."
+          : `${execution.error_type}: ${execution.error_message ?? ""}`;
+      append(outcome, el("div", { class: "error", role: "note" },
+        el("p", { class: "error-headline" }, headline),
+        execution.traceback ? el("pre", { class: "traceback", tabindex: "0" }, execution.traceback) : null));
+    }
+  }
+
+  artifact(outcome, name) {
+    const { link, waiting, item } = this.fileLink(name, `Download ${name}`);
+    if (IMAGE.test(name)) {
+      item.image = el("img", { alt: `Chart ${name}` });
+      append(outcome, el("figure", { class: "chart" }, item.image, el("figcaption", {}, link, waiting)));
+    } else {
+      append(outcome, el("p", { class: "artifact" }, link, waiting));
+    }
+  }
+
+  /**
+   * A link to one of the run's files. The server lists a run's files once the run has
+   * ended (`finalize`): until then the link has no target and says so.
+   */
+  fileLink(name, text) {
+    const base = String(name).split("/").pop();
+    const link = el("a", { download: base, class: "artifact-link" }, text);
+    const waiting = el("span", { class: "meta" }, " (ready when the run ends)");
+    const item = { name, link, waiting, image: null };
+    this.files.push(item);
+    return { link, waiting, item };
+  }
+
+  /** The run has ended and its files are stored: point the links and images at them. */
+  finalize(run) {
+    const stored = new Map((run?.artifacts ?? []).map((artifact) => [artifact.name, artifact]));
+    for (const item of this.files.splice(0)) {
+      const artifact = stored.get(item.name);
+      if (!artifact) {
+        item.waiting.textContent = " (not kept)";
+        continue;
+      }
+      const url = artifactUrl(this.runId, artifact.name);
+      item.waiting.remove();
+      item.link.setAttribute("href", url);
+      if (item.image) item.image.setAttribute("src", url);
+    }
+  }
+
+  end(event) {
+    this.ended = true;
+    this.finishSteps();
+    const status = event.status ?? "ended";
+    this.root.classList.add(`run-${status}`);
+    if (event.answer) append(this.root, this.answer(event));
+    else append(this.root, el("p", { class: "run-message", role: "note" }, event.message ?? status));
+    this.status.textContent = summary(event);
+  }
+
+  answer(event) {
+    const box = el("section", { class: "answer", "aria-label": "Answer" },
+      el("h3", {}, "Answer"), el("p", { class: "answer-text" }, event.answer));
+    if (event.verified === true) {
+      append(box, el("p", { class: "provenance verified" },
+        "✓ Verified: every number in the answer was printed by the code."));
+    } else if (event.verified === false) {
+      append(box, el("p", { class: "provenance unverified" },
+        `⚠ Not verified: ${(event.unsupported ?? []).length} number(s) were not printed by any output.`));
+    }
+    if ((event.unsupported ?? []).length) {
+      append(box, el("p", { class: "unsupported" }, "Unsupported: ", event.unsupported.join(", ")));
+    }
+    if ((event.sources ?? []).length) {
+      append(box, el("details", { class: "sources" },
+        el("summary", {}, `Sources (${event.sources.length})`),
+        el("ul", {}, event.sources.map((source) => el("li", {},
+          el("strong", {}, source.number ?? ""),
+          ` — execution ${source.execution ?? "?"}, line ${source.line ?? "?"}: `,
+          el("code", {}, source.text ?? ""))))));
+    }
+    const files = event.artifacts ?? [];
+    if (files.length) {
+      append(box, el("p", { class: "files" }, "Files: ", files.map((name) => {
+        const { link, waiting } = this.fileLink(name, name);
+        return el("span", {}, link, waiting);
+      })));
+    }
+    return box;
+  }
+
+  error(event) {
+    this.ended = true;
+    this.finishSteps();
+    this.root.classList.add("run-error");
+    append(this.root, el("p", { class: "run-message error-text", role: "alert" },
+      `The run stopped: ${event.error ?? "an error"}`));
+    this.status.textContent = "Stopped by an error.";
+  }
+
+  /** The run ended without a terminal event (its replica died): say so. */
+  lost(run) {
+    if (this.ended) return;
+    this.ended = true;
+    this.finishSteps();
+    append(this.root, el("p", { class: "run-message", role: "note" },
+      `The run ended ${run?.status ?? ""}: ${run?.message ?? ""}`));
+    this.status.textContent = run?.status ?? "ended";
+  }
+
+  finishSteps() {
+    for (const { node, state } of this.steps.values()) {
+      if (node.classList.contains("running")) {
+        node.classList.remove("running");
+        state.textContent = "not finished";
+      }
+    }
+  }
+}
+
+function summary(event) {
+  const parts = [`${event.status ?? "ended"} in ${Number(event.duration_s ?? 0).toFixed(1)} s`];
+  const sandbox = event.sandbox ?? {};
+  if (sandbox.executions) parts.push(`${sandbox.executions} execution(s)`);
+  if (sandbox.cpu_seconds) parts.push(`${Number(sandbox.cpu_seconds).toFixed(2)} CPU s`);
+  if (sandbox.peak_memory_bytes) parts.push(`peak memory ${formatSize(sandbox.peak_memory_bytes)}`);
+  if (event.usage?.total_tokens) parts.push(`${event.usage.total_tokens} tokens`);
+  return parts.join(" · ");
+}

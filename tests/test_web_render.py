@@ -1,0 +1,89 @@
+"""The page's renderer in a real browser, fed events directly: live output, tables, highlighting.
+
+`output_chunk` events (an execution's stdout and stderr while it runs) are
+drawn as they come and replaced by the step's kept output when its
+`tool_result` arrives; an event type the page does not know is ignored.
+DataFrame text becomes a table and prose stays text; the highlighter gives
+back the code unchanged. The modules are the ones `sbx serve` ships.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from playwright.sync_api import expect
+
+import service_support
+import web_support
+from web_support import watch
+
+serve = service_support.serve
+llm = service_support.llm
+browser = web_support.browser
+
+CALL = {"id": "c1", "function": {"name": "execute_python",
+                                 "arguments": json.dumps({"code": "print(1)"})}}
+FRAME = "    a    b\n0  1.5  x y\n1  2.0  z\nDone: <b>2</b> rows\n"
+CODE = ('@cache\ndef f(x="#not a comment", *a):  # a \'comment\' with "quotes"\n'
+        '    return f"""{x}\n')
+
+
+@pytest.fixture
+def render_page(serve, browser, tmp_path):
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
+    page = browser.new_page()
+    seen = watch(page)
+    page.goto(server.url + "/")
+    page.evaluate("""async () => {
+        const { RunView } = await import('/static/run.js');
+        window.view = new RunView('run-0123456789ab', 'q?');
+        document.body.append(window.view.root);
+    }""")
+    yield page
+    seen.assert_clean()
+
+
+@pytest.mark.docker
+def test_live_output_is_drawn_as_it_comes_then_replaced_by_the_kept_output(render_page):
+    page = render_page
+    feed = "events => events.forEach((event) => window.view.handle(event))"
+    page.evaluate(feed, [
+        {"type": "model_reply", "message": {"tool_calls": [CALL]}},
+        {"type": "output_chunk", "call_id": "c1", "stream": "stdout", "text": "<i>1</i>\n"},
+        {"type": "output_chunk", "call_id": "c1", "stream": "stderr", "text": "warn\n"},
+        {"type": "a_future_event", "call_id": "c1", "text": "ignored"},
+    ])
+    live = page.locator(".step .live")
+    expect(live).to_have_text("<i>1</i>\nwarn\n")
+    expect(live.locator(".live-stderr")).to_have_text("warn\n")
+    assert page.locator(".step i").count() == 0
+    page.evaluate(feed, [{"type": "tool_result", "call_id": "c1", "name": "execute_python",
+                          "failed": False, "duration_s": 0.5, "content": "[resources] 0.5 s wall",
+                          "artifacts": [], "execution": {"stdout": FRAME, "stderr": ""}}])
+    expect(live).to_be_hidden()
+    expect(page.locator(".step .resources")).to_have_text("Resources: 0.5 s wall")
+    table = page.locator(".step table.frame")
+    expect(table.locator("thead th")).to_have_text(["", "a", "b"])
+    expect(table.locator("tbody tr").nth(0).locator("th, td")).to_have_text(["0", "1.5", "x y"])
+    expect(page.locator(".step .output-stdout pre")).to_have_text("Done: <b>2</b> rows")
+
+
+@pytest.mark.docker
+def test_the_highlighter_keeps_the_code_and_marks_its_parts(render_page):
+    page = render_page
+    tokens = page.evaluate("""async (code) => {
+        const { tokenize } = await import('/static/highlight.js');
+        return tokenize(code);
+    }""", CODE)
+    assert "".join(text for _, text in tokens) == CODE
+    kinds = {text: kind for kind, text in tokens}
+    assert kinds["@cache"] == "decorator" and kinds["def"] == "keyword" and kinds["f"] == "def"
+    assert kinds['"#not a comment"'] == "string"
+    assert kinds["# a 'comment' with \"quotes\""] == "comment"
+    assert kinds['f"""{x}\n'] == "string"  # an unterminated string runs to the end
+    prose = page.evaluate("""async (text) => {
+        const { splitOutput } = await import('/static/tables.js');
+        return splitOutput(text).map((part) => part.kind);
+    }""", "Two  spaces  here\nand  there  too\nbut no numbers\n")
+    assert prose == ["text"]
