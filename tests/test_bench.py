@@ -186,7 +186,7 @@ def test_a_tiny_real_run_fills_every_cell_and_leaves_nothing(engine, tmp_path) -
     # A fresh container costs the engine far more CPU than a session execution does.
     assert cpu[BASELINE][2] > cpu[SESSION][2] > 0
     assert report.idle_memory["cgroup_usage"] > 0
-    assert len(report.targets) == 7
+    assert len(report.targets) == 9
     first = report.latency[FIRST_QUESTION]
     assert all(first[mode] is not None for mode in (BASELINE, "sbx fresh", POOLED, SESSION))
     assert any("hard-linked" in note or "copied" in note for note in report.notes)

@@ -20,6 +20,7 @@ from sbx.sandbox.host_caps import HostCaps
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -60,12 +61,13 @@ def test_no_state_of_one_pooled_session_reaches_the_next(engine: Engine, tmp_pat
     caps = HostCaps(sandboxes=4, memory=16 << 30, cpus=32.0)
     capacity = HostCapacity(directory=tmp_path / "ledger", caps=caps)
     config = PoolConfig(size=1)
+    spec = SessionSpec(limits=key.limits, image=TEST_IMAGE, output_dir=tmp_path)
     with Pool.start(engine=engine, capacity=capacity, config=config, warm=[key]) as pool:
         assert pool.wait_warm(key)
-        with pool.session(limits=key.limits, image=TEST_IMAGE, output_dir=tmp_path) as first:
+        with pool.session(spec) as first:
             assert first.run(PATCH).ok
         assert pool.wait_warm(key)
-        with pool.session(limits=key.limits, image=TEST_IMAGE, output_dir=tmp_path) as second:
+        with pool.session(spec) as second:
             assert second.run(LOADED).stdout == "True\n"
             assert second.run(STATE).stdout == "False False False\n"
 
@@ -76,6 +78,8 @@ def test_a_small_container_imports_nothing_before_the_first_question(
     """Under 384 MiB the stack would take most of the memory (gVisor could not even start
     a container of 128 MiB with it): nothing is preimported, and the code imports it."""
     limits = Limits(runtime=runtime, memory="256m")
-    with Session.open(limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path) as s:
+    with Session.open(
+        SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path), engine=engine
+    ) as s:
         assert s.run("import sys\nprint('pandas' in sys.modules)").stdout == "False\n"
         assert s.run("import pandas\nprint(pandas.Series([1, 2]).sum())").stdout == "3\n"

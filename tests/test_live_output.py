@@ -22,6 +22,7 @@ from sbx.sandbox.engine import Engine
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
@@ -35,7 +36,8 @@ while not os.path.exists("/tmp/go"):
 def long_session(engine: Engine, runtime: str, tmp_path: Path) -> Iterator[Session]:
     """A session whose timeout leaves room for `docker exec` on a loaded host."""
     limits = Limits(timeout="60s", runtime=runtime)
-    with Session.open(limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path) as live:
+    spec = SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path)
+    with Session.open(spec, engine=engine) as live:
         yield live
 
 
@@ -129,9 +131,8 @@ def test_streamed_output_reads_as_buffered_output(engine: Engine, runtime: str, 
     limits = Limits(runtime=runtime, stdout_bytes="400k")
     results: dict[bool, list[ExecutionResult]] = {}
     for streaming in (True, False):
-        with Session.open(
-            limits=limits, image=TEST_IMAGE, engine=engine, output_dir=tmp_path / str(streaming)
-        ) as session:
+        spec = SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path / str(streaming))
+        with Session.open(spec, engine=engine) as session:
             session.stream_output = streaming
             listener = Listener()
             results[streaming] = [session.run(code, on_output=listener) for code in programs]
