@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 
 from sbx.agent.mcp.admission import Admission, Caller
+from sbx.agent.mcp.live_tail import LiveTail
 from sbx.agent.workspace import Workspace
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.result import Artifact
@@ -103,6 +104,8 @@ class McpSession(Closing):
         """Told at the next execution: set by a discard, or given by an earlier session of
         the same key that ended idle (its state is gone, and the client should know)."""
         self._artifacts: dict[str, Artifact] = {}
+        self.live = LiveTail()
+        """The running execution's newest output line, for progress notifications."""
         self.turn = anyio.Lock()
         """Held by the async layer around an execution: one at a time, so that a
         cancellation reaches only the call that runs, never one waiting its turn."""
@@ -221,7 +224,7 @@ class McpSession(Closing):
             if self._closed:
                 raise SessionClosed(f"MCP session {self.id} has ended")
             if self._gate is None:
-                self._gate = self.workspace.open_gate(self.id)
+                self._gate = self.workspace.open_gate(self.id, on_output=self.live.add)
             return self._gate
 
     def _discard_locked(self, reason: str) -> bool:

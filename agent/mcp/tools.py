@@ -144,8 +144,9 @@ async def _execute(
             finished.set()
 
     done: CallReport | Exception
+    session.live.start()
     async with anyio.create_task_group() as group:  # an error raised in here would come out
-        group.start_soon(_report_progress, ctx, timeout_s)  # as an ExceptionGroup: kept aside
+        group.start_soon(_report_progress, ctx, timeout_s, session)  # as an ExceptionGroup
         try:
             done = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
         except anyio.get_cancelled_exc_class():
@@ -161,13 +162,21 @@ async def _execute(
     return done
 
 
-async def _report_progress(ctx: Context[Any, Any], timeout_s: float) -> None:
-    """Elapsed seconds against the time limit, while the call runs (a no-op without a token)."""
+async def _report_progress(
+    ctx: Context[Any, Any], timeout_s: float, session: McpSession
+) -> None:
+    """Elapsed time against the limit, and the newest line printed, while the call runs.
+
+    A no-op without a progress token.
+    """
     started = anyio.current_time()
     while True:
         await anyio.sleep(PROGRESS_INTERVAL_S)
         elapsed = anyio.current_time() - started
         message = f"running for {elapsed:.0f} s (time limit {timeout_s:g} s)"
+        line = session.live.newest_line()
+        if line is not None:
+            message += f"; last output: {line}"
         await ctx.report_progress(round(elapsed, 1), timeout_s, message)
 
 
