@@ -956,11 +956,13 @@ def preimport(names: list[str], separated: bool) -> None:
     memory is under PREIMPORT_MIN_MEMORY: the stack would take most of it.
     `gc.freeze` keeps the collector of every forked kernel from touching, and
     so copying, these objects. A module that fails to import is reported on
-    stderr and skipped.
+    stderr and skipped. Nothing unless the host asked (SBX_PREIMPORT=1).
     """
     limit = memory_limit()
     if limit is not None and limit < PREIMPORT_MIN_MEMORY:
         names = []
+    if os.environ.get("SBX_PREIMPORT") != "1":  # only the warm pool's containers: the host
+        names = []  # creates the others for a caller, who would wait for imports it may not use
     with code_identity(separated):
         config = seed_font_cache()
         with writable_for_us(config):

@@ -53,8 +53,11 @@ class DataMount:
     """Where it appears: `/data/<name>` (or `/data` itself for a per-container directory)."""
 
 
-def container_environment(limits: Limits) -> dict[str, str]:
-    """The container's whole environment: ours only, nothing inherited from the host."""
+def container_environment(limits: Limits, *, preimport: bool = False) -> dict[str, str]:
+    """The container's whole environment: ours only, nothing inherited from the host.
+
+    `SBX_PREIMPORT` tells the runner whether its zygote imports the data stack.
+    """
     threads = str(max(1, math.ceil(limits.cpus)))
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -68,6 +71,7 @@ def container_environment(limits: Limits) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": threads,
         "MKL_NUM_THREADS": threads,
         "SBX_SANDBOX": "1",
+        "SBX_PREIMPORT": "1" if preimport else "0",
     }
 
 
@@ -149,11 +153,13 @@ def container_config(
     image: str = DEFAULT_IMAGE,
     data: tuple[DataMount, ...] = (),
     owner: str = "",
+    preimport: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for the engine's create call: every hardening default in one place.
 
     `owner` (`host:pid` of the creating process) lets `sbx gc` tell orphans
-    from containers a live process still uses. Returns a dict with the
+    from containers a live process still uses; `preimport` (the warm pool's
+    containers) has the runner import the data stack at start. Returns a dict with the
     container-level keys and a `host_config` dict
     (the keyword arguments of `APIClient.create_host_config`).
     """
@@ -193,7 +199,7 @@ def container_config(
         "user": CONTAINER_USER,
         "working_dir": "/work",
         "hostname": "sandbox",
-        "environment": container_environment(limits),
+        "environment": container_environment(limits, preimport=preimport),
         "labels": {
             MANAGED_LABEL: "true",
             RUN_ID_LABEL: run_id,

@@ -340,6 +340,7 @@ class Pool(Closing):
             run_id=pool_id,
             mode=POOL_MODE,
             output_dir=DEFAULT_OUTPUT_ROOT / pool_id,
+            preimport=True,  # off the caller's path: the first cell finds the stack loaded
         )
         session = self._new_session(spec, lease=lease, data_root=self.data_root)
         try:

@@ -123,6 +123,7 @@ class Session(Closing):
             image=self.image,
             data=self.mounts,
             owner=owner_tag(),
+            preimport=self.spec.preimport,
         )
         self.container_id = self.engine.create(config)
         try:

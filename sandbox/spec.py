@@ -39,6 +39,11 @@ class SessionSpec:
     """The container's `sbx.run_id` label; a new id when None."""
     mode: str = "session"
     """The container's `sbx.mode` label: `session`, `fresh` or `pool`."""
+    preimport: bool = False
+    """Import the image's data stack (`images/preimport.txt`) when the container starts, so
+    the first cell finds it loaded. The warm pool's containers do, off the caller's path; a
+    container created for a caller does not, since that would put the import (about 0.9 s
+    of CPU here) on its path whether or not the code needs the stack."""
 
     def resolved(self) -> SessionSpec:
         """The same spec with its run id and output directory chosen."""

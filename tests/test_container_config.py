@@ -31,6 +31,7 @@ def test_default_limits_produce_closed_container() -> None:
             "OPENBLAS_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
             "SBX_SANDBOX": "1",
+            "SBX_PREIMPORT": "0",
         },
         "labels": {
             "sbx.managed": "true",
@@ -85,7 +86,10 @@ def test_a_warm_container_mounts_one_directory_of_its_own_read_only_at_data() ->
     """Issue 16: the run's files arrive in it later (sandbox/datadir.py); the shape is pinned."""
     own = Path("/var/lib/sbx/data/0a1b2c3d.42.0123456789ab")
     mount = DataMount(source=own, target=DATA_TARGET)
-    cfg = container_config(Limits(), run_id="pool-1", mode="pool", data=(mount,), owner="h:42")
+    cfg = container_config(
+        Limits(), run_id="pool-1", mode="pool", data=(mount,), owner="h:42", preimport=True
+    )
+    assert cfg["environment"]["SBX_PREIMPORT"] == "1"
     assert cfg["host_config"]["mounts"] == [
         {
             "Type": "bind",

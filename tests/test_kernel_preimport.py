@@ -9,6 +9,7 @@ variable or a patched module of one interpreter never shows in the next.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,17 @@ print({STACK!r} == [name for name in {STACK!r} if name in sys.modules])
 """Asked before any import statement of the cell's own (`sys` is always loaded)."""
 PATCH = "import numpy, pandas\npandas.read_csv = None\nnumpy.pi = 3\nx = 5"
 STATE = "import numpy, pandas\nprint(pandas.read_csv is None, numpy.pi == 3, 'x' in globals())"
+
+
+@pytest.fixture
+def session(engine: Engine, runtime: str, tmp_path: Path) -> Iterator[Session]:
+    """A session whose container preimports, as the warm pool's do."""
+    spec = SessionSpec(
+        limits=Limits(timeout="5s", runtime=runtime), image=TEST_IMAGE, output_dir=tmp_path,
+        preimport=True,
+    )
+    with Session.open(spec, engine=engine) as live:
+        yield live
 
 
 def test_the_first_cell_finds_the_stack_imported(session: Session) -> None:
@@ -78,8 +90,17 @@ def test_a_small_container_imports_nothing_before_the_first_question(
     """Under 384 MiB the stack would take most of the memory (gVisor could not even start
     a container of 128 MiB with it): nothing is preimported, and the code imports it."""
     limits = Limits(runtime=runtime, memory="256m")
-    with Session.open(
-        SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path), engine=engine
-    ) as s:
+    spec = SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path, preimport=True)
+    with Session.open(spec, engine=engine) as s:
         assert s.run("import sys\nprint('pandas' in sys.modules)").stdout == "False\n"
         assert s.run("import pandas\nprint(pandas.Series([1, 2]).sum())").stdout == "3\n"
+
+
+def test_a_container_created_for_a_caller_imports_nothing_ahead(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Only the warm pool preimports (off the caller's path): a container created for a
+    caller, as `sbx exec` does, would make it wait for imports its code may never use."""
+    spec = SessionSpec(limits=Limits(timeout="20s"), image=TEST_IMAGE, output_dir=tmp_path)
+    with Session.open(spec, engine=engine) as s:
+        assert s.run("import sys\nprint('pandas' in sys.modules)").stdout == "False\n"

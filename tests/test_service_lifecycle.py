@@ -52,6 +52,16 @@ def _until_tool_call(client, run_id: str) -> None:
     pytest.fail("the run ended before its tool call")
 
 
+def _until_output(client, run_id: str) -> dict:
+    """Wait for the running code's first live output on the run's event stream."""
+    with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
+        for event in sse_events(response):
+            if event["event"] == "output_chunk":
+                return event
+            assert event["event"] != "tool_result", "output came only with the result"
+    pytest.fail("the run ended without live output")
+
+
 def _stored(database: str, model, ident: str):
     db = Database.open(database)
     try:
@@ -156,8 +166,9 @@ def test_cancel_ends_the_run_removes_its_sandbox_and_the_conversation_goes_on(
     llm.script([tool_call("execute_python", code="x = 1\n" + SLEEP),
                 tool_call("execute_python", code="print(x)"), assistant("x is gone.")])
     conversation, run = _start_run(client)
-    _until_tool_call(client, run)
-    wait_for(lambda: managed_containers(engine, f"{RUN_ID_LABEL}={run}"), what="the sandbox")
+    live = _until_output(client, run)  # the code runs (it sleeps for 600 s after this line)
+    assert live["data"]["stream"] == "stdout" and live["data"]["text"] == "started\n"
+    assert managed_containers(engine, f"{RUN_ID_LABEL}={run}")
     busy = client.post(f"/v1/conversations/{conversation}/questions", json={"question": "more"})
     assert busy.status_code == 409 and run in busy.json()["detail"]  # one question at a time
 
