@@ -20,9 +20,8 @@ from typing import Any
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.types import CallToolResult, TextContent
 
-from sbx.sandbox.config import RUN_ID_LABEL
+from mcp_support import containers_of, text_of  # noqa: F401  (shared with the HTTP tests)
 from service_support import Server
 
 MCP_POLICY: dict[str, dict[str, Any]] = {
@@ -44,12 +43,6 @@ async def connect(
             yield client
 
 
-def text_of(result: CallToolResult) -> str:
-    first = result.content[0]
-    assert isinstance(first, TextContent)
-    return first.text
-
-
 def audit_records(server: Server) -> list[dict[str, Any]]:
     return [json.loads(line) for line in server.audit_log.read_text().splitlines()]
 
@@ -59,11 +52,6 @@ def session_ids(server: Server, principal: str | None = None) -> list[str]:
     return [r["run_id"] for r in audit_records(server) if r["event"] == "run_start"
             and r["run_id"].startswith("mcp-")
             and (principal is None or r["data"]["principal"] == principal)]
-
-
-def containers_of(engine: Any, session_id: str) -> list[str]:
-    found = engine.api.containers(all=True, filters={"label": f"{RUN_ID_LABEL}={session_id}"})
-    return [c["Id"] for c in found]
 
 
 def data_dir_files(server: Server) -> list[Path]:

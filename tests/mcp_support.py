@@ -10,11 +10,13 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
@@ -67,3 +69,39 @@ def wait_until_gone(engine: Engine, session_id: str, bound_s: float = 60.0) -> l
     while (left := containers_of(engine, session_id)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
+
+
+@dataclass(frozen=True)
+class CancelledBusyCall:
+    """What `cancel_a_busy_loop` saw."""
+
+    progress: list[str]
+    busy_containers: list[str]
+    after: CallToolResult
+    """The call made after the cancellation (prints 'alive', then reads `kept`)."""
+    containers_after: list[str]
+
+
+async def cancel_a_busy_loop(
+    client: Client, containers: Callable[[], list[str]]
+) -> CancelledBusyCall:
+    """Set `kept`, start `while True: pass`, cancel it at its first progress notification
+    (the code is running), then call again; `containers()` lists the session's containers."""
+    await client.call_tool("execute_python", {"code": "kept = 1"})
+    progress: list[str] = []
+    running = anyio.Event()
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+        running.set()
+
+    async with anyio.create_task_group() as group:
+        busy = {"code": "while True: pass"}
+        group.start_soon(
+            lambda: client.call_tool("execute_python", busy, progress_callback=on_progress)
+        )
+        await running.wait()
+        busy_containers = containers()
+        group.cancel_scope.cancel()  # the client gives up: notifications/cancelled
+    after = await client.call_tool("execute_python", {"code": "print('alive')\nkept"})
+    return CancelledBusyCall(progress, busy_containers, after, containers())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from mcp.types import CallToolResult
 
 import service_support
 from mcp_http_support import (
@@ -20,6 +19,7 @@ from mcp_http_support import (
     session_ids,
     text_of,
 )
+from mcp_support import CancelledBusyCall, cancel_a_busy_loop
 from service_support import wait_for
 
 serve = service_support.serve
@@ -80,34 +80,17 @@ def test_cancelling_a_busy_loop_kills_it_and_the_next_call_says_state_was_reset(
 ):
     server = serve(sqlite)
     key = server.key("ann")
-    progress: list[str] = []
-
-    async def scenario() -> tuple[list[str], CallToolResult, list[str]]:
+    async def scenario() -> CancelledBusyCall:
         async with connect(server, key, mode=mode) as client:
-            await client.call_tool("execute_python", {"code": "kept = 1"})
-            [session] = session_ids(server)
-            running = anyio.Event()
+            return await cancel_a_busy_loop(
+                client, lambda: containers_of(engine, session_ids(server)[0])
+            )
 
-            async def on_progress(done: float, total: float | None, message: str | None) -> None:
-                progress.append(message or "")
-                running.set()
+    seen = anyio.run(scenario)
+    busy_containers, now = seen.busy_containers, seen.containers_after
 
-            async with anyio.create_task_group() as group:
-                busy = {"code": "while True: pass"}
-                group.start_soon(
-                    lambda: client.call_tool("execute_python", busy, progress_callback=on_progress)
-                )
-                await running.wait()  # the code is running: its first progress notification
-                busy_containers = containers_of(engine, session)
-                group.cancel_scope.cancel()  # the client gives up on the call
-            after = await client.call_tool("execute_python", {"code": "print('alive')\nkept"})
-            now = containers_of(engine, session)
-        return busy_containers, after, now
-
-    busy_containers, after, now = anyio.run(scenario)
-
-    assert progress and "time limit 60 s" in progress[0]
-    text = text_of(after)
+    assert seen.progress and "time limit 60 s" in seen.progress[0]
+    text = text_of(seen.after)
     assert text.startswith(RESET) and "cancelled" in text.splitlines()[0]
     assert "NameError: name 'kept' is not defined" in text
     assert "[stdout]\nalive" in text

@@ -20,7 +20,9 @@ from mcp.types import CallToolResult
 from conftest import TEST_IMAGE
 from mcp_support import (
     SBX,
+    CancelledBusyCall,
     audit_records,
+    cancel_a_busy_loop,
     containers_of,
     mcp_client,
     session_ids,
@@ -35,33 +37,17 @@ RESET = "[sbx] The sandbox was reset before this call"
 def test_cancelling_a_busy_loop_kills_it_and_the_next_call_says_state_was_reset(
     tmp_path, engine
 ):
-    progress: list[str] = []
-
-    async def scenario() -> tuple[list[str], CallToolResult, list[str]]:
+    async def scenario() -> CancelledBusyCall:
         async with mcp_client(tmp_path) as client:
-            await client.call_tool("execute_python", {"code": "kept = 1"})
-            running = anyio.Event()
+            return await cancel_a_busy_loop(
+                client, lambda: containers_of(engine, session_ids(tmp_path)[0])
+            )
 
-            async def on_progress(done: float, total: float | None, message: str | None) -> None:
-                progress.append(message or "")
-                running.set()
+    seen = anyio.run(scenario)
+    busy_containers, now = seen.busy_containers, seen.containers_after
 
-            async with anyio.create_task_group() as group:
-                busy = {"code": "while True: pass"}
-                group.start_soon(
-                    lambda: client.call_tool("execute_python", busy, progress_callback=on_progress)
-                )
-                await running.wait()
-                busy_containers = containers_of(engine, session_ids(tmp_path)[0])
-                group.cancel_scope.cancel()  # the client gives up: notifications/cancelled
-            after = await client.call_tool("execute_python", {"code": "print('alive')\nkept"})
-            now = containers_of(engine, session_ids(tmp_path)[0])
-        return busy_containers, after, now
-
-    busy_containers, after, now = anyio.run(scenario)
-
-    assert progress and "time limit 30 s" in progress[0]
-    text = text_of(after)
+    assert seen.progress and "time limit 30 s" in seen.progress[0]
+    text = text_of(seen.after)
     assert text.startswith(RESET) and "cancelled" in text.splitlines()[0]
     assert "NameError: name 'kept' is not defined" in text  # the state really went
     assert "[stdout]\nalive" in text  # and the session goes on in a fresh sandbox

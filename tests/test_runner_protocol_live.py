@@ -9,10 +9,8 @@ memory small, replaces the container, and keeps what legitimately streamed befor
 
 from __future__ import annotations
 
-import tracemalloc
-
 import pytest
-from test_runner_protocol_stream import Opener, hostile  # noqa: F401  (the fixture)
+from test_runner_protocol_stream import Opener, hostile, run_traced  # noqa: F401 (the fixture)
 
 import sbx.sandbox.session as session_module
 from sbx.sandbox.limits import Limits
@@ -38,12 +36,7 @@ def test_a_flood_of_output_frames_ends_the_execution_with_bounded_memory(
     """300,000 one-character output frames at once: an honest runner sends at most one per
     stream every 20 ms (plus one per full 64 KiB chunk). The host stops at its count."""
     session = hostile(FLOOD, Limits())
-    tracemalloc.start()
-    try:
-        result = session.run("print(1)")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    result, peak = run_traced(session, "print(1)")
     assert not result.ok
     assert any("replaced" in note and "output frames" in note for note in result.notes), result
     assert len(result.stdout) < 1000  # what legitimately streamed before the cut

@@ -20,6 +20,7 @@ import sbx.sandbox.session as session_module
 from conftest import TEST_IMAGE
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.limits import Limits
+from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session
 from sbx.sandbox.spec import SessionSpec
 
@@ -84,6 +85,17 @@ def hostile(
         session.close()
 
 
+def run_traced(session: Session, code: str) -> tuple[ExecutionResult, int]:
+    """Run `code` while tracing the host's allocations: the result and the peak in bytes."""
+    tracemalloc.start()
+    try:
+        result = session.run(code)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, peak
+
+
 def host_bytes(directory: Path) -> int:
     return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
 
@@ -127,12 +139,7 @@ def test_a_flood_of_refused_frames_ends_the_execution_with_bounded_memory(
     Now the execution ends at the frame cap, the container is replaced, and what reaches
     the result (and so the model, transcript and audit log) is a short bounded list."""
     session = hostile(FLOOD, Limits(max_artifacts=8))
-    tracemalloc.start()
-    try:
-        result = session.run("print(1)")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    result, peak = run_traced(session, "print(1)")
     assert not result.ok
     assert any("replaced" in note and "artifact frames" in note for note in result.notes)
     assert len(result.refused_artifacts) <= 20
