@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
 import service_support
+from conftest import wait_until_removed
 from sbx.agent.cli.scripted_model import assistant, tool_call
-from service_support import stream, upload
+from sbx.sandbox.config import MODE_LABEL, OWNER_LABEL
+from service_support import managed_containers, sse_events, stream, upload, wait_for
 
 store = service_support.store
 serve = service_support.serve
@@ -106,3 +109,77 @@ def test_a_full_host_answers_503_with_retry_after(store, serve, llm, tmp_path):
     assert int(busy.headers["retry-after"]) >= 1
     assert busy.json()["type"].endswith("/busy") and "SBX_MAX_SANDBOXES" in busy.json()["detail"]
     assert client.delete(f"/v1/conversations/{conversation}").status_code == 204
+
+
+WAITS = """
+import os, time
+print('started', flush=True)
+while not os.path.exists('/tmp/go'):
+    time.sleep(0.01)
+print('done')
+"""
+
+
+def _server_containers(engine, server) -> list[str]:
+    owner = f"{socket.gethostname()}:{server.proc.pid}"
+    return [c["Id"] for c in managed_containers(engine, f"{OWNER_LABEL}={owner}")
+            if c["Labels"].get(MODE_LABEL) != "pool"]
+
+
+@pytest.mark.docker
+def test_a_streamed_execute_sends_output_while_the_code_runs_then_the_result(
+    store, serve, engine
+):
+    server = serve(store)
+    client = server.client(server.key("sam"))
+    events = []
+    headers = {"Accept": "text/event-stream"}
+    with client.stream("POST", "/v1/execute", json={"code": WAITS}, headers=headers) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for event in sse_events(response):
+            events.append(event)
+            if event["event"] == "output" and "started" in event["data"]["text"]:
+                # The code waits for this file: the event came while it ran, not at its end.
+                (container,) = _server_containers(engine, server)
+                exec_id = engine.api.exec_create(container, ["touch", "/tmp/go"],
+                                                 user="1000:1000")["Id"]
+                engine.api.exec_start(exec_id)
+    kinds = [event["event"] for event in events]
+    assert kinds[0] == "output" and kinds[-1] == "result"
+    assert events[0]["data"] == {"stream": "stdout", "text": "started\n"}
+    result = events[-1]["data"]
+    assert result["status"] == "ok" and result["execution"]["stdout"] == "started\ndone\n"
+    assert client.get(f"/v1/runs/{result['run_id']}").json()["status"] == "ok"
+
+
+@pytest.mark.docker
+def test_a_client_that_leaves_a_streamed_execute_stops_its_code(store, serve, engine):
+    server = serve(store)
+    client = server.client(server.key("tess"))
+    headers = {"Accept": "text/event-stream"}
+    code = "print('started', flush=True)\nwhile True: pass"
+    with client.stream("POST", "/v1/execute", json={"code": code}, headers=headers) as response:
+        for event in sse_events(response):
+            if event["event"] == "output":
+                (container,) = _server_containers(engine, server)
+                break  # and the connection closes with the block
+    wait_until_removed(engine, container)
+    runs = wait_for(lambda: [r for r in _audit(server) if r["event"] == "outcome"],
+                    what="the execution's outcome")
+    assert runs[0]["data"]["status"] == "cancelled"
+
+
+@pytest.mark.docker
+def test_a_streamed_execute_refused_before_it_runs_is_a_plain_problem(store, serve):
+    server = serve(store)
+    client = server.client(server.key("uma"))
+    headers = {"Accept": "text/event-stream"}
+    too_long = client.post("/v1/execute", json={"code": "print(1)", "limits": {"timeout": "1h"}},
+                           headers=headers)
+    assert too_long.status_code == 422
+    assert too_long.headers["content-type"] == "application/problem+json"
+
+
+def _audit(server) -> list[dict]:
+    return [json.loads(line) for line in server.audit_log.read_text().splitlines()]

@@ -7,8 +7,9 @@ call and removed after it. It counts as a run for `runs_per_hour` and its
 CPU seconds for `cpu_seconds_per_day`. When the host's sandbox cap stays
 full (`HostBusy`) the answer is 503 with `Retry-After`.
 
-The result comes back as JSON when the execution ends. (Streaming the
-stdout of a running execution is the subject of another issue.)
+The result comes back as JSON when the execution ends, or, for a client
+that sends `Accept: text/event-stream`, as Server-Sent Events: the output
+while the code runs, then the same result (`execute_stream.py`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, select
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from sbx.agent.config import AppConfig
 from sbx.agent.service.api import Call, api, json_response
+from sbx.agent.service.execute_stream import ExecutionStream
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem, unavailable
 from sbx.agent.service.quotas import effective_quotas, reserve_run
@@ -35,6 +37,8 @@ from sbx.agent.service.tenancy import dataset_paths, limits_within
 from sbx.agent.workspace import Workspace, WorkspaceSpec
 from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.session import new_run_id
+from sbx.tools.context import OutputSink
+from sbx.tools.gate import ToolGate
 
 HOST_BUSY_RETRY_S = 10.0
 
@@ -51,6 +55,7 @@ def execute(call: Call, body: ExecuteCode) -> Response:
                       "(the policy's [sandbox] max_code_bytes)")
     run_id = new_run_id()
     service.runs.admit()
+    released = False
     try:
         with service.db.write() as session:
             data = dataset_paths(session, list(dict.fromkeys(body.datasets)), call.principal,
@@ -61,15 +66,44 @@ def execute(call: Call, body: ExecuteCode) -> Response:
                             replica_id=service.replica_id, status="running", question="",
                             message="", cpu_seconds=0.0, created_at=time.time(),
                             started_at=time.time()))
-        out = _run(call, run_id, data, replace(service.config, limits=limits), body.code)
+        config = replace(service.config, limits=limits)
+        if "text/event-stream" in call.headers.get("accept", ""):
+            released = True  # the stream's thread releases the place when the code ends
+            return _streamed(call, run_id, data, config, body.code)
+        out = _run(call, run_id, data, config, body.code)
     finally:
-        service.runs.release()
+        if not released:
+            service.runs.release()
     return json_response(out)
 
 
-def _run(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, code: str
+def _streamed(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, code: str
+              ) -> Response:
+    """Run on a thread of its own; the output and then the result as Server-Sent Events."""
+    gates: list[ToolGate] = []
+
+    def work(on_output: OutputSink) -> ExecutionOut:
+        try:
+            return _run(call, run_id, data, config, code, on_output=on_output, gates=gates)
+        finally:
+            call.service.runs.release()
+
+    def cancel() -> None:
+        for gate in gates:
+            gate.cancel(halt=False)
+
+    stream = ExecutionStream(work, cancel=cancel, request_id=call.request_id).start()
+    return StreamingResponse(stream.events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+def _run(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, code: str, *,
+         on_output: OutputSink | None = None, gates: list[ToolGate] | None = None
          ) -> ExecutionOut:
-    """Open the workspace and its gate, make the one call, record the run, close everything."""
+    """Open the workspace and its gate, make the one call, record the run, close everything.
+
+    `on_output` gets the output while the code runs; the gate is put in `gates` (to cancel).
+    """
     service = call.service
     output = service.paths.executions / run_id
     workspace = Workspace(
@@ -78,7 +112,9 @@ def _run(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, cod
     )
     try:
         with workspace:
-            gate = workspace.open_gate(run_id)
+            gate = workspace.open_gate(run_id, on_output=on_output)
+            if gates is not None:
+                gates.append(gate)
             try:
                 outcome = gate.call(name="execute_python",
                                     arguments=json.dumps({"code": code}), call_id="call-1")
