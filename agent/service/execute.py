@@ -43,9 +43,9 @@ from sbx.tools.gate import ToolGate
 HOST_BUSY_RETRY_S = 10.0
 
 
-@api("POST", "/v1/execute", body=ExecuteCode, response=ExecutionOut)
+@api("POST", "/v1/execute", body=ExecuteCode, response=ExecutionOut, streams="text/event-stream")
 def execute(call: Call, body: ExecuteCode) -> Response:
-    """Run one program in a fresh sandbox with some of your datasets; the result as JSON."""
+    """Run one program in a fresh sandbox with some of your datasets; JSON, or SSE on request."""
     service = call.service
     if not service.config.policy.tools.execute_python.enabled:
         raise Problem(403, "tool-disabled", "the policy does not enable execute_python")

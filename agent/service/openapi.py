@@ -71,8 +71,8 @@ def _operation(spec: Spec, refs: dict[Any, Any]) -> dict[str, Any]:
     if spec.response is not None:
         answer["content"] = {"application/json": {"schema": refs[(spec.response,
                                                                   "serialization")]}}
-    elif spec.streams:
-        answer["content"] = {spec.streams: {"schema": {"type": "string"}}}
+    if spec.streams:  # also with a JSON answer: the client chooses with Accept
+        answer.setdefault("content", {})[spec.streams] = {"schema": {"type": "string"}}
     operation: dict[str, Any] = {
         "operationId": spec.handler.__name__,
         "summary": spec.summary,
