@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from starlette.responses import Response, StreamingResponse
 
 from sbx.agent.config import AppConfig
 from sbx.agent.service.api import Call, api, json_response
-from sbx.agent.service.execute_stream import ExecutionStream
+from sbx.agent.service.execute_stream import Cancellation, ExecutionStream
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem, unavailable
 from sbx.agent.service.quotas import effective_quotas, reserve_run
@@ -80,29 +81,27 @@ def execute(call: Call, body: ExecuteCode) -> Response:
 def _streamed(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, code: str
               ) -> Response:
     """Run on a thread of its own; the output and then the result as Server-Sent Events."""
-    gates: list[ToolGate] = []
+    cancellation = Cancellation()
 
     def work(on_output: OutputSink) -> ExecutionOut:
         try:
-            return _run(call, run_id, data, config, code, on_output=on_output, gates=gates)
+            return _run(call, run_id, data, config, code, on_output=on_output,
+                        watch=cancellation.watch)
         finally:
             call.service.runs.release()
 
-    def cancel() -> None:
-        for gate in gates:
-            gate.cancel(halt=False)
-
-    stream = ExecutionStream(work, cancel=cancel, request_id=call.request_id).start()
+    stream = ExecutionStream(work, cancel=cancellation.cancel, request_id=call.request_id)
+    stream.start()
     return StreamingResponse(stream.events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
 def _run(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, code: str, *,
-         on_output: OutputSink | None = None, gates: list[ToolGate] | None = None
+         on_output: OutputSink | None = None, watch: Callable[[ToolGate], None] | None = None
          ) -> ExecutionOut:
     """Open the workspace and its gate, make the one call, record the run, close everything.
 
-    `on_output` gets the output while the code runs; the gate is put in `gates` (to cancel).
+    `on_output` gets the output while the code runs; `watch` the gate (to cancel its call).
     """
     service = call.service
     output = service.paths.executions / run_id
@@ -113,8 +112,8 @@ def _run(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, cod
     try:
         with workspace:
             gate = workspace.open_gate(run_id, on_output=on_output)
-            if gates is not None:
-                gates.append(gate)
+            if watch is not None:
+                watch(gate)
             try:
                 outcome = gate.call(name="execute_python",
                                     arguments=json.dumps({"code": code}), call_id="call-1")
