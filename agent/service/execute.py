@@ -69,8 +69,9 @@ def execute(call: Call, body: ExecuteCode) -> Response:
                             started_at=time.time()))
         config = replace(service.config, limits=limits)
         if "text/event-stream" in call.headers.get("accept", ""):
+            streamed = _streamed(call, run_id, data, config, body.code)
             released = True  # the stream's thread releases the place when the code ends
-            return _streamed(call, run_id, data, config, body.code)
+            return streamed
         out = _run(call, run_id, data, config, body.code)
     finally:
         if not released:
