@@ -28,9 +28,9 @@ from sbx.sandbox.engine import Engine
 logger = logging.getLogger(__name__)
 
 
-def owner_tag() -> str:
-    """`host:pid` of this process, for the owner label."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+def owner_tag(pid: int | None = None) -> str:
+    """`host:pid` of a process on this host (this one by default), for the owner label."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
 
 
 def owner_alive(tag: str) -> bool:

@@ -46,6 +46,8 @@ from conftest import TEST_IMAGE
 from sbx.agent.cli.scripted_model import ScriptedLLM
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.keys import create_key
+from sbx.sandbox.config import OWNER_LABEL
+from sbx.sandbox.gc import owner_tag
 
 SBX = [sys.executable, "-c", "from sbx.agent.cli.main import main; main()"]
 FAKE_KEY = "sk-test-SCRIPTED0123456789abcdefghijkl"
@@ -328,3 +330,8 @@ def upload(client: httpx.Client, name: str, content: bytes) -> httpx.Response:
 def managed_containers(engine: Any, label: str) -> list[dict[str, Any]]:
     """Containers carrying `label` (e.g. `sbx.run_id=run-...`)."""
     return list(engine.api.containers(all=True, filters={"label": label}))
+
+
+def server_containers(engine: Any, server: Server) -> list[dict[str, Any]]:
+    """Containers the server process created (its owner label), warm pool included."""
+    return managed_containers(engine, f"{OWNER_LABEL}={owner_tag(server.proc.pid)}")

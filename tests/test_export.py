@@ -19,6 +19,7 @@ from conftest import TEST_IMAGE
 from sbx.agent.cli.main import cli
 from sbx.agent.cli.scripted_model import assistant, tool_call
 from sbx.agent.rerun_compare import Observed, compare
+from sbx.sandbox.engine import Engine
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
 from sbx.sandbox.spec import SessionSpec
@@ -90,6 +91,15 @@ def _export(tmp_path, fmt: str) -> str:
     return target.read_text()
 
 
+
+def rerun_sandbox(data: Path, tmp_path: Path, engine: Engine) -> Session:
+    """A fresh sandbox with the recorded run's data, for running an export again."""
+    spec = SessionSpec(
+        limits=Limits(timeout="60s"), image=TEST_IMAGE, data=(data,),
+        output_dir=tmp_path / "rerun-out",
+    )
+    return Session.open(spec, engine=engine)
+
 @pytest.mark.docker
 def test_an_exported_notebook_validates_and_prints_the_same_numbers_in_the_sandbox(
     llm, tmp_path, engine
@@ -113,15 +123,7 @@ def test_an_exported_notebook_validates_and_prints_the_same_numbers_in_the_sandb
     assert "## Question: What share is West's?" in markdown
     assert "**Verified**" in markdown and "| 47.4% | step 2 | 4 |" in markdown
 
-    with Session.open(
-        SessionSpec(
-            limits=Limits(timeout="60s"),
-            image=TEST_IMAGE,
-            data=(data,),
-            output_dir=tmp_path / "rerun-out",
-        ),
-        engine=engine,
-    ) as sandbox:
+    with rerun_sandbox(data, tmp_path, engine) as sandbox:
         sandbox.run("import shutil; shutil.copy('/data/sales.csv', '.')")  # next to the data
         results = [sandbox.run(cell.source) for cell in code]
 
@@ -147,15 +149,7 @@ def test_the_script_runs_top_to_bottom_past_the_failed_step_and_the_report_reads
 
     compile(script, "export.py", "exec")
     assert 'run_cell("import pandas as pd' in script
-    with Session.open(
-        SessionSpec(
-            limits=Limits(timeout="60s"),
-            image=TEST_IMAGE,
-            data=(data,),
-            output_dir=tmp_path / "rerun-out",
-        ),
-        engine=engine,
-    ) as sandbox:
+    with rerun_sandbox(data, tmp_path, engine) as sandbox:
         sandbox.run("import shutil; shutil.copy('/data/sales.csv', '.')")
         result = sandbox.run(script)
     assert result.ok, result.stderr

@@ -8,24 +8,23 @@ that the workspace knows, so closing the session removes it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from conftest import TEST_IMAGE
+from mcp_support import containers_of
 from sbx.agent.app import App
 from sbx.agent.config import load_config
 from sbx.agent.mcp.session import new_session_id
 from sbx.agent.workspace import Workspace, WorkspaceClosed, WorkspaceSpec
-from sbx.sandbox.config import RUN_ID_LABEL
 
 
-def _containers(engine, run_id: str) -> list[str]:
-    found = engine.api.containers(all=True, filters={"label": f"{RUN_ID_LABEL}={run_id}"})
-    return [c["Id"] for c in found]
-
-
-@pytest.mark.docker
-def test_a_gate_kept_across_discard_runs_in_a_new_sandbox_that_close_removes(tmp_path, engine):
+@contextmanager
+def session_workspace(tmp_path: Path) -> Iterator[tuple[App, Workspace, str]]:
+    """An app, and a workspace as an MCP session holds one (its id is the run id)."""
     run_id = new_session_id()
     with App.open(
         load_config(None), environ={}, audit_log=tmp_path / "audit.jsonl", image=TEST_IMAGE
@@ -34,18 +33,24 @@ def test_a_gate_kept_across_discard_runs_in_a_new_sandbox_that_close_removes(tmp
         workspace = Workspace(
             spec=spec, config=app.config, audit=app.audit, pool=app.pool, image=TEST_IMAGE
         )
+        yield app, workspace, run_id
+
+
+@pytest.mark.docker
+def test_a_gate_kept_across_discard_runs_in_a_new_sandbox_that_close_removes(tmp_path, engine):
+    with session_workspace(tmp_path) as (app, workspace, run_id):
         gate = workspace.open_gate(run_id)
         gate.call(name="execute_python", arguments=json.dumps({"code": "x = 1"}), call_id="c1")
-        first = _containers(engine, run_id)
+        first = containers_of(engine, run_id)
         workspace.discard()
         again = gate.call(
             name="execute_python", arguments=json.dumps({"code": "print('again')"}), call_id="c2"
         )
-        second = _containers(engine, run_id)
+        second = containers_of(engine, run_id)
         workspace.close()
         gate.close()
         assert app.pool is not None and app.pool.reaper.wait_idle(timeout=60)
-        left = _containers(engine, run_id)
+        left = containers_of(engine, run_id)
 
     assert again.status == "ok" and again.text.startswith("[stdout]\nagain")
     assert len(first) == 1 and len(second) == 1 and first != second
@@ -55,20 +60,13 @@ def test_a_gate_kept_across_discard_runs_in_a_new_sandbox_that_close_removes(tmp
 
 @pytest.mark.docker
 def test_a_gate_used_after_its_workspace_closed_opens_no_sandbox(tmp_path, engine):
-    run_id = new_session_id()
-    with App.open(
-        load_config(None), environ={}, audit_log=tmp_path / "audit.jsonl", image=TEST_IMAGE
-    ) as app:
-        spec = WorkspaceSpec(owner_id=run_id, principal="os:tester", output_root=tmp_path)
-        workspace = Workspace(
-            spec=spec, config=app.config, audit=app.audit, pool=app.pool, image=TEST_IMAGE
-        )
+    with session_workspace(tmp_path) as (app, workspace, run_id):
         gate = workspace.open_gate(run_id)
         workspace.close()  # the owner ended (an MCP session closing) while a call came in
         with pytest.raises(WorkspaceClosed):
             gate.call(name="execute_python", arguments=json.dumps({"code": "1"}), call_id="c1")
         gate.close()
         assert app.pool is not None and app.pool.reaper.wait_idle(timeout=60)
-        left = _containers(engine, run_id)
+        left = containers_of(engine, run_id)
 
     assert left == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -135,7 +134,7 @@ def test_orphans_of_a_crashed_process_are_removed_at_pool_start(engine, tmp_path
             run_id="orphan-pool",
             mode="pool",
             image=TEST_IMAGE,
-            owner=f"{socket.gethostname()}:4194305",  # a pid above pid_max: dead
+            owner=owner_tag(4194305),  # a pid above pid_max: dead
         )
     )
     with Pool.start(engine=engine, capacity=capacity(tmp_path), config=PoolConfig(size=0)):

@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import TEST_IMAGE
+from conftest import TEST_IMAGE, wait_until_removed
 from sbx.agent.cli.main import cli
 from sbx.sandbox.capacity import HostCapacity
 from sbx.sandbox.config import OWNER_LABEL
 from sbx.sandbox.errors import InvalidInput
+from sbx.sandbox.gc import owner_tag
 from sbx.sandbox.host_caps import HostCaps
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
@@ -225,7 +226,7 @@ def test_a_crash_leaves_nothing_the_next_start_or_gc_does_not_clean(
         proc.wait(timeout=30)
         if proc.stdout is not None:
             proc.stdout.close()
-    owner = f":{proc.pid}"
+    crashed = owner_tag(proc.pid)
     if cleaner == "pool start":
         with Pool.start(
             engine=engine, capacity=capacity(tmp_path), config=PoolConfig(size=0, data_root=root)
@@ -235,11 +236,9 @@ def test_a_crash_leaves_nothing_the_next_start_or_gc_does_not_clean(
         outcome = CliRunner().invoke(cli, ["gc"], env={"SBX_DATA_ROOT": str(root)})
         assert outcome.exit_code == 0, outcome.output
     assert os.listdir(root) == []
-    deadline = time.monotonic() + 60  # the engine finishes removals it had begun
-    labels = lambda: [c["Labels"].get(OWNER_LABEL, "") for c in engine.managed_containers()]  # noqa: E731
-    while any(label.endswith(owner) for label in labels()):
-        assert time.monotonic() < deadline, "a container of the crashed process remained"
-        time.sleep(0.1)
+    for container in engine.managed_containers():
+        if container["Labels"].get(OWNER_LABEL) == crashed:  # a removal the engine had begun
+            wait_until_removed(engine, container["Id"], seconds=60)
 
 
 def test_a_replacement_container_gets_the_same_data_in_a_directory_of_its_own(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -12,7 +11,7 @@ import threading
 import pytest
 
 from conftest import TEST_IMAGE, wait_for_file_in_container, wait_until_removed
-from sbx.sandbox.gc import collect_orphans
+from sbx.sandbox.gc import collect_orphans, owner_tag
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
 from sbx.sandbox.spec import SessionSpec
@@ -85,7 +84,7 @@ def test_gc_removes_orphans_and_spares_live_sessions(engine, runtime, tmp_path) 
             run_id="orphan-test",
             mode="fresh",
             image=TEST_IMAGE,
-            owner=f"{socket.gethostname()}:4194305",  # a pid above pid_max: dead,
+            owner=owner_tag(4194305),  # a pid above pid_max: dead,
         )
     )
     with Session.open(SessionSpec(image=TEST_IMAGE, output_dir=tmp_path), engine=engine) as live:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
 import service_support
 from conftest import wait_until_removed
 from sbx.agent.cli.scripted_model import assistant, tool_call
-from sbx.sandbox.config import MODE_LABEL, OWNER_LABEL
-from service_support import managed_containers, sse_events, stream, upload, wait_for
+from sbx.sandbox.config import MODE_LABEL
+from service_support import server_containers, sse_events, stream, upload, wait_for
 
 store = service_support.store
 serve = service_support.serve
@@ -121,8 +120,8 @@ print('done')
 
 
 def _server_containers(engine, server) -> list[str]:
-    owner = f"{socket.gethostname()}:{server.proc.pid}"
-    return [c["Id"] for c in managed_containers(engine, f"{OWNER_LABEL}={owner}")
+    """The server's containers but its warm pool's: the one running the execution."""
+    return [c["Id"] for c in server_containers(engine, server)
             if c["Labels"].get(MODE_LABEL) != "pool"]
 
 

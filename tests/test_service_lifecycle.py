@@ -8,7 +8,6 @@ gone, a status changed.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 
 import pytest
@@ -18,19 +17,21 @@ from sbx.agent.cli.scripted_model import assistant, tool_call
 from sbx.agent.conversation import RESET_NOTE
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.models import Conversation, Run
-from sbx.sandbox.config import OWNER_LABEL, RUN_ID_LABEL
-from service_support import SBX, managed_containers, sse_events, stream, wait_for
+from sbx.sandbox.config import RUN_ID_LABEL
+from service_support import (
+    SBX,
+    managed_containers,
+    server_containers,
+    sse_events,
+    stream,
+    wait_for,
+)
 
 store = service_support.store
 serve = service_support.serve
 llm = service_support.llm
 pg_cluster = service_support.pg_cluster
 
-
-
-def owner_tag(pid: int) -> str:
-    """The owner label of the containers a server process created."""
-    return f"{socket.gethostname()}:{pid}"
 
 
 SLEEP = "import time\nprint('started', flush=True)\ntime.sleep(600)"
@@ -99,7 +100,7 @@ def test_sigterm_lets_the_run_finish_within_the_grace_or_cancels_it(
     assert stored.status == ending, stored.message
     assert _stored(server.database, Conversation, conversation).status == "interrupted"
     assert managed_containers(engine, f"{RUN_ID_LABEL}={run}") == []
-    assert managed_containers(engine, f"{OWNER_LABEL}={owner_tag(server.proc.pid)}") == []
+    assert server_containers(engine, server) == []
     _verify(server.audit_log)
 
 
