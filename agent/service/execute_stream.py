@@ -29,12 +29,10 @@ import anyio
 from pydantic import BaseModel
 
 from sbx.agent.service.problems import Problem
+from sbx.agent.service.sse import KEEPALIVE_S
 from sbx.tools.gate import ToolGate
 
 logger = logging.getLogger(__name__)
-
-KEEPALIVE_S = 15.0
-"""A comment line this often while nothing else is sent keeps proxies from closing the stream."""
 
 Work = Callable[[Callable[[str, str, str], None]], BaseModel]
 """Runs the execution, handing output to the sink `(call_id, stream, text)`; the result."""
