@@ -1,13 +1,20 @@
-"""The application core: configuration once, one pool and one audit log, conversations for all.
+"""The application core's front door: configuration once, one pool and one audit log.
 
-Every face of sbx (the CLI today; the service, MCP and the web page next)
-calls this layer and none re-implements a run. It holds no click and writes
-to no terminal: faces render the events they subscribe to.
+Every face of sbx (the CLI, the service and its web page, MCP) calls this
+layer and none re-implements a run. It holds no click and writes to no
+terminal: faces render the events they subscribe to. The door's operations:
 
-    AppConfig (agent.config) ──▶ App.open ──▶ Pool (host-wide cap, warm containers)
-                                    │      └─▶ AuditLog (one, shared, hash-chained)
-                                    └──▶ App.conversation(spec, endpoint) ──▶ Conversation
-                                                     └── ask(question) ──▶ RunResult, events
+    App.open(config)                        the audit log; the pool when code may run
+    App.conversation(spec, endpoint)        open a conversation (its sandbox at first use)
+    App.reopen(spec, endpoint, transcript)  resume one from its transcript (`sbx ask --continue`)
+      └─ Conversation.ask / answer / cancel  a run each (a `Cancellation` token, a recorder)
+    App.workspace(spec, extra_tools)        tools without a model (an MCP session, a rerun)
+    App.execute(program)                    one program, gated and audited like a model's call
+
+Every per-run choice of limits goes through `limits=` (already checked below the
+policy's ceiling by the caller's request type). The audit log, the pool and the
+image stay in here: faces never pass them on, and never build a `Workspace` or
+a `Conversation` themselves (tests/test_layering.py).
 
 `App` is one of the two places in `agent/` that imports `sandbox` (with the
 conversation); the loop never does (DESIGN). Closing the app drains the pool
@@ -19,25 +26,31 @@ from __future__ import annotations
 import getpass
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sbx.agent.cancellation import Cancellation
 from sbx.agent.config import AppConfig
 from sbx.agent.conversation import Conversation, ConversationSpec, new_conversation_id
 from sbx.agent.events import ConversationStart, EventSink
 from sbx.agent.model import ModelClient
+from sbx.agent.program import Program, run_program
+from sbx.agent.run_recorder import NoRecorder, RunRecorder
 from sbx.agent.settings import Endpoint, SettingsError
 from sbx.agent.state import RunResult
 from sbx.agent.transcript import Transcript
+from sbx.agent.workspace import Workspace, check_data
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.config import DEFAULT_IMAGE
-from sbx.sandbox.errors import InvalidInput
-from sbx.sandbox.files import data_mounts
+from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool import Pool
 from sbx.sandbox.pool_config import PoolConfig
 from sbx.sandbox.session import new_run_id
 from sbx.tools.audit import AuditLog, open_audit_log
+from sbx.tools.context import OutputSink
+from sbx.tools.outcome import ToolOutcome
+from sbx.tools.registry import Tool
 
 RUNS_DIR = Path("sbx-runs")
 """Default directory of transcripts (`<conversation or run id>.jsonl`)."""
@@ -98,25 +111,20 @@ class App(Closing):
         *,
         endpoint: Endpoint,
         transcript: Path | None = None,
+        limits: Limits | None = None,
     ) -> Conversation:
         """Open a conversation: its transcript, its model client; its sandbox at first use.
 
         Data the sandbox's user could not read is a `SettingsError` now, before
         anything runs (host-side tools must never read more than the sandbox can).
+        `limits` (at most the policy's) replace the policy's for its sandbox.
         """
-        try:
-            data_mounts(list(spec.data))
-        except InvalidInput as exc:
-            raise SettingsError(str(exc)) from None
+        check_data(spec.data)
         conversation_id = spec.conversation_id or new_conversation_id()
-        spec = ConversationSpec(**{**vars(spec), "conversation_id": conversation_id})
+        spec = replace(spec, conversation_id=conversation_id)
         path = transcript or RUNS_DIR / f"{conversation_id}.jsonl"
         record = Transcript.create(path, conversation_id=conversation_id)
-        model = ModelClient.connect(endpoint, self.config.settings)
-        conversation = Conversation(
-            spec=spec, config=self.config, model=model, audit=self.audit, transcript=record,
-            pool=self.pool, image=self.image,
-        )
+        conversation = self._conversation(spec, endpoint, record, limits)
         conversation.emit(
             ConversationStart(
                 conversation_id=conversation_id, principal=spec.principal,
@@ -124,6 +132,54 @@ class App(Closing):
             )
         )
         return conversation
+
+    def reopen(self, spec: ConversationSpec, *, endpoint: Endpoint, transcript: Path,
+               next_seq: int) -> Conversation:
+        """A conversation taken up from its transcript (appended from line `next_seq` on)."""
+        check_data(spec.data)
+        if spec.conversation_id is None:
+            raise SettingsError("a conversation is reopened under its own id")
+        record = Transcript.reopen(transcript, conversation_id=spec.conversation_id,
+                                   next_seq=next_seq)
+        return self._conversation(spec, endpoint, record, None)
+
+    def workspace(self, spec: ConversationSpec, *, extra_tools: tuple[Tool, ...] = (),
+                  limits: Limits | None = None) -> Workspace:
+        """A sandbox kept across tool calls without a model (an MCP session's, a rerun's)."""
+        check_data(spec.data)
+        return Workspace(spec=spec, config=self._config_for(limits), audit=self.audit,
+                         pool=self.pool, image=self.image, extra_tools=extra_tools)
+
+    def execute(self, program: Program, *, recorder: RunRecorder | None = None,
+                cancel: Cancellation | None = None,
+                on_output: OutputSink | None = None) -> ToolOutcome:
+        """Run one program in a sandbox of its own, through the gate (see `run_program`)."""
+        workspace = self.workspace(program.spec(), limits=program.limits)
+        return run_program(workspace, program, recorder=recorder or NoRecorder(),
+                           cancel=cancel or Cancellation(), on_output=on_output)
+
+    @property
+    def audit_path(self) -> Path:
+        """Where the audit log is (faces print it; only the core writes it)."""
+        return self.audit.path
+
+    @property
+    def runs_code(self) -> bool:
+        """Whether programs can run at all (the policy enables `execute_python`)."""
+        return self.pool is not None
+
+    def _config_for(self, limits: Limits | None) -> AppConfig:
+        return self.config if limits is None else replace(self.config, limits=limits)
+
+    def _conversation(self, spec: ConversationSpec, endpoint: Endpoint, record: Transcript,
+                      limits: Limits | None) -> Conversation:
+        """The one place a `Conversation` is built: its model client, its sandbox's config."""
+        config = self._config_for(limits)
+        model = ModelClient.connect(endpoint, config.settings)
+        return Conversation(
+            spec=spec, config=config, model=model, audit=self.audit, transcript=record,
+            pool=self.pool, image=self.image,
+        )
 
     def close(self) -> None:
         """Drain the pool (every container removed), then close the audit log."""
@@ -184,5 +240,5 @@ def answer_one(
     output = spec.output or spec.output_root / run_id
     return Answer(
         result=result, conversation_id=conversation.id, transcript=path,
-        audit_log=app.audit.path, output_dir=output,
+        audit_log=app.audit_path, output_dir=output,
     )

@@ -13,10 +13,12 @@ the service's event stream); a subscriber that raises is dropped, never the run.
 An execution's live output goes to the subscribers alone, as `output_chunk`
 events while the code runs; the transcript keeps the output in `tool_result`.
 
-Cancellation (Ctrl-C, or `cancel()` from another thread) ends the run as
-`cancelled`: the gate marks the interrupted call `cancelled`, the sandbox is
-removed (its interpreter may still be running the code), and the next
-question gets a fresh sandbox and a note that earlier variables are gone.
+Cancellation (Ctrl-C, the run's `Cancellation` token fired by the face, or
+`cancel()` from another thread) ends the run as `cancelled`, even while a
+model request hangs: the gate marks the interrupted call `cancelled`, the
+sandbox is removed (its interpreter may still be running the code), and the
+next question gets a fresh sandbox and a note that earlier variables are gone.
+A face with a store passes its `RunRecorder`: it hears each run start and end.
 """
 
 from __future__ import annotations
@@ -25,20 +27,29 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from sbx.agent.asking import PendingInput, answer_message
+from sbx.agent.cancellation import Cancellation, Cancelled
 from sbx.agent.config import AppConfig
 from sbx.agent.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.loop import run
 from sbx.agent.model import ModelClient, TokenUsage
 from sbx.agent.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.provenance_data import data_digests
+from sbx.agent.run_recorder import (
+    NoRecorder,
+    RunRecorder,
+    RunTicket,
+    recorded,
+    result_outcome,
+)
 from sbx.agent.state import RunResult, SandboxUsage
 from sbx.agent.transcript import Transcript
-from sbx.agent.workspace import Workspace, WorkspaceSpec
+from sbx.agent.workspace import RESET_NOTE as RESET_NOTE
+from sbx.agent.workspace import ConversationSpec as ConversationSpec
+from sbx.agent.workspace import Workspace, reset_note
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.pool import Pool
@@ -46,44 +57,17 @@ from sbx.sandbox.session import new_run_id
 from sbx.sandbox.units import format_size
 from sbx.tools.audit import AuditError, AuditLog
 from sbx.tools.builtin.ask_user import bounded_answer
-from sbx.tools.context import Operator
 from sbx.tools.gate import ToolGate
 
 logger = logging.getLogger(__name__)
 
-RESET_NOTE = (
-    "[sbx] The sandbox was reset since the previous question: variables, imports and "
-    "files from earlier runs are gone. Re-run what you need."
-)
+RESET_REASON = "it was replaced since the previous question"
 UNANSWERED = "[sbx] Not run: the run ended before this call was made ({status})."
 
 
 def new_conversation_id() -> str:
     """A short unique id shared by the conversation's transcript, sandbox labels and audit."""
     return "conv-" + uuid.uuid4().hex[:12]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ConversationSpec:
-    """What a conversation is opened with; the face fills it from its own inputs."""
-
-    principal: str
-    """Who asks, as the face authenticated them; it reaches every audit record."""
-    data: tuple[Path, ...] = ()
-    """Files and directories mounted read-only at `/data/<name>`."""
-    output: Path | None = None
-    """One directory for every run's artifacts; default `<output_root>/<run_id>` per run."""
-    output_root: Path = Path("sbx-output")
-    """Where per-run artifact directories go when `output` is not given."""
-    label: str | None = None
-    """Shown first in the progress and kept in the transcript (the demo's "scripted model")."""
-    conversation_id: str | None = None
-    """A chosen id (the service's); a new one when None."""
-    operator: Operator | None = None
-    """Who answers the model's `ask_user` at once (the CLI's terminal prompt); None: no one."""
-    defer_questions: bool = False
-    """Without an operator, `ask_user` ends the run `needs_input` and `answer()` continues it;
-    with neither, the model is not offered `ask_user`."""
 
 
 class Conversation(Closing):
@@ -107,18 +91,15 @@ class Conversation(Closing):
         self.image = image
         self.transcript = transcript
         self.workspace = Workspace(
-            spec=WorkspaceSpec(
-                owner_id=self.id, principal=spec.principal, data=spec.data, output=spec.output,
-                output_root=spec.output_root, operator=spec.operator,
-                defer_questions=spec.defer_questions,
-            ),
-            config=config, audit=audit, pool=pool, image=image,
+            spec=replace(spec, conversation_id=self.id), config=config, audit=audit, pool=pool,
+            image=image,
         )
         self._messages: list[dict[str, Any]] = []
         self._prompt: SystemPrompt | None = None
         self._sinks: list[EventSink] = []
         self._lock = threading.Lock()
         self._gate: ToolGate | None = None
+        self._cancel: Cancellation | None = None
         self.runs: list[RunResult] = []
         """Every run's result, in order."""
         self.pending: PendingInput | None = None
@@ -148,23 +129,23 @@ class Conversation(Closing):
 
     # ------------------------------------------------------------ questions
 
-    def ask(self, question: str, *, run_id: str | None = None) -> RunResult:
+    def ask(self, question: str, *, run_id: str | None = None,
+            cancel: Cancellation | None = None, recorder: RunRecorder | None = None
+            ) -> RunResult:
         """Answer one question, continuing the conversation; one question at a time.
 
-        Returns a `RunResult` for every ending, Ctrl-C included (`cancelled`);
-        raises only for operator errors (the sandbox or the audit log failed),
-        after recording a `run_error` event.
+        Returns a `RunResult` for every ending, Ctrl-C and a fired `cancel`
+        included (`cancelled`); raises only for operator errors (the sandbox or
+        the audit log failed), after recording a `run_error` event. `recorder`
+        (an admitted run's) hears it start and end.
         """
         with self._lock:
-            run_id = run_id or new_run_id()
-            try:
-                result = self._run(question, run_id)
-            except KeyboardInterrupt:  # outside the loop, which records its own
-                result = self._cancelled(run_id)
-            self.runs.append(result)
-            return result
+            self.pending = None
+            return self._recorded(question, run_id or new_run_id(), cancel, recorder)
 
-    def answer(self, answer: str, *, run_id: str | None = None) -> RunResult:
+    def answer(self, answer: str, *, run_id: str | None = None,
+               cancel: Cancellation | None = None, recorder: RunRecorder | None = None
+               ) -> RunResult:
         """Continue the run that ended `needs_input` with the user's answer: a new run.
 
         The sandbox is the same one if it is still alive (variables kept), else a
@@ -176,15 +157,31 @@ class Conversation(Closing):
             pending = self.pending
             if pending is None:
                 raise ValueError("no run of this conversation is waiting for an answer")
-            run_id = run_id or new_run_id()
             text = bounded_answer(answer)
+            return self._recorded(answer_message(pending, text), run_id or new_run_id(), cancel,
+                                  recorder, continues=pending, answer=text)
+
+    def _recorded(self, question: str, run_id: str, cancel: Cancellation | None,
+                  recorder: RunRecorder | None, *, continues: PendingInput | None = None,
+                  answer: str | None = None) -> RunResult:
+        """One run under the lock: its token, its recorder, its result kept."""
+        token = self._cancel = cancel or Cancellation()
+        ticket = RunTicket(run_id=run_id, kind="question", principal=self.spec.principal,
+                           conversation_id=self.id, question=answer or question,
+                           output_dir=self.workspace.output_dir(run_id), cancel=token)
+
+        def work() -> RunResult:
             try:
-                result = self._run(answer_message(pending, text), run_id, continues=pending,
-                                   answer=text)
-            except KeyboardInterrupt:
-                result = self._cancelled(run_id)
-            self.runs.append(result)
-            return result
+                return self._run(question, run_id, token, continues=continues, answer=answer)
+            except (KeyboardInterrupt, Cancelled):  # outside the loop, which records its own
+                return self._cancelled(run_id, token)
+
+        try:
+            result = recorded(recorder or NoRecorder(), ticket, work, result_outcome)
+        finally:
+            self._cancel = None
+        self.runs.append(result)
+        return result
 
     def restore(self, messages: list[dict[str, Any]], pending: PendingInput, *, lost: bool) -> None:
         """Take up a conversation from its record (a new process): its messages, its question.
@@ -198,10 +195,11 @@ class Conversation(Closing):
 
     def cancel(self) -> None:
         """Cancel the run in progress from another thread: its sandbox is removed."""
-        gate = self._gate
-        if gate is not None:
-            gate.cancel()
-        self.workspace.discard()
+        token = self._cancel
+        if token is not None:
+            token.cancel()
+        else:
+            self.workspace.discard()
 
     def reset(self) -> None:
         """Forget the messages and replace the sandbox: the next question starts afresh."""
@@ -226,21 +224,26 @@ class Conversation(Closing):
     # ------------------------------------------------------------ internals
 
     def _run(
-        self, question: str, run_id: str, *, continues: PendingInput | None = None,
-        answer: str | None = None,
+        self, question: str, run_id: str, cancel: Cancellation, *,
+        continues: PendingInput | None = None, answer: str | None = None,
     ) -> RunResult:
-        """Open the gate for one run, run the loop, settle the history, close the gate."""
+        """Open the gate for one run, run the loop, settle the history, close the gate.
+
+        The token cancels the gate's running call and removes the sandbox when it fires.
+        """
         self.pending = None
+        cancel.check()
         live = LiveRelay(run_id, self._publish)
         gate = self.workspace.open_gate(
             run_id, continues=continues.run_id if continues else None, on_output=live
         )
         self._gate = gate
+        unhook = cancel.on_cancel(lambda: self._stop(gate))
         reason = "error"
         try:
             prompt = self._system_prompt(gate)
             reset = self.workspace.take_reset() and bool(self._messages)
-            asked = f"{RESET_NOTE}\n\n{question}" if reset else question
+            asked = f"{reset_note(RESET_REASON)}\n\n{question}" if reset else question
             start = self._run_start(run_id, question, prompt, gate, reset=reset)
             if continues is not None:
                 start = start.model_copy(update={"continues": continues.run_id})
@@ -250,18 +253,20 @@ class Conversation(Closing):
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
+                cancel=cancel,
             )
             reason = result.status
             self._messages = settle(list(result.messages), result.status)
             if result.status == "needs_input" and result.question is not None:
                 self.pending = PendingInput(run_id=run_id, question=result.question)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Cancelled):
             reason = "cancelled"
             raise
         except (SandboxError, AuditError) as exc:
             self.emit(RunError(run_id=run_id, error=f"{type(exc).__name__}: {exc}"))
             raise
         finally:
+            unhook()
             live.close()
             if reason == "cancelled":
                 gate.cancel()
@@ -269,6 +274,11 @@ class Conversation(Closing):
             self._gate = None
             gate.close(reason=reason)
         return result
+
+    def _stop(self, gate: ToolGate) -> None:
+        """The token fired: the running call ends `cancelled`, its sandbox is removed."""
+        gate.cancel()
+        self.workspace.discard()
 
     def _system_prompt(self, gate: ToolGate) -> SystemPrompt:
         """Built once per conversation: later runs continue the messages it began."""
@@ -307,11 +317,11 @@ class Conversation(Closing):
             sandbox_reset=reset,
         )
 
-    def _cancelled(self, run_id: str) -> RunResult:
+    def _cancelled(self, run_id: str, cancel: Cancellation) -> RunResult:
         """The result of a run cancelled before or after the loop (which records its own)."""
         result = RunResult(
             run_id=run_id, status="cancelled", answer=None,
-            message="Cancelled by the operator (Ctrl-C or SIGTERM)", turns=0, tool_calls=0,
+            message=cancel.reason, turns=0, tool_calls=0,
             usage=TokenUsage(), duration_s=0.0, artifacts=(), sandbox=SandboxUsage(),
             messages=tuple(self._messages),
         )

@@ -24,6 +24,7 @@ from typing import Any
 
 from sbx.agent.asking import awaiting_input
 from sbx.agent.budget import before_request, before_tools, model_ending, remaining_s
+from sbx.agent.cancellation import Cancellation, Cancelled
 from sbx.agent.compaction import estimate_tokens, shorten_observations
 from sbx.agent.dispatch import ToolDispatcher
 from sbx.agent.events import (
@@ -94,13 +95,15 @@ def run(
     system_prompt: str,
     history: Sequence[dict[str, Any]] = (),
     emit: EventSink = discard,
+    cancel: Cancellation | None = None,
 ) -> RunResult:
     """Answer `question` with the model and the gate's tools, within `settings.budget`.
 
     `history` continues a conversation (its first message is the system prompt
     it began with); without it the run starts from `system_prompt`. Returns a
-    `RunResult` for every ending, Ctrl-C included (`cancelled`); raises only
-    for operator errors from the gate (the sandbox or the audit log failed).
+    `RunResult` for every ending, Ctrl-C and a fired `cancel` token included
+    (`cancelled`); raises only for operator errors from the gate (the sandbox
+    or the audit log failed).
     """
     state = RunState(
         run_id=gate.run_id, started=time.monotonic(), messages=list(history), question=question,
@@ -111,17 +114,17 @@ def run(
     add_message(state, {"role": "user", "content": question}, emit)
     tools = gate.schemas()
     dispatcher = ToolDispatcher(gate, workers=settings.parallel_tools)
-    cancelled = False
+    cancel = cancel or Cancellation()
     try:
         while True:
-            ending = take_turn(state, model, dispatcher, tools, settings, emit)
+            ending = take_turn(state, model, dispatcher, tools, settings, emit, cancel)
             if ending is not None:
                 break
-    except KeyboardInterrupt:
-        cancelled = True
-        ending = Ending(status="cancelled", message="Cancelled by the operator (Ctrl-C or SIGTERM)")
+    except (KeyboardInterrupt, Cancelled):
+        cancel.cancel()
+        ending = Ending(status="cancelled", message=cancel.reason)
     finally:
-        dispatcher.close(wait=not cancelled)
+        dispatcher.close(wait=not cancel.cancelled)
     return finish(state, ending, emit)
 
 
@@ -132,9 +135,14 @@ def take_turn(
     tools: Sequence[dict[str, Any]],
     settings: AgentSettings,
     emit: EventSink,
+    cancel: Cancellation,
 ) -> Ending | None:
-    """One model request and its tool calls; an `Ending` when the run must stop here."""
+    """One model request and its tool calls; an `Ending` when the run must stop here.
+
+    Raises `Cancelled` once `cancel` fired (before the request, during it, or after the tools).
+    """
     budget = settings.budget
+    cancel.check()
     compact(state, settings, tools, emit)
     estimate = estimate_tokens(state.messages, tools)
     ending = before_request(state, budget, now=time.monotonic(), prompt_estimate=estimate)
@@ -142,7 +150,8 @@ def take_turn(
         return ending
     timeout = remaining_s(state, budget, time.monotonic())  # retries included
     try:
-        reply = traced_complete(model, state.messages, tools, timeout=max(timeout, 0.001))
+        reply = traced_complete(model, state.messages, tools, timeout=max(timeout, 0.001),
+                                cancel=cancel)
     except ModelError as exc:
         return model_ending(state, budget, exc, now=time.monotonic())
     record_reply(state, reply, emit)
@@ -161,6 +170,7 @@ def take_turn(
                 return ending
             outcomes = dispatcher.run(calls)
             record_outcomes(state, outcomes, emit)
+            cancel.check()
             return halted(outcomes) or awaiting_input(outcomes)
     raise TypeError(f"Unknown next step for reply {reply!r}")  # pragma: no cover
 

@@ -26,6 +26,7 @@ from typing import Any
 import openai
 from openai import OpenAI, Timeout
 
+from sbx.agent.cancellation import Cancellation, Cancelled
 from sbx.agent.compaction import estimate_tokens
 from sbx.agent.model_http import UnusableReply, attempt_deadline, guarded_client
 from sbx.agent.model_reply import (
@@ -130,10 +131,13 @@ class ModelClient:
         tools: Sequence[dict[str, Any]],
         *,
         timeout: float,
+        cancel: Cancellation | None = None,
     ) -> ModelReply:
         """Send the conversation and the tool list; all attempts together take at most `timeout` s.
 
-        Raises `OutOfTime` when `timeout` runs out first, `ModelError` for anything else.
+        Raises `OutOfTime` when `timeout` runs out first, `Cancelled` within about
+        `CANCEL_POLL_S` of `cancel` firing (the request in flight is abandoned),
+        `ModelError` for anything else.
         """
         started = time.monotonic()
         deadline = started + timeout
@@ -150,11 +154,11 @@ class ModelClient:
         attempt = 0
         while True:
             try:
-                body, content_type = self._attempt(sendable, tools, deadline, attempt)
+                body, content_type = self._attempt(sendable, tools, deadline, attempt, cancel)
             except _Retry as failed:
                 if attempt >= self.max_retries:
                     raise ModelError(failed.final(self.max_retries)) from None
-                self._wait(failed, attempt, deadline)
+                self._wait(failed, attempt, deadline, cancel)
                 attempt += 1
                 continue
             reply = parse_reply(body, content_type, limits)
@@ -168,15 +172,18 @@ class ModelClient:
         tools: Sequence[dict[str, Any]],
         deadline: float,
         attempt: int,
+        cancel: Cancellation | None = None,
     ) -> tuple[bytes, str]:
         """One HTTP request; the body and its content type, or `_Retry`, or a final error."""
+        if cancel is not None:
+            cancel.check()
         left = deadline - time.monotonic()
         if left <= 0:
             raise OutOfTime(f"no time was left for attempt {attempt + 1} of the model request")
         extra: dict[str, Any] = {"tools": list(tools)} if tools else {}
         per_attempt = min(self._settings.request_timeout, left)
         try:
-            with attempt_deadline(deadline):
+            with attempt_deadline(deadline, cancel):
                 raw = self._client.chat.completions.with_raw_response.create(
                     model=self.model,
                     messages=list(messages),  # type: ignore[arg-type]
@@ -186,6 +193,8 @@ class ModelClient:
                 )
         except UnusableReply as exc:  # raised in the transport, under the SDK
             raise ModelError(str(exc)) from None
+        except Cancelled:
+            raise
         except openai.APIStatusError as exc:
             raise self._status_error(exc) from None
         except openai.APITimeoutError:
@@ -201,6 +210,8 @@ class ModelClient:
             ) from None
         except openai.APIConnectionError as exc:
             cause = _cause(exc)
+            if isinstance(cause, Cancelled):  # the SDK wraps what the transport raised
+                raise Cancelled(str(cause)) from None
             if isinstance(cause, UnusableReply):  # SDKs that wrap every send error
                 raise ModelError(str(cause)) from None
             raise _Retry(
@@ -228,7 +239,8 @@ class ModelClient:
             return ModelError(template.replace(_NOTE, ""))
         return _Retry(template, _retry_after(exc.response.headers), status=True)
 
-    def _wait(self, failed: _Retry, attempt: int, deadline: float) -> None:
+    def _wait(self, failed: _Retry, attempt: int, deadline: float,
+              cancel: Cancellation | None = None) -> None:
         """Sleep before the next attempt, or raise `OutOfTime` when the wait would not fit."""
         wait = failed.wait
         asked = wait is not None
@@ -239,7 +251,10 @@ class ModelClient:
             said = f"asked to retry after {wait:g} s" if asked else f"a retry after {wait:.1f} s"
             raise OutOfTime(f"{failed}; {said}, but the run has {max(left, 0):.1f} s left")
         logger.debug("Retrying the model request in %.2f s", wait)
-        time.sleep(wait)
+        if cancel is None:
+            time.sleep(wait)
+        elif cancel.wait(wait):
+            cancel.check()
 
 
 def request_timeout(seconds: float) -> Timeout:

@@ -7,7 +7,10 @@ client whose connections come from a network backend that wraps every
 stream: each connect, TLS handshake, read and write is given at most the time
 left before the attempt's deadline (`attempt_deadline`, a context variable
 set by `ModelClient` around each attempt, so one client can serve several
-runs' threads), and fails as a timeout once it has passed.
+runs' threads), and fails as a timeout once it has passed. When the attempt
+carries a cancellation token, reads wait in slices of at most
+`CANCEL_POLL_S` and look at the token between them: a cancelled run abandons
+a request the endpoint never answers within that slice (`Cancelled`).
 
 Bodies are counted as they arrive and refused past `max_bytes`, error bodies
 included (the SDK reads those whole). sbx asks for `Accept-Encoding:
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -29,7 +32,12 @@ from urllib.parse import urlsplit
 import httpcore2
 import httpx2
 
+from sbx.agent.cancellation import Cancellation, Cancelled
+
 _DEADLINE: ContextVar[float | None] = ContextVar("sbx_model_deadline", default=None)
+_CANCEL: ContextVar[Cancellation | None] = ContextVar("sbx_model_cancel", default=None)
+CANCEL_POLL_S = 0.2
+"""Longest socket wait between two looks at the attempt's cancellation token."""
 
 
 class UnusableReply(Exception):
@@ -37,13 +45,40 @@ class UnusableReply(Exception):
 
 
 @contextmanager
-def attempt_deadline(deadline: float) -> Iterator[None]:
-    """Within the block, every socket operation of this thread ends by `deadline` (monotonic)."""
+def attempt_deadline(deadline: float, cancel: Cancellation | None = None) -> Iterator[None]:
+    """Within the block, every socket operation of this thread ends by `deadline` (monotonic).
+
+    With `cancel`, it also ends (`Cancelled`) within `CANCEL_POLL_S` of the token firing.
+    """
     token = _DEADLINE.set(deadline)
+    watched = _CANCEL.set(cancel)
     try:
         yield
     finally:
+        _CANCEL.reset(watched)
         _DEADLINE.reset(token)
+
+
+def _sliced(operation: Callable[[float | None], Any], timeout: float | None,
+            error: type[Exception]) -> Any:
+    """`operation(timeout)`, waiting in slices while a cancellation token is watched."""
+    cancel = _CANCEL.get()
+    if cancel is None:
+        return operation(_bounded(timeout, error))
+    while True:
+        cancel.check()
+        bounded = _bounded(timeout, error)
+        step = CANCEL_POLL_S if bounded is None else min(bounded, CANCEL_POLL_S)
+        started = time.monotonic()
+        try:
+            return operation(step)
+        except httpcore2.ReadTimeout:
+            if cancel.is_set():
+                raise Cancelled(cancel.reason) from None
+            if bounded is not None and step >= bounded:
+                raise
+            if timeout is not None:
+                timeout -= time.monotonic() - started
 
 
 def _bounded(timeout: float | None, error: type[Exception]) -> float | None:
@@ -64,9 +99,14 @@ class _DeadlineStream(httpcore2.NetworkStream):
         self._inner = inner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _bounded(timeout, httpcore2.ReadTimeout))
+        data: bytes = _sliced(lambda step: self._inner.read(max_bytes, step), timeout,
+                              httpcore2.ReadTimeout)
+        return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        cancel = _CANCEL.get()  # not sliced: a write cut short cannot be resumed
+        if cancel is not None:
+            cancel.check()
         self._inner.write(buffer, _bounded(timeout, httpcore2.WriteTimeout))
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ from sbx.agent.app import App
 from sbx.agent.provenance_data import MISSING, DataChange, data_changes, data_digests
 from sbx.agent.provenance_record import RecordedConversation, RecordedExecution, RecordedRun
 from sbx.agent.rerun_compare import Comparison, Observed, compare
-from sbx.agent.workspace import Workspace, WorkspaceSpec
+from sbx.agent.workspace import ConversationSpec
 from sbx.tools.gate import ToolGate
 
 
@@ -92,12 +92,9 @@ def rerun(
     report.changes = data_changes(recorded, data_digests(paths)) if recorded else []
     gone = {change.name for change in report.changes if change.now == MISSING}
     present = tuple(Path(p) for p in paths if Path(p).resolve().name not in gone)
-    workspace = Workspace(
-        spec=WorkspaceSpec(
-            owner_id=report.rerun_id, principal=principal, data=present, output=output_dir
-        ),
-        config=app.config, audit=app.audit, pool=app.pool, image=app.image,
-    )
+    workspace = app.workspace(ConversationSpec(
+        conversation_id=report.rerun_id, principal=principal, data=present, output=output_dir
+    ))
     if not workspace.enabled:
         raise RerunError("the policy does not enable execute_python: nothing can be re-run")
     with workspace:

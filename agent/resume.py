@@ -24,7 +24,7 @@ from typing import Any
 
 from sbx.agent.app import Answer, App
 from sbx.agent.asking import PendingInput
-from sbx.agent.conversation import Conversation, ConversationSpec, settle
+from sbx.agent.conversation import ConversationSpec, settle
 from sbx.agent.events import (
     ConversationStart,
     EventSink,
@@ -34,10 +34,8 @@ from sbx.agent.events import (
     RunStart,
     ToolResult,
 )
-from sbx.agent.model import ModelClient
 from sbx.agent.settings import Endpoint, SettingsError
-from sbx.agent.transcript import Transcript, TranscriptError, numbered_events
-from sbx.agent.workspace import check_data
+from sbx.agent.transcript import TranscriptError, numbered_events
 
 MAX_SCANNED = 10_000
 """Transcripts looked at, at most, to find the one that holds a run id."""
@@ -137,16 +135,9 @@ def continue_paused(
     `spec` gives the face's principal, output and operator; the conversation id
     and the data are the paused conversation's.
     """
-    check_data(paused.data)
     spec = replace(spec, conversation_id=paused.conversation_id, data=paused.data)
-    record = Transcript.reopen(
-        paused.path, conversation_id=paused.conversation_id, next_seq=paused.next_seq
-    )
-    model = ModelClient.connect(endpoint, app.config.settings)
-    conversation = Conversation(
-        spec=spec, config=app.config, model=model, audit=app.audit, transcript=record,
-        pool=app.pool, image=app.image,
-    )
+    conversation = app.reopen(spec, endpoint=endpoint, transcript=paused.path,
+                              next_seq=paused.next_seq)
     with conversation:
         if progress is not None:
             conversation.subscribe(progress)
@@ -155,5 +146,5 @@ def continue_paused(
     output = spec.output or spec.output_root / result.run_id
     return Answer(
         result=result, conversation_id=conversation.id, transcript=paused.path,
-        audit_log=app.audit.path, output_dir=output,
+        audit_log=app.audit_path, output_dir=output,
     )

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
+from sbx.agent.cancellation import Cancellation
 from sbx.agent.model import ModelClient, ModelReply
 from sbx.agent.state import RunResult
 from sbx.tools.tracing import TRACER, failed
@@ -108,7 +109,8 @@ def record_result(span: Span, result: RunResult) -> None:
 
 
 def traced_complete(model: ModelClient, messages: Sequence[dict[str, Any]],
-                    tools: Sequence[dict[str, Any]], *, timeout: float) -> ModelReply:
+                    tools: Sequence[dict[str, Any]], *, timeout: float,
+                    cancel: Cancellation | None = None) -> ModelReply:
     """`model.complete(...)` inside a `chat {model}` span; errors propagate unchanged."""
     attributes = {"gen_ai.operation.name": "chat", **model_attributes(model)}
     with TRACER.start_as_current_span(
@@ -116,7 +118,7 @@ def traced_complete(model: ModelClient, messages: Sequence[dict[str, Any]],
         record_exception=False, set_status_on_exception=False,
     ) as span:
         try:
-            reply = model.complete(messages, tools, timeout=timeout)
+            reply = model.complete(messages, tools, timeout=timeout, cancel=cancel)
         except BaseException as exc:
             failed(span, type(exc).__name__)
             raise

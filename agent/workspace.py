@@ -35,17 +35,31 @@ from sbx.tools.context import Operator, OutputSink, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.registry import Tool
 
+RESET_NOTE = "[sbx] The sandbox was reset"
+"""How every note of a reset begins (`reset_note`), for the model and for tests."""
+
+
+def reset_note(reason: str, *, before: str = "before this call") -> str:
+    """What the model is told when its sandbox was replaced since it last ran code."""
+    return (
+        f"{RESET_NOTE} {before} ({reason}): variables, imports and files written in the "
+        "sandbox by earlier calls are gone (artifacts already copied out are kept). "
+        "Re-run what you need."
+    )
+
 
 class WorkspaceClosed(SandboxError):
     """Code was sent to a workspace after it closed (its owner ended while a call came in)."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class WorkspaceSpec:
-    """Who uses the workspace, with which data, and where files go."""
+class ConversationSpec:
+    """Who works, with which data, where files go: a conversation's or a tool session's.
 
-    owner_id: str
-    """The conversation's or the tool session's id (audit `run_start`, transcript)."""
+    The face fills it from its own inputs; the core (`App`) opens the conversation
+    or the workspace with it.
+    """
+
     principal: str
     """Who asks, as the face authenticated them; it reaches every audit record."""
     data: tuple[Path, ...] = ()
@@ -54,10 +68,16 @@ class WorkspaceSpec:
     """One directory for every run's artifacts; default `<output_root>/<run_id>` per run."""
     output_root: Path = Path("sbx-output")
     """Where per-run artifact directories go when `output` is not given."""
+    label: str | None = None
+    """Shown first in the progress and kept in the transcript (the demo's "scripted model")."""
+    conversation_id: str | None = None
+    """The owner's id (a conversation's, an MCP session's, one program's run id); the core
+    makes a new conversation id when None."""
     operator: Operator | None = None
-    """Who answers `ask_user` at once (a person at a terminal); None: no one now."""
+    """Who answers the model's `ask_user` at once (the CLI's terminal prompt); None: no one."""
     defer_questions: bool = False
-    """Without an operator, `ask_user` ends the run `needs_input` (the face continues it)."""
+    """Without an operator, `ask_user` ends the run `needs_input` and `answer()` continues it;
+    with neither, the model is not offered `ask_user`."""
 
 
 def check_data(data: Sequence[Path]) -> None:
@@ -77,7 +97,7 @@ class Workspace(Closing):
     def __init__(
         self,
         *,
-        spec: WorkspaceSpec,
+        spec: ConversationSpec,
         config: AppConfig,
         audit: AuditLog,
         pool: Pool | None,
@@ -85,6 +105,8 @@ class Workspace(Closing):
         extra_tools: tuple[Tool, ...] = (),
     ) -> None:
         self.spec = spec
+        self.owner_id = spec.conversation_id or "unnamed"
+        """The conversation's, the tool session's or the program's id (audit, transcript)."""
         self.config = config
         self.audit = audit
         self.image = image
@@ -125,7 +147,7 @@ class Workspace(Closing):
             runner=_CurrentSandbox(self, run_id) if opened is not None else None,
             data_paths=list(self.spec.data),
             principal=self.spec.principal,
-            conversation_id=self.spec.owner_id,
+            conversation_id=self.owner_id,
             operator=self.spec.operator,
             defer_questions=self.spec.defer_questions,
             continues=continues,
@@ -168,7 +190,7 @@ class Workspace(Closing):
             return None
         with self._lock:
             if self._closed:
-                raise WorkspaceClosed(f"the workspace of {self.spec.owner_id} is closed")
+                raise WorkspaceClosed(f"the workspace of {self.owner_id} is closed")
             if self._session is None:
                 self._session = self._pool.session(
                     SessionSpec(

@@ -19,7 +19,7 @@ from mcp_support import containers_of
 from sbx.agent.app import App
 from sbx.agent.config import load_config
 from sbx.agent.mcp.session import new_session_id
-from sbx.agent.workspace import Workspace, WorkspaceClosed, WorkspaceSpec
+from sbx.agent.workspace import ConversationSpec, Workspace, WorkspaceClosed
 
 
 @contextmanager
@@ -29,11 +29,9 @@ def session_workspace(tmp_path: Path) -> Iterator[tuple[App, Workspace, str]]:
     with App.open(
         load_config(None), environ={}, audit_log=tmp_path / "audit.jsonl", image=TEST_IMAGE
     ) as app:
-        spec = WorkspaceSpec(owner_id=run_id, principal="os:tester", output_root=tmp_path)
-        workspace = Workspace(
-            spec=spec, config=app.config, audit=app.audit, pool=app.pool, image=TEST_IMAGE
-        )
-        yield app, workspace, run_id
+        spec = ConversationSpec(conversation_id=run_id, principal="os:tester",
+                                output_root=tmp_path)
+        yield app, app.workspace(spec), run_id
 
 
 @pytest.mark.docker

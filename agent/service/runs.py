@@ -1,20 +1,19 @@
-"""`RunManager`: this replica's live conversations and the worker threads that run their questions.
+"""`RunManager`: this replica's live conversations, its run places and the workers of questions.
 
-A posted question becomes a `queued` run row at once (the client gets its id)
-and is handed to a bounded pool of `max_running` workers; at most
-`max_queued` more may wait, past that the post is a 503 with `Retry-After`.
-A worker calls `Conversation.ask` (one question at a time per conversation),
-stores every event as it comes (`EventLog`), then the result: status,
-answer, usage and sandbox totals, CPU seconds (for the daily quota) and the
-artifacts. `finished()` is where each run's outcome is known; the observer
-hears it there.
+Every run of this replica (a question, a `/v1/execute` call, an MCP execution)
+takes a place with `admit` when its `StoreRecorder` admits it: at most
+`max_running` + `max_queued`, past that the post is a 503 with `Retry-After`.
+The place holds the run's `Cancellation` token until the run ends, so
+`cancel(run_id)` (the client's) and `cancel_all()` (the drain after SIGTERM)
+reach every kind of run the same way: the core stops what the token guards
+(the model request in flight, the running call, the sandbox).
 
-Cancelling a run (the client's `cancel`, or the drain after SIGTERM) sets the
-conversation's cancel flag and removes its sandbox; the model client checks
-the flag before and after every request and raises `KeyboardInterrupt`,
-which is how the agent loop is told to stop (`cancelled`, as with Ctrl-C).
-A conversation idle for `idle_timeout` releases its sandbox
-(`release_idle`); its next question gets a fresh one and is told so.
+A posted question is handed to a bounded pool of `max_running` workers; a
+worker calls `Conversation.ask` (or `answer`, continuing a run that ended
+`needs_input`), one question at a time per conversation, with the store's
+recorder, and stores every event as it comes (`EventLog`). A conversation idle
+for `idle_timeout` releases its sandbox (`release_idle`); its next question
+gets a fresh one and is told so.
 """
 
 from __future__ import annotations
@@ -25,54 +24,23 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from sbx.agent.cancellation import Cancellation
 from sbx.agent.conversation import Conversation
 from sbx.agent.events import Event, RunEnd, RunError
-from sbx.agent.model import ModelClient, ModelReply
+from sbx.agent.run_recorder import RunOutcome, RunRecorder, RunTicket, failed_outcome
 from sbx.agent.service.eventlog import EventLog, artifact_name, public_event
-from sbx.agent.service.outcomes import Observer, notify
 from sbx.agent.service.problems import unavailable
 from sbx.agent.service.store.db import Database
-from sbx.agent.service.store.models import ArtifactRow, Run
+from sbx.agent.service.store.models import ArtifactRow
 from sbx.agent.service.store.models import Conversation as ConversationRow
-from sbx.agent.settings import AgentSettings, Endpoint
-from sbx.agent.state import RunResult
 
 logger = logging.getLogger(__name__)
 
 TERMINAL_EVENTS = ("run_end", "run_error")
-
-
-class CancellableModel(ModelClient):
-    """A model client that ends the run (`KeyboardInterrupt`) once its flag is set."""
-
-    cancelled: threading.Event
-    """Set by `RunManager.cancel`; given by `for_flag`."""
-
-    @classmethod
-    def for_flag(cls, endpoint: Endpoint, settings: AgentSettings, flag: threading.Event
-                 ) -> CancellableModel:
-        """A client for `endpoint` watching `flag`."""
-        client = cls.connect(endpoint, settings)
-        if not isinstance(client, CancellableModel):  # pragma: no cover - connect uses cls
-            raise TypeError("connect did not build a CancellableModel")
-        client.cancelled = flag
-        return client
-
-    def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *,
-                 timeout: float) -> ModelReply:
-        """The request, unless cancelled before it or while it ran (the reply is dropped)."""
-        if self.cancelled.is_set():
-            raise KeyboardInterrupt
-        reply = super().complete(messages, tools, timeout=timeout)
-        if self.cancelled.is_set():
-            raise KeyboardInterrupt
-        return reply
 
 
 @dataclass(kw_only=True, eq=False)
@@ -83,7 +51,6 @@ class Live:
     principal: str
     conversation: Conversation
     output_root: Path
-    cancel: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     run_id: str | None = None
     """The run executing now."""
@@ -93,46 +60,27 @@ class Live:
     last_used: float = field(default_factory=time.monotonic)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Outcome:
-    """How a run ended, as stored."""
-
-    status: str
-    message: str
-    answer: str | None = None
-    result: dict[str, Any] | None = None
-    cpu_seconds: float = 0.0
-    artifacts: tuple[str, ...] = ()
-
-
 class RunManager:
     """Live conversations and their runs on this replica (see the module docstring)."""
 
-    def __init__(self, *, db: Database, events: EventLog, observer: Observer,
-                 max_running: int, max_queued: int) -> None:
+    def __init__(self, *, db: Database, events: EventLog, max_running: int,
+                 max_queued: int) -> None:
         self.db = db
         self.events = events
-        self.observer = observer
         self.max_running = max_running
         self.max_queued = max_queued
         self._executor = ThreadPoolExecutor(max_workers=max_running, thread_name_prefix="sbx-run")
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._pending = 0
+        self._tokens: dict[str, Cancellation] = {}
         self._live: dict[str, Live] = {}
-        self._queued: dict[str, Live] = {}
-        self._cancel_queued: set[str] = set()
 
     # ------------------------------------------------------------ conversations
 
-    def attach(self, conversation: Conversation, *, principal: str, endpoint: Endpoint,
-               settings: AgentSettings) -> Live:
-        """Hold `conversation` here: its events go to the store, its model can be cancelled."""
+    def attach(self, conversation: Conversation, *, principal: str) -> Live:
+        """Hold `conversation` here: its events go to the store."""
         live = Live(id=conversation.id, principal=principal, conversation=conversation,
                     output_root=conversation.spec.output_root)
-        model = CancellableModel.for_flag(endpoint, settings, live.cancel)
-        conversation.model.close()
-        conversation.model = model
         conversation.subscribe(lambda event: self._on_event(live, event))
         with self._lock:
             self._live[live.id] = live
@@ -150,7 +98,7 @@ class RunManager:
         if live is None:
             return
         if live.run_id is not None:
-            self._cancel_live(live)
+            self.cancel(live.run_id)
         with live.lock:  # waits for the cancelled run to end
             live.conversation.close()
 
@@ -182,53 +130,47 @@ class RunManager:
 
     # ------------------------------------------------------------ runs
 
-    def admit(self) -> None:
+    def admit(self, run_id: str, cancel: Cancellation) -> None:
         """Take a place for one run (running or queued), or 503 when the queue is full."""
         with self._lock:
-            if self._pending >= self.max_running + self.max_queued:
+            if len(self._tokens) >= self.max_running + self.max_queued:
                 raise unavailable(
                     f"this replica is running {self.max_running} runs with {self.max_queued} "
                     "waiting; retry shortly", retry_after=5.0)
-            self._pending += 1
+            self._tokens[run_id] = cancel
 
-    def release(self) -> None:
-        """Give back a place taken by `admit` (a run that was not submitted, or ended)."""
+    def release(self, run_id: str) -> None:
+        """Give back the place `admit` took (the run ended, or was not submitted)."""
         with self._idle:
-            self._pending -= 1
+            self._tokens.pop(run_id, None)
             self._idle.notify_all()
 
-    def submit(self, live: Live, run_id: str, question: str) -> None:
-        """Queue a run admitted with `admit`; it starts when a worker is free."""
-        with self._lock:
-            self._queued[run_id] = live
-        self._executor.submit(self._execute, live, run_id, question)
+    def submit(self, live: Live, ticket: RunTicket, recorder: RunRecorder, text: str, *,
+               answering: bool = False) -> None:
+        """Queue an admitted question (or, `answering`, the answer to a pending one)."""
+        self._executor.submit(self._execute, live, ticket, recorder, text, answering)
 
     def cancel(self, run_id: str) -> bool:
-        """Cancel a queued or running run held here; False when it is not here."""
+        """Cancel a queued or running run held here (any kind); False when it is not here."""
         with self._lock:
-            if run_id in self._queued:
-                self._cancel_queued.add(run_id)
-                return True
-            live = next((lv for lv in self._live.values() if lv.run_id == run_id), None)
-        if live is None:
+            token = self._tokens.get(run_id)
+        if token is None:
             return False
-        self._cancel_live(live)
+        token.cancel("Cancelled by the client")
         return True
 
-    def cancel_all(self) -> int:
+    def cancel_all(self, reason: str = "Cancelled: the server is shutting down") -> int:
         """Cancel every queued and running run (the drain's last step); how many."""
         with self._lock:
-            self._cancel_queued.update(self._queued)
-            running = [live for live in self._live.values() if live.run_id is not None]
-            count = len(self._queued) + len(running)
-        for live in running:
-            self._cancel_live(live)
-        return count
+            tokens = list(self._tokens.values())
+        for token in tokens:
+            token.cancel(reason)
+        return len(tokens)
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until no run is queued or running (or `timeout` seconds pass)."""
         with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout=timeout)
+            return self._idle.wait_for(lambda: not self._tokens, timeout=timeout)
 
     def sandboxes_held(self) -> int:
         """Conversations here whose sandbox is in use or kept for their next question."""
@@ -239,7 +181,7 @@ class RunManager:
     def busy(self) -> int:
         """Runs queued or running."""
         with self._lock:
-            return self._pending
+            return len(self._tokens)
 
     def shutdown(self) -> None:
         """Cancel what runs, wait for the workers, remove every sandbox."""
@@ -255,81 +197,32 @@ class RunManager:
 
     # ------------------------------------------------------------ internals
 
-    def _cancel_live(self, live: Live) -> None:
-        live.cancel.set()
-        live.conversation.cancel()
-
-    def _execute(self, live: Live, run_id: str, question: str) -> None:
-        """A worker: run the question unless it was cancelled while queued, then store it."""
+    def _execute(self, live: Live, ticket: RunTicket, recorder: RunRecorder, text: str,
+                 answering: bool) -> None:
+        """A worker: the question (cancelled while queued, it ends at once), recorded."""
         try:
             with live.lock:
-                with self._lock:
-                    self._queued.pop(run_id, None)
-                    skipped = run_id in self._cancel_queued
-                    self._cancel_queued.discard(run_id)
                 live.terminal_seen = False
-                if skipped:
-                    outcome = Outcome(status="cancelled", message="Cancelled before it started.")
-                else:
-                    outcome = self._ask(live, run_id, question)
-                live.last_used = time.monotonic()
-            self.finished(live, run_id, outcome)
+                live.run_id = ticket.run_id
+                conversation, heard = live.conversation, _Relay(self, live, recorder)
+                try:
+                    if answering:
+                        conversation.answer(text, run_id=ticket.run_id, cancel=ticket.cancel,
+                                            recorder=heard)
+                    else:
+                        conversation.ask(text, run_id=ticket.run_id, cancel=ticket.cancel,
+                                         recorder=heard)
+                except Exception as exc:  # the sandbox, the host or the audit log failed
+                    logger.warning("run %s failed: %s", ticket.run_id, type(exc).__name__)
+                    if not heard.done:  # it failed before the core could record it
+                        heard.finished(ticket, failed_outcome(exc))
+                finally:
+                    live.run_id = None
+                    live.last_used = time.monotonic()
         except Exception:
-            logger.exception("run %s could not be recorded", run_id)
+            logger.exception("run %s could not be recorded", ticket.run_id)
         finally:
-            self.release()
-
-    def _ask(self, live: Live, run_id: str, question: str) -> Outcome:
-        live.cancel.clear()
-        live.run_id = run_id
-        self._mark(run_id, status="running", started_at=time.time())
-        try:
-            result = live.conversation.ask(question, run_id=run_id)
-            live.holds_sandbox = result.status != "cancelled"
-            return _outcome(result)
-        except Exception as exc:  # the sandbox, the host or the audit log failed
-            logger.warning("run %s failed: %s", run_id, type(exc).__name__)
-            message = f"{type(exc).__name__}: {exc}"
-            if not live.terminal_seen:
-                self._on_event(live, RunError(run_id=run_id, error=message))
-            live.holds_sandbox = False
-            return Outcome(status="error", message=message)
-        finally:
-            live.run_id = None
-
-    def finished(self, live: Live, run_id: str, outcome: Outcome) -> None:
-        """Store how the run ended, its artifacts and CPU seconds; tell the observer."""
-        if outcome.status == "cancelled" and not live.terminal_seen:
-            event = RunEnd(run_id=run_id, status="cancelled", message=outcome.message)
-            self._on_event(live, event, run_id=run_id)
-        output_dir = live.output_root / run_id
-        with self.db.write() as session:
-            row = session.get(Run, run_id)
-            if row is not None:
-                row.status, row.message = outcome.status, outcome.message
-                row.answer, row.result = outcome.answer, outcome.result
-                row.cpu_seconds = outcome.cpu_seconds
-                row.ended_at = time.time()
-            for path in outcome.artifacts:
-                artifact = artifact_row(path, output_dir, run_id, live.principal)
-                if artifact is not None:
-                    session.add(artifact)
-            conversation = session.get(ConversationRow, live.id)
-            if conversation is not None and conversation.status == "active":
-                conversation.last_active_at = time.time()
-                conversation.sandbox = "held" if live.holds_sandbox else "none"
-        self.events.forget(run_id)
-        self.events.hub.publish(run_id)
-        notify(self.observer.run_finished, principal=live.principal, run_id=run_id,
-               status=outcome.status, result=outcome.result)
-
-    def _mark(self, run_id: str, **values: Any) -> None:
-        with self.db.write() as session:
-            row = session.get(Run, run_id)
-            if row is not None:
-                for name, value in values.items():
-                    setattr(row, name, value)
-        self.events.hub.publish(run_id)
+            self.release(ticket.run_id)
 
     def _on_event(self, live: Live, event: Event, *, run_id: str | None = None) -> None:
         """The conversation's sink: store the client's view of each run event, in order."""
@@ -345,13 +238,44 @@ class RunManager:
             logger.exception("event of run %s could not be stored", run_id)
 
 
-def _outcome(result: RunResult) -> Outcome:
-    data = result.as_dict()
-    summary = {key: data[key] for key in ("turns", "tool_calls", "usage", "duration_s", "sandbox")}
-    return Outcome(
-        status=result.status, message=result.message, answer=result.answer, result=summary,
-        cpu_seconds=result.sandbox.cpu_seconds, artifacts=result.artifacts,
-    )
+class _Relay:
+    """A question's recorder: the run's terminal event stored before the store hears the end.
+
+    A run that raised (or never reached the loop) has no `run_end` or `run_error`
+    of its own; the client's event stream must still end.
+    """
+
+    def __init__(self, manager: RunManager, live: Live, inner: RunRecorder) -> None:
+        self.manager = manager
+        self.live = live
+        self.inner = inner
+        self.done = False
+        """`finished` or `withdrawn` was heard."""
+
+    def admitted(self, ticket: RunTicket) -> None:
+        """Admitted already, when it was posted."""
+
+    def started(self, ticket: RunTicket) -> None:
+        """The row is `running`."""
+        self.inner.started(ticket)
+
+    def finished(self, ticket: RunTicket, outcome: RunOutcome) -> None:
+        """The missing terminal event, the conversation's sandbox state, then the store."""
+        live = self.live
+        if not live.terminal_seen:
+            event: Event = (RunError(run_id=ticket.run_id, error=outcome.message)
+                            if outcome.status == "error" else
+                            RunEnd(run_id=ticket.run_id, status=outcome.status,
+                                   message=outcome.message))
+            self.manager._on_event(live, event, run_id=ticket.run_id)
+        live.holds_sandbox = outcome.holds_sandbox
+        self.done = True
+        self.inner.finished(ticket, outcome)
+
+    def withdrawn(self, ticket: RunTicket) -> None:
+        """Nothing ran."""
+        self.done = True
+        self.inner.withdrawn(ticket)
 
 
 def artifact_row(path: str, output_dir: Path, run_id: str, principal: str) -> ArtifactRow | None:

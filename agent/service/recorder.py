@@ -1,0 +1,134 @@
+"""`StoreRecorder`: the service's `RunRecorder`, one for questions, `/v1/execute` and MCP alike.
+
+The core tells it each run's life (`sbx.agent.run_recorder`); this is where
+that life touches the store, written once:
+
+    admitted    a place among the replica's `max_running` + `max_queued` (else 503), the
+                run's token registered (so a cancel or the drain reaches it), the
+                `runs_per_hour` quota reserved and a `queued` run row, in one transaction
+    started     the row is `running`
+    finished    status, message, answer, result, CPU seconds (`cpu_seconds_per_day`), the
+                artifacts' rows, the conversation's (or MCP session's) row touched; the
+                event stream's waiters woken; the observer told; the place given back
+    withdrawn   nothing ran (the host's sandbox cap, a call the gate refused): the row is
+                deleted, so the attempt costs no run; the place given back
+
+A question must be the only run of its conversation that has not ended (409).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from sbx.agent.config import ServiceQuotas
+from sbx.agent.run_recorder import RunOutcome, RunTicket
+from sbx.agent.service.outcomes import notify
+from sbx.agent.service.problems import Problem
+from sbx.agent.service.quotas import reserve_run
+from sbx.agent.service.store.models import Conversation, Run
+
+if TYPE_CHECKING:
+    from sbx.agent.service.core import Service
+
+
+class StoreRecorder:
+    """Runs of one caller (their quotas) recorded in the service's store; thread-safe."""
+
+    def __init__(self, service: Service, quotas: ServiceQuotas) -> None:
+        self.service = service
+        self.quotas = quotas
+
+    def admitted(self, ticket: RunTicket) -> None:
+        """Take a place, reserve the run, write its row; a `Problem` refuses it."""
+        service = self.service
+        service.runs.admit(ticket.run_id, ticket.cancel)
+        try:
+            with service.db.write() as session:
+                if ticket.kind == "question" and ticket.conversation_id is not None:
+                    busy = session.scalar(select(Run.id).where(
+                        Run.conversation_id == ticket.conversation_id,
+                        Run.status.in_(("queued", "running"))))
+                    if busy is not None:
+                        raise Problem(409, "question-running",
+                                      f"run {busy} of this conversation has not ended; one "
+                                      "question at a time (cancel it, or wait for its run_end "
+                                      "event)")
+                now = time.time()
+                reserve_run(session, ticket.principal, self.quotas, now)
+                session.add(Run(
+                    id=ticket.run_id, kind=ticket.kind, principal=ticket.principal,
+                    conversation_id=ticket.conversation_id, replica_id=service.replica_id,
+                    status="queued", question=ticket.question, message="", cpu_seconds=0.0,
+                    created_at=now,
+                ))
+        except BaseException:
+            service.runs.release(ticket.run_id)
+            raise
+
+    def started(self, ticket: RunTicket) -> None:
+        """The row is `running` now."""
+        with self.service.db.write() as session:
+            row = session.get(Run, ticket.run_id)
+            if row is not None:
+                row.status, row.started_at = "running", time.time()
+        self.service.events.hub.publish(ticket.run_id)
+
+    def finished(self, ticket: RunTicket, outcome: RunOutcome) -> None:
+        """Store the outcome and the artifacts; wake the stream; tell the observer."""
+        from sbx.agent.service.runs import artifact_row  # the store's own helper
+
+        service = self.service
+        try:
+            with service.db.write() as session:
+                row = session.get(Run, ticket.run_id)
+                if row is not None:
+                    row.status, row.message = outcome.status, outcome.message
+                    row.answer, row.result = outcome.answer, _result(outcome)
+                    row.cpu_seconds, row.ended_at = outcome.cpu_seconds, time.time()
+                if ticket.output_dir is not None:
+                    for path in outcome.artifacts:
+                        artifact = artifact_row(path, ticket.output_dir, ticket.run_id,
+                                                ticket.principal)
+                        if artifact is not None:
+                            session.add(artifact)
+                self._touch(session, ticket, outcome.holds_sandbox)
+            service.events.forget(ticket.run_id)
+            service.events.hub.publish(ticket.run_id)
+            if ticket.kind == "question":
+                notify(service.observer.run_finished, principal=ticket.principal,
+                       run_id=ticket.run_id, status=outcome.status, result=outcome.result)
+            else:
+                execution = (outcome.result or {}).get("execution")
+                notify(service.observer.execution_finished, principal=ticket.principal,
+                       run_id=ticket.run_id, status=outcome.status, execution=execution)
+        finally:
+            service.runs.release(ticket.run_id)
+
+    def withdrawn(self, ticket: RunTicket) -> None:
+        """Nothing ran: delete the row (no run is spent), give the place back."""
+        try:
+            with self.service.db.write() as session:
+                session.execute(delete(Run).where(Run.id == ticket.run_id))
+        finally:
+            self.service.runs.release(ticket.run_id)
+
+    @staticmethod
+    def _touch(session: Session, ticket: RunTicket, holds_sandbox: bool) -> None:
+        """The conversation's (or MCP session's) row: last active now, its sandbox's state."""
+        if ticket.conversation_id is None:
+            return
+        conversation = session.get(Conversation, ticket.conversation_id)
+        if conversation is not None and conversation.status == "active":
+            conversation.last_active_at = time.time()
+            conversation.sandbox = "held" if holds_sandbox else "none"
+
+
+def _result(outcome: RunOutcome) -> dict[str, object] | None:
+    """The stored result: the totals or the execution, and the question of `needs_input`."""
+    if outcome.question is None:
+        return outcome.result
+    return {**(outcome.result or {}), "asked": outcome.question}
