@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sbx.agent.cancellation import Cancellation
-from sbx.agent.run_recorder import RunKind, RunRecorder, RunTicket, call_outcome, recorded
+from sbx.agent.run_recorder import RunKind, RunRecorder, RunTicket, recorded_call
 from sbx.agent.workspace import ConversationSpec, Workspace
 from sbx.sandbox.limits import Limits
 from sbx.tools.context import OutputSink
@@ -55,7 +55,6 @@ def run_program(workspace: Workspace, program: Program, *, recorder: RunRecorder
     """Admit, run and record `program` in `workspace` (removed before this returns)."""
     ticket = RunTicket(run_id=program.run_id, kind=program.kind, principal=program.principal,
                        output_dir=program.output, cancel=cancel)
-    recorder.admitted(ticket)
 
     def work() -> ToolOutcome:
         with workspace:
@@ -68,4 +67,4 @@ def run_program(workspace: Workspace, program: Program, *, recorder: RunRecorder
                 unhook()
                 gate.close(reason="cancelled" if cancel.cancelled else "completed")
 
-    return recorded(recorder, ticket, work, call_outcome)
+    return recorded_call(recorder, ticket, work)

@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from sbx.agent.cancellation import Cancellation
 from sbx.agent.state import RunResult
 from sbx.sandbox.errors import HostBusy
+from sbx.sandbox.session import new_run_id as new_run_id
 from sbx.tools.outcome import ToolOutcome
 
 RunKind = Literal["question", "execute", "mcp"]
@@ -145,6 +146,13 @@ def recorded(recorder: RunRecorder, ticket: RunTicket, work: Callable[[], T],
     return value
 
 
+def recorded_call(recorder: RunRecorder, ticket: RunTicket,
+                  call: Callable[[], ToolOutcome]) -> ToolOutcome:
+    """One program's whole life: admitted, started, then finished or withdrawn."""
+    recorder.admitted(ticket)
+    return recorded(recorder, ticket, call, call_outcome)
+
+
 def failed_outcome(exc: BaseException) -> RunOutcome:
     """A run that raised (the sandbox, the host or the audit log failed)."""
     return RunOutcome(status="error", message=f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE_CHARS])
@@ -165,7 +173,7 @@ def call_outcome(outcome: ToolOutcome) -> RunOutcome | None:
     """One program's outcome from the gate's; None when the gate refused it (nothing ran)."""
     if outcome.execution is None and outcome.status in NOTHING_RAN:
         return None
-    status = outcome.status if outcome.status != "ok" else ("error" if outcome.failed else "ok")
+    status = call_status(outcome)
     execution = outcome.execution.model_dump(mode="json") if outcome.execution else None
     cpu = float((execution or {}).get("cpu_seconds") or 0.0)
     message = outcome.text.splitlines()[0] if outcome.text else ""
@@ -174,3 +182,8 @@ def call_outcome(outcome: ToolOutcome) -> RunOutcome | None:
         result={"execution": execution} if execution is not None else None, cpu_seconds=cpu,
         artifacts=tuple(artifact.path for artifact in outcome.artifacts), holds_sandbox=True,
     )
+
+
+def call_status(outcome: ToolOutcome) -> str:
+    """A program's status: the gate's, except that code which raised is `error`, not `ok`."""
+    return outcome.status if outcome.status != "ok" else ("error" if outcome.failed else "ok")

@@ -13,7 +13,8 @@ import threading
 import anyio
 from pydantic import BaseModel
 
-from sbx.agent.service.execute_stream import Cancellation, ExecutionStream
+from sbx.agent.cancellation import Cancellation
+from sbx.agent.service.execute_stream import ExecutionStream
 from sbx.agent.service.problems import Problem
 
 
@@ -91,9 +92,9 @@ def test_a_client_that_closes_the_stream_cancels_the_running_work() -> None:
 
 def test_a_gate_watched_after_the_client_left_is_cancelled_at_once() -> None:
     cancellation, early, late = Cancellation(), Gate(), Gate()
-    cancellation.watch(early)  # type: ignore[arg-type]
+    cancellation.on_cancel(early.cancel)
     assert early.cancels == 0
     cancellation.cancel()
     assert early.cancels == 1
-    cancellation.watch(late)  # type: ignore[arg-type]  # the sandbox was still starting
+    cancellation.on_cancel(late.cancel)  # the sandbox was still starting
     assert late.cancels == 1

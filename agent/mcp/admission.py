@@ -6,9 +6,9 @@ belongs to (a `Caller`, from the transport and its authentication, never
 from a tool argument), and answers through its `Admission`:
 
     open(caller, session_id)       may this caller open a session now; with which data
-                                   (`/data`) and which extra gate tools
-    run(caller, session_id, call)  may this execution run now; account for it when it
-                                   ends (runs per hour, CPU seconds, the replica's queue)
+                                   (`/data`), which extra gate tools, and which
+                                   `RunRecorder` accounts for its executions (runs per
+                                   hour, CPU seconds, the replica's queue)
     close(caller, session_id)      the session ended: free what `open` took
 
 `FixedData` is the stdio face's: one principal, the `--data` paths, no limits
@@ -20,12 +20,12 @@ operator error.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from sbx.tools.outcome import ToolOutcome
+from sbx.agent.run_recorder import NoRecorder, RunRecorder
 from sbx.tools.registry import Tool
 
 
@@ -49,6 +49,8 @@ class Opened:
     """Files mounted read-only at `/data/<name>` (the host-side data tools read only these)."""
     tools: tuple[Tool, ...] = ()
     """Gate tools of the face, besides the built-ins (`upload_dataset` over HTTP)."""
+    recorder: RunRecorder = field(default_factory=NoRecorder)
+    """Hears each execution admitted (or refusing it with `Refused`), started and ended."""
 
 
 class Refused(Exception):
@@ -60,10 +62,6 @@ class Admission(Protocol):
 
     def open(self, caller: Caller, session_id: str) -> Opened:
         """Let a session open (or raise `Refused`); its data and extra tools."""
-        ...
-
-    def run(self, caller: Caller, session_id: str, call: Callable[[], ToolOutcome]) -> ToolOutcome:
-        """Run one execution (`call`) if the face allows it now (else `Refused`), accounted."""
         ...
 
     def close(self, caller: Caller, session_id: str) -> None:
@@ -80,10 +78,6 @@ class FixedData:
     def open(self, caller: Caller, session_id: str) -> Opened:
         """The `--data` paths."""
         return Opened(data=self.data)
-
-    def run(self, caller: Caller, session_id: str, call: Callable[[], ToolOutcome]) -> ToolOutcome:
-        """Run it: the policy's gate is the only limit."""
-        return call()
 
     def close(self, caller: Caller, session_id: str) -> None:
         """Nothing was reserved."""

@@ -13,7 +13,9 @@ Everything here is blocking and thread-safe; the MCP layer calls it from
 worker threads. A sandbox is removed (and the next call told so) when the
 client cancels a running call, when the client asks (`reset_sandbox`), and
 after an idle timeout; the session's end removes it for good and tells the
-face's `Admission`. Executions pass the `Admission` first (a face's quotas).
+face's `Admission`. Each execution is a run of its own for the face's
+`RunRecorder` (its quotas and store; `Refused` before it starts), with a
+`Cancellation` token that the face's drain may fire like any run's.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,8 @@ import anyio
 
 from sbx.agent.mcp.admission import Admission, Caller
 from sbx.agent.mcp.live_tail import LiveTail
-from sbx.agent.workspace import Workspace
+from sbx.agent.run_recorder import RunRecorder, RunTicket, new_run_id, recorded_call
+from sbx.agent.workspace import Workspace, reset_note
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.result import Artifact
 from sbx.tools.audit import AuditError
@@ -41,11 +44,6 @@ from sbx.tools.outcome import ToolOutcome
 
 logger = logging.getLogger(__name__)
 
-RESET_NOTE = (
-    "[sbx] The sandbox was reset before this call ({reason}): variables, imports and files "
-    "written in the sandbox by earlier calls are gone (artifacts already copied out stay "
-    "readable as resources). Re-run what you need."
-)
 MAX_REMEMBERED_ARTIFACTS = 10_000
 """Artifacts a session keeps addressable as resources; the oldest are forgotten first."""
 UPLOAD_TOOL = "upload_dataset"
@@ -84,13 +82,15 @@ class McpSession(Closing):
 
     def __init__(
         self, *, session_id: str, workspace: Workspace, caller: Caller, admission: Admission,
-        reset_reason: str | None = None,
+        recorder: RunRecorder, reset_reason: str | None = None,
     ) -> None:
         self.id = session_id
         self.workspace = workspace
         self.caller = caller
         """Who opened it: its principal is every audit record's; its key finds it again."""
         self.admission = admission
+        self.recorder = recorder
+        """Hears each execution as a run (the face's quotas and store)."""
         self._lock = threading.Lock()
         self._gate_lock = threading.Lock()
         self._gate: ToolGate | None = None
@@ -118,7 +118,7 @@ class McpSession(Closing):
     def call(self, name: str, arguments: Mapping[str, Any]) -> CallReport:
         """One tool call through the session's gate (policy, validation, quotas, audit).
 
-        An execution passes the face's `Admission` first (its quotas); a refusal
+        An execution is a run of the face's `RunRecorder` (its quotas); a refusal
         raises `Refused` and leaves the session as it was.
         """
         with self._lock:
@@ -137,7 +137,7 @@ class McpSession(Closing):
 
         try:
             if name == "execute_python":
-                outcome = self.admission.run(self.caller, self.id, through_gate)
+                outcome = self._execution(through_gate)
             else:
                 outcome = through_gate()
             self._remember(outcome.artifacts)
@@ -152,6 +152,16 @@ class McpSession(Closing):
             with self._lock:
                 self._busy -= 1
                 self._last_used = time.monotonic()
+
+    def _execution(self, call: Callable[[], ToolOutcome]) -> ToolOutcome:
+        """One execution as a run: recorded, and cancelled (the drain) through its token."""
+        ticket = RunTicket(run_id=new_run_id(), kind="mcp", principal=self.caller.principal,
+                           conversation_id=self.id, output_dir=self.output_dir)
+        unhook = ticket.cancel.on_cancel(self.cancel_running)
+        try:
+            return recorded_call(self.recorder, ticket, call)
+        finally:
+            unhook()
 
     def artifact(self, name: str) -> Artifact | None:
         """The latest artifact this session's code left under `name`, if any."""
@@ -241,7 +251,7 @@ class McpSession(Closing):
             reason, self._reset_reason = self._reset_reason, None
         if not pending and reason is None:
             return None
-        return RESET_NOTE.format(reason=reason or "its sandbox was replaced")
+        return reset_note(reason or "its sandbox was replaced")
 
     def _add_data(self, path: Path) -> str:
         """A file just uploaded joins the session's data: mounted by its next sandbox.

@@ -25,7 +25,7 @@ from pathlib import Path
 from sbx.agent.app import App
 from sbx.agent.mcp.admission import Admission, Caller, FixedData
 from sbx.agent.mcp.session import McpSession, SessionClosed, new_session_id
-from sbx.agent.workspace import Workspace, WorkspaceSpec
+from sbx.agent.workspace import ConversationSpec
 from sbx.sandbox.closing import Closing
 
 logger = logging.getLogger(__name__)
@@ -148,15 +148,14 @@ class McpSessions(Closing):
         """A new session for `caller`, with what its face's `Admission` allows."""
         session_id = new_session_id()
         opened = self.admission.open(caller, session_id)
-        spec = WorkspaceSpec(
-            owner_id=session_id, principal=caller.principal, data=opened.data,
-            output_root=self.output_root,
-        )
-        workspace = Workspace(
-            spec=spec, config=self.app.config, audit=self.app.audit, pool=self.app.pool,
-            image=self.app.image, extra_tools=opened.tools,
-        )
+        spec = ConversationSpec(conversation_id=session_id, principal=caller.principal,
+                                data=opened.data, output_root=self.output_root)
+        try:
+            workspace = self.app.workspace(spec, extra_tools=opened.tools)
+        except BaseException:
+            self.admission.close(caller, session_id)
+            raise
         return McpSession(
             session_id=session_id, workspace=workspace, caller=caller,
-            admission=self.admission, reset_reason=reset_reason,
+            admission=self.admission, recorder=opened.recorder, reset_reason=reset_reason,
         )

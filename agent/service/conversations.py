@@ -15,14 +15,16 @@ from dataclasses import replace
 from sqlalchemy import select
 from starlette.responses import RedirectResponse, Response
 
-from sbx.agent.app import App
 from sbx.agent.conversation import ConversationSpec, new_conversation_id
+from sbx.agent.run_recorder import RunTicket
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.quotas import effective_quotas, reserve_conversation, reserve_run
+from sbx.agent.service.quotas import effective_quotas, reserve_conversation
+from sbx.agent.service.recorder import StoreRecorder
 from sbx.agent.service.runs import Live
 from sbx.agent.service.schemas import (
+    AnswerQuestion,
     AskQuestion,
     ConversationOut,
     CreateConversation,
@@ -59,18 +61,14 @@ def create_conversation(call: Call, body: CreateConversation) -> Response:
         reserve_conversation(session, call.principal, quotas)
         session.add(row)
     try:
-        config = replace(service.config, limits=limits)
-        # A view of the one App with this conversation's limits: same audit log, same pool.
-        view = App(config=config, audit=service.app.audit, pool=service.app.pool,
-                   image=service.app.image)
         directory = service.paths.conversations / row.id
         spec = ConversationSpec(principal=call.principal, data=data,
-                                output_root=directory / "output", conversation_id=row.id)
-        chosen = replace(endpoint, model=model)
-        conversation = view.conversation(spec, endpoint=chosen,
-                                         transcript=directory / "transcript.jsonl")
-        service.runs.attach(conversation, principal=call.principal, endpoint=chosen,
-                            settings=config.settings)
+                                output_root=directory / "output", conversation_id=row.id,
+                                defer_questions=True)
+        conversation = service.app.conversation(
+            spec, endpoint=replace(endpoint, model=model),
+            transcript=directory / "transcript.jsonl", limits=limits)
+        service.runs.attach(conversation, principal=call.principal)
     except BaseException:
         _close_row(service, row.id, "could not be opened")
         raise
@@ -118,31 +116,38 @@ def ask_question(call: Call, body: AskQuestion) -> Response:
     if len(body.question) > service.settings.max_question_chars:
         raise Problem(422, "question-too-long", f"question: at most "
                       f"{service.settings.max_question_chars} characters")
+    return _submit(call, body.question)
+
+
+@api("POST", "/v1/conversations/{conversation_id}/answer", body=AnswerQuestion,
+     response=RunAccepted, status=202)
+def answer_question(call: Call, body: AnswerQuestion) -> Response:
+    """Answer the question a run asked (it ended `needs_input`): a new run continues it."""
+    if len(body.answer) > call.service.settings.max_question_chars:
+        raise Problem(422, "answer-too-long", f"answer: at most "
+                      f"{call.service.settings.max_question_chars} characters")
+    return _submit(call, body.answer, answering=True)
+
+
+def _submit(call: Call, text: str, *, answering: bool = False) -> Response:
+    """Admit a question (or an answer) as a run of the held conversation, and queue it."""
+    service = call.service
     held = _held(call)
     if isinstance(held, Response):
         return held
     if held is None:  # pragma: no cover - _held answers inactive conversations itself
         raise Problem(409, "conversation-closed", "the conversation is closed")
-    service.runs.admit()
+    pending = held.conversation.pending
+    if answering and (pending is None or held.run_id is not None):
+        raise Problem(409, "no-question-pending", "no run of this conversation is waiting "
+                      "for an answer (a run asks with ask_user and ends needs_input)")
     run_id = new_run_id()
-    try:
-        with service.db.write() as session:
-            busy = session.scalar(select(Run.id).where(
-                Run.conversation_id == held.id, Run.status.in_(("queued", "running"))))
-            if busy is not None:
-                raise Problem(409, "question-running",
-                              f"run {busy} of this conversation has not ended; one question at "
-                              "a time (cancel it, or wait for its run_end event)")
-            reserve_run(session, call.principal, effective_quotas(service.settings.quotas,
-                                                                  call.key), time.time())
-            session.add(Run(id=run_id, kind="question", principal=call.principal,
-                            conversation_id=held.id, replica_id=service.replica_id,
-                            status="queued", question=body.question, message="",
-                            cpu_seconds=0.0, created_at=time.time()))
-    except BaseException:
-        service.runs.release()
-        raise
-    service.runs.submit(held, run_id, body.question)
+    ticket = RunTicket(run_id=run_id, kind="question", principal=call.principal,
+                       conversation_id=held.id, question=text,
+                       output_dir=held.conversation.workspace.output_dir(run_id))
+    recorder = StoreRecorder(service, effective_quotas(service.settings.quotas, call.key))
+    recorder.admitted(ticket)
+    service.runs.submit(held, ticket, recorder, text, answering=answering)
     accepted = RunAccepted(run_id=run_id, status="queued", url=f"/v1/runs/{run_id}",
                            events_url=f"/v1/runs/{run_id}/events")
     return json_response(accepted, 202, headers={"Location": accepted.url})

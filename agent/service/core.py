@@ -109,7 +109,7 @@ class Service:
         observer = self.observer
         self.hub = EventHub()
         self.events = EventLog(db, self.hub, observer)
-        self.runs = RunManager(db=db, events=self.events, observer=observer,
+        self.runs = RunManager(db=db, events=self.events,
                                max_running=self.settings.max_running,
                                max_queued=self.settings.max_queued)
         self.gateway = GatewayState(max_body=self.settings.max_body,

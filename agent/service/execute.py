@@ -14,32 +14,24 @@ while the code runs, then the same result (`execute_stream.py`).
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Callable
-from dataclasses import replace
-from pathlib import Path
-from typing import Any
-
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from starlette.responses import Response, StreamingResponse
 
-from sbx.agent.config import AppConfig
+from sbx.agent.cancellation import Cancellation
+from sbx.agent.program import Program
+from sbx.agent.run_recorder import call_status
 from sbx.agent.service.api import Call, api, json_response
-from sbx.agent.service.execute_stream import Cancellation, ExecutionStream
-from sbx.agent.service.outcomes import notify
+from sbx.agent.service.execute_stream import ExecutionStream
 from sbx.agent.service.problems import Problem, unavailable
-from sbx.agent.service.quotas import effective_quotas, reserve_run
-from sbx.agent.service.runs import artifact_row
+from sbx.agent.service.quotas import effective_quotas
+from sbx.agent.service.recorder import StoreRecorder
 from sbx.agent.service.runs_api import artifact_out
 from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
-from sbx.agent.service.store.models import ArtifactRow, Run
+from sbx.agent.service.store.models import ArtifactRow
 from sbx.agent.service.tenancy import dataset_paths, limits_within
-from sbx.agent.workspace import Workspace, WorkspaceSpec
 from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.session import new_run_id
 from sbx.tools.context import OutputSink
-from sbx.tools.gate import ToolGate
 
 HOST_BUSY_RETRY_S = 10.0
 
@@ -54,105 +46,36 @@ def execute(call: Call, body: ExecuteCode) -> Response:
     if len(body.code.encode()) > limits.max_code_bytes:
         raise Problem(413, "code-too-large", f"code: at most {limits.max_code_bytes} bytes "
                       "(the policy's [sandbox] max_code_bytes)")
+    with service.db.read() as session:
+        data = dataset_paths(session, list(dict.fromkeys(body.datasets)), call.principal,
+                             service.paths.datasets)
     run_id = new_run_id()
-    service.runs.admit()
-    released = False
-    try:
-        with service.db.write() as session:
-            data = dataset_paths(session, list(dict.fromkeys(body.datasets)), call.principal,
-                                 service.paths.datasets)
-            reserve_run(session, call.principal,
-                        effective_quotas(service.settings.quotas, call.key), time.time())
-            session.add(Run(id=run_id, kind="execute", principal=call.principal,
-                            replica_id=service.replica_id, status="running", question="",
-                            message="", cpu_seconds=0.0, created_at=time.time(),
-                            started_at=time.time()))
-        config = replace(service.config, limits=limits)
-        if "text/event-stream" in call.headers.get("accept", ""):
-            streamed = _streamed(call, run_id, data, config, body.code)
-            released = True  # the stream's thread releases the place when the code ends
-            return streamed
-        out = _run(call, run_id, data, config, body.code)
-    finally:
-        if not released:
-            service.runs.release()
-    return json_response(out)
+    program = Program(run_id=run_id, code=body.code, principal=call.principal,
+                      output=service.paths.executions / run_id, data=data, limits=limits)
+    cancel = Cancellation()
+    if "text/event-stream" in call.headers.get("accept", ""):
+        stream = ExecutionStream(lambda sink: _run(call, program, cancel, sink),
+                                 cancel=cancel.cancel, request_id=call.request_id)
+        stream.start()
+        return StreamingResponse(stream.events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return json_response(_run(call, program, cancel, None))
 
 
-def _streamed(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, code: str
-              ) -> Response:
-    """Run on a thread of its own; the output and then the result as Server-Sent Events."""
-    cancellation = Cancellation()
-
-    def work(on_output: OutputSink) -> ExecutionOut:
-        try:
-            return _run(call, run_id, data, config, code, on_output=on_output,
-                        watch=cancellation.watch)
-        finally:
-            call.service.runs.release()
-
-    stream = ExecutionStream(work, cancel=cancellation.cancel, request_id=call.request_id)
-    stream.start()
-    return StreamingResponse(stream.events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-
-
-def _run(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, code: str, *,
-         on_output: OutputSink | None = None, watch: Callable[[ToolGate], None] | None = None
+def _run(call: Call, program: Program, cancel: Cancellation, on_output: OutputSink | None
          ) -> ExecutionOut:
-    """Open the workspace and its gate, make the one call, record the run, close everything.
-
-    `on_output` gets the output while the code runs; `watch` the gate (to cancel its call).
-    """
+    """The core runs the program, the store records it; the run's document."""
     service = call.service
-    output = service.paths.executions / run_id
-    workspace = Workspace(
-        spec=WorkspaceSpec(owner_id=run_id, principal=call.principal, data=data, output=output),
-        config=config, audit=service.app.audit, pool=service.app.pool, image=service.app.image,
-    )
+    recorder = StoreRecorder(service, effective_quotas(service.settings.quotas, call.key))
     try:
-        with workspace:
-            gate = workspace.open_gate(run_id, on_output=on_output)
-            if watch is not None:
-                watch(gate)
-            try:
-                outcome = gate.call(name="execute_python",
-                                    arguments=json.dumps({"code": code}), call_id="call-1")
-            finally:
-                gate.close(reason="completed")
-        text = outcome.text
-        execution = outcome.execution.model_dump(mode="json") if outcome.execution else None
-        status = outcome.status if outcome.status != "ok" else (
-            "error" if outcome.failed else "ok")
-        artifacts = tuple(artifact.path for artifact in outcome.artifacts)
-        message = text.splitlines()[0] if text else ""
+        outcome = service.app.execute(program, recorder=recorder, cancel=cancel,
+                                      on_output=on_output)
     except HostBusy as exc:  # nothing ran: the attempt costs no run of the hourly quota
-        with service.db.write() as session:
-            session.execute(delete(Run).where(Run.id == run_id))
         raise unavailable(f"the host is at its sandbox cap: {exc}", HOST_BUSY_RETRY_S) from None
-    except Exception as exc:
-        _record(call, run_id, "error", f"{type(exc).__name__}: {exc}", None, 0.0, ())
-        raise
-    cpu = float((execution or {}).get("cpu_seconds") or 0.0)
-    rows = _record(call, run_id, status, message, execution, cpu, artifacts)
-    notify(service.observer.execution_finished, principal=call.principal, run_id=run_id,
-           status=status, execution=execution)
-    return ExecutionOut(run_id=run_id, status=status, observation=text, execution=execution,
+    with service.db.read() as session:
+        rows = list(session.scalars(select(ArtifactRow).where(
+            ArtifactRow.run_id == program.run_id)))
+    execution = outcome.execution.model_dump(mode="json") if outcome.execution else None
+    return ExecutionOut(run_id=program.run_id, status=call_status(outcome),
+                        observation=outcome.text, execution=execution,
                         artifacts=[artifact_out(row) for row in rows])
-
-
-def _record(call: Call, run_id: str, status: str, message: str, execution: dict[str, Any] | None,
-            cpu: float, artifacts: tuple[str, ...]) -> list[ArtifactRow]:
-    output = call.service.paths.executions / run_id
-    with call.service.db.write() as session:
-        row = session.get(Run, run_id)
-        if row is not None:
-            row.status, row.message, row.cpu_seconds, row.ended_at = (
-                status, message[:2000], cpu, time.time())
-            row.result = {"execution": execution} if execution is not None else None
-        for path in artifacts:
-            artifact = artifact_row(path, output, run_id, call.principal)
-            if artifact is not None:
-                session.add(artifact)
-    with call.service.db.read() as session:
-        return list(session.scalars(select(ArtifactRow).where(ArtifactRow.run_id == run_id)))

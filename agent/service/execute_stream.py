@@ -30,41 +30,11 @@ from pydantic import BaseModel
 
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.sse import KEEPALIVE_S
-from sbx.tools.gate import ToolGate
 
 logger = logging.getLogger(__name__)
 
 Work = Callable[[Callable[[str, str, str], None]], BaseModel]
 """Runs the execution, handing output to the sink `(call_id, stream, text)`; the result."""
-
-
-class Cancellation:
-    """The gate of a streamed execution, and whether its client has left.
-
-    A client can leave before the gate exists (the sandbox still starting): the gate
-    is then halted as soon as it is watched, so its call never runs.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._left = False
-        self._gates: list[ToolGate] = []
-
-    def watch(self, gate: ToolGate) -> None:
-        """Cancel `gate`'s call when the client leaves (at once if it has left already)."""
-        with self._lock:
-            self._gates.append(gate)
-            left = self._left
-        if left:
-            gate.cancel()
-
-    def cancel(self) -> None:
-        """The client left: the running call ends `cancelled`, and no call runs after it."""
-        with self._lock:
-            self._left = True
-            gates = list(self._gates)
-        for gate in gates:
-            gate.cancel()
 
 
 class ExecutionStream:

@@ -10,11 +10,13 @@ the same store, quotas and checks as the HTTP API:
                              not by `DELETE`, which does not know `mcp-` ids)
     its `/data`              the key's datasets when it opens, the newest of each name, at
                              most `MAX_SESSION_DATASETS`; never another key's
-    an `execute_python`      a `runs` row (kind "mcp", `conversation_id` = the session):
-                             `runs_per_hour` before it starts and its CPU seconds for
-                             `cpu_seconds_per_day` when it ends; one place in the replica's
-                             `max_running` + `max_queued`. A call the gate refuses ran
-                             nothing and costs no run (nor does `HostBusy`)
+    an `execute_python`      a run of the service's one `StoreRecorder` (kind "mcp",
+                             `conversation_id` = the session), as questions and
+                             `/v1/execute` are: `runs_per_hour` before it starts, its CPU
+                             seconds for `cpu_seconds_per_day` when it ends, one place in the
+                             replica's `max_running` + `max_queued`, cancelled by the drain.
+                             A call the gate refuses ran nothing and costs no run (nor does
+                             `HostBusy`)
     `upload_dataset`         `upload_bytes` per file (besides the policy's `max_bytes`) and
                              `dataset_bytes`, through `store_upload`: the API's own checks
     the other tools          the policy's gate only (its per-session quotas, `max_denied`)
@@ -31,30 +33,24 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 
 from sbx.agent.config import ServiceQuotas
 from sbx.agent.mcp.admission import Caller, Opened, Refused
 from sbx.agent.mcp.upload import StoredDataset, upload_gate_tool
+from sbx.agent.run_recorder import RunOutcome, RunTicket
 from sbx.agent.service.core import Service
 from sbx.agent.service.datasets import store_upload
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.quotas import (
-    effective_quotas,
-    reserve_conversation,
-    reserve_run,
-    upload_too_large,
-)
+from sbx.agent.service.quotas import effective_quotas, reserve_conversation, upload_too_large
+from sbx.agent.service.recorder import StoreRecorder
 from sbx.agent.service.store.keys import KeyInfo
-from sbx.agent.service.store.models import Conversation, Dataset, Run
+from sbx.agent.service.store.models import Conversation, Dataset
 from sbx.agent.service.uploads import HEAD_BYTES, Upload, format_of, safe_name
-from sbx.sandbox.errors import HostBusy
-from sbx.sandbox.session import new_run_id
-from sbx.tools.outcome import ToolOutcome
 from sbx.tools.registry import ToolFailure
 
 logger = logging.getLogger(__name__)
@@ -63,7 +59,6 @@ MCP_MODEL = "mcp"
 """The `model` of an MCP session's conversation row: the client brings its own."""
 MAX_SESSION_DATASETS = 100
 """Datasets mounted into one session (the newest); each is one bind mount."""
-_NOTHING_RAN = ("invalid", "denied", "unknown", "halted")
 
 
 class ServiceAdmission:
@@ -94,35 +89,9 @@ class ServiceAdmission:
         data = tuple(service.paths.datasets / row.id / row.name for row in chosen)
         rule = service.config.policy.tools.upload_dataset
         tools = (upload_gate_tool(self.datasets, caller, rule),) if rule.enabled else ()
-        return Opened(data=data, tools=tools)
-
-    def run(self, caller: Caller, session_id: str, call: Callable[[], ToolOutcome]) -> ToolOutcome:
-        """One execution as a run: admitted, reserved, recorded with its CPU seconds."""
-        service, run_id = self.service, new_run_id()
-        with self._refusals(caller):
-            service.runs.admit()
-        try:
-            with self._refusals(caller), service.db.write() as session:
-                now = time.time()
-                reserve_run(session, caller.principal, self._quotas(caller), now)
-                session.add(Run(
-                    id=run_id, kind="mcp", principal=caller.principal,
-                    conversation_id=session_id, replica_id=service.replica_id,
-                    status="running", question="", message="", cpu_seconds=0.0,
-                    created_at=now, started_at=now,
-                ))
-            try:
-                outcome = call()
-            except HostBusy:  # nothing ran: the attempt costs no run of the hourly quota
-                self._forget(run_id)
-                raise
-            except BaseException as exc:
-                self._record(run_id, session_id, "error", f"{type(exc).__name__}: {exc}", 0.0)
-                raise
-            self._finished(caller, run_id, session_id, outcome)
-            return outcome
-        finally:
-            service.runs.release()
+        recorder = _RefusingRecorder(StoreRecorder(service, self._quotas(caller)),
+                                     self._refusals(caller))
+        return Opened(data=data, tools=tools, recorder=recorder)
 
     def close(self, caller: Caller, session_id: str) -> None:
         """Free the slot (the row is closed) and delete the session's artifacts.
@@ -147,35 +116,31 @@ class ServiceAdmission:
     def _refusals(self, caller: Caller) -> _Refusals:
         return _Refusals(self.service, caller)
 
-    def _finished(self, caller: Caller, run_id: str, session_id: str,
-                  outcome: ToolOutcome) -> None:
-        if outcome.execution is None and outcome.status in _NOTHING_RAN:
-            self._forget(run_id)  # the gate refused it: nothing ran, no run is spent
-            return
-        status = outcome.status if outcome.status != "ok" else (
-            "error" if outcome.failed else "ok")
-        execution = outcome.execution
-        cpu = (execution.cpu_seconds or 0.0) if execution is not None else 0.0
-        message = outcome.text.splitlines()[0] if outcome.text else ""
-        self._record(run_id, session_id, status, message, cpu)
-        notify(self.service.observer.execution_finished, principal=caller.principal,
-               run_id=run_id, status=status,
-               execution=execution.model_dump(mode="json") if execution is not None else None)
 
-    def _record(self, run_id: str, session_id: str, status: str, message: str,
-                cpu: float) -> None:
-        with self.service.db.write() as session:
-            row = session.get(Run, run_id)
-            if row is not None:
-                row.status, row.message, row.cpu_seconds = status, message[:2000], cpu
-                row.ended_at = time.time()
-            conversation = session.get(Conversation, session_id)
-            if conversation is not None and conversation.status == "active":
-                conversation.last_active_at, conversation.sandbox = time.time(), "held"
 
-    def _forget(self, run_id: str) -> None:
-        with self.service.db.write() as session:
-            session.execute(delete(Run).where(Run.id == run_id))
+class _RefusingRecorder:
+    """The store's recorder, whose refusals (quotas, a full queue) MCP reads as `Refused`."""
+
+    def __init__(self, inner: StoreRecorder, refusals: _Refusals) -> None:
+        self.inner = inner
+        self.refusals = refusals
+
+    def admitted(self, ticket: RunTicket) -> None:
+        """Admitted by the store, or `Refused` with the problem's detail."""
+        with self.refusals:
+            self.inner.admitted(ticket)
+
+    def started(self, ticket: RunTicket) -> None:
+        """The store marks it running."""
+        self.inner.started(ticket)
+
+    def finished(self, ticket: RunTicket, outcome: RunOutcome) -> None:
+        """The store records the outcome."""
+        self.inner.finished(ticket, outcome)
+
+    def withdrawn(self, ticket: RunTicket) -> None:
+        """Nothing ran: no run is spent."""
+        self.inner.withdrawn(ticket)
 
 
 class ServiceDatasets:

@@ -16,6 +16,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
@@ -144,10 +145,17 @@ def run_out(run: Run, artifacts: list[ArtifactRow]) -> RunOut:
         id=run.id, kind="execute" if run.kind == "execute" else "question",
         conversation_id=run.conversation_id, status=run.status, question=run.question,
         answer=run.answer, message=run.message, result=run.result,
-        artifacts=[artifact_out(row) for row in artifacts], created_at=run.created_at,
+        asked=_asked(run.result), artifacts=[artifact_out(row) for row in artifacts],
+        created_at=run.created_at,
         started_at=run.started_at, ended_at=run.ended_at,
         events_url=f"/v1/runs/{run.id}/events",
     )
+
+
+def _asked(result: dict[str, Any] | None) -> str | None:
+    """The question of a run that ended `needs_input` (kept in its stored result)."""
+    asked = (result or {}).get("asked")
+    return asked if isinstance(asked, str) else None
 
 
 def artifact_out(row: ArtifactRow) -> ArtifactOut:

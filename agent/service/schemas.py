@@ -50,6 +50,13 @@ class AskQuestion(_Request):
     """The question; follow-ups see the variables of the conversation's earlier runs."""
 
 
+class AnswerQuestion(_Request):
+    """`POST /v1/conversations/{id}/answer`: the user's answer to a run's `ask_user`."""
+
+    answer: str = Field(min_length=1)
+    """The answer; a new run continues the paused one with it (the same sandbox if alive)."""
+
+
 class ExecuteCode(_Request):
     """`POST /v1/execute`: one program in a sandbox of its own, for callers with their own agent."""
 
@@ -98,6 +105,9 @@ class RunOut(BaseModel):
     message: str
     result: dict[str, Any] | None
     """Usage, sandbox totals (executions, CPU seconds, peak memory), turns, tool calls."""
+    asked: str | None = None
+    """What the model asked the user (`ask_user`) when the run ended `needs_input`: answer
+    it with `POST /v1/conversations/{id}/answer`, and a new run continues."""
     artifacts: list[ArtifactOut] = Field(default_factory=list)
     created_at: float
     started_at: float | None
