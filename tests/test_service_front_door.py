@@ -1,0 +1,173 @@
+"""The front door over HTTP: ask_user round trips, cancel while the model hangs, the drain.
+
+Issue 19: over HTTP a run that asks its user ends `needs_input` with the
+question (run, stream), `POST /v1/conversations/{id}/answer` continues it.
+Issue 20: a cancel must reach a run whose model request hangs (it ends
+`cancelled`, not `model_error` minutes later), and SIGTERM's drain gives
+in-flight `/v1/execute` calls the grace, then cancels them through the same
+token: the client gets a result, the audit trail ends with `run_end`.
+Real server, real store (SQLite and PostgreSQL), real sandbox, scripted model.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+
+import httpx
+import pytest
+
+import service_support
+from sbx.agent.cli.scripted_model import Hang, assistant, tool_call
+from sbx.agent.service.store.db import Database
+from sbx.agent.service.store.models import Run
+from sbx.sandbox.config import RUN_ID_LABEL
+from service_support import SBX, managed_containers, sse_events, stream, wait_for
+
+store = service_support.store
+serve = service_support.serve
+llm = service_support.llm
+pg_cluster = service_support.pg_cluster
+
+ASKING = {"tools.ask_user": {"enabled": True}}
+QUESTION = "Should refunds count?"
+SLEEP = "import time\nprint('started', flush=True)\ntime.sleep(600)"
+
+
+def _conversation(client: httpx.Client) -> str:
+    created = client.post("/v1/conversations", json={})
+    assert created.status_code == 201, created.text
+    return created.json()["id"]
+
+
+def _ask(client: httpx.Client, conversation: str, question: str) -> str:
+    run = client.post(f"/v1/conversations/{conversation}/questions", json={"question": question})
+    assert run.status_code == 202, run.text
+    return run.json()["run_id"]
+
+
+def _audit(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _verify(path) -> None:
+    done = subprocess.run([*SBX, "audit", "verify", str(path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.docker
+def test_a_run_that_asks_ends_needs_input_and_the_answer_continues_it(store, serve, llm):
+    server = serve(store, policy=ASKING)
+    client = server.client(server.key("nina"))
+    conversation = _conversation(client)
+    llm.script([tool_call("ask_user", question=QUESTION)])
+    first = _ask(client, conversation, "What is the total?")
+
+    events = stream(client, first)
+    assert events[-1]["event"] == "run_end"
+    assert (events[-1]["data"]["status"], events[-1]["data"]["question"]) == (
+        "needs_input", QUESTION)
+    paused = client.get(f"/v1/runs/{first}").json()
+    assert (paused["status"], paused["asked"]) == ("needs_input", QUESTION)
+
+    llm.script([assistant("Refunds are left out, as you said.")])
+    answered = client.post(f"/v1/conversations/{conversation}/answer",
+                           json={"answer": "No, leave refunds out."})
+    assert answered.status_code == 202, answered.text
+    second = answered.json()["run_id"]
+    events = stream(client, second)
+    assert events[0]["data"]["continues"] == first
+    assert events[-1]["data"]["status"] == "completed"
+    assert client.get(f"/v1/runs/{second}").json()["answer"] == "Refunds are left out, as you said."
+    told = llm.requests[-1].messages[-1]["content"]
+    assert "No, leave refunds out." in told and QUESTION in told
+    transcript = (server.data_dir / "conversations" / conversation / "transcript.jsonl")
+    assert "No, leave refunds out." in transcript.read_text()
+    again = client.post(f"/v1/conversations/{conversation}/answer", json={"answer": "again"})
+    assert again.status_code == 409 and again.json()["type"].endswith("no-question-pending")
+    _verify(server.audit_log)
+
+
+@pytest.mark.docker
+def test_cancel_ends_a_run_whose_model_request_hangs(store, serve, llm):
+    # a request timeout far beyond the test's wait: only the token can end this run in time
+    server = serve(store, policy={"agent": {"request_timeout": "600s", "max_retries": 0}})
+    client = server.client(server.key("olga"))
+    conversation = _conversation(client)
+    llm.script([Hang()])
+    run = _ask(client, conversation, "Hang.")
+    wait_for(lambda: llm.requests, what="the model request")
+
+    assert client.post(f"/v1/runs/{run}/cancel").status_code == 202
+    ended = wait_for(lambda: (client.get(f"/v1/runs/{run}").json()["status"]
+                              not in ("queued", "running")) and client.get(f"/v1/runs/{run}"),
+                     timeout=60, what="the hung run to end")
+    assert ended.json()["status"] == "cancelled", ended.json()["message"]
+    assert stream(client, run)[-1]["data"]["status"] == "cancelled"
+    records = [r for r in _audit(server.audit_log) if r.get("run_id") == run]
+    assert records[-1]["event"] == "run_end"
+    # the conversation goes on
+    llm.script([assistant("Back.")])
+    after = _ask(client, conversation, "Again?")
+    assert stream(client, after)[-1]["data"]["status"] == "completed"
+
+
+def _stored_runs(database: str, kind: str) -> list[Run]:
+    db = Database.open(database)
+    try:
+        with db.read() as session:
+            return list(session.query(Run).filter(Run.kind == kind))
+    finally:
+        db.close()
+
+
+@pytest.mark.docker
+def test_the_drain_cancels_executions_through_their_token_after_the_grace(
+    store, serve, llm, engine
+):
+    server = serve(store, args=("--grace", "2s"))
+    client = server.client(server.key("pia"))
+    results: dict[str, object] = {}
+
+    def plain() -> None:
+        results["plain"] = client.post("/v1/execute", json={"code": SLEEP})
+
+    def streamed() -> None:
+        with client.stream("POST", "/v1/execute", json={"code": SLEEP},
+                           headers={"Accept": "text/event-stream"}) as response:
+            results["streamed"] = [event for event in sse_events(response)]
+
+    workers = [threading.Thread(target=plain), threading.Thread(target=streamed)]
+    for worker in workers:
+        worker.start()
+    def both_running() -> list[str] | None:
+        ids = [r.id for r in _stored_runs(server.database, "execute") if r.status == "running"]
+        return ids if len(ids) == 2 else None
+
+    running = wait_for(both_running, what="both executions running")
+    for run_id in running:
+        wait_for(lambda run_id=run_id: managed_containers(engine, f"{RUN_ID_LABEL}={run_id}"),
+                 what="the execution's sandbox")
+
+    server.proc.send_signal(signal.SIGTERM)
+    for worker in workers:
+        worker.join(120)
+    assert server.stop() == 0
+
+    plain_result = results["plain"]
+    assert isinstance(plain_result, httpx.Response)
+    assert plain_result.status_code == 200, plain_result.text
+    assert plain_result.json()["status"] == "cancelled"
+    events = results["streamed"]
+    assert isinstance(events, list) and events[-1]["event"] == "result"
+    assert events[-1]["data"]["status"] == "cancelled"
+    runs = _stored_runs(server.database, "execute")
+    assert sorted(r.status for r in runs) == ["cancelled", "cancelled"]
+    records = _audit(server.audit_log)
+    for run in runs:
+        mine = [r for r in records if r.get("run_id") == run.id]
+        assert mine[-1]["event"] == "run_end", mine[-3:]
+    _verify(server.audit_log)
