@@ -5,7 +5,7 @@ every key commented there). Everything is closed by default: a tool absent
 from the file is disabled, an unknown key or tool name is an error at load,
 and each rule has a dotted name (`tools.http_get.allowed_domains`,
 `quotas.per_tool`) that denials and audit records quote. The file is read
-once by the configuration step (`sbx.agent.config`); this module holds the
+once by the configuration step (`sbx.agent.core.config`); this module holds the
 gate's models only. Booleans and
 numbers are strict: `enabled = "yes"` or `max_denied = "5"` is an error, never a guess.
 """
@@ -232,7 +232,7 @@ class Policy(BaseModel):
     """The gate's part of the policy file: `[tools.*]`, `[quotas]`, `[audit]`.
 
     The file's `[sandbox]` and `[agent]` tables belong to other layers; the
-    configuration step (`sbx.agent.config`) reads the file once and hands each
+    configuration step (`sbx.agent.core.config`) reads the file once and hands each
     table to its owner. Unknown keys anywhere are an error (`extra="forbid"`).
     """
 
