@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sbx.sandbox.limits import Bytes as Bytes
 from sbx.sandbox.limits import Seconds as Seconds
 from sbx.sandbox.units import at_most_seconds as at_most_seconds
+from sbx.tools.guard_policy import GuardPolicy
 
 BUILTIN_TOOLS = (
     "execute_python", "calculate", "list_data_files", "preview_data_file", "http_get", "ask_user",
@@ -229,7 +230,7 @@ class AuditPolicy(BaseModel):
 
 
 class Policy(BaseModel):
-    """The gate's part of the policy file: `[tools.*]`, `[quotas]`, `[audit]`.
+    """The gate's part of the policy file: `[tools.*]`, `[quotas]`, `[audit]`, `[guard]`.
 
     The file's `[sandbox]` and `[agent]` tables belong to other layers; the
     configuration step (`sbx.agent.core.config`) reads the file once and hands each
@@ -244,6 +245,8 @@ class Policy(BaseModel):
     """How many calls a run may make."""
     audit: AuditPolicy = AuditPolicy()
     """The audit log's path and redaction."""
+    guard: GuardPolicy = GuardPolicy()
+    """The data guard: what is replaced in text before it leaves for the model."""
 
     @model_validator(mode="after")
     def _quota_names(self) -> Policy:

@@ -280,7 +280,10 @@ class Conversation(Closing):
                 timeout_s=limits.timeout,
                 memory=format_size(limits.memory),
                 tool_format=self.config.settings.tool_format,
+                guard=gate.guard,
             )
+            if self._prompt.redactions:
+                gate.record_redactions("system_prompt", self._prompt.redactions)
         return self._prompt
 
     def _run_start(

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from string import Template
 
 from sbx.tools.builtin.data_summary import summarize_data
+from sbx.tools.guard import DataGuard
 
 _HEADER = re.compile(r"\A<!--(.*?)-->\s*", re.DOTALL)
 _VERSION = re.compile(r"version (\d+)")
@@ -29,6 +30,8 @@ class SystemPrompt:
     """What the model receives as the system message."""
     version: str
     """The template's version, from its header comment."""
+    redactions: dict[str, int] = field(default_factory=dict)
+    """What the data guard replaced in the data summary (audited by the caller)."""
 
 
 def load_template() -> tuple[str, str]:
@@ -54,18 +57,23 @@ def build_system_prompt(
     timeout_s: float,
     memory: str,
     tool_format: str = "native",
+    guard: DataGuard | None = None,
 ) -> SystemPrompt:
     """Fill the template with the data summary, the enabled tools and the sandbox's limits.
 
     `tool_format` picks the section that says how to run code: native tool calls, or
     fenced ```python blocks for models without tool calling (`--tool-format text`).
+    The data summary passes the `guard` (column rules, then the detectors) first.
     """
+    summary = summarize_data(data, guard=guard)
+    guarded = guard.text(summary) if guard is not None else None
     body, version = load_template()
     body = body.replace("$how_to_run", load_section(tool_format).strip())
     text = Template(body).substitute(
         tools=", ".join(f"`{name}`" for name in tools) or "(no tools)",
-        data=summarize_data(data),
+        data=guarded.text if guarded is not None else summary,
         timeout=f"{timeout_s:g} seconds",
         memory=memory,
     )
-    return SystemPrompt(text=text.strip() + "\n", version=version)
+    counts = guarded.counts if guarded is not None else {}
+    return SystemPrompt(text=text.strip() + "\n", version=version, redactions=counts)
