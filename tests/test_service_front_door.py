@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 import service_support
-from sbx.agent.cli.scripted_model import Hang, assistant, tool_call
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.models import Run
+from sbx.agent.testing.scripted_model import Hang, assistant, tool_call
 from sbx.sandbox.config import RUN_ID_LABEL
 from service_support import SBX, managed_containers, sse_events, stream, wait_for
 
@@ -138,7 +138,7 @@ def test_the_drain_cancels_executions_through_their_token_after_the_grace(
     def streamed() -> None:
         with client.stream("POST", "/v1/execute", json={"code": SLEEP},
                            headers={"Accept": "text/event-stream"}) as response:
-            results["streamed"] = [event for event in sse_events(response)]
+            results["streamed"] = list(sse_events(response))
 
     workers = [threading.Thread(target=plain), threading.Thread(target=streamed)]
     for worker in workers:

@@ -21,7 +21,7 @@ from sbx.agent.cli.errors import (
     fail,
     operator_errors,
 )
-from sbx.agent.config import describe_validation_error
+from sbx.agent.core.config import describe_validation_error
 from sbx.sandbox.checks.doctor import run_checks
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine

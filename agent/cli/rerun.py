@@ -17,12 +17,12 @@ from typing import NoReturn
 
 import click
 
-from sbx.agent.app import App, os_principal
 from sbx.agent.cli.errors import fail
-from sbx.agent.config import load_config
-from sbx.agent.provenance_record import RecordedConversation, RecordError, read_record
-from sbx.agent.rerun import ExecutionCheck, RerunError, RerunReport, recorded_data, rerun
-from sbx.agent.transcript import TranscriptError
+from sbx.agent.core.app import App, os_principal
+from sbx.agent.core.config import load_config
+from sbx.agent.core.transcript import TranscriptError
+from sbx.agent.provenance.record import RecordedConversation, RecordError, read_record
+from sbx.agent.replay.rerun import ExecutionCheck, RerunError, RerunReport, recorded_data, rerun
 from sbx.tools.audit import AuditError
 from sbx.tools.policy import PolicyError
 from sbx.tools.text_safety import safe_text

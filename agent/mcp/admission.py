@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from sbx.agent.run_recorder import NoRecorder, RunRecorder
+from sbx.agent.core.run_recorder import NoRecorder, RunRecorder
 from sbx.tools.registry import Tool
 
 

@@ -32,10 +32,10 @@ from typing import Any
 
 import anyio
 
+from sbx.agent.core.run_recorder import RunRecorder, RunTicket, new_run_id, recorded_call
+from sbx.agent.core.workspace import Workspace, reset_note
 from sbx.agent.mcp.admission import Admission, Caller
 from sbx.agent.mcp.live_tail import LiveTail
-from sbx.agent.run_recorder import RunRecorder, RunTicket, new_run_id, recorded_call
-from sbx.agent.workspace import Workspace, reset_note
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.result import Artifact
 from sbx.tools.audit import AuditError

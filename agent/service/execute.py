@@ -17,9 +17,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from starlette.responses import Response, StreamingResponse
 
-from sbx.agent.cancellation import Cancellation
-from sbx.agent.program import Program
-from sbx.agent.run_recorder import call_status
+from sbx.agent.core.cancellation import Cancellation
+from sbx.agent.core.program import Program
+from sbx.agent.core.run_recorder import call_status
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.execute_stream import ExecutionStream
 from sbx.agent.service.problems import Problem, unavailable

@@ -38,10 +38,10 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from sbx.agent.config import ServiceQuotas
+from sbx.agent.core.config import ServiceQuotas
+from sbx.agent.core.run_recorder import RunOutcome, RunTicket
 from sbx.agent.mcp.admission import Caller, Opened, Refused
 from sbx.agent.mcp.upload import StoredDataset, upload_gate_tool
-from sbx.agent.run_recorder import RunOutcome, RunTicket
 from sbx.agent.service.core import Service
 from sbx.agent.service.datasets import store_upload
 from sbx.agent.service.outcomes import notify

@@ -1,6 +1,6 @@
 """`StoreRecorder`: the service's `RunRecorder`, one for questions, `/v1/execute` and MCP alike.
 
-The core tells it each run's life (`sbx.agent.run_recorder`); this is where
+The core tells it each run's life (`sbx.agent.core.run_recorder`); this is where
 that life touches the store, written once:
 
     admitted    a place among the replica's `max_running` + `max_queued` (else 503), the
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from sbx.agent.config import ServiceQuotas
-from sbx.agent.run_recorder import RunOutcome, RunTicket
+from sbx.agent.core.config import ServiceQuotas
+from sbx.agent.core.run_recorder import RunOutcome, RunTicket
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.quotas import reserve_run

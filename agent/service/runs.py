@@ -28,10 +28,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sbx.agent.cancellation import Cancellation
-from sbx.agent.conversation import Conversation
-from sbx.agent.events import Event, RunEnd, RunError
-from sbx.agent.run_recorder import RunOutcome, RunRecorder, RunTicket, failed_outcome
+from sbx.agent.core.cancellation import Cancellation
+from sbx.agent.core.conversation import Conversation
+from sbx.agent.core.events import Event, RunEnd, RunError
+from sbx.agent.core.run_recorder import RunOutcome, RunRecorder, RunTicket, failed_outcome
 from sbx.agent.service.eventlog import EventLog, artifact_name, public_event
 from sbx.agent.service.problems import unavailable
 from sbx.agent.service.store.db import Database
