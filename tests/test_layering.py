@@ -2,7 +2,11 @@
 
 DESIGN.md: `sandbox` knows nothing of agents or tools, `tools` nothing of
 models; inside `agent/` only the application layer and the faces talk to
-`sandbox`; the runner in `images/` imports nothing of ours.
+`sandbox`; the runner in `images/` imports nothing of ours. The faces go
+through the one front door (issue 19): they import only the sandbox's value
+types (the commands about the sandbox itself excepted), never build a
+`Workspace` or a `Conversation`, never reach the app's audit log, pool or
+image, and nothing outside the CLI imports the CLI.
 """
 
 from __future__ import annotations
@@ -13,9 +17,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 APPLICATION_LAYER = {
     "agent/core/app.py", "agent/core/config.py", "agent/core/conversation.py",
-    "agent/core/workspace.py",
+    "agent/core/workspace.py", "agent/core/program.py", "agent/core/run_recorder.py",
+    "agent/core/artifacts.py",
 }
 FACES = ("agent/cli/", "agent/mcp/", "agent/service/")
+SANDBOX_VALUE_TYPES = (
+    "sbx.sandbox.limits", "sbx.sandbox.units", "sbx.sandbox.result", "sbx.sandbox.errors",
+    "sbx.sandbox.closing",
+)
+"""What a face may import from `sandbox/`: values (limits, sizes, results, errors), `Closing`."""
+SANDBOX_COMMANDS = {
+    "agent/cli/bench.py", "agent/cli/bench_gate.py", "agent/cli/image.py",
+    "agent/cli/selftest.py", "agent/cli/doctor.py", "agent/cli/gc.py",
+    "agent/service/bench.py", "agent/service/bench_phases.py",
+}
+"""`doctor`, `gc`, `selftest`, `bench`, `image`: the commands about the sandbox itself."""
+BUILT_BY_THE_CORE = {
+    "sbx.agent.core.workspace": {"Workspace"},
+    "sbx.agent.core.conversation": {"Conversation"},
+}
+APP_INSIDES = {"audit", "pool", "image"}
 MAX_MODULE_LINES = 400
 OVERSIZE_ALLOWED = {"images/runner.py"}  # one stdlib file shipped into the image
 
@@ -84,3 +105,99 @@ def test_the_docker_engine_implements_the_sandbox_seam() -> None:
     assert calls <= set(dir(Engine))
     seam: type[ContainerBackend] = Engine  # mypy checks the signatures here
     assert seam is Engine
+
+
+def _face_modules() -> list[tuple[str, ast.Module]]:
+    return [
+        (str(path.relative_to(ROOT)), ast.parse(path.read_text(), filename=str(path)))
+        for top in FACES for path in _modules(top)
+    ]
+
+
+def _sandbox_machinery(rel: str, tree: ast.Module) -> list[str]:
+    """Imports of `sandbox/` beyond its value types (the sandbox commands excepted)."""
+    if rel in SANDBOX_COMMANDS:
+        return []
+    bad = []
+    for node in ast.walk(tree):
+        names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                 else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        bad += [f"{rel} imports {name}" for name in names
+                if name.startswith("sbx.sandbox") and not name.startswith(SANDBOX_VALUE_TYPES)]
+    return bad
+
+
+def _constructions(rel: str, tree: ast.Module) -> list[str]:
+    """Calls that build a `Workspace` or a `Conversation` of the core (not a store row)."""
+    built: set[str] = set()  # the local names of the core's classes in this module
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in BUILT_BY_THE_CORE:
+            built |= {alias.asname or alias.name for alias in node.names
+                      if alias.name in BUILT_BY_THE_CORE[node.module]}
+    bad = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in built:
+            bad.append(f"{rel}:{node.lineno} builds {func.id}")
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
+            (func.value.id, func.attr) in {("workspace", "Workspace"),
+                                           ("conversation", "Conversation")}
+        ):
+            bad.append(f"{rel}:{node.lineno} builds {func.attr}")
+    return bad
+
+
+def _app_insides(rel: str, tree: ast.Module) -> list[str]:
+    """Reads of the app's audit log, pool or image (they never leave the core)."""
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in APP_INSIDES:
+            owner = node.value
+            named = owner.id if isinstance(owner, ast.Name) else (
+                owner.attr if isinstance(owner, ast.Attribute) else "")
+            if named == "app":
+                bad.append(f"{rel}:{node.lineno} reads app.{node.attr}")
+    return bad
+
+
+def test_faces_import_only_the_sandbox_value_types() -> None:
+    assert [bad for rel, tree in _face_modules() for bad in _sandbox_machinery(rel, tree)] == []
+
+
+def test_faces_never_build_a_workspace_or_a_conversation() -> None:
+    assert [bad for rel, tree in _face_modules() for bad in _constructions(rel, tree)] == []
+
+
+def test_faces_never_reach_the_apps_audit_log_pool_or_image() -> None:
+    assert [bad for rel, tree in _face_modules() for bad in _app_insides(rel, tree)] == []
+
+
+def test_nothing_outside_the_cli_imports_the_cli() -> None:
+    def allowed(rel: str) -> bool:
+        return rel.startswith("agent/cli/")
+
+    offenders = [bad for top in ("agent", "tools", "sandbox", "images")
+                 for bad in _offenders(top, ("sbx.agent.cli",), allowed)]
+    assert offenders == []
+
+
+def test_the_face_checks_fail_on_a_face_that_does_what_they_forbid() -> None:
+    face = ast.parse(
+        "from sbx.sandbox.pool import Pool\n"
+        "from sbx.sandbox.limits import Limits\n"
+        "from sbx.agent.core.workspace import Workspace as W\n"
+        "from sbx.agent.core import conversation\n"
+        "from sbx.agent.service.store.models import Conversation\n"
+        "w = W(spec=None, config=None, audit=app.audit, pool=service.app.pool, image=app.image)\n"
+        "c = conversation.Conversation()\n"
+        "row = Conversation(id='conv-1')\n"
+    )
+    assert _sandbox_machinery("agent/service/x.py", face) == [
+        "agent/service/x.py imports sbx.sandbox.pool"]
+    assert _sandbox_machinery("agent/cli/doctor.py", face) == []
+    assert _constructions("agent/mcp/x.py", face) == [
+        "agent/mcp/x.py:6 builds W", "agent/mcp/x.py:7 builds Conversation"]
+    assert sorted(_app_insides("f.py", face)) == [
+        "f.py:6 reads app.audit", "f.py:6 reads app.image", "f.py:6 reads app.pool"]

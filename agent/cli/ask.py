@@ -32,13 +32,12 @@ from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.prompting import terminal_operator
 from sbx.agent.cli.rerun import rerun_command
-from sbx.agent.core.app import RUNS_DIR, Answer, answer_one
+from sbx.agent.core.app import DEFAULT_IMAGE, RUNS_DIR, Answer, answer_one
 from sbx.agent.core.conversation import ConversationSpec
 from sbx.agent.core.resume import continue_paused, find_transcript, read_paused
 from sbx.agent.core.state import Status
 from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.testing.scripted_model import ScriptedLLM
-from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.tools.text_safety import safe_json, safe_text
 
 EXIT_BUDGET = 3

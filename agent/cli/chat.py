@@ -81,7 +81,7 @@ def chat_command(
             click.echo(f"sbx chat: conversation {conversation.id}. {HELP}", err=True)
             code = converse(conversation)
             click.echo(f"sbx: transcript {conversation.transcript.path}, audit log "
-                       f"{app.audit.path}", err=True)
+                       f"{app.audit_path}", err=True)
     sys.exit(code)
 
 

@@ -19,12 +19,11 @@ from typing import Any
 import click
 
 from sbx.agent.cli.errors import fail
-from sbx.agent.core.app import App, os_principal
+from sbx.agent.core.app import DEFAULT_IMAGE, App, os_principal
 from sbx.agent.core.config import AppConfig, load_config
 from sbx.agent.core.conversation import ConversationSpec
 from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
 from sbx.agent.core.transcript import TranscriptError
-from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.tools.audit import AuditError
 from sbx.tools.policy import PolicyError
 

@@ -25,13 +25,13 @@ from pathlib import Path
 import click
 
 from sbx.agent.cli.errors import fail
+from sbx.agent.core.app import DEFAULT_IMAGE
 from sbx.agent.core.tracing import TracingError, configure_from_env
 from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.service.access_log import AccessLog
 from sbx.agent.service.core import ServeOptions, Service
 from sbx.agent.service.server import bind_listener, serve_forever
 from sbx.agent.service.store.db import StoreError, data_dir
-from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.units import parse_duration
 from sbx.tools.audit import AuditError
@@ -112,7 +112,7 @@ def serve_command(host: str, port: int, policy: Path | None, database: str | Non
                    "it can try keys; terminate TLS in front of it", err=True)
     click.echo(f"sbx serve: listening on http://{url_host}:{bound} (replica "
                f"{options.replica_id}, store {service.db.display}, data {service.paths.root}, "
-               f"audit {service.app.audit.path})", err=True)
+               f"audit {service.app.audit_path})", err=True)
     try:
         serve_forever(service, sock, grace_s=grace_s)
     finally:

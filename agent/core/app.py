@@ -42,7 +42,9 @@ from sbx.agent.core.transcript import Transcript
 from sbx.agent.core.workspace import Workspace, check_data
 from sbx.agent.model.client import ModelClient
 from sbx.sandbox.closing import Closing
-from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.config import DEFAULT_IMAGE as DEFAULT_IMAGE
+from sbx.sandbox.errors import SandboxError
+from sbx.sandbox.gc import owner_alive as owner_alive
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool import Pool
 from sbx.sandbox.pool_config import PoolConfig
@@ -162,6 +164,29 @@ class App(Closing):
     def audit_path(self) -> Path:
         """Where the audit log is (faces print it; only the core writes it)."""
         return self.audit.path
+
+    def require_image(self) -> None:
+        """Raise (`SandboxError`) unless the engine answers and has the image, when code runs."""
+        if self.pool is not None:
+            self.pool.engine.require_image(self.image)
+
+    def readiness(self) -> str:
+        """The engine and the image, as `/readyz` reports them: `ok...`, or why not."""
+        if self.pool is None:
+            return "ok (execute_python disabled)"
+        try:
+            self.require_image()
+        except SandboxError as exc:
+            return f"failed: {type(exc).__name__}"
+        return "ok"
+
+    def sandbox_figures(self) -> dict[str, int]:
+        """The pool's containers by state now (none without a pool), for the metrics."""
+        if self.pool is None:
+            return {}
+        stats = self.pool.snapshot()
+        return {"idle": stats.idle, "building": stats.building,
+                "removing": self.pool.reaper.pending()}
 
     @property
     def runs_code(self) -> bool:

@@ -25,7 +25,7 @@ from urllib.parse import quote, unquote
 
 from mcp.types import ContentBlock, ImageContent, ResourceLink
 
-from sbx.sandbox.files import open_beneath, unsafe_name_reason
+from sbx.agent.core.artifacts import open_artifact, unsafe_name_reason
 from sbx.sandbox.result import Artifact
 
 SCHEME = "sbx://artifacts/"
@@ -83,7 +83,7 @@ def read_artifact(directory: Path, artifact: Artifact, *, max_bytes: int) -> byt
 def _open_below(directory: Path, parts: list[str]) -> int:
     """Open `directory/parts...` read-only, refusing a link at any component."""
     try:
-        return open_beneath(directory, parts)
+        return open_artifact(directory, parts)
     except OSError as exc:
         raise ArtifactUnavailable(f"artifact unavailable: {exc.strerror}") from None
 

@@ -33,7 +33,7 @@ from mcp.types import InputRequiredResult, ResourceTemplate
 from pydantic import AnyUrl
 
 from sbx.agent.core.app import OUTPUT_DIR, App
-from sbx.agent.core.settings import SettingsError
+from sbx.agent.core.workspace import check_data
 from sbx.agent.mcp.admission import Admission, Caller, FixedData
 from sbx.agent.mcp.artifacts import (
     TEMPLATE,
@@ -45,8 +45,6 @@ from sbx.agent.mcp.artifacts import (
 from sbx.agent.mcp.describe import data_names, describe
 from sbx.agent.mcp.sessions import McpSessions
 from sbx.agent.mcp.tools import SessionKey, register_tools
-from sbx.sandbox.errors import InvalidInput
-from sbx.sandbox.files import data_mounts
 
 logger = logging.getLogger(__name__)
 
@@ -89,10 +87,7 @@ def stdio_face(
 
     Data the sandbox's user could not read is a `SettingsError`, before anything runs.
     """
-    try:  # the same check as a conversation's: data the sandbox's user cannot read is refused
-        data_mounts(list(data))
-    except InvalidInput as exc:
-        raise SettingsError(str(exc)) from None
+    check_data(data)  # the same check as a conversation's: unreadable data is refused
     caller = Caller(key=STDIO_SESSION, principal=principal)
 
     def one_session(ctx: Context[Any, Any]) -> Caller:

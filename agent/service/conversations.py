@@ -16,7 +16,7 @@ from sqlalchemy import select
 from starlette.responses import RedirectResponse, Response
 
 from sbx.agent.core.conversation import ConversationSpec, new_conversation_id
-from sbx.agent.core.run_recorder import RunTicket
+from sbx.agent.core.run_recorder import RunTicket, new_run_id
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
 from sbx.agent.service.problems import Problem
@@ -33,7 +33,6 @@ from sbx.agent.service.schemas import (
 )
 from sbx.agent.service.store.models import Conversation, Run
 from sbx.agent.service.tenancy import dataset_paths, limits_within, owned
-from sbx.sandbox.session import new_run_id
 
 LIST_LIMIT = 200
 

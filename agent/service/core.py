@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sbx.agent.core.app import App
+from sbx.agent.core.app import DEFAULT_IMAGE, App
 from sbx.agent.core.config import AppConfig, load_config
 from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
 from sbx.agent.service.eventlog import EventHub, EventLog
@@ -34,8 +34,6 @@ from sbx.agent.service.problems import Problem
 from sbx.agent.service.replicas import Identity, Replicas
 from sbx.agent.service.runs import RunManager
 from sbx.agent.service.store.db import Database, database_url
-from sbx.sandbox.config import DEFAULT_IMAGE
-from sbx.sandbox.pool_config import PoolConfig
 from sbx.tools.audit import PATH_ENV
 
 logger = logging.getLogger(__name__)
@@ -148,8 +146,7 @@ class Service:
             if audit is None and not environ.get(PATH_ENV) and config.policy.audit.path is None:
                 audit = paths.root / "audit.jsonl"
             app = App.open(config, environ=environ, audit_log=audit,
-                           secrets=(endpoint.api_key,) if endpoint else (), image=options.image,
-                           pool_config=PoolConfig(size=0))
+                           secrets=(endpoint.api_key,) if endpoint else (), image=options.image)
         except BaseException:
             db.close()
             raise

@@ -19,7 +19,7 @@ from starlette.responses import Response, StreamingResponse
 
 from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.program import Program
-from sbx.agent.core.run_recorder import call_status
+from sbx.agent.core.run_recorder import call_status, new_run_id
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.execute_stream import ExecutionStream
 from sbx.agent.service.problems import Problem, unavailable
@@ -30,7 +30,6 @@ from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
 from sbx.agent.service.store.models import ArtifactRow
 from sbx.agent.service.tenancy import dataset_paths, limits_within
 from sbx.sandbox.errors import HostBusy
-from sbx.sandbox.session import new_run_id
 from sbx.tools.context import OutputSink
 
 HOST_BUSY_RETRY_S = 10.0

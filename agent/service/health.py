@@ -12,7 +12,6 @@ from starlette.responses import JSONResponse, Response
 
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.store.db import StoreError
-from sbx.sandbox.errors import SandboxError
 
 MIN_FREE_BYTES = 256 * 1024**2
 """Below this much free space in the data dir the replica is not ready (uploads would fail)."""
@@ -29,15 +28,7 @@ def readyz(call: Call) -> Response:
     """The replica can take work: engine and image, store, disk space (readiness)."""
     service = call.service
     checks: dict[str, str] = {}
-    pool = service.app.pool
-    if pool is None:
-        checks["engine"] = "ok (execute_python disabled)"
-    else:
-        try:
-            pool.engine.require_image(service.app.image)
-            checks["engine"] = "ok"
-        except SandboxError as exc:
-            checks["engine"] = f"failed: {type(exc).__name__}"
+    checks["engine"] = service.app.readiness()
     try:
         service.db.ping()
         checks["store"] = "ok"

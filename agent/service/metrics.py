@@ -221,10 +221,7 @@ def execution_outcome(status: str, execution: Mapping[str, Any] | None) -> str |
 def live_figures(service: Service) -> dict[str, int]:
     """The pool's containers by state and the runs in progress, now."""
     figures = {"in_use": service.runs.sandboxes_held(), "runs": service.runs.busy}
-    pool = service.app.pool
-    if pool is not None:
-        stats = pool.snapshot()
-        figures.update(idle=stats.idle, building=stats.building, removing=pool.reaper.pending())
+    figures.update(service.app.sandbox_figures())
     return figures
 
 

@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from sbx.agent.core.app import owner_alive
 from sbx.agent.service.store.db import Database, StoreError
 from sbx.agent.service.store.models import Conversation, EventRow, Replica, Run
-from sbx.sandbox.gc import owner_alive
 
 UNFINISHED = ("queued", "running")
 

@@ -22,13 +22,13 @@ from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
+from sbx.agent.core.artifacts import open_artifact
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.problems import Problem, not_found
 from sbx.agent.service.schemas import ArtifactOut, Listing, RunOut
 from sbx.agent.service.sse import event_stream, last_event_id
 from sbx.agent.service.store.models import ArtifactRow, Run
 from sbx.agent.service.tenancy import owned
-from sbx.sandbox.files import open_beneath
 
 UNFINISHED = ("queued", "running")
 INLINE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
@@ -122,7 +122,7 @@ def open_inside(root: Path, name: str) -> int:
     if not parts or Path(name).is_absolute() or any(p in ("..", ".", "") for p in parts):
         raise not_found("artifact", name[:200])
     try:
-        file_fd = open_beneath(root, parts)
+        file_fd = open_artifact(root, parts)
     except OSError:
         raise not_found("artifact", name[:200]) from None
     if not stat.S_ISREG(os.fstat(file_fd).st_mode):
