@@ -120,6 +120,7 @@ function newConversation() {
   stopStream();
   state.generation += 1;
   clear($("runs"));
+  state.views = [];
   showConversation(null);
   say("ask-status", "");
   guarded("ask-status", refreshDatasets);
@@ -131,16 +132,28 @@ async function openConversation(id) {
   const generation = ++state.generation;
   const conversation = await call("GET", `/v1/conversations/${encodeURIComponent(id)}`);
   clear($("runs"));
+  state.views = [];
   showConversation(conversation);
   say("ask-status", "");
   await refreshConversations();
   for (const runId of conversation.runs) {
     if (generation !== state.generation) return;
     const run = await call("GET", `/v1/runs/${encodeURIComponent(runId)}`);
-    const view = new RunView(runId, run.question);
+    const view = track(new RunView(runId, run.question));
     append($("runs"), view.root);
     await follow(view, generation);
   }
+}
+
+/**
+ * Keep the views of the conversation's runs: only the latest run's question to the
+ * user can be answered, so a new run retires the older runs' answer fields.
+ */
+function track(view) {
+  for (const older of state.views ?? []) older.retireAskBox();
+  state.views = [...(state.views ?? []), view];
+  view.onAnswer = (text) => answerRun(text);
+  return view;
 }
 
 async function closeConversation() {
@@ -166,14 +179,29 @@ async function ask(event) {
     const accepted = await call("POST",
       `/v1/conversations/${encodeURIComponent(state.conversation.id)}/questions`, { question });
     $("question").value = "";
-    say("ask-status", "");
-    const view = new RunView(accepted.run_id, question);
-    append($("runs"), view.root);
-    view.root.scrollIntoView({ block: "start" });
-    refreshConversations();
-    await follow(view, state.generation);
-    await refreshUsage();
+    await show(accepted, question, "You asked");
   });
+}
+
+/** Answer the question the last run asked (it ended needs_input): a new run continues. */
+async function answerRun(text) {
+  if (state.activeRun || state.conversation === null) return;
+  await guarded("ask-status", async () => {
+    const accepted = await call("POST",
+      `/v1/conversations/${encodeURIComponent(state.conversation.id)}/answer`, { answer: text });
+    await show(accepted, text, "You answered");
+  });
+}
+
+/** Show a run just accepted and follow it to its end. */
+async function show(accepted, text, who) {
+  say("ask-status", "");
+  const view = track(new RunView(accepted.run_id, text, who));
+  append($("runs"), view.root);
+  view.root.scrollIntoView({ block: "start" });
+  refreshConversations();
+  await follow(view, state.generation);
+  await refreshUsage();
 }
 
 /**

@@ -4,7 +4,9 @@
 // them (run_start, message, model_reply, output_chunk, tool_result, compaction,
 // run_end, run_error); an event type it does not know is ignored. Everything
 // shown is built with el() from dom.js: model text, code, output and names are
-// text, never markup.
+// text, never markup. A run that ended needs_input (the model asked with
+// ask_user) shows the question and a field to answer it; `onAnswer(text)`, set
+// by the page, continues the conversation with the answer.
 
 import { el, append, clear, encodePath, formatSize } from "./dom.js";
 import { highlight } from "./highlight.js";
@@ -60,8 +62,9 @@ function outputNode(text, label) {
 }
 
 export class RunView {
-  constructor(runId, question) {
+  constructor(runId, question, who = "You asked") {
     this.runId = runId;
+    this.onAnswer = null;
     this.steps = new Map();
     this.files = [];
     this.count = 0;
@@ -69,8 +72,9 @@ export class RunView {
     this.status = el("p", { class: "run-status", role: "status" }, "Queued…");
     this.stepList = el("ol", { class: "steps" });
     this.question = el("p", { class: "question-text" }, question ?? "");
+    this.who = el("span", { class: "who" }, who);
     this.root = el("li", { class: "run", "data-run-id": runId },
-      el("div", { class: "question" }, el("span", { class: "who" }, "You asked"), this.question),
+      el("div", { class: "question" }, this.who, this.question),
       this.stepList, this.status);
   }
 
@@ -90,7 +94,8 @@ export class RunView {
   }
 
   started(event) {
-    this.question.textContent = event.question ?? "";
+    if (event.continues) this.who.textContent = "You answered";  // its question: the answer
+    else this.question.textContent = event.question ?? "";
     this.status.textContent = "Running…";
     if (event.sandbox_reset) {
       this.note("The sandbox was started again: variables from earlier questions are gone.");
@@ -222,8 +227,31 @@ export class RunView {
     const status = event.status ?? "ended";
     this.root.classList.add(`run-${status}`);
     if (event.answer) append(this.root, this.answer(event));
-    else append(this.root, el("p", { class: "run-message", role: "note" }, event.message ?? status));
+    else if (status === "needs_input" && typeof event.question === "string") {
+      append(this.root, this.askBox(event.question));
+    } else append(this.root, el("p", { class: "run-message", role: "note" }, event.message ?? status));
     this.status.textContent = summary(event);
+  }
+
+  /** The model's question to the user (ask_user) and the field that answers it. */
+  askBox(question) {
+    const field = el("textarea", { id: `answer-${this.runId}`, class: "answer-input", rows: "2" });
+    const form = el("form", { class: "answer-form" },
+      el("label", { for: field.id }, "Your answer"), field,
+      el("button", { type: "submit", class: "answer-send" }, "Send answer"));
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const text = field.value.trim();
+      if (text && this.onAnswer) this.onAnswer(text);
+    });
+    return el("section", { class: "ask-user", "aria-label": "The model asks you" },
+      el("p", { class: "ask-user-question" }, el("span", { class: "who" }, "sbx asks"), question),
+      form);
+  }
+
+  /** The question was answered (or another question asked): its field goes, it stays. */
+  retireAskBox() {
+    for (const form of this.root.querySelectorAll(".ask-user form")) form.remove();
   }
 
   answer(event) {

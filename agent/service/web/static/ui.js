@@ -13,6 +13,7 @@ export const state = {
   activeRun: null,
   source: null,
   generation: 0,
+  views: [],
 };
 
 let onSessionEnded = () => {};
