@@ -7,6 +7,8 @@ container's removal, the process's exit), never on the clock.
 
 from __future__ import annotations
 
+import signal
+
 import anyio
 import pytest
 
@@ -20,6 +22,8 @@ from mcp_http_support import (
     text_of,
 )
 from mcp_support import CancelledBusyCall, cancel_a_busy_loop
+from sbx.agent.service.store.db import Database
+from sbx.agent.service.store.models import Run
 from service_support import wait_for
 
 serve = service_support.serve
@@ -168,3 +172,47 @@ def test_executions_count_as_runs_and_a_refused_one_is_an_error_the_model_reads(
     assert "retry in" in text_of(second)
     outcomes = [r["data"]["tool"] for r in audit_records(server) if r["event"] == "outcome"]
     assert outcomes.count("execute_python") == 1  # the refused one never reached the gate
+
+
+@pytest.mark.docker
+def test_sigterm_gives_a_running_execution_the_grace_then_cancels_it_through_its_token(
+    sqlite, serve, engine
+):
+    server = serve(sqlite, args=("--grace", "2s"))
+    key = server.key("ann")
+    sleeps = "import time\nprint('started', flush=True)\ntime.sleep(600)"
+
+    def signal_once_it_runs() -> str:
+        session = wait_for(lambda: session_ids(server) and session_ids(server)[0],
+                           what="the session's gate")
+        wait_for(lambda: containers_of(engine, session), what="the session's sandbox")
+        server.proc.send_signal(signal.SIGTERM)
+        return session
+
+    async def scenario():
+        found: dict[str, str] = {}
+
+        async def drain() -> None:
+            found["session"] = await anyio.to_thread.run_sync(signal_once_it_runs)
+
+        async with connect(server, key, mode="legacy") as client:
+            async with anyio.create_task_group() as group:
+                group.start_soon(drain)
+                result = await client.call_tool("execute_python", {"code": sleeps})
+        return result, found["session"]
+
+    result, session = anyio.run(scenario)
+
+    assert result.is_error and "cancel" in text_of(result).lower(), text_of(result)
+    assert server.stop() == 0
+    assert containers_of(engine, session) == []
+    mine = [r for r in audit_records(server) if r["run_id"] == session]
+    assert [r["data"].get("status") for r in mine if r["event"] == "outcome"] == ["cancelled"]
+    assert mine[-1]["event"] == "run_end"
+    db = Database.open(server.database)
+    try:
+        with db.read() as stored:
+            runs = list(stored.query(Run).filter(Run.conversation_id == session))
+    finally:
+        db.close()
+    assert [run.status for run in runs] == ["cancelled"]

@@ -153,6 +153,12 @@ def test_the_drain_cancels_executions_through_their_token_after_the_grace(
                  what="the execution's sandbox")
 
     server.proc.send_signal(signal.SIGTERM)
+    late = server.client(server.key("quinn"))  # a new connection while the drain goes on
+    wait_for(lambda: late.get("/readyz").json()["checks"].get("serving") == "failed: draining",
+             what="the drain to begin")
+    refused = late.post("/v1/execute", json={"code": "print(1)"})
+    assert refused.status_code == 503 and refused.json()["type"].endswith("draining")
+    assert refused.headers["Retry-After"]
     for worker in workers:
         worker.join(120)
     assert server.stop() == 0

@@ -38,6 +38,9 @@ from sbx.tools.audit import PATH_ENV
 
 logger = logging.getLogger(__name__)
 
+CANCELLED_END_S = 10.0
+"""Seconds the drain waits, after the grace, for cancelled runs to record their ending."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ServeOptions:
@@ -116,6 +119,9 @@ class Service:
         self.metrics.watch(lambda: live_figures(self))
         self._closed = False
         self._drain: threading.Thread | None = None
+        self.drained = threading.Event()
+        """Set when the drain is over: every run finished within the grace or was cancelled
+        (and ended); the HTTP server stops accepting only then (`server.DrainingServer`)."""
 
     @property
     def replica_id(self) -> str:
@@ -175,9 +181,13 @@ class Service:
                 self.replicas.heartbeat(state="draining")
             except Exception:
                 logger.warning("could not record the drain in the store", exc_info=True)
-            if not self.runs.wait_idle(grace_s):
-                cancelled = self.runs.cancel_all()
-                logger.info("grace period over: cancelled %d run(s)", cancelled)
+            try:
+                if not self.runs.wait_idle(grace_s):
+                    cancelled = self.runs.cancel_all()
+                    logger.info("grace period over: cancelled %d run(s)", cancelled)
+                    self.runs.wait_idle(CANCELLED_END_S)  # their results reach their clients
+            finally:
+                self.drained.set()
 
         self._drain = threading.Thread(target=drain, name="sbx-drain", daemon=True)
         self._drain.start()

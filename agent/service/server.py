@@ -86,11 +86,27 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.service = service
         self.grace_s = grace_s
+        self._draining = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """Refuse changes, start the grace period, then let uvicorn stop accepting."""
+        """Refuse changes and start the grace period; uvicorn stops accepting after the drain.
+
+        Until every run has finished or been cancelled, the server keeps answering: a new
+        connection gets the gateway's 503 (draining), and a run's open stream (an SSE
+        `/v1/execute`, an MCP call) gets its result instead of a reset. A second signal
+        stops uvicorn at once.
+        """
+        if self._draining:
+            super().handle_exit(sig, frame)
+            return
+        self._draining = True
         self.service.begin_drain(self.grace_s)
-        super().handle_exit(sig, frame)
+
+        def stop_after_the_drain() -> None:
+            self.service.drained.wait(self.grace_s + SHUTDOWN_MARGIN_S)
+            super(DrainingServer, self).handle_exit(sig, frame)
+
+        threading.Thread(target=stop_after_the_drain, name="sbx-drain-exit", daemon=True).start()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
