@@ -31,7 +31,7 @@ from sbx.agent.settings import Endpoint, SettingsError
 from sbx.agent.state import RunResult
 from sbx.agent.transcript import Transcript
 from sbx.sandbox.closing import Closing
-from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.config import DEFAULT_IMAGE as DEFAULT_IMAGE  # faces name the image by it
 from sbx.sandbox.errors import InvalidInput
 from sbx.sandbox.files import data_mounts
 from sbx.sandbox.pool import Pool
