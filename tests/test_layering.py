@@ -12,8 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 APPLICATION_LAYER = {
-    "agent/app.py", "agent/config.py", "agent/conversation.py", "agent/workspace.py",
-    "agent/limits_request.py", "agent/execute_program.py",
+    "agent/core/app.py", "agent/core/config.py", "agent/core/conversation.py",
+    "agent/core/workspace.py", "agent/core/limits_request.py", "agent/core/execute_program.py",
 }
 FACES = ("agent/cli/", "agent/mcp/", "agent/service/")
 MAX_MODULE_LINES = 400

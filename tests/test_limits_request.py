@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sbx.agent.config import load_config
-from sbx.agent.limits_request import LimitRefused, LimitsRequest
-from sbx.agent.settings import SettingsError
+from sbx.agent.core.config import load_config
+from sbx.agent.core.limits_request import LimitRefused, LimitsRequest
+from sbx.agent.core.settings import SettingsError
 from sbx.sandbox.limits import Limits
 
 POLICY = Limits(memory="512m", cpus="1", pids=256, timeout="30s")

@@ -20,8 +20,8 @@ import scripted_llm
 from sbx.agent.cli import doctor as doctor_cli
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.main import cli
-from sbx.agent.cli.scripted_model import assistant, call, tool_calls
 from sbx.agent.cli.selftest import print_check
+from sbx.agent.testing.scripted_model import assistant, call, tool_calls
 from sbx.sandbox.checks.common import Check
 from scripted_llm import FAKE_KEY
 from tools_support import make_gate, policy_from

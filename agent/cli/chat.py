@@ -28,8 +28,8 @@ from sbx.agent.cli.errors import EXIT_INTERRUPTED, operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.prompting import terminal_operator
-from sbx.agent.conversation import Conversation
-from sbx.agent.state import RunResult
+from sbx.agent.core.conversation import Conversation
+from sbx.agent.core.state import RunResult
 from sbx.tools.text_safety import safe_text
 
 PROMPT = "you> "

@@ -22,11 +22,11 @@ from pathlib import Path
 import anyio
 import click
 
-from sbx.agent.app import DEFAULT_IMAGE, OUTPUT_DIR, App, os_principal, require_image
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
-from sbx.agent.config import load_config
+from sbx.agent.core.app import DEFAULT_IMAGE, OUTPUT_DIR, App, os_principal, require_image
+from sbx.agent.core.config import load_config
+from sbx.agent.core.settings import SettingsError
 from sbx.agent.mcp.server import DEFAULT_IDLE_S, SbxServer, build_server, stdio_face
-from sbx.agent.settings import SettingsError
 from sbx.sandbox.units import parse_duration
 from sbx.tools.audit import AuditError
 from sbx.tools.policy import PolicyError

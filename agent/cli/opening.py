@@ -1,6 +1,6 @@
 """What `sbx ask`, `sbx demo` and `sbx chat` share: their flags, and opening the core from them.
 
-The flags map onto the application core (`sbx.agent.app`) one to one: the
+The flags map onto the application core (`sbx.agent.core.app`) one to one: the
 policy file and the budget flags become an `AppConfig`, the endpoint flags an
 `Endpoint`, the run flags a `ConversationSpec`. Configuration errors become
 one line on stderr: a bad flag or setting exits 2, a policy file or audit
@@ -18,14 +18,14 @@ from typing import Any
 
 import click
 
-from sbx.agent.app import DEFAULT_IMAGE, App, os_principal
 from sbx.agent.cli.errors import fail
 from sbx.agent.cli.limit_flags import refused
-from sbx.agent.config import AppConfig, load_config
-from sbx.agent.conversation import ConversationSpec
-from sbx.agent.limits_request import LimitRefused, LimitsRequest
-from sbx.agent.settings import Endpoint, SettingsError, resolve_endpoint
-from sbx.agent.transcript import TranscriptError
+from sbx.agent.core.app import DEFAULT_IMAGE, App, os_principal
+from sbx.agent.core.config import AppConfig, load_config
+from sbx.agent.core.conversation import ConversationSpec
+from sbx.agent.core.limits_request import LimitRefused, LimitsRequest
+from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
+from sbx.agent.core.transcript import TranscriptError
 from sbx.tools.audit import AuditError
 from sbx.tools.policy import PolicyError
 
