@@ -25,6 +25,7 @@ from typing import Any
 from sbx.agent.core.asking import awaiting_input
 from sbx.agent.core.budget import before_request, before_tools, model_ending, remaining_s
 from sbx.agent.core.compaction import estimate_tokens, shorten_observations
+from sbx.agent.core.cost import Tariff
 from sbx.agent.core.dispatch import ToolDispatcher
 from sbx.agent.core.events import (
     Compaction,
@@ -122,7 +123,7 @@ def run(
         ending = Ending(status="cancelled", message="Cancelled by the operator (Ctrl-C or SIGTERM)")
     finally:
         dispatcher.close(wait=not cancelled)
-    return finish(state, ending, emit)
+    return finish(state, ending, emit, tariff=settings.prices.tariff(model.model))
 
 
 def take_turn(
@@ -134,10 +135,11 @@ def take_turn(
     emit: EventSink,
 ) -> Ending | None:
     """One model request and its tool calls; an `Ending` when the run must stop here."""
-    budget = settings.budget
+    budget, tariff = settings.budget, settings.prices.tariff(model.model)
     compact(state, settings, tools, emit)
     estimate = estimate_tokens(state.messages, tools)
-    ending = before_request(state, budget, now=time.monotonic(), prompt_estimate=estimate)
+    ending = before_request(state, budget, now=time.monotonic(), prompt_estimate=estimate,
+                            tariff=tariff)
     if ending is not None:
         return ending
     timeout = remaining_s(state, budget, time.monotonic())  # retries included
@@ -156,7 +158,8 @@ def take_turn(
             message = f"The model replied with neither text nor tool calls ({said})"
             return Ending(status="model_error", message=message)
         case RunTools(calls=calls):
-            ending = before_tools(state, budget, now=time.monotonic(), calls=len(calls))
+            ending = before_tools(state, budget, now=time.monotonic(), calls=len(calls),
+                                  tariff=tariff)
             if ending is not None:
                 return ending
             outcomes = dispatcher.run(calls)
@@ -267,7 +270,9 @@ def compact(
         )
 
 
-def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
+def finish(
+    state: RunState, ending: Ending, emit: EventSink, *, tariff: Tariff | None = None
+) -> RunResult:
     """The run's result; only `completed` carries an answer, with its numbers' provenance."""
     ending = settle_ending(state, ending)
     traced = ending.provenance if ending.status == "completed" else None
@@ -287,6 +292,7 @@ def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
         verified=traced.verified if traced is not None else None,
         sources=traced.sources if traced is not None else (),
         unsupported=traced.unsupported if traced is not None else (),
+        cost=tariff.cost(state.usage, state.sandbox).as_dict() if tariff is not None else None,
     )
     emit(RunEnd.model_validate(result.as_dict()))
     return result
