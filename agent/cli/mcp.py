@@ -23,7 +23,7 @@ import anyio
 import click
 
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
-from sbx.agent.core.app import DEFAULT_IMAGE, OUTPUT_DIR, App, os_principal
+from sbx.agent.core.app import DEFAULT_IMAGE, OUTPUT_DIR, App, os_principal, require_image
 from sbx.agent.core.config import load_config
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.mcp.server import DEFAULT_IDLE_S, SbxServer, build_server, stdio_face
@@ -70,12 +70,13 @@ def mcp_command(
         config = load_config(policy)
     except PolicyError as exc:
         fail(str(exc))
+    if config.policy.tools.execute_python.enabled:  # fail now, not at the client's first call
+        require_image(image)
     try:
         app = App.open(config, environ=os.environ, audit_log=audit_log, image=image)
     except (PolicyError, AuditError) as exc:
         fail(str(exc))
     with app:
-        app.require_image()  # fail now, not at the client's first call
         try:
             face = stdio_face(principal=os_principal(), data=data, output_root=output,
                               idle_s=idle_s or None)

@@ -9,7 +9,8 @@ terminal: faces render the events they subscribe to. The door's operations:
     App.reopen(spec, endpoint, transcript)  resume one from its transcript (`sbx ask --continue`)
       └─ Conversation.ask / answer / cancel  a run each (a `Cancellation` token, a recorder)
     App.workspace(spec, extra_tools)        tools without a model (an MCP session, a rerun)
-    App.execute(program)                    one program, gated and audited like a model's call
+    execute_program(app, spec)              one program, gated and audited like a model's call
+                                            (`sbx.agent.core.execute_program`)
 
 Every per-run choice of limits goes through `limits=` (already checked below the
 policy's ceiling by the caller's request type). The audit log, the pool and the
@@ -30,12 +31,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.conversation import Conversation, ConversationSpec, new_conversation_id
 from sbx.agent.core.events import ConversationStart, EventSink
-from sbx.agent.core.program import Program, run_program
-from sbx.agent.core.run_recorder import NoRecorder, RunRecorder
+from sbx.agent.core.limits_request import LimitsRequest
 from sbx.agent.core.settings import Endpoint, SettingsError
 from sbx.agent.core.state import RunResult
 from sbx.agent.core.transcript import Transcript
@@ -43,6 +42,7 @@ from sbx.agent.core.workspace import Workspace, check_data
 from sbx.agent.model.client import ModelClient
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.config import DEFAULT_IMAGE as DEFAULT_IMAGE
+from sbx.sandbox.engine import Engine
 from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.gc import owner_alive as owner_alive
 from sbx.sandbox.limits import Limits
@@ -50,8 +50,6 @@ from sbx.sandbox.pool import Pool
 from sbx.sandbox.pool_config import PoolConfig
 from sbx.sandbox.session import new_run_id
 from sbx.tools.audit import AuditLog, open_audit_log
-from sbx.tools.context import OutputSink
-from sbx.tools.outcome import ToolOutcome
 from sbx.tools.registry import Tool
 
 RUNS_DIR = Path("sbx-runs")
@@ -66,6 +64,14 @@ def os_principal() -> str:
         return f"os:{getpass.getuser()}"
     except (KeyError, OSError):
         return f"os:uid-{os.getuid()}"
+
+
+def require_image(image: str) -> None:
+    """Refuse an image that is not built (`SandboxError`; sbx never pulls), before serving.
+
+    A face that serves clients (`sbx mcp`) fails at its start, not at a client's first call.
+    """
+    Engine.connect(timeout=10).require_image(image)
 
 
 class App(Closing):
@@ -113,20 +119,21 @@ class App(Closing):
         *,
         endpoint: Endpoint,
         transcript: Path | None = None,
-        limits: Limits | None = None,
+        limits: LimitsRequest | None = None,
     ) -> Conversation:
         """Open a conversation: its transcript, its model client; its sandbox at first use.
 
         Data the sandbox's user could not read is a `SettingsError` now, before
         anything runs (host-side tools must never read more than the sandbox can).
-        `limits` (at most the policy's) replace the policy's for its sandbox.
+        `limits` tighten the policy's for its sandbox (`LimitRefused` above its ceiling).
         """
         check_data(spec.data)
+        limited = self.config.limited(limits or LimitsRequest()).limits
         conversation_id = spec.conversation_id or new_conversation_id()
         spec = replace(spec, conversation_id=conversation_id)
         path = transcript or RUNS_DIR / f"{conversation_id}.jsonl"
         record = Transcript.create(path, conversation_id=conversation_id)
-        conversation = self._conversation(spec, endpoint, record, limits)
+        conversation = self._conversation(spec, endpoint, record, limited)
         conversation.emit(
             ConversationStart(
                 conversation_id=conversation_id, principal=spec.principal,
@@ -151,14 +158,6 @@ class App(Closing):
         check_data(spec.data)
         return Workspace(spec=spec, config=self._config_for(limits), audit=self.audit,
                          pool=self.pool, image=self.image, extra_tools=extra_tools)
-
-    def execute(self, program: Program, *, recorder: RunRecorder | None = None,
-                cancel: Cancellation | None = None,
-                on_output: OutputSink | None = None) -> ToolOutcome:
-        """Run one program in a sandbox of its own, through the gate (see `run_program`)."""
-        workspace = self.workspace(program.spec(), limits=program.limits)
-        return run_program(workspace, program, recorder=recorder or NoRecorder(),
-                           cancel=cancel or Cancellation(), on_output=on_output)
 
     @property
     def audit_path(self) -> Path:

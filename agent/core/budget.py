@@ -14,6 +14,7 @@ the model client's `OutOfTime` into `time_limit`.
 
 from __future__ import annotations
 
+from sbx.agent.core.cost import Tariff
 from sbx.agent.core.settings import Budget
 from sbx.agent.core.state import Ending, RunState
 from sbx.agent.model.client import ModelError, OutOfTime
@@ -56,8 +57,29 @@ def model_ending(state: RunState, budget: Budget, error: ModelError, *, now: flo
     return Ending(status="model_error", message=f"Model request failed: {error}")
 
 
+def cost_ending(
+    state: RunState, budget: Budget, tariff: Tariff | None, *, next_cost: float = 0.0
+) -> Ending | None:
+    """`cost_limit` when the run's cost, plus what the next step costs, passes `max_cost`."""
+    if budget.max_cost is None or tariff is None:
+        return None
+    spent = tariff.cost(state.usage, state.sandbox).total
+    over = spent + next_cost > budget.max_cost if next_cost else spent >= budget.max_cost
+    if not over:
+        return None
+    what = "The next request" if next_cost else "More tool calls"
+    return Ending(
+        status="cost_limit",
+        message=(
+            f"{what} would exceed max_cost of {budget.max_cost:g} {tariff.currency}; "
+            f"{spent:.4f} {tariff.currency} spent (--max-cost)"
+        ),
+    )
+
+
 def before_request(
-    state: RunState, budget: Budget, *, now: float, prompt_estimate: int
+    state: RunState, budget: Budget, *, now: float, prompt_estimate: int,
+    tariff: Tariff | None = None,
 ) -> Ending | None:
     """The ending the next model request would cause, or None when it may be made."""
     if state.turns >= budget.max_turns:
@@ -77,10 +99,13 @@ def before_request(
                 f"max_total_tokens of {budget.max_total_tokens}; {used} used (--max-tokens)"
             ),
         )
-    return None
+    next_cost = tariff.prompt(prompt_estimate) if tariff is not None else 0.0
+    return cost_ending(state, budget, tariff, next_cost=next_cost)
 
 
-def before_tools(state: RunState, budget: Budget, *, now: float, calls: int) -> Ending | None:
+def before_tools(
+    state: RunState, budget: Budget, *, now: float, calls: int, tariff: Tariff | None = None
+) -> Ending | None:
     """The ending running `calls` more tool calls would cause, or None when they may run."""
     if calls > budget.max_tool_calls_per_turn:
         return Ending(
@@ -109,4 +134,4 @@ def before_tools(state: RunState, budget: Budget, *, now: float, calls: int) -> 
                 f"{budget.max_total_tokens} (--max-tokens)"
             ),
         )
-    return None
+    return cost_ending(state, budget, tariff)

@@ -214,6 +214,8 @@ class RunEnd(_Event):
     sources: list[SourceRecord] = Field(default_factory=list)
     unsupported: list[str] = Field(default_factory=list)
     """Numbers of the answer no output printed."""
+    cost: dict[str, Any] | None = None
+    """What the run cost by the policy's price table (`agent.core.cost.Cost.as_dict`)."""
 
 
 class RunError(_Event):

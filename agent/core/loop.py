@@ -26,6 +26,7 @@ from sbx.agent.core.asking import awaiting_input
 from sbx.agent.core.budget import before_request, before_tools, model_ending, remaining_s
 from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.compaction import estimate_tokens, shorten_observations
+from sbx.agent.core.cost import Tariff
 from sbx.agent.core.dispatch import ToolDispatcher
 from sbx.agent.core.events import (
     Compaction,
@@ -125,7 +126,7 @@ def run(
         ending = Ending(status="cancelled", message=cancel.reason)
     finally:
         dispatcher.close(wait=not cancel.cancelled)
-    return finish(state, ending, emit)
+    return finish(state, ending, emit, tariff=settings.prices.tariff(model.model))
 
 
 def take_turn(
@@ -141,11 +142,12 @@ def take_turn(
 
     Raises `Cancelled` once `cancel` fired (before the request, during it, or after the tools).
     """
-    budget = settings.budget
+    budget, tariff = settings.budget, settings.prices.tariff(model.model)
     cancel.check()
     compact(state, settings, tools, emit)
     estimate = estimate_tokens(state.messages, tools)
-    ending = before_request(state, budget, now=time.monotonic(), prompt_estimate=estimate)
+    ending = before_request(state, budget, now=time.monotonic(), prompt_estimate=estimate,
+                            tariff=tariff)
     if ending is not None:
         return ending
     timeout = remaining_s(state, budget, time.monotonic())  # retries included
@@ -165,7 +167,8 @@ def take_turn(
             message = f"The model replied with neither text nor tool calls ({said})"
             return Ending(status="model_error", message=message)
         case RunTools(calls=calls):
-            ending = before_tools(state, budget, now=time.monotonic(), calls=len(calls))
+            ending = before_tools(state, budget, now=time.monotonic(), calls=len(calls),
+                                  tariff=tariff)
             if ending is not None:
                 return ending
             outcomes = dispatcher.run(calls)
@@ -277,7 +280,9 @@ def compact(
         )
 
 
-def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
+def finish(
+    state: RunState, ending: Ending, emit: EventSink, *, tariff: Tariff | None = None
+) -> RunResult:
     """The run's result; only `completed` carries an answer, with its numbers' provenance."""
     ending = settle_ending(state, ending)
     traced = ending.provenance if ending.status == "completed" else None
@@ -297,6 +302,7 @@ def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
         verified=traced.verified if traced is not None else None,
         sources=traced.sources if traced is not None else (),
         unsupported=traced.unsupported if traced is not None else (),
+        cost=tariff.cost(state.usage, state.sandbox).as_dict() if tariff is not None else None,
     )
     emit(RunEnd.model_validate(result.as_dict()))
     return result

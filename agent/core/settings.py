@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from sbx.agent.core.cost import Prices
 from sbx.tools.policy import Bytes, Seconds, at_most_seconds
 
 BASE_URL_ENV = "OPENAI_BASE_URL"
@@ -61,6 +62,10 @@ class Budget(BaseModel):
     """Prompt plus completion tokens over the run, as the endpoint reports them, or estimated
     when a count is missing, negative or not an integer (`--max-tokens`); a request whose
     estimated prompt would pass it ends `token_limit`."""
+    max_cost: float | None = Field(default=None, ge=0)
+    """Most money the run may cost, in `[agent.prices]`'s currency (None: no cap); checked
+    before each model request (with the prompt's estimated price) and each tool call:
+    `cost_limit`. The service also caps it by what the key's or team's budget has left."""
 
 
 class AgentSettings(BaseModel):
@@ -105,6 +110,8 @@ class AgentSettings(BaseModel):
     offered in text mode."""
     budget: Budget = Budget()
     """The run's hard limits (`[agent.budget]`)."""
+    prices: Prices = Prices()
+    """The price table: per model (tokens) and for the sandbox (CPU and GB seconds)."""
 
 
 @dataclass(frozen=True, kw_only=True)

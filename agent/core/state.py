@@ -37,6 +37,7 @@ Status = Literal[
     "time_limit",
     "token_limit",
     "tool_limit",
+    "cost_limit",
     "gate_halt",
     "truncated",
     "needs_input",
@@ -58,6 +59,8 @@ class SandboxUsage:
     """CPU seconds used by the sandbox, summed (from the container's cgroup)."""
     peak_memory_bytes: int = 0
     """Highest memory use of any one execution."""
+    gb_seconds: float = 0.0
+    """Each execution's peak memory (GiB) times its wall time, summed (what memory costs)."""
 
     def add(self, wall: float, cpu: float | None, peak: int | None) -> None:
         """Count one execution."""
@@ -65,6 +68,7 @@ class SandboxUsage:
         self.execution_s += wall
         self.cpu_seconds += cpu or 0.0
         self.peak_memory_bytes = max(self.peak_memory_bytes, peak or 0)
+        self.gb_seconds += (peak or 0) / 2**30 * wall
 
     def as_dict(self) -> dict[str, Any]:
         """For the transcript and `--json`."""
@@ -73,6 +77,7 @@ class SandboxUsage:
             "execution_s": round(self.execution_s, 3),
             "cpu_seconds": round(self.cpu_seconds, 3),
             "peak_memory_bytes": self.peak_memory_bytes,
+            "gb_seconds": round(self.gb_seconds, 6),
         }
 
 
@@ -191,6 +196,8 @@ class RunResult:
     """Each traced number of the answer, with the execution and output line that printed it."""
     unsupported: tuple[str, ...] = ()
     """Numbers of the answer that no output printed, as written."""
+    cost: dict[str, Any] | None = None
+    """What the run cost (`agent.core.cost.Cost.as_dict`), by the policy's price table."""
 
     def as_dict(self) -> dict[str, Any]:
         """The machine-readable form (`sbx ask --json`, the transcript's `run_end`)."""
@@ -209,4 +216,5 @@ class RunResult:
             "verified": self.verified,
             "sources": [source.as_dict() for source in self.sources],
             "unsupported": list(self.unsupported),
+            **({"cost": self.cost} if self.cost is not None else {}),
         }

@@ -32,7 +32,7 @@ from sbx.agent.service.schemas import (
     RunAccepted,
 )
 from sbx.agent.service.store.models import Conversation, Run
-from sbx.agent.service.tenancy import dataset_paths, limits_within, owned
+from sbx.agent.service.tenancy import dataset_paths, limited, owned
 
 LIST_LIMIT = 200
 
@@ -46,7 +46,7 @@ def create_conversation(call: Call, body: CreateConversation) -> Response:
     if model != endpoint.model and model not in service.settings.models:
         allowed = ", ".join([endpoint.model, *service.settings.models])
         raise Problem(422, "model-not-allowed", f"model: {model!r} is not allowed ({allowed})")
-    limits = limits_within(service.config.limits, body.limits)
+    limited(service.config, body.limits)  # a limit above the policy's: 422 before anything
     quotas = effective_quotas(service.settings.quotas, call.key)
     now = time.time()
     row = Conversation(
@@ -66,7 +66,7 @@ def create_conversation(call: Call, body: CreateConversation) -> Response:
                                 defer_questions=True)
         conversation = service.app.conversation(
             spec, endpoint=replace(endpoint, model=model),
-            transcript=directory / "transcript.jsonl", limits=limits)
+            transcript=directory / "transcript.jsonl", limits=body.limits)
         service.runs.attach(conversation, principal=call.principal)
     except BaseException:
         _close_row(service, row.id, "could not be opened")

@@ -18,7 +18,8 @@ from sqlalchemy import select
 from starlette.responses import Response, StreamingResponse
 
 from sbx.agent.core.cancellation import Cancellation
-from sbx.agent.core.program import Program
+from sbx.agent.core.execute_program import ProgramSpec, execute_program
+from sbx.agent.core.limits_request import LimitsRequest
 from sbx.agent.core.run_recorder import call_status, new_run_id
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.execute_stream import ExecutionStream
@@ -28,7 +29,7 @@ from sbx.agent.service.recorder import StoreRecorder
 from sbx.agent.service.runs_api import artifact_out
 from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
 from sbx.agent.service.store.models import ArtifactRow
-from sbx.agent.service.tenancy import dataset_paths, limits_within
+from sbx.agent.service.tenancy import dataset_paths, limited
 from sbx.sandbox.errors import HostBusy
 from sbx.tools.context import OutputSink
 
@@ -41,7 +42,7 @@ def execute(call: Call, body: ExecuteCode) -> Response:
     service = call.service
     if not service.config.policy.tools.execute_python.enabled:
         raise Problem(403, "tool-disabled", "the policy does not enable execute_python")
-    limits = limits_within(service.config.limits, body.limits)
+    limits = limited(service.config, body.limits).limits  # above the policy's: 422
     if len(body.code.encode()) > limits.max_code_bytes:
         raise Problem(413, "code-too-large", f"code: at most {limits.max_code_bytes} bytes "
                       "(the policy's [sandbox] max_code_bytes)")
@@ -49,8 +50,9 @@ def execute(call: Call, body: ExecuteCode) -> Response:
         data = dataset_paths(session, list(dict.fromkeys(body.datasets)), call.principal,
                              service.paths.datasets)
     run_id = new_run_id()
-    program = Program(run_id=run_id, code=body.code, principal=call.principal,
-                      output=service.paths.executions / run_id, data=data, limits=limits)
+    program = ProgramSpec(run_id=run_id, code=body.code, principal=call.principal,
+                          output=service.paths.executions / run_id, data=data,
+                          limits=body.limits or LimitsRequest())
     cancel = Cancellation()
     if "text/event-stream" in call.headers.get("accept", ""):
         stream = ExecutionStream(lambda sink: _run(call, program, cancel, sink),
@@ -61,20 +63,20 @@ def execute(call: Call, body: ExecuteCode) -> Response:
     return json_response(_run(call, program, cancel, None))
 
 
-def _run(call: Call, program: Program, cancel: Cancellation, on_output: OutputSink | None
+def _run(call: Call, program: ProgramSpec, cancel: Cancellation, on_output: OutputSink | None
          ) -> ExecutionOut:
     """The core runs the program, the store records it; the run's document."""
     service = call.service
     recorder = StoreRecorder(service, effective_quotas(service.settings.quotas, call.key))
     try:
-        outcome = service.app.execute(program, recorder=recorder, cancel=cancel,
-                                      on_output=on_output)
+        run = execute_program(service.app, program, recorder=recorder, cancel=cancel,
+                              on_output=on_output)
     except HostBusy as exc:  # nothing ran: the attempt costs no run of the hourly quota
         raise unavailable(f"the host is at its sandbox cap: {exc}", HOST_BUSY_RETRY_S) from None
     with service.db.read() as session:
-        rows = list(session.scalars(select(ArtifactRow).where(
-            ArtifactRow.run_id == program.run_id)))
+        rows = list(session.scalars(select(ArtifactRow).where(ArtifactRow.run_id == run.run_id)))
+    outcome = run.outcome
     execution = outcome.execution.model_dump(mode="json") if outcome.execution else None
-    return ExecutionOut(run_id=program.run_id, status=call_status(outcome),
+    return ExecutionOut(run_id=run.run_id, status=call_status(outcome),
                         observation=outcome.text, execution=execution,
                         artifacts=[artifact_out(row) for row in rows])

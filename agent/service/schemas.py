@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sbx.sandbox.limits import Bytes, Cpus, Seconds
+from sbx.agent.core.limits_request import LimitsRequest
 
 DATASET_ID = r"^ds-[0-9a-f]{12}$"
 MAX_DATASETS = 20
@@ -21,17 +21,6 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class RequestedLimits(_Request):
-    """Lower sandbox limits for this conversation or execution; never above the policy's."""
-
-    timeout: Seconds | None = None
-    """Wall-clock limit of one execution, e.g. `"10s"` (at most the policy's `[sandbox]`)."""
-    memory: Bytes | None = None
-    """Memory limit, e.g. `"256m"` (at most the policy's)."""
-    cpus: Cpus | None = None
-    """CPU quota, e.g. `"0.5"` (at most the policy's)."""
-
-
 class CreateConversation(_Request):
     """`POST /v1/conversations`."""
 
@@ -39,8 +28,9 @@ class CreateConversation(_Request):
     """Ids of your datasets, mounted read-only at `/data/<name>`."""
     model: str | None = Field(default=None, max_length=128)
     """A model the operator allows (`[service] models`); default the configured one."""
-    limits: RequestedLimits | None = None
-    """Lower limits for this conversation's sandbox."""
+    limits: LimitsRequest | None = None
+    """Lower limits for this conversation's sandbox (memory, cpus, pids, timeout, runtime,
+    network); above the policy's `[sandbox]` is a 422 naming the knob."""
 
 
 class AskQuestion(_Request):
@@ -64,7 +54,7 @@ class ExecuteCode(_Request):
     """Python source (at most the policy's `max_code_bytes`)."""
     datasets: list[str] = Field(default_factory=list, max_length=MAX_DATASETS)
     """Ids of your datasets, mounted read-only at `/data/<name>`."""
-    limits: RequestedLimits | None = None
+    limits: LimitsRequest | None = None
     """Lower limits for this execution."""
 
 

@@ -3,22 +3,22 @@
 A dataset, conversation or run that exists but belongs to someone else is a
 404 exactly like one that does not exist, so ids cannot be probed. Ids in
 paths are checked against their shape first (a malformed id is a 404 too).
-Requested sandbox limits may only lower the policy's (`limits_within`).
+Requested sandbox limits may only lower the policy's (`limited`, through the core's
+`LimitsRequest`).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
+from sbx.agent.core.config import AppConfig
+from sbx.agent.core.limits_request import LimitRefused, LimitsRequest
 from sbx.agent.service.problems import Problem, not_found
-from sbx.agent.service.schemas import RequestedLimits
 from sbx.agent.service.store.models import Conversation, Dataset, Run
-from sbx.sandbox.limits import Limits
-from sbx.sandbox.units import format_size
 
 _ID_SHAPES = {
     "dataset": re.compile(r"^ds-[0-9a-f]{12}$"),
@@ -58,16 +58,13 @@ def dataset_paths(session: Session, ids: list[str], principal: str, root: Path
     return tuple(paths)
 
 
-def limits_within(maximum: Limits, requested: RequestedLimits | None) -> Limits:
-    """The policy's limits lowered as requested; a value above the policy's is a 422."""
-    if requested is None:
-        return maximum
-    changes: dict[str, Any] = {}
-    for name, value in requested.model_dump(exclude_none=True).items():
-        ceiling = getattr(maximum, name)
-        if value > ceiling:
-            shown = format_size(ceiling) if name == "memory" else f"{ceiling:g}"
-            raise Problem(422, "limit-above-policy",
-                          f"limits.{name}: at most {shown} (the policy's [sandbox] {name})")
-        changes[name] = value
-    return maximum.model_copy(update=changes)
+def limited(config: AppConfig, requested: LimitsRequest | None) -> AppConfig:
+    """The policy's configuration with the body's limits applied, only ever tighter.
+
+    A request above the policy's `[sandbox]` ceiling is a 422 naming the knob and the
+    ceiling (`limits.memory: at most 512 MiB (the policy's [sandbox] memory)`).
+    """
+    try:
+        return config.limited(requested or LimitsRequest())
+    except LimitRefused as exc:
+        raise Problem(422, "limit-above-policy", exc.describe("limits.")) from None
