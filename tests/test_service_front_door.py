@@ -177,3 +177,36 @@ def test_the_drain_cancels_executions_through_their_token_after_the_grace(
         mine = [r for r in records if r.get("run_id") == run.id]
         assert mine[-1]["event"] == "run_end", mine[-3:]
     _verify(server.audit_log)
+
+
+@pytest.mark.docker
+def test_per_request_limits_apply_below_the_policy_and_are_refused_above_it(store, serve, llm):
+    server = serve(store)  # the tests' policy: [sandbox] timeout = "60s", network none
+    client = server.client(server.key("sol"))
+    slow = "import time\ntime.sleep(30)\nprint('late')"
+
+    timed = client.post("/v1/execute", json={"code": slow, "limits": {"timeout": "2s"}})
+    assert timed.status_code == 200, timed.text
+    assert timed.json()["execution"]["timed_out"] is True
+    started = [r for r in _audit(server.audit_log)
+               if r["run_id"] == timed.json()["run_id"] and r["event"] == "run_start"]
+    assert started[0]["data"]["sandbox"]["timeout"] == 2.0
+
+    for limits, knob in (({"timeout": "1h"}, "limits.timeout: at most 1m"),
+                         ({"network": "bridge"}, "limits.network: 'bridge' is more open"),
+                         ({"runtime": "kata"}, "limits.runtime: 'kata' is not allowed")):
+        refused = client.post("/v1/execute", json={"code": "print(1)", "limits": limits})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["type"].endswith("limit-above-policy")
+        assert refused.json()["detail"].startswith(knob), refused.json()["detail"]
+        opened = client.post("/v1/conversations", json={"limits": limits})
+        assert opened.status_code == 422 and opened.json()["detail"].startswith(knob)
+
+    conversation = client.post("/v1/conversations", json={"limits": {"timeout": "2s"}})
+    assert conversation.status_code == 201, conversation.text
+    assert conversation.json()["limits"] == {"timeout": 2.0}
+    llm.script([tool_call("execute_python", code=slow), assistant("It took too long.")])
+    run = _ask(client, conversation.json()["id"], "Sleep.")
+    events = stream(client, run)
+    results = [e for e in events if e["event"] == "tool_result"]
+    assert results and results[0]["data"]["execution"]["timed_out"] is True
