@@ -64,3 +64,30 @@ def test_the_page_shows_the_models_question_and_the_answer_continues_the_run(
     expect(page.locator(".run").nth(0).locator(".ask-user-question")).to_contain_text(QUESTION)
     expect(page.locator(".ask-user form")).to_have_count(0)
     seen.assert_clean()
+
+
+@pytest.mark.docker
+def test_limits_chosen_on_the_page_apply_below_the_policy_and_are_refused_above_it(
+    serve, llm, browser, tmp_path
+):
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")  # [sandbox] timeout = "60s"
+    page = browser.new_page()
+    sign_in(page, server.url, server.key("tess"))
+    page.locator("#limits summary").click()
+
+    page.get_by_label("Time limit per execution").fill("1h")
+    page.get_by_label("Your question").fill("Sleep.")
+    page.get_by_label("Your question").press("Enter")
+    expect(page.locator("#ask-status")).to_contain_text(
+        "limits.timeout: at most 1m (the policy's [sandbox] timeout)")
+    expect(page.locator(".run")).to_have_count(0)  # nothing was opened, nothing ran
+
+    llm.script([tool_call("execute_python", code="import time\ntime.sleep(30)"),
+                assistant("It ran out of time.")])
+    page.get_by_label("Time limit per execution").fill("2s")
+    page.get_by_label("Your question").fill("Sleep.")
+    page.get_by_label("Your question").press("Enter")
+    expect(page.locator("#conversation-data")).to_contain_text("limits: timeout 2")
+    run = page.locator(".run").nth(0)
+    expect(run.locator(".answer-text")).to_have_text("It ran out of time.")
+    expect(run.locator(".error-headline")).to_contain_text("Timed out")

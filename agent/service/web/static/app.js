@@ -96,9 +96,11 @@ function showConversation(conversation) {
   state.conversation = conversation;
   const names = conversation ? conversation.datasets.map(datasetName).join(", ") : "";
   $("conversation-title").textContent = conversation ? `Conversation ${conversation.id}` : "New conversation";
+  const limits = Object.entries(conversation?.limits ?? {}).map(([k, v]) => `${k} ${v}`).join(", ");
   $("conversation-data").textContent = conversation
-    ? `Data: ${names || "none"} · ${conversation.status}`
+    ? `Data: ${names || "none"} · ${conversation.status}${limits ? ` · limits: ${limits}` : ""}`
     : "Choose datasets on the left, then ask a question.";
+  $("limits").hidden = conversation !== null;
   const base = conversation ? `/v1/conversations/${encodeURIComponent(conversation.id)}` : null;
   for (const [id, href] of [["export-ipynb", `${base}/export?format=ipynb`],
     ["export-py", `${base}/export?format=py`], ["export-md", `${base}/export?format=md`],
@@ -172,7 +174,8 @@ async function ask(event) {
   if (!question || state.activeRun) return;
   await guarded("ask-status", async () => {
     if (state.conversation === null) {
-      const created = await call("POST", "/v1/conversations", { datasets: [...state.selected] });
+      const created = await call("POST", "/v1/conversations",
+        { datasets: [...state.selected], ...chosenLimits() });
       showConversation(created);
       state.generation += 1;
     }
@@ -181,6 +184,17 @@ async function ask(event) {
     $("question").value = "";
     await show(accepted, question, "You asked");
   });
+}
+
+/** The limits chosen for a new conversation (the server refuses any above the policy). */
+function chosenLimits() {
+  const limits = {};
+  for (const [name, id] of [["timeout", "limit-timeout"], ["memory", "limit-memory"],
+    ["runtime", "limit-runtime"]]) {
+    const value = $(id).value.trim();
+    if (value) limits[name] = value;
+  }
+  return Object.keys(limits).length ? { limits } : {};
 }
 
 /** Answer the question the last run asked (it ended needs_input): a new run continues. */
