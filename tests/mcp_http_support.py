@@ -31,10 +31,11 @@ MCP_POLICY: dict[str, dict[str, Any]] = {
 
 @asynccontextmanager
 async def connect(
-    server: Server, key: str | None, *, mode: str = "auto", session: str | None = None
+    server: Server, key: str | None, *, mode: str = "auto", session: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> AsyncIterator[Client]:
-    """The SDK's client on `server`'s `/mcp`, sending `key` as the bearer key."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    """The SDK's client on `server`'s `/mcp`, sending `key` as the bearer key (and `headers`)."""
+    headers = {**(headers or {}), **({"Authorization": f"Bearer {key}"} if key else {})}
     if session is not None:
         headers["Sbx-Session"] = session
     async with create_mcp_http_client(headers=headers) as http:

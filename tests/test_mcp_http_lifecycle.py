@@ -216,3 +216,31 @@ def test_sigterm_gives_a_running_execution_the_grace_then_cancels_it_through_its
     finally:
         db.close()
     assert [run.status for run in runs] == ["cancelled"]
+
+
+@pytest.mark.docker
+def test_a_sessions_limits_apply_below_the_policy_and_are_refused_above_it(sqlite, serve):
+    server = serve(sqlite)  # the tests' policy: [sandbox] timeout = "60s"
+    key = server.key("ann")
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"}}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    client = server.client(key)
+    for raw, detail in (('{"timeout": "1h"}', "limits.timeout: at most 1m"),
+                        ('{"sudo": true}', "Sbx-Limits: a JSON object of limits")):
+        refused = client.post("/mcp", json=initialize, headers={**headers, "Sbx-Limits": raw})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"].startswith(detail), refused.json()["detail"]
+
+    async def scenario():
+        async with connect(server, key, mode="legacy",
+                           headers={"Sbx-Limits": '{"timeout": "2s"}'}) as session:
+            return await session.call_tool(
+                "execute_python", {"code": "import time\ntime.sleep(30)\nprint('late')"})
+
+    timed = anyio.run(scenario)
+    assert "passed the 2 s wall-clock limit" in text_of(timed), text_of(timed)
+    [session] = session_ids(server)
+    start = [r for r in audit_records(server) if r["run_id"] == session][0]
+    assert start["event"] == "run_start" and start["data"]["sandbox"]["timeout"] == 2.0

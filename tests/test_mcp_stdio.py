@@ -162,6 +162,17 @@ def test_sbx_mcp_without_the_image_is_one_line_before_it_serves(tmp_path, engine
     assert "sbx image build" in done.stderr.decode()
 
 
+def test_sbx_mcp_refuses_a_limit_above_the_policy_in_one_line_before_it_serves(tmp_path):
+    done = subprocess.run(
+        [*SBX, "mcp", "--timeout", "1h"], input=b"", capture_output=True, timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert done.stdout == b""
+    assert done.stderr.decode().strip().endswith(
+        "--timeout: at most 30s (the policy's [sandbox] timeout)"), done.stderr
+
+
 @pytest.mark.docker
 def test_an_operator_error_reaches_the_client_as_a_readable_tool_error(tmp_path):
     policy = tmp_path / "policy.toml"

@@ -18,13 +18,16 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import click
 
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
+from sbx.agent.cli.limit_flags import limit_options, refused, take_limits
 from sbx.agent.core.app import DEFAULT_IMAGE, OUTPUT_DIR, App, os_principal, require_image
 from sbx.agent.core.config import load_config
+from sbx.agent.core.limits_request import LimitRefused
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.mcp.server import DEFAULT_IDLE_S, SbxServer, build_server, stdio_face
 from sbx.sandbox.units import parse_duration
@@ -47,10 +50,11 @@ _FILE = click.Path(path_type=Path, dir_okay=False)
               show_default=True, help="Root of the artifact directories (OUTPUT/SESSION_ID/).")
 @click.option("--idle-timeout", default=f"{DEFAULT_IDLE_S:g}s", show_default=True,
               help="Remove the sandbox after this long without a call (0: never).")
+@limit_options
 @operator_errors
 def mcp_command(
     data: tuple[Path, ...], policy: Path | None, image: str, audit_log: Path | None,
-    output: Path, idle_timeout: str,
+    output: Path, idle_timeout: str, **limit_flags: Any,
 ) -> None:
     """Serve sbx's sandbox to an MCP client over stdio (one client, one session).
 
@@ -62,6 +66,7 @@ def mcp_command(
     Example (the client runs this; see the README for each client's config):
       sbx mcp --data /abs/path/sales.csv --audit-log /abs/path/sbx-audit.jsonl
     """
+    limits = take_limits(limit_flags)
     try:
         idle_s = parse_duration(idle_timeout)
     except ValueError as exc:
@@ -70,6 +75,10 @@ def mcp_command(
         config = load_config(policy)
     except PolicyError as exc:
         fail(str(exc))
+    try:
+        config.limited(limits)  # above the policy's: one line, exit 2, before serving
+    except LimitRefused as exc:
+        refused(exc)
     if config.policy.tools.execute_python.enabled:  # fail now, not at the client's first call
         require_image(image)
     try:
@@ -79,7 +88,7 @@ def mcp_command(
     with app:
         try:
             face = stdio_face(principal=os_principal(), data=data, output_root=output,
-                              idle_s=idle_s or None)
+                              idle_s=idle_s or None, limits=limits)
             server = build_server(app, face)
         except SettingsError as exc:
             fail(str(exc), 2)

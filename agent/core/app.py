@@ -153,10 +153,14 @@ class App(Closing):
         return self._conversation(spec, endpoint, record, None)
 
     def workspace(self, spec: ConversationSpec, *, extra_tools: tuple[Tool, ...] = (),
-                  limits: Limits | None = None) -> Workspace:
-        """A sandbox kept across tool calls without a model (an MCP session's, a rerun's)."""
+                  limits: LimitsRequest | None = None) -> Workspace:
+        """A sandbox kept across tool calls without a model (an MCP session's, a program's).
+
+        `limits` tighten the policy's (`LimitRefused` above its ceiling).
+        """
         check_data(spec.data)
-        return Workspace(spec=spec, config=self._config_for(limits), audit=self.audit,
+        config = self.config.limited(limits or LimitsRequest())
+        return Workspace(spec=spec, config=config, audit=self.audit,
                          pool=self.pool, image=self.image, extra_tools=extra_tools)
 
     @property

@@ -98,14 +98,14 @@ def execute_program(
     finished or withdrawn, `sbx.agent.core.run_recorder`); `cancel` stops the
     call (fired before the gate opens, the code never runs).
     """
-    limits = app.config.limited(spec.limits).limits
     run_id = spec.run_id or new_run_id()
     output = spec.output or OUTPUT_DIR / run_id
     workspace = app.workspace(
         ConversationSpec(conversation_id=run_id, principal=spec.principal, data=spec.data,
                          output=output),
-        limits=limits,
+        limits=spec.limits,
     )
+    limits = workspace.config.limits
     token = cancel or Cancellation()
     ticket = RunTicket(run_id=run_id, kind="execute", principal=spec.principal,
                        output_dir=output, cancel=token)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from sbx.agent.core.limits_request import LimitsRequest
 from sbx.agent.core.run_recorder import NoRecorder, RunRecorder
 from sbx.tools.registry import Tool
 
@@ -39,6 +40,9 @@ class Caller:
     """Who calls, as the face authenticated them: every audit record of the session has it."""
     grant: object = None
     """What the face authenticated (an API key's record), handed back to its `Admission`."""
+    limits: LimitsRequest = field(default_factory=LimitsRequest)
+    """Sandbox limits the client asked for its session: only below the policy's (the face
+    refused anything above it before the call came here)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,6 +33,7 @@ from mcp.types import InputRequiredResult, ResourceTemplate
 from pydantic import AnyUrl
 
 from sbx.agent.core.app import OUTPUT_DIR, App
+from sbx.agent.core.limits_request import LimitsRequest
 from sbx.agent.core.workspace import check_data
 from sbx.agent.mcp.admission import Admission, Caller, FixedData
 from sbx.agent.mcp.artifacts import (
@@ -81,14 +82,14 @@ class Face:
 
 def stdio_face(
     *, principal: str, data: Sequence[Path] = (), output_root: Path = OUTPUT_DIR,
-    idle_s: float | None = DEFAULT_IDLE_S,
+    idle_s: float | None = DEFAULT_IDLE_S, limits: LimitsRequest | None = None,
 ) -> Face:
-    """`sbx mcp`: one connection, one session, the OS user; the `--data` paths.
+    """`sbx mcp`: one connection, one session, the OS user; the `--data` paths, the limit flags.
 
     Data the sandbox's user could not read is a `SettingsError`, before anything runs.
     """
     check_data(data)  # the same check as a conversation's: unreadable data is refused
-    caller = Caller(key=STDIO_SESSION, principal=principal)
+    caller = Caller(key=STDIO_SESSION, principal=principal, limits=limits or LimitsRequest())
 
     def one_session(ctx: Context[Any, Any]) -> Caller:
         return caller  # every request of a stdio connection belongs to its one session

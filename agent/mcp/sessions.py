@@ -151,7 +151,7 @@ class McpSessions(Closing):
         spec = ConversationSpec(conversation_id=session_id, principal=caller.principal,
                                 data=opened.data, output_root=self.output_root)
         try:
-            workspace = self.app.workspace(spec, extra_tools=opened.tools)
+            workspace = self.app.workspace(spec, extra_tools=opened.tools, limits=caller.limits)
         except BaseException:
             self.admission.close(caller, session_id)
             raise

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -40,10 +40,13 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from sbx.agent.core.config import describe_validation_error
+from sbx.agent.core.limits_request import LimitsRequest
 from sbx.agent.mcp.admission import Caller
 from sbx.agent.mcp.server import Face, SbxServer, build_server
 from sbx.agent.mcp.upload import register_upload
@@ -52,10 +55,13 @@ from sbx.agent.service.core import Service
 from sbx.agent.service.mcp_tenancy import ServiceAdmission
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.store.keys import KeyInfo
+from sbx.agent.service.tenancy import limited
 
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
+LIMITS_HEADER = "sbx-limits"
+"""JSON sandbox limits for the session the request opens, e.g. `{"timeout": "10s"}`."""
 SESSION_HEADER = "sbx-session"
 """Names the session of a client that opens none (2026-07-28); ignored with Mcp-Session-Id."""
 DEFAULT_SESSION = "default"
@@ -74,12 +80,30 @@ class Grant:
     """The API key that authenticated it."""
     session_name: str
     """`Sbx-Session` (or the default): which named session a sessionless request uses."""
+    limits: LimitsRequest
+    """`Sbx-Limits`: the sandbox limits a session opened by this request gets (only below
+    the policy's; a session already open keeps its own)."""
 
 
 def session_key(principal: str, *, transport: str | None, name: str) -> str:
     """The sbx session of a request: always under its principal, so keys never meet."""
     which = f"transport:{transport}" if transport else f"named:{name}"
     return f"{principal}\n{which}"
+
+
+def requested_limits(service: Service, headers: Mapping[str, str]) -> LimitsRequest:
+    """`Sbx-Limits` as the core's `LimitsRequest`; malformed or above the policy: a 422."""
+    raw = headers.get(LIMITS_HEADER)
+    if raw is None:
+        return LimitsRequest()
+    try:
+        request = LimitsRequest.model_validate_json(raw)
+    except ValidationError as exc:
+        raise Problem(422, "bad-limits", "Sbx-Limits: a JSON object of limits (memory, cpus, "
+                      f"pids, timeout, runtime, network): {describe_validation_error(exc)}"
+                      ) from None
+    limited(service.config, request)  # above the policy's [sandbox]: 422 naming the knob
+    return request
 
 
 def caller_of(ctx: Context[Any, Any]) -> Caller:
@@ -91,7 +115,7 @@ def caller_of(ctx: Context[Any, Any]) -> Caller:
     principal = grant.key.principal
     transport = request.headers.get(MCP_SESSION_ID_HEADER) if request is not None else None
     key = session_key(principal, transport=transport, name=grant.session_name)
-    return Caller(key=key, principal=principal, grant=grant.key)
+    return Caller(key=key, principal=principal, grant=grant.key, limits=grant.limits)
 
 
 class McpEndpoint:
@@ -134,7 +158,8 @@ class McpEndpoint:
         if not _SESSION_NAME.match(name):
             raise Problem(400, "bad-session-name",
                           "Sbx-Session: a name of 1 to 64 characters from A-Za-z0-9._-")
-        state[_GRANT] = Grant(key=key, session_name=name)
+        state[_GRANT] = Grant(key=key, session_name=name,
+                              limits=requested_limits(self.service, request.headers))
         # The SDK binds each transport session to the identity that opened it.
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=key.principal,
                                                       scopes=[]))
