@@ -156,9 +156,10 @@ class App(Closing):
                   limits: LimitsRequest | None = None) -> Workspace:
         """A sandbox kept across tool calls without a model (an MCP session's, a program's).
 
-        `limits` tighten the policy's (`LimitRefused` above its ceiling).
+        `limits` tighten the policy's (`LimitRefused` above its ceiling). Unreadable data
+        is the sandbox's `InvalidInput` when it opens (the faces that prefer a
+        `SettingsError` up front call `check_data`).
         """
-        check_data(spec.data)
         config = self.config.limited(limits or LimitsRequest())
         return Workspace(spec=spec, config=config, audit=self.audit,
                          pool=self.pool, image=self.image, extra_tools=extra_tools)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sbx.agent.core.app import OUTPUT_DIR, App
@@ -38,6 +38,7 @@ from sbx.tools.context import OutputSink
 from sbx.tools.gate import ToolGate
 from sbx.tools.outcome import ToolOutcome
 
+CANCELLED_BEFORE = "Cancelled before it ran: the code did not start."
 CALL_ID = "call-1"
 """The one call's id in the run (the audit's call id is the gate's `<run_id>-c1`)."""
 
@@ -121,6 +122,8 @@ def execute_program(
                 outcome = gate.call(name="execute_python",
                                     arguments=json.dumps({"code": spec.code}), call_id=CALL_ID)
                 reason = "cancelled" if token.cancelled else "completed"
+                if token.cancelled and outcome.execution is None:  # cancelled before it ran
+                    outcome = replace(outcome, status="cancelled", text=CANCELLED_BEFORE)
                 return outcome
             except BaseException:
                 workspace.discard()  # the code dies with its sandbox; run_end follows its outcome
