@@ -29,6 +29,7 @@ from sbx.agent.service.eventlog import EventHub, EventLog
 from sbx.agent.service.lifecycle import Housekeeper
 from sbx.agent.service.metrics import Metrics, live_figures
 from sbx.agent.service.middleware import GatewayState
+from sbx.agent.service.oidc_client import OidcClient, open_client
 from sbx.agent.service.outcomes import Observer, Observers
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.replicas import Identity, Replicas
@@ -115,6 +116,8 @@ class Service:
         self.gateway = GatewayState(max_body=self.settings.max_body,
                                     client_timeout=self.settings.client_timeout, observer=observer)
         self.housekeeper = Housekeeper(self)
+        self.oidc: OidcClient | None = None
+        """The OpenID Connect provider the web page signs in through (`[service.oidc]`)."""
         self.metrics.watch(lambda: live_figures(self))
         self._closed = False
         self._drain: threading.Thread | None = None
@@ -132,6 +135,7 @@ class Service:
         `observer` hears what the service reports (the access log), beside its metrics.
         """
         config = load_config(options.policy)
+        oidc = open_client(config.service.oidc, environ)
         paths = DataPaths(options.data_dir).create()
         db = Database.open(database_url(options.database, paths.root, environ))
         try:
@@ -156,6 +160,7 @@ class Service:
         service = cls(options=options, config=config, paths=paths, db=db, replicas=replicas,
                       app=app, endpoint=endpoint, endpoint_error=error,
                       observer=observer or Observer())
+        service.oidc = oidc
         service.housekeeper.start()
         return service
 
