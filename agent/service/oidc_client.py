@@ -89,7 +89,7 @@ class OidcClient:
     _discovered_at: float = 0.0
     _keys: dict[str, Any] = field(default_factory=dict)
     _keys_at: float = 0.0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def authorization_url(self, *, state: str, nonce: str, verifier: str,
                           redirect_uri: str) -> str:

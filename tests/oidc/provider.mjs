@@ -1,20 +1,31 @@
 // A real OpenID Connect provider for sbx's tests: panva's oidc-provider, on 127.0.0.1 only.
 //
-//   node provider.mjs PORT REDIRECT_URI
+//   node provider.mjs        prints "port N" once it listens on 127.0.0.1:N (N chosen by the
+//                            system: no race for a free port), then reads one line from stdin,
+//                            the client's redirect URI (the sbx server's callback, known only
+//                            once that server runs with this issuer), and prints
+//                            "listening http://127.0.0.1:N" when it serves
 //
 // One confidential client (`sbx-test`, secret `sbx-test-secret`, client_secret_basic) may use
 // the authorization code flow, with PKCE (S256) required. Its built-in development login
 // form accepts any login and any password; the login names the account: its `sub` is the
 // login, its `email` is `<login>@example.test`, and a login starting with `admin` is in the
-// `sbx-admins` group (others in `analysts`). Prints "listening <issuer>" once it accepts.
+// `sbx-admins` group (others in `analysts`).
+import http from "node:http";
+import readline from "node:readline";
 import Provider from "oidc-provider";
 
-const [port, redirectUri] = process.argv.slice(2);
-if (!port || !redirectUri) {
-  console.error("usage: node provider.mjs PORT REDIRECT_URI");
-  process.exit(2);
-}
-const issuer = `http://127.0.0.1:${port}`;
+let handler = (req, res) => {
+  res.statusCode = 503;
+  res.end("not configured yet");
+};
+const server = http.createServer((req, res) => handler(req, res));
+await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+const issuer = `http://127.0.0.1:${server.address().port}`;
+console.log(`port ${server.address().port}`);
+
+const input = readline.createInterface({ input: process.stdin });
+const redirectUri = (await input[Symbol.asyncIterator]().next()).value.trim();
 
 const provider = new Provider(issuer, {
   clients: [{
@@ -42,9 +53,19 @@ const provider = new Provider(issuer, {
   },
 });
 
-const server = provider.listen(Number(port), "127.0.0.1", () => {
-  console.log(`listening ${issuer}`);
+// Its built-in pages import a web font from the internet: nothing may leave this machine,
+// so that line is dropped from every page (the pages work the same without it). A
+// browser's favicon request gets an empty answer, not a 404 in the console.
+provider.use(async (ctx, next) => {
+  if (ctx.path === "/favicon.ico") {
+    ctx.status = 204;
+    return;
+  }
+  await next();
+  if (typeof ctx.body === "string") ctx.body = ctx.body.replace(/@import url\(https?:[^)]*\);?/g, "");
 });
+handler = provider.callback();
+console.log(`listening ${issuer}`);
 for (const signal of ["SIGTERM", "SIGINT"]) {
-  process.on(signal, () => server.close(() => process.exit(0)));
+  process.on(signal, () => process.exit(0));
 }
