@@ -55,6 +55,8 @@ class Provider:
         _wait_line(self, "listening ")
 
     def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
         if self.proc.poll() is None:
             self.proc.terminate()
         try:
@@ -62,6 +64,8 @@ class Provider:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def _wait_line(provider: Provider, prefix: str) -> str:
