@@ -17,7 +17,7 @@ import unicodedata
 from click.testing import CliRunner
 
 import scripted_llm
-from sbx.agent.cli import exec as exec_cli
+from sbx.agent.cli import doctor as doctor_cli
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.main import cli
 from sbx.agent.cli.selftest import print_check
@@ -168,7 +168,7 @@ def test_selftest_and_doctor_lines_escape_what_the_sandbox_said(monkeypatch):
     assert_shown(stream.getvalue())
 
     checks = [Check(name="image", passed=False, happened=HOSTILE, fix=HOSTILE)]
-    monkeypatch.setattr(exec_cli, "run_checks", lambda limits, image: checks)  # not under test
+    monkeypatch.setattr(doctor_cli, "run_checks", lambda limits, image: checks)  # not under test
     outcome = CliRunner().invoke(cli, ["doctor"])
     assert outcome.exit_code == 1
     assert_inert(outcome.stdout)

@@ -31,7 +31,8 @@ from sbx.agent.core.state import RunResult
 from sbx.agent.core.transcript import Transcript
 from sbx.agent.model.client import ModelClient
 from sbx.sandbox.closing import Closing
-from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.config import DEFAULT_IMAGE as DEFAULT_IMAGE  # faces name the image by it
+from sbx.sandbox.engine import Engine
 from sbx.sandbox.errors import InvalidInput
 from sbx.sandbox.files import data_mounts
 from sbx.sandbox.pool import Pool
@@ -51,6 +52,14 @@ def os_principal() -> str:
         return f"os:{getpass.getuser()}"
     except (KeyError, OSError):
         return f"os:uid-{os.getuid()}"
+
+
+def require_image(image: str) -> None:
+    """Refuse an image that is not built (`SandboxError`; sbx never pulls), before serving.
+
+    A face that serves clients (`sbx mcp`) fails at its start, not at a client's first call.
+    """
+    Engine.connect(timeout=10).require_image(image)
 
 
 class App(Closing):

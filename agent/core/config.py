@@ -13,8 +13,9 @@ layer:
 
 Every mistake in the file is a `PolicyError` naming the file, the line and
 the dotted key (`sbx.toml:12: sandbox.memory: ...`); faces report it as an
-operator error. Command-line flags are applied afterwards (`with_flags`,
-`with_limits`), and a bad flag is a `SettingsError` naming the flag.
+operator error. Command-line flags are applied afterwards (`with_flags`), and
+a bad flag is a `SettingsError` naming the flag; a face's per-run limits come
+in one way, a `LimitsRequest` (`limited`), only ever below `[sandbox]`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -35,6 +36,9 @@ from sbx.sandbox.limits import Bytes, Limits, Seconds
 from sbx.tools.custom import custom_tools
 from sbx.tools.policy import Policy, PolicyError, default_policy_path
 from sbx.tools.toml_lines import key_lines, line_of
+
+if TYPE_CHECKING:
+    from sbx.agent.core.limits_request import LimitsRequest
 
 _Model = TypeVar("_Model", bound=BaseModel)
 
@@ -175,18 +179,15 @@ class AppConfig:
                 "invalid value for " + describe_validation_error(exc, prefix="--")
             ) from None
 
-    def with_limits(self, overrides: Mapping[str, Any]) -> AppConfig:
-        """The sandbox limits with command-line overrides applied (None means not given)."""
-        given = {key: value for key, value in overrides.items() if value is not None}
-        if not given:
+    def limited(self, request: LimitsRequest) -> AppConfig:
+        """This configuration with a face's per-run limits applied, only ever tighter.
+
+        Raises `LimitRefused` (naming the knob and the policy's value) for a
+        request above the policy's `[sandbox]` ceiling.
+        """
+        if not request.changes():
             return self
-        try:
-            limits = Limits.model_validate({**self.limits.model_dump(), **given})
-        except ValidationError as exc:
-            raise SettingsError(
-                "invalid value for " + describe_validation_error(exc, prefix="--")
-            ) from None
-        return replace(self, limits=limits)
+        return replace(self, limits=request.within(self.limits))
 
 
 def load_config(path: Path | None = None) -> AppConfig:
