@@ -11,7 +11,9 @@
 
 The pending login lives in the store (any replica may get the callback) and is bound to
 the browser that started it by a random cookie whose SHA-256 the row keeps, so a
-callback URL carried to another browser signs nobody in. Signing out is the page's
+callback URL carried to another browser signs nobody in. A signed cookie alone was the
+other choice: it would need a signing key shared by every replica, and still a record
+on the server to make its state good only once; the store gives both. Signing out is the page's
 usual `DELETE /web/session`: it ends either kind of session. The session itself is the
 same cookie as an API-key session (`web/sessions.py`); its principal is `oidc:<claim>`.
 """
