@@ -46,6 +46,7 @@ class Provider:
     issuer: str
     lines: queue.Queue[str | None]
     log: list[str] = field(default_factory=list)
+    pump: threading.Thread | None = None
 
     def register(self, server_url: str) -> None:
         """Give the client its redirect URI (the server's callback) and wait until it serves."""
@@ -64,6 +65,8 @@ class Provider:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        if self.pump is not None:
+            self.pump.join(10)  # it ends at the output's end, now that the process is gone
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
@@ -113,7 +116,8 @@ def oidc_provider() -> Iterator[Callable[[], Provider]]:
                 lines.put(line)
             lines.put(None)
 
-        threading.Thread(target=pump, daemon=True).start()
+        provider.pump = threading.Thread(target=pump, daemon=True)
+        provider.pump.start()
         port = _wait_line(provider, "port ").split()[1]
         provider.issuer = f"http://127.0.0.1:{int(port)}"
         return provider
