@@ -57,6 +57,7 @@ export async function refreshUsage() {
     ["Runs in the last hour", `${u.runs_per_hour} of ${q.runs_per_hour}`],
     ["Sandbox CPU seconds, 24 h", `${Number(u.cpu_seconds_per_day).toFixed(1)} of ${q.cpu_seconds_per_day}`],
     ["Stored data", `${formatSize(u.dataset_bytes)} of ${formatSize(q.dataset_bytes)}`],
+    ["Storage (with runs)", `${formatSize(u.storage_bytes)} of ${formatSize(q.storage_bytes)}`],
     ["Largest upload", formatSize(q.upload_bytes)],
   ];
   const list = clear($("usage"));
