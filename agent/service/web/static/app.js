@@ -6,7 +6,7 @@
 
 import { call, setCsrf } from "./api.js";
 import { datasetName, refreshDatasets, refreshUsage, setUpDropZone } from "./datasets.js";
-import { append, clear, el, formatTime } from "./dom.js";
+import { append, clear, el, formatTime, setText } from "./dom.js";
 import { RunView } from "./run.js";
 import { $, guarded, say, state, whenSessionEnds } from "./ui.js";
 
@@ -26,7 +26,7 @@ async function start() {
 function signedIn(session) {
   state.principal = session.principal;
   setCsrf(session.csrf_token);
-  $("principal").textContent = session.principal;
+  setText($("principal"), session.principal);
   $("signin").hidden = true;
   $("who").hidden = false;
   $("workspace").hidden = false;
@@ -96,9 +96,9 @@ function showConversation(conversation) {
   state.conversation = conversation;
   const names = conversation ? conversation.datasets.map(datasetName).join(", ") : "";
   $("conversation-title").textContent = conversation ? `Conversation ${conversation.id}` : "New conversation";
-  $("conversation-data").textContent = conversation
+  setText($("conversation-data"), conversation
     ? `Data: ${names || "none"} · ${conversation.status}`
-    : "Choose datasets on the left, then ask a question.";
+    : "Choose datasets on the left, then ask a question.");
   const base = conversation ? `/v1/conversations/${encodeURIComponent(conversation.id)}` : null;
   for (const [id, href] of [["export-ipynb", `${base}/export?format=ipynb`],
     ["export-py", `${base}/export?format=py`], ["export-md", `${base}/export?format=md`],

@@ -1,7 +1,7 @@
 // The datasets panel (upload by drop or picker with progress, preview, delete) and the quota.
 
 import { call, upload } from "./api.js";
-import { append, clear, el, formatSize } from "./dom.js";
+import { append, clear, el, formatSize, setText } from "./dom.js";
 import { $, guarded, say, state } from "./ui.js";
 
 /** Read and list the caller's datasets, each with its checkbox, preview and delete. */
@@ -33,8 +33,8 @@ export async function refreshDatasets() {
 
 async function showPreview(dataset) {
   const full = await call("GET", `/v1/datasets/${encodeURIComponent(dataset.id)}`);
-  $("preview-title").textContent = `Preview of ${full.name}`;
-  $("preview-text").textContent = full.preview ?? "";
+  setText($("preview-title"), `Preview of ${full.name}`);
+  setText($("preview-text"), full.preview ?? "");
   $("preview").hidden = false;
   $("preview-text").focus();
 }

@@ -6,7 +6,7 @@
 // shown is built with el() from dom.js: model text, code, output and names are
 // text, never markup.
 
-import { el, append, clear, encodePath, formatSize } from "./dom.js";
+import { el, append, clear, encodePath, formatSize, setText } from "./dom.js";
 import { highlight } from "./highlight.js";
 import { splitOutput } from "./tables.js";
 
@@ -90,7 +90,7 @@ export class RunView {
   }
 
   started(event) {
-    this.question.textContent = event.question ?? "";
+    setText(this.question, event.question ?? "");
     this.status.textContent = "Running…";
     if (event.sandbox_reset) {
       this.note("The sandbox was started again: variables from earlier questions are gone.");
@@ -223,7 +223,7 @@ export class RunView {
     this.root.classList.add(`run-${status}`);
     if (event.answer) append(this.root, this.answer(event));
     else append(this.root, el("p", { class: "run-message", role: "note" }, event.message ?? status));
-    this.status.textContent = summary(event);
+    setText(this.status, summary(event));
   }
 
   answer(event) {
@@ -273,7 +273,7 @@ export class RunView {
     this.finishSteps();
     append(this.root, el("p", { class: "run-message", role: "note" },
       `The run ended ${run?.status ?? ""}: ${run?.message ?? ""}`));
-    this.status.textContent = run?.status ?? "ended";
+    setText(this.status, run?.status ?? "ended");
   }
 
   finishSteps() {
