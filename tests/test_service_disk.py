@@ -47,7 +47,7 @@ def _held_upload(client: httpx.Client, first: bytes, gate: threading.Event,
             answers.append(client.post(
                 "/v1/datasets", content=body(),
                 headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}))
-        except BaseException as exc:  # noqa: BLE001 - the server may be killed under it
+        except BaseException as exc:  # the server may be killed under it
             answers.append(exc)
 
     thread = threading.Thread(target=send, daemon=True)
