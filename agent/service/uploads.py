@@ -27,6 +27,7 @@ import secrets
 import socket
 import threading
 import time
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -55,6 +56,8 @@ PREFIX = ".upload-"
 STALE_S = 86400.0
 """A temporary upload file older than this is swept at start whoever wrote it."""
 MAX_NAME = 100
+MAX_NAME_BYTES = 200
+"""A stored name's UTF-8 bytes (a file name may hold 255)."""
 HEAD_BYTES = 64 * 1024
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 logger = logging.getLogger(__name__)
@@ -168,13 +171,24 @@ class Upload:
 
 
 def safe_name(filename: str) -> str:
-    """A display name made only of `A-Za-z0-9._-`, never hidden, at most `MAX_NAME` long."""
-    base = filename.replace("\\", "/").rsplit("/", 1)[-1].strip()
-    cleaned = _UNSAFE.sub("_", base).lstrip(".") or "data"
+    """A name of letters and digits (any script, NFC) and `._-`, never hidden, bounded.
+
+    `销售.csv` stays `销售.csv`; separators, spaces, controls, bidi and other invisible
+    characters become `_`; at most `MAX_NAME` characters and `MAX_NAME_BYTES` UTF-8 bytes,
+    the suffix kept.
+    """
+    base = unicodedata.normalize("NFC", filename.replace("\\", "/").rsplit("/", 1)[-1]).strip()
+    kept = "".join(ch if ch in "._-" or (ch.isalnum() and ch.isprintable()) else "\0"
+                   for ch in base)
+    cleaned = re.sub("\0+", "_", kept).lstrip(".") or "data"
     stem, dot, suffix = cleaned.rpartition(".")
-    if dot and len(cleaned) > MAX_NAME:
-        cleaned = stem[: MAX_NAME - len(suffix) - 1] + "." + suffix
-    return cleaned[:MAX_NAME]
+    if not dot or len(suffix) > 16:
+        stem, suffix = cleaned, ""
+    stem = stem[:MAX_NAME]
+    while len(stem) + len(suffix) + 1 > MAX_NAME or len(
+            (stem + "." + suffix).encode()) > MAX_NAME_BYTES:
+        stem = stem[:-1]
+    return (stem or "data") + ("." + suffix if suffix else "")
 
 
 def format_of(name: str) -> str:

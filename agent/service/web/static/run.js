@@ -149,12 +149,14 @@ export class RunView {
       step = this.steps.get(event.call_id);
     }
     const { node, state, live, outcome } = step;
-    clear(live);
-    live.hidden = true;
+    const execution = event.execution;
+    if (execution?.stdout || execution?.stderr || !step.chars) {
+      clear(live);  // the kept output replaces the live one
+      live.hidden = true;
+    }  // else (stopped, cancelled): the output the user was watching stays
     node.classList.remove("running");
     node.classList.add(event.failed ? "failed" : "succeeded");
     state.textContent = event.failed ? "failed" : `done in ${Number(event.duration_s ?? 0).toFixed(2)} s`;
-    const execution = event.execution;
     if (execution) this.execution(outcome, execution);
     else append(outcome, el("pre", { class: event.failed ? "stream error-text" : "stream", tabindex: "0" },
       event.content ?? ""));
