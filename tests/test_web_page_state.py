@@ -50,27 +50,48 @@ def test_cancel_keeps_the_output_and_says_nothing_of_signals(serve, llm, browser
 
 
 @pytest.mark.docker
-def test_a_reload_opens_the_open_conversation_and_unicode_names_are_listed(
-    serve, llm, browser, tmp_path
-):
+def test_a_reload_opens_the_conversation_that_was_open(serve, llm, browser, tmp_path):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
-    key = server.key("dana")
-    dataset = upload(server.client(key), "销售 2024.csv", b"region,revenue\nNorth,10\n").json()
-    assert dataset["name"] == "销售_2024.csv"
     page = browser.new_page()
     seen = watch(page)
-    sign_in(page, server.url, key)
-    expect(page.locator("#dataset-list .dataset")).to_contain_text("销售_2024.csv")
-    page.get_by_role("checkbox", name=re.compile("销售_2024.csv")).check()
+    sign_in(page, server.url, server.key("dana"))
     llm.script([assistant("Nothing to compute: hello.")])
     page.get_by_label("Your question").fill("hello?")
     page.get_by_role("button", name="Ask").click()
     expect(page.locator(".run .answer-text")).to_have_text("Nothing to compute: hello.")
     title = page.locator("#conversation-title").inner_text()
     assert title.startswith("Conversation conv-")
-    expect(page.locator("#conversation-data")).to_contain_text("销售_2024.csv")
     page.reload()
     expect(page.locator("#workspace")).to_be_visible()
     expect(page.locator("#conversation-title")).to_have_text(title)
     expect(page.locator(".run .answer-text")).to_have_text("Nothing to compute: hello.")
+    page.get_by_role("button", name="New conversation").click()
+    page.reload()
+    expect(page.locator("#usage dt").first).to_be_visible()
+    expect(page.locator("#conversation-title")).to_have_text("New conversation")
+    seen.assert_clean()
+
+
+@pytest.mark.docker
+def test_a_dataset_named_in_another_script_is_listed_and_used_by_its_name(
+    serve, llm, browser, tmp_path
+):
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
+    key = server.key("emil")
+    dataset = upload(server.client(key), "销售 2024.csv", b"region,revenue\nNorth,10\n").json()
+    assert dataset["name"] == "销售_2024.csv"  # the space is not a letter; the rest stays
+    assert dataset["preview"].startswith("- /data/销售_2024.csv")
+    page = browser.new_page()
+    seen = watch(page)
+    sign_in(page, server.url, key)
+    expect(page.locator("#dataset-list .dataset")).to_contain_text("销售_2024.csv")
+    page.get_by_role("checkbox", name=re.compile("销售_2024.csv")).check()
+    llm.script([tool_call("execute_python", code="import pandas as pd\n"
+                          "print(pd.read_csv('/data/销售_2024.csv').revenue.sum())"),
+                assistant("The revenue is 10.")])
+    page.get_by_label("Your question").fill("total?")
+    page.get_by_role("button", name="Ask").click()
+    expect(page.locator(".run .answer-text")).to_have_text("The revenue is 10.")
+    expect(page.locator(".step .output-stdout pre")).to_have_text("10")
+    expect(page.locator("#conversation-data")).to_contain_text("销售_2024.csv")
     seen.assert_clean()
