@@ -24,6 +24,8 @@ serve = service_support.serve
 llm = service_support.llm
 browser = web_support.browser
 
+CHART = ("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+         "plt.plot([1, 2, 3])\nplt.savefig('/output/图表.png')")
 SLOW = "import time\nprint('tick', 6 * 7, flush=True)\ntime.sleep(120)\nprint('never')"
 
 
@@ -94,4 +96,24 @@ def test_a_dataset_named_in_another_script_is_listed_and_used_by_its_name(
     expect(page.locator(".run .answer-text")).to_have_text("The revenue is 10.")
     expect(page.locator(".step .output-stdout pre")).to_have_text("10")
     expect(page.locator("#conversation-data")).to_contain_text("销售_2024.csv")
+    seen.assert_clean()
+
+
+@pytest.mark.docker
+def test_a_chart_named_in_another_script_is_drawn_and_downloads(serve, llm, browser, tmp_path):
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
+    page = browser.new_page()
+    seen = watch(page)
+    sign_in(page, server.url, server.key("finn"))
+    llm.script([tool_call("execute_python", code=CHART), assistant("Drawn.")])
+    page.get_by_label("Your question").fill("draw")
+    page.get_by_role("button", name="Ask").click()
+    expect(page.locator(".run .answer-text")).to_have_text("Drawn.")
+    chart = page.locator(".step .chart img")
+    expect(chart).to_have_attribute("src", re.compile(r"/artifacts/%E5%9B%BE%E8%A1%A8\.png$"))
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0",
+                           arg=chart.element_handle())
+    with page.expect_download() as info:
+        page.locator(".step .chart a.artifact-link").click()
+    assert info.value.suggested_filename == "图表.png"
     seen.assert_clean()
