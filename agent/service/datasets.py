@@ -1,8 +1,8 @@
 """`/v1/datasets`: upload (multipart, streamed, capped), list, show with preview, delete.
 
 A dataset is stored as `<data dir>/datasets/<id>/<safe name>`: the directory
-is an id the server made, the name is reduced by `safe_name` (letters, digits, `._-`), so nothing a
-client sends becomes a path. The preview computed at upload is exactly what
+is an id the server made, the name is reduced by `safe_name` (letters, digits,
+`._-`), so nothing a client sends becomes a path. The preview computed at upload is exactly what
 the model is told about the file when a conversation uses it (columns and
 dtypes for CSV/TSV; the reader to use for Parquet, Excel and JSON).
 """
