@@ -2,6 +2,7 @@
 
     Service.open(options)
       ├─ load_config(policy)            the policy file, once ([service] included)
+      ├─ sweep_partial_uploads          temporary files a crash mid-upload left
       ├─ Database.open + migrate        SQLite under --data-dir, or PostgreSQL by URL
       ├─ Replicas.register, recover_own what a crash of this replica left becomes `interrupted`
       ├─ App.open                       audit log; sandbox pool (reaps orphaned containers)
@@ -35,6 +36,7 @@ from sbx.agent.service.problems import Problem
 from sbx.agent.service.replicas import Identity, Replicas
 from sbx.agent.service.runs import RunManager
 from sbx.agent.service.store.db import Database, database_url
+from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.pool_config import PoolConfig
 from sbx.tools.audit import PATH_ENV
@@ -118,6 +120,8 @@ class Service:
         self.housekeeper = Housekeeper(self)
         self.oidc: OidcClient | None = None
         """The OpenID Connect provider the web page signs in through (`[service.oidc]`)."""
+        self.uploads = InflightUploads()
+        """The bytes each key's uploads in progress hold (bounded per key)."""
         self.metrics.watch(lambda: live_figures(self))
         self._closed = False
         self._drain: threading.Thread | None = None
@@ -137,6 +141,7 @@ class Service:
         config = load_config(options.policy)
         oidc = open_client(config.service.oidc, environ)
         paths = DataPaths(options.data_dir).create()
+        sweep_partial_uploads(paths.datasets)  # what a kill -9 mid-upload left
         db = Database.open(database_url(options.database, paths.root, environ))
         try:
             db.migrate()

@@ -30,7 +30,12 @@ from sbx.agent.service.api import Call, api
 from sbx.agent.service.oidc_client import OidcClient, OidcError, principal_and_role
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.store.identities import LOGIN_TTL_S, begin_login, finish_login, sign_in
-from sbx.agent.service.web.sessions import SESSION_TTL_S, set_cookie_header
+from sbx.agent.service.web.sessions import (
+    SESSION_TTL_S,
+    cookie_token,
+    end_session,
+    set_cookie_header,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -94,13 +99,15 @@ def oidc_callback(call: Call) -> Response:
         principal, role = principal_and_role(client.settings, claims)
     except OidcError as exc:
         raise _problem(exc) from None
+    presented = cookie_token(call.request)
+    if presented is not None:  # rotate, as the API-key sign-in does: a carried session ends
+        end_session(call.service.db, presented)
     token, expires = sign_in(call.service.db, principal=principal,
                              issuer=client.settings.issuer, subject=claims.subject, role=role,
                              ttl_s=SESSION_TTL_S)
     logger.info("signed in %s (%s) through the OpenID Connect provider", principal, role)
     response = RedirectResponse("/", status_code=303, headers={"Cache-Control": "no-store"})
-    response.headers.append("Set-Cookie", set_cookie_header(token, expires,
-                                                            secure=_secure(call)))
+    response.headers.append("Set-Cookie", set_cookie_header(token, expires))
     response.headers.append("Set-Cookie", _browser_cookie("", _secure(call), max_age=0))
     return response
 
