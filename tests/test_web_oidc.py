@@ -19,6 +19,7 @@ import oidc_support
 import service_support
 import web_support
 from oidc_support import OIDC_ENV, oidc_policy
+from sbx.agent.service.web.sessions import COOKIE
 from web_support import watch
 
 serve = service_support.serve
@@ -35,10 +36,13 @@ def _server_with_provider(serve: Any, oidc_provider: Any, tmp_path: Any) -> Any:
     return server
 
 
-def _sign_in_at_provider(page: Any, server_url: str, login: str) -> None:
+def _sign_in_at_provider(page: Any, server_url: str, login: str, *, link: bool = True) -> None:
     """From the sbx page, through the provider's login and consent forms, back to the page."""
-    page.goto(server_url + "/")
-    page.get_by_role("link", name="Sign in with your organization").click()
+    if link:
+        page.goto(server_url + "/")
+        page.get_by_role("link", name="Sign in with your organization").click()
+    else:  # the page hides the link while signed in; the route works all the same
+        page.goto(server_url + "/web/oidc/login")
     page.locator("input[name=login]").fill(login)
     page.locator("input[name=password]").fill("any password will do")
     page.get_by_role("button", name="Sign-in").click()
@@ -74,14 +78,24 @@ def test_the_browser_signs_in_through_the_provider_as_the_mapped_principal_and_s
 
 
 @pytest.mark.docker
-def test_a_member_of_the_admin_group_gets_the_admin_role(
+def test_a_member_of_the_admin_group_gets_the_admin_role_in_a_rotated_session(
     serve, llm, browser, oidc_provider, tmp_path
 ):
     server = _server_with_provider(serve, oidc_provider, tmp_path)
     page = browser.new_page()
-    _sign_in_at_provider(page, server.url, "admin-bo")
+    web_support.sign_in(page, server.url, server.key("bo"))  # a session carried in
+    carried = _session_cookie(browser)
+    _sign_in_at_provider(page, server.url, "admin-bo", link=False)
     expect(page.locator("#principal")).to_have_text("oidc:admin-bo@example.test")
     assert _status(page, "/metrics") == 200
+    assert _session_cookie(browser) != carried
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        stale = client.get("/web/session", headers={"Cookie": f"{COOKIE}={carried}"})
+        assert stale.json()["signed_in"] is False  # signing in ended the carried session
+
+
+def _session_cookie(context: Any) -> str:
+    return next(c["value"] for c in context.cookies() if c["name"] == COOKIE)
 
 
 @pytest.mark.docker
