@@ -250,6 +250,7 @@ class Conversation(Closing):
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
+                **last_plan(self.runs, self._messages),
             )
             reason = result.status
             self._messages = settle(list(result.messages), result.status)
@@ -343,6 +344,13 @@ class LiveRelay:
         """The run ended: drop whatever comes later."""
         with self._lock:
             self._open = False
+
+
+def last_plan(runs: list[RunResult], messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The plan a follow-up starts from: the last run's (none after `reset()` or at the start)."""
+    if not runs or not messages or not runs[-1].plan:
+        return {}
+    return {"plan": runs[-1].plan, "plan_revision": runs[-1].plan_revision}
 
 
 def settle(messages: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:

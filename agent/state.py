@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from sbx.agent.model_reply import TokenUsage
 from sbx.agent.provenance import Output, Provenance, Source
+from sbx.tools.builtin.plan import PlanStep
 
 Status = Literal[
     "completed",
@@ -127,6 +128,10 @@ class RunState:
     """`execute_python` calls the gate ran (numbers the outputs: execution 1, 2, ...)."""
     pending: PendingAnswer | None = None
     """The answer whose unsupported numbers the validation turn asked about (asked once)."""
+    plan: tuple[PlanStep, ...] = ()
+    """The model's current plan (`update_plan`); a follow-up starts from the last run's."""
+    plan_revision: int = 0
+    """Plans saved in the conversation so far (the last one's number; 0: none yet)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -191,6 +196,12 @@ class RunResult:
     """Each traced number of the answer, with the execution and output line that printed it."""
     unsupported: tuple[str, ...] = ()
     """Numbers of the answer that no output printed, as written."""
+    plan: tuple[PlanStep, ...] = ()
+    """The final plan, as the model last saved it (empty when it wrote none)."""
+    plan_revision: int = 0
+    """The final plan's revision number in the conversation (0: no plan)."""
+    plan_pending: tuple[str, ...] = ()
+    """With an answer: the steps of the final plan still pending or in progress."""
 
     def as_dict(self) -> dict[str, Any]:
         """The machine-readable form (`sbx ask --json`, the transcript's `run_end`)."""
@@ -209,4 +220,12 @@ class RunResult:
             "verified": self.verified,
             "sources": [source.as_dict() for source in self.sources],
             "unsupported": list(self.unsupported),
+            **(self._plan_dict() if self.plan else {}),
+        }
+
+    def _plan_dict(self) -> dict[str, Any]:
+        return {
+            "plan": [step.model_dump() for step in self.plan],
+            "plan_revision": self.plan_revision,
+            "plan_pending": list(self.plan_pending),
         }

@@ -23,7 +23,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.problems import Problem, not_found
-from sbx.agent.service.schemas import ArtifactOut, Listing, RunOut
+from sbx.agent.service.schemas import ArtifactOut, Listing, PlanStepOut, RunOut
 from sbx.agent.service.sse import event_stream, last_event_id
 from sbx.agent.service.store.models import ArtifactRow, Run
 from sbx.agent.service.tenancy import owned
@@ -139,12 +139,16 @@ def _read(fd: int) -> Iterator[bytes]:
 
 
 def run_out(run: Run, artifacts: list[ArtifactRow]) -> RunOut:
-    """The API's view of a run."""
+    """The API's view of a run (its plan comes from the stored result)."""
+    result = run.result or {}
     return RunOut(
         id=run.id, kind="execute" if run.kind == "execute" else "question",
         conversation_id=run.conversation_id, status=run.status, question=run.question,
         answer=run.answer, message=run.message, result=run.result,
-        artifacts=[artifact_out(row) for row in artifacts], created_at=run.created_at,
+        artifacts=[artifact_out(row) for row in artifacts],
+        plan=[PlanStepOut.model_validate(step) for step in result.get("plan") or []],
+        plan_pending=[str(step) for step in result.get("plan_pending") or []],
+        created_at=run.created_at,
         started_at=run.started_at, ended_at=run.ended_at,
         events_url=f"/v1/runs/{run.id}/events",
     )
