@@ -160,10 +160,10 @@ class Progress:
 
     def _on_plan(self, event: Row) -> None:
         """The plan as a checklist, each changed step marked with what it was."""
-        changed = {
+        changed = {  # the first plan is all new: nothing to mark
             _text(change.get("step")): change
             for change in (_as_map(item, "changes[]") for item in _list(event, "changes"))
-        }
+        } if event.get("revision") != 1 else {}
         note = f": {_text(event.get('note'))}" if event.get("note") else ""
         self._echo(_clip(f"   plan (revision {_text(event.get('revision'))}){note}"),
                    fg="magenta", bold=True)
