@@ -86,7 +86,7 @@ def test_revisions_per_run_are_bounded(llm, tmp_path):
         "Call to 'update_plan' denied by policy rule tools.update_plan.max_updates: this run "
         "already saved its plan 1 times, the most allowed; go on with the plan you have"
     )
-    assert [step.status for step in result.plan] == ["in_progress"]  # the refused one changed nothing
+    assert [step.status for step in result.plan] == ["in_progress"]  # the refused one: no change
 
 
 def test_two_plans_in_one_reply_are_both_recorded_in_order(llm, tmp_path):

@@ -17,6 +17,8 @@ import re
 import nbformat
 import pytest
 from click.testing import CliRunner
+from plan_support import EXEC, LOAD, REPORT, SUM_BY_KEY, SUM_BY_ROW, planned_turns
+from plan_support import plan_call as _plan
 
 import scripted_llm
 from conftest import TEST_IMAGE
@@ -34,33 +36,6 @@ from tools_support import events, make_gate
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model
 sandbox = scripted_llm.sandbox
-
-EXEC = "execute_python"
-LOAD = "load the numbers"
-SUM_BY_KEY = "sum by the 'group' column"
-SUM_BY_ROW = "sum the rows"
-REPORT = "write the total to a file"
-
-
-def _plan(*steps: tuple[str, str], note: str = ""):
-    return tool_call("update_plan", steps=[
-        {"description": text, "status": status, "tool": EXEC} for text, status in steps
-    ], note=note)
-
-
-def planned_turns():
-    """Three steps; the second fails; the plan drops it and adds another; one step stays open."""
-    return [
-        _plan((LOAD, "in_progress"), (SUM_BY_KEY, "pending"), (REPORT, "pending")),
-        tool_call(EXEC, code="rows = [{'n': 1}, {'n': 2}, {'n': 3}]\nprint(len(rows))"),
-        tool_call(EXEC, code="print(sum(r['group'] for r in rows))"),
-        _plan((LOAD, "done"), (SUM_BY_KEY, "dropped"), (SUM_BY_ROW, "in_progress"),
-              (REPORT, "pending"), note="there is no 'group' column"),
-        tool_call(EXEC, code="total = sum(r['n'] for r in rows)\nprint(total)"),
-        _plan((LOAD, "done"), (SUM_BY_KEY, "dropped"), (SUM_BY_ROW, "done"), (REPORT, "pending")),
-        assistant("The total is 6."),
-    ]
-
 
 def _transcript(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -93,7 +68,8 @@ def test_the_plan_is_revised_after_a_failure_recorded_exported_and_seen_by_a_fol
 ):
     llm.script([
         *planned_turns(),
-        _plan((LOAD, "done"), (SUM_BY_KEY, "dropped"), (SUM_BY_ROW, "done"), (REPORT, "in_progress")),
+        _plan((LOAD, "done"), (SUM_BY_KEY, "dropped"), (SUM_BY_ROW, "done"),
+              (REPORT, "in_progress")),
         tool_call(EXEC, code="open('/output/total.txt', 'w').write(str(total))\nprint(total)"),
         _plan((LOAD, "done"), (SUM_BY_KEY, "dropped"), (SUM_BY_ROW, "done"), (REPORT, "done")),
         assistant("I wrote the total, 6, to total.txt."),

@@ -54,7 +54,7 @@ export class PlanView {
   static pendingNote(event) {
     const pending = Array.isArray(event.plan_pending) ? event.plan_pending : [];
     if (!pending.length) return null;
-    return el("p", { class: "plan-pending", role: "note" },
+    return el("p", { class: "answer-plan-open", role: "note" },
       `⚠ The answer leaves ${pending.length} plan step(s) not done: ${pending.join("; ")}`);
   }
 }
