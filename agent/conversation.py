@@ -34,6 +34,7 @@ from sbx.agent.config import AppConfig
 from sbx.agent.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.loop import run
 from sbx.agent.model import ModelClient, TokenUsage
+from sbx.agent.plan import plan_from_messages
 from sbx.agent.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.provenance_data import data_digests
 from sbx.agent.state import RunResult, SandboxUsage
@@ -347,10 +348,16 @@ class LiveRelay:
 
 
 def last_plan(runs: list[RunResult], messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The plan a follow-up starts from: the last run's (none after `reset()` or at the start)."""
-    if not runs or not messages or not runs[-1].plan:
+    """The plan a follow-up starts from: the last run's, else the messages' (`restore`).
+
+    None after `reset()` or at the start.
+    """
+    if not messages:
         return {}
-    return {"plan": runs[-1].plan, "plan_revision": runs[-1].plan_revision}
+    if runs:
+        return {"plan": runs[-1].plan, "plan_revision": runs[-1].plan_revision}
+    plan, revision = plan_from_messages(messages)
+    return {"plan": plan, "plan_revision": revision}
 
 
 def settle(messages: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:

@@ -16,7 +16,11 @@ ignored): a step the model renames counts as one removed and one added.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
 
 from sbx.agent.events import EventSink, PlanChange, PlanStepRecord, PlanUpdated
 from sbx.agent.state import RunState
@@ -83,6 +87,35 @@ def follow_up_notice(plan: Sequence[PlanStep]) -> str:
         f"{plan_text(plan)}\n"
         "Revise it with update_plan if this question needs more steps."
     )
+
+
+def plan_from_messages(messages: Sequence[dict[str, Any]]) -> tuple[tuple[PlanStep, ...], int]:
+    """The last plan saved in a conversation's messages, and how many were saved.
+
+    For a conversation taken up from its record (a new process, another replica),
+    where no run result holds the plan: each accepted `update_plan` call is an
+    assistant tool call whose `tool` message starts `Plan saved`.
+    """
+    saved = {
+        m.get("tool_call_id") for m in messages
+        if m.get("role") == "tool" and str(m.get("content") or "").startswith("Plan saved")
+    }
+    plan: tuple[PlanStep, ...] = ()
+    count = 0
+    for message in messages:
+        for call in message.get("tool_calls") or [] if message.get("role") == "assistant" else []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or function.get("name") != "update_plan":
+                continue
+            if call.get("id") not in saved:
+                continue
+            try:
+                steps = json.loads(str(function.get("arguments") or "{}")).get("steps") or []
+                plan = tuple(PlanStep.model_validate(step) for step in steps)
+            except (ValueError, AttributeError, ValidationError):
+                continue
+            count += 1
+    return plan, count
 
 
 def _key(step: PlanStep) -> str:

@@ -68,7 +68,8 @@ def build_system_prompt(
     """
     body, version = load_template()
     body = body.replace("$how_to_run", load_section(tool_format).strip())
-    body = body.replace("$planning\n", PLANNING if "update_plan" in tools else "")
+    planning = "update_plan" in tools and tool_format != "text"  # text mode offers no tools
+    body = body.replace("$planning\n", PLANNING if planning else "")
     text = Template(body).substitute(
         tools=", ".join(f"`{name}`" for name in tools) or "(no tools)",
         data=summarize_data(data),

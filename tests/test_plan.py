@@ -14,7 +14,8 @@ from sbx.agent.cli.display import Progress
 from sbx.agent.cli.scripted_model import assistant, call, tool_call, tool_calls
 from sbx.agent.compaction import shorten_observations
 from sbx.agent.events import PlanUpdated, RunEnd
-from sbx.agent.plan import changes
+from sbx.agent.plan import changes, plan_from_messages
+from sbx.agent.prompt import build_system_prompt
 from sbx.agent.state import Observation, RunState
 from sbx.tools.builtin.plan import PlanStep
 from scripted_llm import ask, policy
@@ -68,6 +69,8 @@ def test_an_oversized_plan_is_refused_with_a_clear_observation_and_audited(llm, 
     assert result.plan_pending == ("add the numbers",)  # beside the answer
     end = next(e for e in seen if isinstance(e, RunEnd))
     assert end.plan_pending == ["add the numbers"]
+    # a conversation taken up from its record finds the plan in its messages, refusals skipped
+    assert plan_from_messages(result.messages) == (result.plan, 1)
 
 
 def test_revisions_per_run_are_bounded(llm, tmp_path):
@@ -99,10 +102,11 @@ def test_two_plans_in_one_reply_are_both_recorded_in_order(llm, tmp_path):
     gate, _ = make_gate(tmp_path, policy("update_plan"))
     seen: list = []
 
-    ask(llm, gate, events=seen)
+    result = ask(llm, gate, events=seen)
 
     plans = [e for e in seen if isinstance(e, PlanUpdated)]
     assert [(p.call_id, p.revision) for p in plans] == [("p1", 1), ("p2", 2)]
+    assert plan_from_messages(result.messages) == (result.plan, 2)
     assert [c.model_dump() for c in plans[1].changes] == [
         {"change": "status", "step": "a", "before": "pending", "after": "done"},
         {"change": "added", "step": "c", "before": None, "after": "pending"},
@@ -164,3 +168,15 @@ def test_the_cli_shows_the_checklist_escaped_and_marks_what_changed():
         "   [>] 3. merge instead  <- new",
         "   (removed) old <b>",
     ]
+
+
+def test_the_prompt_asks_for_a_plan_only_where_the_model_can_write_one():
+    def prompt(tools, tool_format="native"):
+        return build_system_prompt(data=[], tools=tools, timeout_s=30, memory="512 MiB",
+                                   tool_format=tool_format).text
+
+    asks = "first write a plan with\n  `update_plan`"
+    assert asks in prompt(["execute_python", "update_plan"])
+    assert asks not in prompt(["execute_python"])
+    assert asks not in prompt(["execute_python", "update_plan"], tool_format="text")
+    assert "$planning" not in prompt(["execute_python"])
