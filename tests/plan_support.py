@@ -5,7 +5,7 @@ Shared by the core and CLI tests (`test_plan_run.py`) and the browser test (`tes
 
 from __future__ import annotations
 
-from sbx.agent.cli.scripted_model import Reply, assistant, tool_call
+from sbx.agent.testing.scripted_model import Reply, assistant, tool_call
 
 EXEC = "execute_python"
 LOAD = "load the numbers"

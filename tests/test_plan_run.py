@@ -22,14 +22,14 @@ from plan_support import plan_call as _plan
 
 import scripted_llm
 from conftest import TEST_IMAGE
-from sbx.agent.app import App
+from sbx.agent.core.app import App
 from sbx.agent.cli.main import cli
-from sbx.agent.cli.scripted_model import assistant, tool_call
-from sbx.agent.config import load_config
-from sbx.agent.conversation import ConversationSpec
-from sbx.agent.export import export
-from sbx.agent.provenance_record import read_record
-from sbx.agent.settings import Endpoint
+from sbx.agent.testing.scripted_model import assistant, tool_call
+from sbx.agent.core.config import load_config
+from sbx.agent.core.conversation import ConversationSpec
+from sbx.agent.export.formats import export
+from sbx.agent.provenance.record import read_record
+from sbx.agent.core.settings import Endpoint
 from scripted_llm import FAKE_KEY, policy
 from tools_support import events, make_gate
 

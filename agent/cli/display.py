@@ -1,6 +1,6 @@
 """Human-readable progress: the same renderer for a live run (stderr) and `sbx replay` (stdout).
 
-It reads the events the core emits (see `sbx.agent.events`), never the loop's
+It reads the events the core emits (see `sbx.agent.core.events`), never the loop's
 state, so a transcript file re-renders exactly as the run looked. One line
 per happening: the turn and its tokens, each tool call with its code, a
 one-line outcome, notices, and the ending; while an execution runs, its live
@@ -25,9 +25,9 @@ from typing import Any, TextIO
 import click
 from pydantic import BaseModel
 
-from sbx.agent.events import Event
-from sbx.agent.plan import pending_note
-from sbx.agent.transcript import TranscriptError, numbered_events
+from sbx.agent.core.events import Event
+from sbx.agent.core.plan import pending_note
+from sbx.agent.core.transcript import TranscriptError, numbered_events
 from sbx.tools.builtin.plan import MARKS as PLAN_MARKS
 from sbx.tools.text_safety import safe_text
 

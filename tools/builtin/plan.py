@@ -4,7 +4,7 @@ A plan is an ordered list of steps, each a short description, a status
 (`pending`, `in_progress`, `done`, `dropped`) and, where the model knows it,
 the tool it expects to use. Each call sends the whole plan as it stands now;
 the agent layer keeps the current plan in the run's state and records each
-revision with what changed (`sbx.agent.plan`). The tool itself only checks and
+revision with what changed (`sbx.agent.core.plan`). The tool itself only checks and
 echoes: it changes nothing outside the run.
 
 Everything in a plan is model-written, so it is bounded here, before the tool
