@@ -11,12 +11,12 @@ import io
 
 import scripted_llm
 from sbx.agent.cli.display import Progress
-from sbx.agent.testing.scripted_model import assistant, call, tool_call, tool_calls
 from sbx.agent.core.compaction import shorten_observations
 from sbx.agent.core.events import PlanUpdated, RunEnd
 from sbx.agent.core.plan import changes, plan_from_messages
 from sbx.agent.core.prompt import build_system_prompt
 from sbx.agent.core.state import Observation, RunState
+from sbx.agent.testing.scripted_model import assistant, call, tool_call, tool_calls
 from sbx.tools.builtin.plan import PlanStep
 from scripted_llm import ask, policy
 from tools_support import events, make_gate

@@ -32,8 +32,8 @@ from pydantic import (
 from sbx.sandbox.limits import Bytes as Bytes
 from sbx.sandbox.limits import Seconds as Seconds
 from sbx.sandbox.units import at_most_seconds as at_most_seconds
-from sbx.tools.guard_policy import GuardPolicy
 from sbx.sandbox.units import parse_size
+from sbx.tools.guard_policy import GuardPolicy
 
 BUILTIN_TOOLS = (
     "execute_python", "calculate", "list_data_files", "preview_data_file", "http_get", "ask_user",

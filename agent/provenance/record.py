@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sbx.agent.core.events import ExecutionRecord, ModelReplied, PlanUpdated, RunEnd, RunStart, ToolResult
+from sbx.agent.core.events import (
+    ExecutionRecord,
+    ModelReplied,
+    PlanUpdated,
+    RunEnd,
+    RunStart,
+    ToolResult,
+)
 from sbx.agent.core.transcript import read_transcript
 from sbx.tools.observation import error_type_of, section_of
 

@@ -19,13 +19,13 @@ from sbx.tools.builtin.calculate import make_calculate
 from sbx.tools.builtin.data_files import make_list_data_files, make_preview_data_file
 from sbx.tools.builtin.execute_python import make_execute_python
 from sbx.tools.builtin.http_get import make_http_get
-from sbx.tools.builtin.plan import make_update_plan
+from sbx.tools.builtin.plan import check_plan_call, make_update_plan
 from sbx.tools.context import ToolContext
 from sbx.tools.guard import DataGuard
 from sbx.tools.policy import Policy
 from sbx.tools.registry import Tool
 
-__all__ = ["builtin_tools"]
+__all__ = ["builtin_tools", "check_plan_call"]
 
 
 def builtin_tools(policy: Policy, context: ToolContext | None = None) -> list[Tool]:

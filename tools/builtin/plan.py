@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from sbx.tools.builtin.execute_python import SESSION_KEY
 from sbx.tools.context import PlanBook, ToolContext
 from sbx.tools.observation import Denied
-from sbx.tools.policy import PlanRule
+from sbx.tools.policy import PlanRule, Policy
 from sbx.tools.registry import Tool, ToolReturn, build_tool
 
 PlanStatus = Literal["pending", "in_progress", "done", "dropped"]
@@ -107,13 +107,14 @@ def plan_text(steps: Sequence[PlanStep]) -> str:
 
 
 def check_plan_call(
-    rule: PlanRule, context: ToolContext, name: str, args: BaseModel
+    policy: Policy, context: ToolContext, name: str, args: BaseModel
 ) -> Denied | None:
     """The plan's rules for one allowed call: its bounds, or a plan required before code.
 
     Called by the gate after the argument rules and before the quota, so a
     refused plan is not counted as a revision.
     """
+    rule = policy.tools.update_plan
     if not rule.enabled:
         return None
     if name == "update_plan":
