@@ -5,7 +5,7 @@ the plan is revised (a step dropped, one added). The page shows the plan as a
 checklist above the steps while the run is still going (the model's next
 turn waits until the test has seen it), redraws it on each revision over the
 event stream, and says beside the answer which steps it leaves open; the run
-resource carries the final plan. Model-written plan text is text, never markup.
+resource carries the current plan while it runs and the final one after. Model-written plan text is text, never markup.
 """
 
 from __future__ import annotations
@@ -61,6 +61,12 @@ def test_the_page_shows_the_plan_as_a_live_checklist_above_the_steps_and_revises
     assert run.evaluate(  # the checklist sits above the steps
         "node => !!(node.querySelector('.plan').compareDocumentPosition("
         "node.querySelector('.steps')) & Node.DOCUMENT_POSITION_FOLLOWING)")
+    client = server.client()
+    client.cookies.update({c["name"]: c["value"] for c in browser.cookies()})
+    run_id = run.get_attribute("data-run-id")
+    running = client.get(f"/v1/runs/{run_id}").json()  # the run resource carries it live too
+    assert running["status"] == "running"
+    assert [step["description"] for step in running["plan"]] == [LOAD, SUM_BY_KEY, REPORT]
     looked.set()
 
     expect(plan.locator("h3")).to_have_text("Plan · revision 3")
@@ -74,9 +80,6 @@ def test_the_page_shows_the_plan_as_a_live_checklist_above_the_steps_and_revises
     expect(answer.locator(".answer-plan-open")).to_have_text(
         f"⚠ The answer leaves 1 plan step(s) not done: {REPORT}")
 
-    client = server.client()
-    client.cookies.update({c["name"]: c["value"] for c in browser.cookies()})
-    run_id = run.get_attribute("data-run-id")
     resource = client.get(f"/v1/runs/{run_id}").json()
     assert [step["status"] for step in resource["plan"]] == ["done", "dropped", "done", "pending"]
     assert resource["plan_pending"] == [REPORT]
