@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
+from test_cli_ask import _args
 
 import scripted_llm
+from sbx.agent.cli.main import cli
 from sbx.agent.core.cost import ModelPrice, Prices, SandboxPrice
 from sbx.agent.core.settings import AgentSettings, Budget
 from sbx.agent.core.state import SandboxUsage
@@ -73,3 +76,27 @@ def test_a_completed_run_carries_its_cost(llm, tmp_path):
     assert result.status == "completed"
     assert result.cost == {"total": pytest.approx(0.12), "model": pytest.approx(0.12),
                            "sandbox": 0.0, "currency": "EUR", "estimated": False, "priced": True}
+
+
+PRICED_POLICY = """
+[tools.calculate]
+enabled = true
+[agent.prices]
+currency = "EUR"
+[agent.prices.models."scripted"]
+input = 1.0
+output = 4000.0
+"""
+
+
+def test_sbx_ask_stops_at_max_cost_and_shows_what_the_run_cost(llm, tmp_path):
+    llm.script([Reply(tool_calls=(call("calculate", expression="2 ** 10"),), usage=(400, 100))])
+
+    outcome = CliRunner().invoke(cli, ["ask", "Compute", "--max-cost", "0.3",
+                                       *_args(llm, tmp_path, policy=PRICED_POLICY)])
+
+    assert outcome.exit_code == 3, outcome.output  # a budget ended the run
+    assert "== cost_limit:" in outcome.output
+    # 400 prompt tokens at 1 and 100 completion tokens at 4000 per million: 0.4004 EUR
+    assert "cost: 0.4004 EUR" in outcome.output
+    assert "would exceed max_cost of 0.3 EUR; 0.4004 EUR spent" in outcome.output

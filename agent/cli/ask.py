@@ -5,7 +5,8 @@ outcome, tokens), then the answer and the artifact paths on stdout, or one
 JSON document with `--json`. Exit status:
 
     0    completed: the model answered
-    3    a budget ended the run (step_limit, time_limit, token_limit, tool_limit); no answer
+    3    a budget ended the run (step_limit, time_limit, token_limit, tool_limit,
+         cost_limit); no answer
     4    model_error: the endpoint failed after retries, or replied unusably;
          truncated: the answer was cut off (finish_reason length or content_filter)
     5    gate_halt: the tool gate halted the run (e.g. too many denied calls); see the audit log
@@ -51,6 +52,7 @@ _EXIT: dict[Status, int] = {
     "time_limit": EXIT_BUDGET,
     "token_limit": EXIT_BUDGET,
     "tool_limit": EXIT_BUDGET,
+    "cost_limit": EXIT_BUDGET,
     "gate_halt": EXIT_GATE_HALT,
     "truncated": EXIT_MODEL_ERROR,
     "needs_input": EXIT_NEEDS_INPUT,

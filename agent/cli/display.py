@@ -201,6 +201,9 @@ class Progress:
         colour = "green" if status == "completed" else "red"
         self._echo(f"== {_clip(status)}: {summary}", fg=colour, bold=True)
         self._sandbox_totals(_map(event, "sandbox"))
+        cost = cost_line(_map(event, "cost"))
+        if cost:
+            self._echo(f"   cost: {cost}", dim=True)
         if status != "completed":
             self._echo(f"   {_clip(_text(event.get('message')))}", fg=colour)
         else:
@@ -341,3 +344,14 @@ def _arguments_lines(arguments: str) -> list[str]:
         return [_clip(json.dumps(parsed, ensure_ascii=False))]
     except (ValueError, RecursionError):
         return [_clip(arguments)]
+
+
+def cost_line(cost: Row) -> str:
+    """`0.0123 EUR (estimated)` from a run's cost, "" when it has none or no price applied."""
+    if not cost or (not cost.get("priced") and not cost.get("total")):
+        return ""
+    notes = ["estimated"] if cost.get("estimated") else []
+    if not cost.get("priced"):
+        notes.append("model unpriced")
+    suffix = f" ({', '.join(notes)})" if notes else ""
+    return f"{_num(cost, 'total', 'cost'):.4f} {_clip(_text(cost.get('currency')))}{suffix}"

@@ -154,6 +154,9 @@ def model_options(command: Any) -> Any:
                      help="Wall-clock limit of one question's run, e.g. 10m. [default: 10m]"),
         click.option("--max-tokens", "max_total_tokens", type=int,
                      help="Most tokens (prompt + completion) per question. [default: 200000]"),
+        click.option("--max-cost", type=click.FloatRange(min=0),
+                     help="Most money one question's run may cost, in [agent.prices]' currency "
+                     "(checked before each request and tool call). [default: no cap]"),
         click.option("--request-timeout",
                      help="Limit of one model HTTP request, e.g. 2m. [default: 120s]"),
         click.option("--max-retries", type=int,
