@@ -5,7 +5,8 @@ the plan is revised (a step dropped, one added). The page shows the plan as a
 checklist above the steps while the run is still going (the model's next
 turn waits until the test has seen it), redraws it on each revision over the
 event stream, and says beside the answer which steps it leaves open; the run
-resource carries the current plan while it runs and the final one after. Model-written plan text is text, never markup.
+resource carries the current plan while it runs and the final one after.
+Model-written plan text is text, never markup.
 """
 
 from __future__ import annotations
