@@ -32,7 +32,7 @@ from typing import Any
 from sbx.agent.core.asking import PendingInput, answer_message
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
-from sbx.agent.core.loop import run
+from sbx.agent.core.loop import CANCELLED_MESSAGE, run
 from sbx.agent.core.plan import plan_from_messages
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.core.state import RunResult, SandboxUsage
@@ -316,7 +316,7 @@ class Conversation(Closing):
         """The result of a run cancelled before or after the loop (which records its own)."""
         result = RunResult(
             run_id=run_id, status="cancelled", answer=None,
-            message="Cancelled by the operator (Ctrl-C or SIGTERM)", turns=0, tool_calls=0,
+            message=CANCELLED_MESSAGE, turns=0, tool_calls=0,
             usage=TokenUsage(), duration_s=0.0, artifacts=(), sandbox=SandboxUsage(),
             messages=tuple(self._messages),
         )

@@ -66,6 +66,9 @@ class CutOff:
 
 CUT_OFF = frozenset({"length", "content_filter"})
 """Finish reasons that mean the text stopped before the model was done."""
+CANCELLED_MESSAGE = "Cancelled: the run was stopped before it finished."
+"""Every face's message for a cancelled run (Ctrl-C, a cancel call, a drain): it names no
+face's way of cancelling."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ def run(
                 break
     except KeyboardInterrupt:
         cancelled = True
-        ending = Ending(status="cancelled", message="Cancelled by the operator (Ctrl-C or SIGTERM)")
+        ending = Ending(status="cancelled", message=CANCELLED_MESSAGE)
     finally:
         dispatcher.close(wait=not cancelled)
     return finish(state, ending, emit, tariff=settings.prices.tariff(model.model))

@@ -6,7 +6,7 @@
 // shown is built with el() from dom.js: model text, code, output and names are
 // text, never markup.
 
-import { el, append, clear, encodePath, formatSize } from "./dom.js";
+import { el, append, clear, encodePath, formatSize, setText } from "./dom.js";
 import { highlight } from "./highlight.js";
 import { PlanView } from "./plan.js";
 import { splitOutput } from "./tables.js";
@@ -93,7 +93,7 @@ export class RunView {
   }
 
   started(event) {
-    this.question.textContent = event.question ?? "";
+    setText(this.question, event.question ?? "");
     this.status.textContent = "Running…";
     if (event.sandbox_reset) {
       this.note("The sandbox was started again: variables from earlier questions are gone.");
@@ -152,12 +152,14 @@ export class RunView {
       step = this.steps.get(event.call_id);
     }
     const { node, state, live, outcome } = step;
-    clear(live);
-    live.hidden = true;
+    const execution = event.execution;
+    if (execution?.stdout || execution?.stderr || !step.chars) {
+      clear(live);  // the kept output replaces the live one
+      live.hidden = true;
+    }  // else (stopped, cancelled): the output the user was watching stays
     node.classList.remove("running");
     node.classList.add(event.failed ? "failed" : "succeeded");
     state.textContent = event.failed ? "failed" : `done in ${Number(event.duration_s ?? 0).toFixed(2)} s`;
-    const execution = event.execution;
     if (execution) this.execution(outcome, execution);
     else append(outcome, el("pre", { class: event.failed ? "stream error-text" : "stream", tabindex: "0" },
       event.content ?? ""));
@@ -226,7 +228,7 @@ export class RunView {
     this.root.classList.add(`run-${status}`);
     if (event.answer) append(this.root, this.answer(event));
     else append(this.root, el("p", { class: "run-message", role: "note" }, event.message ?? status));
-    this.status.textContent = summary(event);
+    setText(this.status, summary(event));
   }
 
   answer(event) {
@@ -277,7 +279,7 @@ export class RunView {
     this.finishSteps();
     append(this.root, el("p", { class: "run-message", role: "note" },
       `The run ended ${run?.status ?? ""}: ${run?.message ?? ""}`));
-    this.status.textContent = run?.status ?? "ended";
+    setText(this.status, run?.status ?? "ended");
   }
 
   finishSteps() {
