@@ -12,13 +12,16 @@ every step); it is sent as an attachment unless it is a raster image, with
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
@@ -26,9 +29,9 @@ from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.problems import Problem, not_found
 from sbx.agent.service.retention import delete_runs, run_directory
-from sbx.agent.service.schemas import ArtifactOut, Listing, RunOut
+from sbx.agent.service.schemas import ArtifactOut, Listing, PlanStepOut, RunOut
 from sbx.agent.service.sse import event_stream, last_event_id
-from sbx.agent.service.store.models import ArtifactRow, Run
+from sbx.agent.service.store.models import ArtifactRow, EventRow, Run
 from sbx.agent.service.tenancy import owned
 from sbx.sandbox.files import open_beneath
 
@@ -44,7 +47,8 @@ def get_run(call: Call) -> Response:
         run = owned(session, Run, "run", call.params["run_id"], call.principal)
         artifacts = session.scalars(select(ArtifactRow).where(ArtifactRow.run_id == run.id)
                                     .order_by(ArtifactRow.id)).all()
-        return json_response(run_out(run, list(artifacts)))
+        live = current_plan(session, run.id) if run.status in UNFINISHED else None
+        return json_response(run_out(run, list(artifacts), plan=live))
 
 
 @api("POST", "/v1/runs/{run_id}/cancel", response=RunOut, status=202)
@@ -150,13 +154,27 @@ def _read(fd: int) -> Iterator[bytes]:
         os.close(fd)
 
 
-def run_out(run: Run, artifacts: list[ArtifactRow]) -> RunOut:
-    """The API's view of a run."""
+def current_plan(session: Session, run_id: str) -> list[Any] | None:
+    """The steps of a running run's newest `plan` event (None before its first)."""
+    data = session.scalar(select(EventRow.data).where(
+        EventRow.run_id == run_id, EventRow.type == "plan").order_by(EventRow.seq.desc()).limit(1))
+    steps = json.loads(data).get("steps") if data is not None else None
+    return steps if isinstance(steps, list) else None
+
+
+def run_out(run: Run, artifacts: list[ArtifactRow], *, plan: list[Any] | None = None) -> RunOut:
+    """The API's view of a run; its plan is the stored result's, or `plan` while it runs."""
+    result = dict(run.result or {})
+    if plan is not None:
+        result["plan"] = plan
     return RunOut(
         id=run.id, kind="execute" if run.kind == "execute" else "question",
         conversation_id=run.conversation_id, status=run.status, question=run.question,
         answer=run.answer, message=run.message, result=run.result,
-        artifacts=[artifact_out(row) for row in artifacts], created_at=run.created_at,
+        artifacts=[artifact_out(row) for row in artifacts],
+        plan=[PlanStepOut.model_validate(step) for step in result.get("plan") or []],
+        plan_pending=[str(step) for step in result.get("plan_pending") or []],
+        created_at=run.created_at,
         started_at=run.started_at, ended_at=run.ended_at,
         events_url=f"/v1/runs/{run.id}/events",
     )
