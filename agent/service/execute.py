@@ -26,6 +26,7 @@ from starlette.responses import Response, StreamingResponse
 
 from sbx.agent.config import AppConfig
 from sbx.agent.service.api import Call, api, json_response
+from sbx.agent.service.datasets_held import datasets_held
 from sbx.agent.service.execute_stream import Cancellation, ExecutionStream
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem, unavailable
@@ -33,6 +34,7 @@ from sbx.agent.service.quotas import effective_quotas, reserve_run
 from sbx.agent.service.runs import artifact_row
 from sbx.agent.service.runs_api import artifact_out
 from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
+from sbx.agent.service.store.db import lock_principal
 from sbx.agent.service.store.models import ArtifactRow, Run
 from sbx.agent.service.tenancy import dataset_paths, limits_within
 from sbx.agent.workspace import Workspace, WorkspaceSpec
@@ -59,14 +61,15 @@ def execute(call: Call, body: ExecuteCode) -> Response:
     released = False
     try:
         with service.db.write() as session:
-            data = dataset_paths(session, list(dict.fromkeys(body.datasets)), call.principal,
-                                 service.paths.datasets)
+            lock_principal(session, call.principal)  # before the datasets: see datasets_held
+            ids = list(dict.fromkeys(body.datasets))
+            data = dataset_paths(session, ids, call.principal, service.paths.datasets)
             reserve_run(session, call.principal,
                         effective_quotas(service.settings.quotas, call.key), time.time())
             session.add(Run(id=run_id, kind="execute", principal=call.principal,
                             replica_id=service.replica_id, status="running", question="",
                             message="", cpu_seconds=0.0, created_at=time.time(),
-                            started_at=time.time()))
+                            started_at=time.time(), result=datasets_held(ids)))
         config = replace(service.config, limits=limits)
         if "text/event-stream" in call.headers.get("accept", ""):
             streamed = _streamed(call, run_id, data, config, body.code)
