@@ -70,6 +70,9 @@ class ServiceSettings(BaseModel):
     """Runs executing at once in one replica (each holds a worker thread)."""
     max_queued: int = Field(default=64, ge=0, le=100_000)
     """Runs waiting for a worker; past it a question gets 503 with `Retry-After`."""
+    max_in_flight: int = Field(default=4, ge=1, le=10_000)
+    """`/v1/execute` calls of one key in flight at once on a replica, while they wait for the
+    host's capacity and while they run (streamed ones until their stream ends); past it 429."""
     max_body: Bytes = 1024**2
     """Largest JSON request body (uploads are bounded by the upload quota instead)."""
     client_timeout: Seconds = 30.0

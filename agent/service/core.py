@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sbx.agent.app import App
 from sbx.agent.config import AppConfig, load_config
+from sbx.agent.service.admission import Admission
 from sbx.agent.service.eventlog import EventHub, EventLog
 from sbx.agent.service.lifecycle import Housekeeper
 from sbx.agent.service.metrics import Metrics, live_figures
@@ -114,6 +115,8 @@ class Service:
                                max_queued=self.settings.max_queued)
         self.gateway = GatewayState(max_body=self.settings.max_body,
                                     client_timeout=self.settings.client_timeout, observer=observer)
+        self.admission = Admission()
+        """Per-key slots for long work, and the thread pools kept apart from request threads."""
         self.housekeeper = Housekeeper(self)
         self.metrics.watch(lambda: live_figures(self))
         self._closed = False

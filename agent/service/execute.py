@@ -46,7 +46,8 @@ from sbx.tools.gate import ToolGate
 HOST_BUSY_RETRY_S = 10.0
 
 
-@api("POST", "/v1/execute", body=ExecuteCode, response=ExecutionOut, streams="text/event-stream")
+@api("POST", "/v1/execute", body=ExecuteCode, response=ExecutionOut, streams="text/event-stream",
+     work=True)
 def execute(call: Call, body: ExecuteCode) -> Response:
     """Run one program in a fresh sandbox with some of your datasets; JSON, or SSE on request."""
     service = call.service
