@@ -77,7 +77,11 @@ class ServiceSettings(BaseModel):
     """Largest JSON request body (uploads are bounded by the upload quota instead)."""
     client_timeout: Seconds = 30.0
     """Seconds a client may take to send a request's head (then the connection is closed),
-    and may pause between two chunks of its body (then 408)."""
+    and may pause between two chunks of its body (then 408); its whole body must arrive
+    within twice this plus 1 s per 16 KiB (else the connection is closed)."""
+    client_connections: int = Field(default=64, ge=1, le=100_000)
+    """Connections one client address may hold open at once; the next gets 503 (raise it
+    behind a reverse proxy, whose address every client shares)."""
     max_question_chars: int = Field(default=20_000, ge=1, le=1_000_000)
     """Longest question accepted."""
     models: list[str] = Field(default_factory=list)
