@@ -82,6 +82,9 @@ class ServiceSettings(BaseModel):
     client_connections: int = Field(default=64, ge=1, le=100_000)
     """Connections one client address may hold open at once; the next gets 503 (raise it
     behind a reverse proxy, whose address every client shares)."""
+    mcp_sessions: int = Field(default=8, ge=1, le=1000)
+    """MCP transport sessions (`initialize` on `/mcp`) one key may hold open at once on a
+    replica; a request that would open another is 429 (the replica's limit is 1000)."""
     max_question_chars: int = Field(default=20_000, ge=1, le=1_000_000)
     """Longest question accepted."""
     models: list[str] = Field(default_factory=list)
