@@ -37,6 +37,7 @@ from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
 from sbx.agent.service.store.db import lock_principal
 from sbx.agent.service.store.models import ArtifactRow, Run
 from sbx.agent.service.tenancy import dataset_paths, limits_within
+from sbx.agent.service.tenant_view import incident
 from sbx.agent.workspace import Workspace, WorkspaceSpec
 from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.session import new_run_id
@@ -135,13 +136,15 @@ def _run(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, cod
             session.execute(delete(Run).where(Run.id == run_id))
         raise unavailable(f"the host is at its sandbox cap: {exc}", HOST_BUSY_RETRY_S) from None
     except Exception as exc:
-        _record(call, run_id, "error", f"{type(exc).__name__}: {exc}", None, 0.0, ())
+        _record(call, run_id, "error", incident(f"execution {run_id}", exc), None, 0.0, ())
         raise
     cpu = float((execution or {}).get("cpu_seconds") or 0.0)
     rows = _record(call, run_id, status, message, execution, cpu, artifacts)
     notify(service.observer.execution_finished, principal=call.principal, run_id=run_id,
            status=status, execution=execution)
-    return ExecutionOut(run_id=run_id, status=status, observation=text, execution=execution,
+    view = service.tenant_view  # as the stored row: no host path, no secret
+    return ExecutionOut(run_id=run_id, status=status, observation=view.text(text),
+                        execution=view.value(execution),
                         artifacts=[artifact_out(row) for row in rows])
 
 

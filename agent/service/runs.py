@@ -40,6 +40,7 @@ from sbx.agent.service.problems import unavailable
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.models import ArtifactRow, Run
 from sbx.agent.service.store.models import Conversation as ConversationRow
+from sbx.agent.service.tenant_view import incident
 from sbx.agent.settings import AgentSettings, Endpoint
 from sbx.agent.state import RunResult
 
@@ -288,8 +289,7 @@ class RunManager:
             live.holds_sandbox = result.status != "cancelled"
             return _outcome(result)
         except Exception as exc:  # the sandbox, the host or the audit log failed
-            logger.warning("run %s failed: %s", run_id, type(exc).__name__)
-            message = f"{type(exc).__name__}: {exc}"
+            message = incident(f"run {run_id}", exc)  # the detail goes to the log only
             if not live.terminal_seen:
                 self._on_event(live, RunError(run_id=run_id, error=message))
             live.holds_sandbox = False
