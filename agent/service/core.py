@@ -33,6 +33,7 @@ from sbx.agent.service.outcomes import Observer, Observers
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.replicas import Identity, Replicas
 from sbx.agent.service.runs import RunManager
+from sbx.agent.service.sandbox_share import SandboxShare
 from sbx.agent.service.store.db import Database, database_url
 from sbx.agent.service.tenant_view import TenantView, install
 from sbx.agent.settings import Endpoint, SettingsError, resolve_endpoint
@@ -121,6 +122,8 @@ class Service:
         """What tenants may read (`tenant_view`); `open` builds it from the endpoint and policy."""
         self.admission = Admission()
         """Per-key slots for long work, and the thread pools kept apart from request threads."""
+        self.share = SandboxShare(self)
+        """Releases idle sandboxes of keys over their share while callers wait for the host."""
         self.housekeeper = Housekeeper(self)
         self.metrics.watch(lambda: live_figures(self))
         self._closed = False

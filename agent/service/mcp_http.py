@@ -123,6 +123,7 @@ class McpEndpoint:
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
         self.manager = self.server.session_manager
+        service.share.mcp = self.server.sessions  # their idle sandboxes share the host too
         self._opening: dict[str, int] = {}
         """Requests of each principal that may open a session, being served now."""
 

@@ -155,14 +155,20 @@ class RunManager:
         with live.lock:  # waits for the cancelled run to end
             live.conversation.close()
 
-    def release_idle(self, idle_s: float) -> list[str]:
-        """Remove the sandboxes of conversations idle for `idle_s`; their ids."""
+    def holders(self) -> list[Live]:
+        """The conversations here that hold a sandbox (running or idle): `sandbox_share`."""
+        with self._lock:
+            return [live for live in self._live.values() if live.holds_sandbox or live.run_id]
+
+    def release_idle(self, idle_s: float, only: frozenset[str] | None = None) -> list[str]:
+        """Remove the sandboxes of conversations idle for `idle_s` (of `only`); their ids."""
         released = []
         now = time.monotonic()
         with self._lock:
             candidates = [live for live in self._live.values()
                           if live.holds_sandbox and live.run_id is None
-                          and now - live.last_used >= idle_s]
+                          and now - live.last_used >= idle_s
+                          and (only is None or live.id in only)]
         for live in candidates:
             if not live.lock.acquire(blocking=False):
                 continue
