@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import service_support
-from sbx.agent.cli.scripted_model import assistant, tool_call
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from service_support import stream
 
 store = service_support.store

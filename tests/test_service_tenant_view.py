@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 import service_support
-from sbx.agent.cli.scripted_model import HttpFailure
+from sbx.agent.testing.scripted_model import HttpFailure
 from service_support import FAKE_KEY, stream, upload
 
 store = service_support.store

@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sbx.agent.app import App
-from sbx.agent.config import AppConfig, load_config
+from sbx.agent.core.app import App
+from sbx.agent.core.config import AppConfig, load_config
+from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
 from sbx.agent.service.admission import Admission
 from sbx.agent.service.eventlog import EventHub, EventLog
 from sbx.agent.service.lifecycle import Housekeeper
@@ -36,7 +37,6 @@ from sbx.agent.service.runs import RunManager
 from sbx.agent.service.sandbox_share import SandboxShare
 from sbx.agent.service.store.db import Database, database_url
 from sbx.agent.service.tenant_view import TenantView, install
-from sbx.agent.settings import Endpoint, SettingsError, resolve_endpoint
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.pool_config import PoolConfig
 from sbx.tools.audit import PATH_ENV
