@@ -2,6 +2,7 @@
 
     Service.open(options)
       ├─ load_config(policy)            the policy file, once ([service] included)
+      ├─ sweep_partial_uploads          temporary files a crash mid-upload left
       ├─ Database.open + migrate        SQLite under --data-dir, or PostgreSQL by URL
       ├─ Replicas.register, recover_own what a crash of this replica left becomes `interrupted`
       ├─ App.open                       audit log; sandbox pool (reaps orphaned containers)
@@ -37,6 +38,7 @@ from sbx.agent.service.runs import RunManager
 from sbx.agent.service.sandbox_share import SandboxShare
 from sbx.agent.service.store.db import Database, database_url
 from sbx.agent.service.tenant_view import TenantView, install
+from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.pool_config import PoolConfig
 from sbx.tools.audit import PATH_ENV
@@ -125,6 +127,8 @@ class Service:
         self.share = SandboxShare(self)
         """Releases idle sandboxes of keys over their share while callers wait for the host."""
         self.housekeeper = Housekeeper(self)
+        self.uploads = InflightUploads()
+        """The bytes each key's uploads in progress hold (bounded per key)."""
         self.metrics.watch(lambda: live_figures(self))
         self._closed = False
         self._drain: threading.Thread | None = None
@@ -143,6 +147,7 @@ class Service:
         """
         config = load_config(options.policy)
         paths = DataPaths(options.data_dir).create()
+        sweep_partial_uploads(paths.datasets)  # what a kill -9 mid-upload left
         db = Database.open(database_url(options.database, paths.root, environ))
         try:
             db.migrate()
