@@ -19,8 +19,9 @@ from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
-CANCELLED_MESSAGE = "Cancelled by the operator (Ctrl-C or SIGTERM)"
-"""A run's message when its token fired without a reason of its own."""
+CANCELLED_MESSAGE = "Cancelled: the run was stopped before it finished."
+"""Every face's message for a cancelled run whose token fired without a reason of its own
+(Ctrl-C, a cancel call, a drain): it names no face's way of cancelling."""
 
 
 class Cancelled(Exception):

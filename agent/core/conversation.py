@@ -35,6 +35,7 @@ from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.core.loop import run
+from sbx.agent.core.plan import plan_from_messages
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.core.run_recorder import (
     NoRecorder,
@@ -254,6 +255,7 @@ class Conversation(Closing):
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
                 cancel=cancel,
+                **last_plan(self.runs, self._messages),
             )
             reason = result.status
             self._messages = settle(list(result.messages), result.status)
@@ -356,6 +358,19 @@ class LiveRelay:
         """The run ended: drop whatever comes later."""
         with self._lock:
             self._open = False
+
+
+def last_plan(runs: list[RunResult], messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The plan a follow-up starts from: the last run's, else the messages' (`restore`).
+
+    None after `reset()` or at the start.
+    """
+    if not messages:
+        return {}
+    if runs:
+        return {"plan": runs[-1].plan, "plan_revision": runs[-1].plan_revision}
+    plan, revision = plan_from_messages(messages)
+    return {"plan": plan, "plan_revision": revision}
 
 
 def settle(messages: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:

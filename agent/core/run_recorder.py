@@ -83,6 +83,8 @@ class RunOutcome:
     """Host paths of the artifacts copied out."""
     holds_sandbox: bool = False
     """The conversation's sandbox is kept for its next question."""
+    error: BaseException | None = field(default=None, compare=False)
+    """What failed, for a run that raised (a store words it for its tenants)."""
 
 
 class RunRecorder(Protocol):
@@ -155,13 +157,15 @@ def recorded_call(recorder: RunRecorder, ticket: RunTicket,
 
 def failed_outcome(exc: BaseException) -> RunOutcome:
     """A run that raised (the sandbox, the host or the audit log failed)."""
-    return RunOutcome(status="error", message=f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE_CHARS])
+    return RunOutcome(status="error", message=f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE_CHARS],
+                      error=exc)
 
 
 def result_outcome(result: RunResult) -> RunOutcome:
     """A conversation run's outcome from its `RunResult`."""
     data = result.as_dict()
     summary = {key: data[key] for key in ("turns", "tool_calls", "usage", "duration_s", "sandbox")}
+    summary.update({key: data[key] for key in ("plan", "plan_pending") if key in data})
     return RunOutcome(
         status=result.status, message=result.message[:MAX_MESSAGE_CHARS], answer=result.answer,
         question=result.question, result=summary, cpu_seconds=result.sandbox.cpu_seconds,

@@ -2,6 +2,7 @@
 
     Service.open(options)
       ├─ load_config(policy)            the policy file, once ([service] included)
+      ├─ sweep_partial_uploads          temporary files a crash mid-upload left
       ├─ Database.open + migrate        SQLite under --data-dir, or PostgreSQL by URL
       ├─ Replicas.register, recover_own what a crash of this replica left becomes `interrupted`
       ├─ App.open                       audit log; sandbox pool (reaps orphaned containers)
@@ -25,16 +26,22 @@ from pathlib import Path
 from sbx.agent.core.app import DEFAULT_IMAGE, App
 from sbx.agent.core.config import AppConfig, load_config
 from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
+from sbx.agent.service.admission import Admission
 from sbx.agent.service.eventlog import EventHub, EventLog
 from sbx.agent.service.lifecycle import Housekeeper
 from sbx.agent.service.metrics import Metrics, live_figures
 from sbx.agent.service.middleware import GatewayState
+from sbx.agent.service.oidc_client import OidcClient, open_client
 from sbx.agent.service.outcomes import Observer, Observers
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.replicas import Identity, Replicas
 from sbx.agent.service.runs import RunManager
+from sbx.agent.service.sandbox_share import SandboxShare
 from sbx.agent.service.store.db import Database, database_url
+from sbx.agent.service.tenant_view import TenantView, install
+from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
 from sbx.tools.audit import PATH_ENV
+from sbx.tools.redact import Redactor
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +122,17 @@ class Service:
                                max_queued=self.settings.max_queued)
         self.gateway = GatewayState(max_body=self.settings.max_body,
                                     client_timeout=self.settings.client_timeout, observer=observer)
+        self.tenant_view = TenantView(redactor=Redactor())
+        """What tenants may read (`tenant_view`); `open` builds it from the endpoint and policy."""
+        self.admission = Admission()
+        """Per-key slots for long work, and the thread pools kept apart from request threads."""
+        self.share = SandboxShare(self)
+        """Releases idle sandboxes of keys over their share while callers wait for the host."""
         self.housekeeper = Housekeeper(self)
+        self.oidc: OidcClient | None = None
+        """The OpenID Connect provider the web page signs in through (`[service.oidc]`)."""
+        self.uploads = InflightUploads()
+        """The bytes each key's uploads in progress hold (bounded per key)."""
         self.metrics.watch(lambda: live_figures(self))
         self._closed = False
         self._drain: threading.Thread | None = None
@@ -136,7 +153,9 @@ class Service:
         `observer` hears what the service reports (the access log), beside its metrics.
         """
         config = load_config(options.policy)
+        oidc = open_client(config.service.oidc, environ)
         paths = DataPaths(options.data_dir).create()
+        sweep_partial_uploads(paths.datasets)  # what a kill -9 mid-upload left
         db = Database.open(database_url(options.database, paths.root, environ))
         try:
             db.migrate()
@@ -159,6 +178,14 @@ class Service:
         service = cls(options=options, config=config, paths=paths, db=db, replicas=replicas,
                       app=app, endpoint=endpoint, endpoint_error=error,
                       observer=observer or Observer())
+        service.oidc = oidc
+        service.tenant_view = TenantView.build(
+            api_key=endpoint.api_key if endpoint else None,
+            base_url=endpoint.base_url if endpoint else None,
+            secret_env=config.policy.audit.secret_env,
+            secret_fields=config.policy.audit.secret_fields, environ=environ,
+            host_paths=(paths.root, app.audit.path))
+        install(db, service.tenant_view)
         service.housekeeper.start()
         return service
 

@@ -36,7 +36,8 @@ from sbx.tools.context import OutputSink
 HOST_BUSY_RETRY_S = 10.0
 
 
-@api("POST", "/v1/execute", body=ExecuteCode, response=ExecutionOut, streams="text/event-stream")
+@api("POST", "/v1/execute", body=ExecuteCode, response=ExecutionOut, streams="text/event-stream",
+     work=True)
 def execute(call: Call, body: ExecuteCode) -> Response:
     """Run one program in a fresh sandbox with some of your datasets; JSON, or SSE on request."""
     service = call.service
@@ -54,20 +55,21 @@ def execute(call: Call, body: ExecuteCode) -> Response:
                           output=service.paths.executions / run_id, data=data,
                           limits=body.limits or LimitsRequest())
     cancel = Cancellation()
+    recorder = StoreRecorder(service, effective_quotas(service.settings.quotas, call.key),
+                             datasets=tuple(dict.fromkeys(body.datasets)))
     if "text/event-stream" in call.headers.get("accept", ""):
-        stream = ExecutionStream(lambda sink: _run(call, program, cancel, sink),
+        stream = ExecutionStream(lambda sink: _run(call, program, cancel, recorder, sink),
                                  cancel=cancel.cancel, request_id=call.request_id)
         stream.start()
         return StreamingResponse(stream.events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-    return json_response(_run(call, program, cancel, None))
+    return json_response(_run(call, program, cancel, recorder, None))
 
 
-def _run(call: Call, program: ProgramSpec, cancel: Cancellation, on_output: OutputSink | None
-         ) -> ExecutionOut:
+def _run(call: Call, program: ProgramSpec, cancel: Cancellation, recorder: StoreRecorder,
+         on_output: OutputSink | None) -> ExecutionOut:
     """The core runs the program, the store records it; the run's document."""
     service = call.service
-    recorder = StoreRecorder(service, effective_quotas(service.settings.quotas, call.key))
     try:
         run = execute_program(service.app, program, recorder=recorder, cancel=cancel,
                               on_output=on_output)
@@ -77,6 +79,7 @@ def _run(call: Call, program: ProgramSpec, cancel: Cancellation, on_output: Outp
         rows = list(session.scalars(select(ArtifactRow).where(ArtifactRow.run_id == run.run_id)))
     outcome = run.outcome
     execution = outcome.execution.model_dump(mode="json") if outcome.execution else None
+    view = service.tenant_view  # as the stored row: no host path, no secret
     return ExecutionOut(run_id=run.run_id, status=call_status(outcome),
-                        observation=outcome.text, execution=execution,
+                        observation=view.text(outcome.text), execution=view.value(execution),
                         artifacts=[artifact_out(row) for row in rows])

@@ -19,6 +19,7 @@ A question must be the only run of its conversation that has not ended (409).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select
@@ -26,10 +27,13 @@ from sqlalchemy.orm import Session
 
 from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.core.run_recorder import RunOutcome, RunTicket
+from sbx.agent.service.datasets_held import datasets_held
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.quotas import reserve_run
+from sbx.agent.service.store.db import lock_principal
 from sbx.agent.service.store.models import Conversation, Run
+from sbx.agent.service.tenant_view import incident
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service
@@ -38,9 +42,12 @@ if TYPE_CHECKING:
 class StoreRecorder:
     """Runs of one caller (their quotas) recorded in the service's store; thread-safe."""
 
-    def __init__(self, service: Service, quotas: ServiceQuotas) -> None:
+    def __init__(self, service: Service, quotas: ServiceQuotas,
+                 datasets: tuple[str, ...] = ()) -> None:
         self.service = service
         self.quotas = quotas
+        self.datasets = datasets
+        """Ids of the datasets a program mounts: its row holds them while it runs."""
 
     def admitted(self, ticket: RunTicket) -> None:
         """Take a place, reserve the run, write its row; a `Problem` refuses it."""
@@ -48,6 +55,7 @@ class StoreRecorder:
         service.runs.admit(ticket.run_id, ticket.cancel)
         try:
             with service.db.write() as session:
+                lock_principal(session, ticket.principal)  # see datasets_held
                 if ticket.kind == "question" and ticket.conversation_id is not None:
                     busy = session.scalar(select(Run.id).where(
                         Run.conversation_id == ticket.conversation_id,
@@ -63,7 +71,8 @@ class StoreRecorder:
                     id=ticket.run_id, kind=ticket.kind, principal=ticket.principal,
                     conversation_id=ticket.conversation_id, replica_id=service.replica_id,
                     status="queued", question=ticket.question, message="", cpu_seconds=0.0,
-                    created_at=now,
+                    created_at=now, result=datasets_held(list(self.datasets)) if self.datasets
+                    else None,
                 ))
         except BaseException:
             service.runs.release(ticket.run_id)
@@ -82,6 +91,9 @@ class StoreRecorder:
         from sbx.agent.service.runs import artifact_row  # the store's own helper
 
         service = self.service
+        if outcome.error is not None:  # the detail goes to the operator's log only
+            outcome = replace(outcome, message=incident(f"run {ticket.run_id}", outcome.error),
+                              error=None)
         try:
             with service.db.write() as session:
                 row = session.get(Run, ticket.run_id)

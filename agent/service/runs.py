@@ -25,7 +25,7 @@ import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sbx.agent.core.cancellation import Cancellation
@@ -37,6 +37,7 @@ from sbx.agent.service.problems import unavailable
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.models import ArtifactRow
 from sbx.agent.service.store.models import Conversation as ConversationRow
+from sbx.agent.service.tenant_view import incident
 
 logger = logging.getLogger(__name__)
 
@@ -102,14 +103,20 @@ class RunManager:
         with live.lock:  # waits for the cancelled run to end
             live.conversation.close()
 
-    def release_idle(self, idle_s: float) -> list[str]:
-        """Remove the sandboxes of conversations idle for `idle_s`; their ids."""
+    def holders(self) -> list[Live]:
+        """The conversations here that hold a sandbox (running or idle): `sandbox_share`."""
+        with self._lock:
+            return [live for live in self._live.values() if live.holds_sandbox or live.run_id]
+
+    def release_idle(self, idle_s: float, only: frozenset[str] | None = None) -> list[str]:
+        """Remove the sandboxes of conversations idle for `idle_s` (of `only`); their ids."""
         released = []
         now = time.monotonic()
         with self._lock:
             candidates = [live for live in self._live.values()
                           if live.holds_sandbox and live.run_id is None
-                          and now - live.last_used >= idle_s]
+                          and now - live.last_used >= idle_s
+                          and (only is None or live.id in only)]
         for live in candidates:
             if not live.lock.acquire(blocking=False):
                 continue
@@ -156,10 +163,10 @@ class RunManager:
             token = self._tokens.get(run_id)
         if token is None:
             return False
-        token.cancel("Cancelled by the client")
+        token.cancel()
         return True
 
-    def cancel_all(self, reason: str = "Cancelled: the server is shutting down") -> int:
+    def cancel_all(self, reason: str | None = None) -> int:
         """Cancel every queued and running run (the drain's last step); how many."""
         with self._lock:
             tokens = list(self._tokens.values())
@@ -262,6 +269,9 @@ class _Relay:
     def finished(self, ticket: RunTicket, outcome: RunOutcome) -> None:
         """The missing terminal event, the conversation's sandbox state, then the store."""
         live = self.live
+        if outcome.error is not None:  # the detail goes to the operator's log only
+            outcome = replace(outcome, message=incident(f"run {ticket.run_id}", outcome.error),
+                              error=None)
         if not live.terminal_seen:
             event: Event = (RunError(run_id=ticket.run_id, error=outcome.message)
                             if outcome.status == "error" else

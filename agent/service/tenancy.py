@@ -13,12 +13,14 @@ import re
 from pathlib import Path
 from typing import TypeVar
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.limits_request import LimitRefused, LimitsRequest
 from sbx.agent.service.problems import Problem, not_found
 from sbx.agent.service.store.models import Conversation, Dataset, Run
+from sbx.sandbox.limits import Limits
 
 _ID_SHAPES = {
     "dataset": re.compile(r"^ds-[0-9a-f]{12}$"),
@@ -62,9 +64,17 @@ def limited(config: AppConfig, requested: LimitsRequest | None) -> AppConfig:
     """The policy's configuration with the body's limits applied, only ever tighter.
 
     A request above the policy's `[sandbox]` ceiling is a 422 naming the knob and the
-    ceiling (`limits.memory: at most 512 MiB (the policy's [sandbox] memory)`).
+    ceiling (`limits.memory: at most 512 MiB (the policy's [sandbox] memory)`); one below
+    the engine's minima (memory 6 MiB, cpus 0.01) a 422 as well.
     """
     try:
-        return config.limited(requested or LimitsRequest())
+        applied = config.limited(requested or LimitsRequest())
     except LimitRefused as exc:
         raise Problem(422, "limit-above-policy", exc.describe("limits.")) from None
+    try:  # validated again as a whole: the engine's minima hold whatever the face checked
+        Limits.model_validate(applied.limits.model_dump())
+    except ValidationError as exc:
+        error = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise Problem(422, "invalid-request", f"limits.{where}: {error['msg']}") from None
+    return applied

@@ -2,7 +2,13 @@
 
 A browser signs in once with an API key and gets a random session token in
 a cookie that scripts cannot read (`HttpOnly`), that other sites' pages never
-send (`SameSite=Strict`), `Secure` when the page was served over HTTPS. Only
+send (`SameSite=Strict`), named `__Host-sbx_session`: the browser takes it
+only `Secure`, for `Path=/` and without a `Domain`, so a sibling origin (another
+subdomain) cannot plant one for this host (browsers treat http://127.0.0.1 and
+localhost as secure; elsewhere the page must be served over HTTPS). Signing
+in rotates the session: a session the browser already carried is ended and
+a new token issued, so a session planted before sign-in never becomes the
+victim's. Only
 the token's SHA-256 is stored, beside the key's name and an expiry: the
 session is its key (same principal, same quotas), and it ends at sign-out,
 at expiry (`SESSION_TTL_S`) or when the key is revoked.
@@ -35,13 +41,14 @@ from starlette.requests import Request
 
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.store.db import Database
+from sbx.agent.service.store.identities import oidc_session
 from sbx.agent.service.store.keys import QUOTA_FIELDS, KeyInfo, hash_key
-from sbx.agent.service.store.models import ApiKey, WebSession
+from sbx.agent.service.store.models import ApiKey, OidcSession, WebSession
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service
 
-COOKIE = "sbx_session"
+COOKIE = "__Host-sbx_session"
 """The session cookie's name."""
 CSRF_HEADER = "x-csrf-token"
 """The header that carries the CSRF token on changes."""
@@ -85,7 +92,7 @@ def session_key(db: Database, token: str) -> tuple[KeyInfo, float] | None:
                    ApiKey.revoked_at.is_(None))
         ).first()
         if row is None:
-            return None
+            return oidc_session(db, token)  # or a person signed in through the provider
         key, expires = row
         overrides = {f: getattr(key, f) for f in QUOTA_FIELDS if getattr(key, f) is not None}
         info = KeyInfo(name=key.name, role="admin" if key.role == "admin" else "user",
@@ -97,6 +104,7 @@ def end_session(db: Database, token: str) -> None:
     """Sign out: the session's row is deleted (its cookie authenticates nobody any more)."""
     with db.write() as session:
         session.execute(delete(WebSession).where(WebSession.token_hash == hash_key(token)))
+        session.execute(delete(OidcSession).where(OidcSession.token_hash == hash_key(token)))
 
 
 def csrf_token(token: str) -> str:
@@ -152,14 +160,12 @@ def check_csrf(request: Request, token: str) -> None:
                       "the X-CSRF-Token header the page got from GET /web/session")
 
 
-def set_cookie_header(token: str, expires: float, *, secure: bool) -> str:
-    """The `Set-Cookie` value of a new session."""
+def set_cookie_header(token: str, expires: float) -> str:
+    """The `Set-Cookie` value of a new session (`__Host-`: always Secure, Path=/, no Domain)."""
     max_age = max(0, int(expires - time.time()))
-    flags = f"{COOKIE}={token}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict"
-    return flags + ("; Secure" if secure else "")
+    return f"{COOKIE}={token}; Path=/; Max-Age={max_age}; Secure; HttpOnly; SameSite=Strict"
 
 
-def clear_cookie_header(*, secure: bool) -> str:
+def clear_cookie_header() -> str:
     """The `Set-Cookie` value that removes the session cookie from the browser."""
-    flags = f"{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict"
-    return flags + ("; Secure" if secure else "")
+    return f"{COOKIE}=; Path=/; Max-Age=0; Secure; HttpOnly; SameSite=Strict"

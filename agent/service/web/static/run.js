@@ -1,15 +1,16 @@
 // One run on the page: its question, each step as it happens, then the answer.
 //
 // RunView.handle(event) takes the run's events in order, as the server streams
-// them (run_start, message, model_reply, output_chunk, tool_result, compaction,
+// them (run_start, message, model_reply, output_chunk, tool_result, plan, compaction,
 // run_end, run_error); an event type it does not know is ignored. Everything
 // shown is built with el() from dom.js: model text, code, output and names are
 // text, never markup. A run that ended needs_input (the model asked with
 // ask_user) shows the question and a field to answer it; `onAnswer(text)`, set
 // by the page, continues the conversation with the answer.
 
-import { el, append, clear, encodePath, formatSize } from "./dom.js";
+import { el, append, clear, encodePath, formatSize, setText } from "./dom.js";
 import { highlight } from "./highlight.js";
+import { PlanView } from "./plan.js";
 import { splitOutput } from "./tables.js";
 
 const IMAGE = /\.(png|jpe?g|gif|webp)$/i;
@@ -73,9 +74,10 @@ export class RunView {
     this.stepList = el("ol", { class: "steps" });
     this.question = el("p", { class: "question-text" }, question ?? "");
     this.who = el("span", { class: "who" }, who);
+    this.plan = new PlanView();
     this.root = el("li", { class: "run", "data-run-id": runId },
       el("div", { class: "question" }, this.who, this.question),
-      this.stepList, this.status);
+      this.plan.root, this.stepList, this.status);
   }
 
   /** Show one event of the run. */
@@ -86,6 +88,7 @@ export class RunView {
       model_reply: () => this.reply(event),
       output_chunk: () => this.chunk(event),
       tool_result: () => this.result(event),
+      plan: () => this.plan.update(event),
       compaction: () => this.note("Older outputs were shortened to keep the model's context small."),
       run_end: () => this.end(event),
       run_error: () => this.error(event),
@@ -94,8 +97,8 @@ export class RunView {
   }
 
   started(event) {
-    if (event.continues) this.who.textContent = "You answered";  // its question: the answer
-    else this.question.textContent = event.question ?? "";
+    if (event.continues) setText(this.who, "You answered");  // its question: the answer
+    else setText(this.question, event.question ?? "");
     this.status.textContent = "Running…";
     if (event.sandbox_reset) {
       this.note("The sandbox was started again: variables from earlier questions are gone.");
@@ -154,12 +157,14 @@ export class RunView {
       step = this.steps.get(event.call_id);
     }
     const { node, state, live, outcome } = step;
-    clear(live);
-    live.hidden = true;
+    const execution = event.execution;
+    if (execution?.stdout || execution?.stderr || !step.chars) {
+      clear(live);  // the kept output replaces the live one
+      live.hidden = true;
+    }  // else (stopped, cancelled): the output the user was watching stays
     node.classList.remove("running");
     node.classList.add(event.failed ? "failed" : "succeeded");
     state.textContent = event.failed ? "failed" : `done in ${Number(event.duration_s ?? 0).toFixed(2)} s`;
-    const execution = event.execution;
     if (execution) this.execution(outcome, execution);
     else append(outcome, el("pre", { class: event.failed ? "stream error-text" : "stream", tabindex: "0" },
       event.content ?? ""));
@@ -230,7 +235,7 @@ export class RunView {
     else if (status === "needs_input" && typeof event.question === "string") {
       append(this.root, this.askBox(event.question));
     } else append(this.root, el("p", { class: "run-message", role: "note" }, event.message ?? status));
-    this.status.textContent = summary(event);
+    setText(this.status, summary(event));
   }
 
   /** The model's question to the user (ask_user) and the field that answers it. */
@@ -256,7 +261,8 @@ export class RunView {
 
   answer(event) {
     const box = el("section", { class: "answer", "aria-label": "Answer" },
-      el("h3", {}, "Answer"), el("p", { class: "answer-text" }, event.answer));
+      el("h3", {}, "Answer"), el("p", { class: "answer-text" }, event.answer),
+      PlanView.pendingNote(event));
     if (event.verified === true) {
       append(box, el("p", { class: "provenance verified" },
         "✓ Verified: every number in the answer was printed by the code."));
@@ -301,7 +307,7 @@ export class RunView {
     this.finishSteps();
     append(this.root, el("p", { class: "run-message", role: "note" },
       `The run ended ${run?.status ?? ""}: ${run?.message ?? ""}`));
-    this.status.textContent = run?.status ?? "ended";
+    setText(this.status, run?.status ?? "ended");
   }
 
   finishSteps() {
