@@ -192,6 +192,12 @@ class App(Closing):
         return {"idle": stats.idle, "building": stats.building,
                 "removing": self.pool.reaper.pending()}
 
+    def host_demand(self) -> tuple[int, int] | None:
+        """Callers waiting for the host's sandbox cap now, and the cap (None without a pool)."""
+        if self.pool is None:
+            return None
+        return self.pool.capacity.waiting(), self.pool.capacity.caps.sandboxes
+
     @property
     def runs_code(self) -> bool:
         """Whether programs can run at all (the policy enables `execute_python`)."""

@@ -184,7 +184,7 @@ class Service:
             base_url=endpoint.base_url if endpoint else None,
             secret_env=config.policy.audit.secret_env,
             secret_fields=config.policy.audit.secret_fields, environ=environ,
-            host_paths=(paths.root, app.audit.path))
+            host_paths=(paths.root, app.audit_path))
         install(db, service.tenant_view)
         service.housekeeper.start()
         return service

@@ -65,15 +65,13 @@ class SandboxShare:
 
     def tick(self) -> int:
         """Release what the module docstring says; how many sandboxes were released."""
-        pool = self.service.app.pool
-        if pool is None:
+        demand = self.service.app.host_demand()
+        if demand is None or demand[0] == 0:
             return 0
-        waiting = pool.capacity.waiting()
-        if waiting == 0:
-            return 0
+        waiting, cap = demand
         held = self.held()
         counts = Counter(item.principal for item in held)
-        share = max(1, pool.capacity.caps.sandboxes // (len(counts) + 1))
+        share = max(1, cap // (len(counts) + 1))
         candidates = sorted((item for item in held if item.idle),
                             key=lambda item: (-counts[item.principal], item.last_used))
         released = 0
