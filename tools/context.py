@@ -34,6 +34,18 @@ class CodeRunner(Protocol):
         ...
 
 
+class DataDrop(Protocol):
+    """Where a host-side tool leaves a file for the run's sandbox: its `/data`, while it runs."""
+
+    def put(self, name: str, data: bytes) -> str:
+        """Keep `data` as file `name` (a plain, checked name) and return its path in the sandbox.
+
+        A file of that name from an earlier call is replaced; the running sandbox sees the
+        new file at once, and a sandbox that replaces it later sees it too.
+        """
+        ...
+
+
 class Operator(Protocol):
     """A person the face can ask now (at a terminal); `ask_user` goes to them."""
 
@@ -69,6 +81,9 @@ class ToolContext:
     on_output: OutputSink | None = None
     """Where `execute_python` sends stdout and stderr while the code runs (the conversation
     turns them into `output_chunk` events); None: nowhere, the result alone."""
+    data_drop: DataDrop | None = None
+    """Where `query_sql` writes its results (the workspace's `/data/queries`); None: no
+    sandbox in this run, so no query result has anywhere to go."""
     call_id: str | None = None
     """The call being served: the gate sets it on the copy each call receives (`for_call`)."""
 

@@ -23,10 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sbx.sandbox.limits import Bytes as Bytes
 from sbx.sandbox.limits import Seconds as Seconds
 from sbx.sandbox.units import at_most_seconds as at_most_seconds
+from sbx.tools.sql_policy import QuerySqlRule
 
 BUILTIN_TOOLS = (
     "execute_python", "calculate", "list_data_files", "preview_data_file", "http_get", "ask_user",
-    "upload_dataset",
+    "upload_dataset", "query_sql",
 )
 DEFAULT_CALL_TIMEOUT_S = 30.0
 """`[tools] timeout`: seconds one tool call may take at the gate, unless its own rule says."""
@@ -164,6 +165,8 @@ class ToolsPolicy(BaseModel):
     """Ask the person who asked a question, where someone can answer."""
     upload_dataset: UploadDatasetRule = UploadDatasetRule()
     """Store a file sent in a tool call as the caller's dataset (`sbx serve`'s `/mcp` only)."""
+    query_sql: QuerySqlRule = QuerySqlRule()
+    """Read-only SQL against the operator's named sources; results land in `/data/queries`."""
     custom: dict[str, CustomToolRule] = Field(default_factory=dict)
     """Tools loaded from `entry` or registered by the embedding program; each must exist when
     the gate is built."""
