@@ -24,6 +24,7 @@ read-only transaction too; give the source a role that may only read (security.m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
@@ -125,8 +126,12 @@ def _postgresql(url: str, sql: str, timeout_s: float, deadline: float) -> Iterat
         conn.execute(f"SET LOCAL statement_timeout = {ms}")
         conn.execute(f"SET LOCAL lock_timeout = {ms}")
         cursor = conn.cursor(name="sbx_query")
-        cursor.execute(sql.strip().rstrip(";"))
-        yield cursor
+        try:
+            cursor.execute(sql.strip().rstrip(";"))
+            yield cursor
+        finally:
+            with contextlib.suppress(Exception):  # in an aborted transaction: the rollback's
+                cursor.close()
     finally:
         try:
             raw.rollback()
