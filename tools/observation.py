@@ -18,6 +18,7 @@ from typing import Any
 
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.units import format_size
+from sbx.tools.hints import execution_hint
 
 MAX_TRACEBACK_LINES = 40
 FIX_AND_RETRY = "Fix the errors and try again."
@@ -115,6 +116,9 @@ def render_execution(result: ExecutionResult) -> str:
     if not parts:
         parts.append("(no output: the code ran without error; print() what you need to see)")
     parts.append(usage_line(result))
+    hint = execution_hint(result)  # the last line: a removed API's replacement, a missing module
+    if hint is not None:
+        parts.append(hint)
     return "\n".join(parts)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.result import ExecutionResult
 from sbx.tools.context import ToolContext
+from sbx.tools.hints import missing_module
 from sbx.tools.observation import render_execution
 from sbx.tools.registry import Tool, ToolFailure, ToolReturn, build_tool
 
@@ -41,7 +42,11 @@ def make_execute_python() -> Tool:
         else:
             result = ctx.runner.run(code, on_output=callback)
         text = render_execution(result)
-        return ToolReturn(text=text, execution=result, audit=audit_fields(result))
+        audit = audit_fields(result)
+        module = missing_module(result)
+        if module is not None:  # counted by `sbx packages` (with who needed it)
+            audit |= {"missing_module": module, "principal": ctx.principal}
+        return ToolReturn(text=text, execution=result, audit=audit)
 
     return build_tool(execute_python, sequential=SESSION_KEY)
 
