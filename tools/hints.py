@@ -33,9 +33,14 @@ TOP_PACKAGES = ("numpy", "pandas", "pyarrow", "scipy", "matplotlib", "seaborn", 
 def missing_module(result: ExecutionResult) -> str | None:
     """The top-level module a failed import named, or None (any other error, or no error)."""
     error = result.error
-    if error is None or error.type != "ModuleNotFoundError":
+    return module_from_error(error.type, error.message) if error is not None else None
+
+
+def module_from_error(error_type: object, message: object) -> str | None:
+    """The top-level module of a `ModuleNotFoundError`'s message (a plain name), or None."""
+    if error_type != "ModuleNotFoundError" or not isinstance(message, str):
         return None
-    found = _MISSING.match(error.message)
+    found = _MISSING.match(message)
     return found.group(1).split(".")[0] if found else None
 
 
