@@ -36,9 +36,10 @@ READ = ("import pandas as pd\n"
 
 def policy_with_source(tmp_path: Path, db: Path) -> Path:
     text = default_policy_path().read_text()
-    text += (f'\n[tools.query_sql]\nenabled = true\n'
-             f'[tools.query_sql.sources.shop]\nurl = "sqlite:///{db}"\n'
-             f'principals = ["os:tester"]\n')
+    head, table, rest = text.partition("[tools.query_sql]\n")
+    text = head + table + rest.replace("enabled = false", "enabled = true", 1)
+    text += f'\n[tools.query_sql.sources.shop]\nurl = "sqlite:///{db}"\n'
+    text += 'principals = ["os:tester"]\n'
     path = tmp_path / "sbx.toml"
     path.write_text(text)
     return path
