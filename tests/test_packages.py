@@ -19,7 +19,7 @@ from test_service_metrics import _admin_key, _moved, _scrape
 
 import service_support
 from sbx.agent.cli import packages as cli_packages
-from sbx.agent.cli.scripted_model import assistant, tool_call
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.images.add_package import RequirementError, add_requirement, record_measured_lock
 from sbx.images.recipe import IMAGES_DIR
 from sbx.images.removed_apis import parse_table

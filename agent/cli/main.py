@@ -38,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "mcp": ("mcp", "mcp_command", "Serve the sandbox to an MCP client over stdio."),
     "image": ("image", "image", "Build and inspect the sandbox image (offline)."),
     "doctor": (
-        "exec",
+        "doctor",
         "doctor_command",
         "Check the engine, the image, the runtimes and the limits.",
     ),
@@ -50,7 +50,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Measure sbx against its floors and a hardened docker run.",
     ),
     "packages": ("packages", "packages", "Modules the image lacked, and adding a package."),
-    "gc": ("exec", "gc_command", "Remove sandbox containers left behind by a crashed process."),
+    "gc": ("doctor", "gc_command", "Remove sandbox containers left behind by a crashed process."),
 }
 """Command name -> (module of `sbx.agent.cli`, attribute, one-line help for `sbx --help`)."""
 

@@ -22,7 +22,7 @@ from typing import NoReturn
 import click
 
 from sbx.agent.cli.errors import EXIT_SBX_ERROR, operator_errors
-from sbx.agent.config import load_config
+from sbx.agent.core.config import load_config
 from sbx.images.add_package import RequirementError, add_requirement, record_measured_lock
 from sbx.images.build import ImageBuildError, build_image
 from sbx.images.lock import relock

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from sbx.sandbox.units import format_size
 from sbx.tools.builtin.sql_engine import QueryError, QueryLimits, QueryResult, run_query
 from sbx.tools.context import ToolContext
+from sbx.tools.guard import DataGuard
 from sbx.tools.registry import Tool, ToolFailure, ToolReturn, build_tool
 from sbx.tools.sql_policy import QuerySqlRule
 
@@ -49,7 +50,7 @@ Args:
 """
 
 
-def make_query_sql(rule: QuerySqlRule, principal: str) -> Tool:
+def make_query_sql(rule: QuerySqlRule, principal: str, guard: DataGuard | None = None) -> Tool:
     """The `query_sql` tool for `principal`: its description lists the sources they may query."""
     mine = rule.sources_for(principal)
     listed = "\n".join(
@@ -80,7 +81,7 @@ def make_query_sql(rule: QuerySqlRule, principal: str) -> Tool:
         audit |= {"rows": result.table.num_rows, "columns": result.table.num_columns,
                   "cut": result.cut, "parquet_bytes": len(data), "path": path,
                   "query_s": round(result.duration_s, 3)}
-        text = render_query(source, path, result, len(data))
+        text = render_query(source, path, result, len(data), guard)
         return ToolReturn(text=text, value=path, audit=audit)
 
     query_sql.__doc__ = _DOC.format(sources=listed or "(none)")
@@ -99,9 +100,17 @@ def _parquet(table: pa.Table) -> bytes:
     return buffer.getvalue()
 
 
-def render_query(source: str, path: str, result: QueryResult, size: int) -> str:
-    """What the model reads: where the file is, its shape and types, the first rows, any cut."""
+def render_query(
+    source: str, path: str, result: QueryResult, size: int, guard: DataGuard | None = None
+) -> str:
+    """What the model reads: where the file is, its shape and types, the first rows, any cut.
+
+    The first rows pass the principal's column rules (`[guard]`: dropped and masked
+    columns, schema only), as a preview of a data file does; the gate's detectors then
+    filter the whole text. The file itself holds every column, as a data file would.
+    """
     table = result.table
+    columns = guard.columns(table.column_names) if guard is not None else None
     lines = [
         f"Query on {source!r}: {table.num_rows} rows x {table.num_columns} columns in "
         f"{result.duration_s:.2f} s, saved to {path} ({format_size(size)}).",
@@ -111,10 +120,13 @@ def render_query(source: str, path: str, result: QueryResult, size: int) -> str:
     if result.cut is not None:
         lines.append(f"[the result was cut at {table.num_rows} rows by {result.cut}: the file "
                      "holds only these; filter or aggregate in SQL to see everything]")
-    if table.num_rows:
+    if columns is not None and columns.note():
+        lines.append(f"({columns.note()})")
+    if table.num_rows and (columns is None or columns.rows):
         lines.append(f"First {min(HEAD_ROWS, table.num_rows)} rows:")
         for row in table.slice(0, HEAD_ROWS).to_pylist():
-            lines.append("  " + " | ".join(_cell(value) for value in row.values()))
+            cells = [_cell(value) for value in row.values()]
+            lines.append("  " + " | ".join(columns.row(cells) if columns else cells))
     lines.append(f'Read it in execute_python: df = pd.read_parquet("{path}")')
     return "\n".join(lines)
 
