@@ -245,9 +245,8 @@ class ToolGate:
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_context=False, include_input=False)
             return self._refuse("invalid", invalid_arguments(name, [dict(e) for e in errors]))
-        denied_or_none = check_arguments(
-            self._policy, self._limits, name, args, principal=self._context.principal
-        )
+        who = self._context.principal
+        denied_or_none = check_arguments(self._policy, self._limits, name, args, principal=who)
         denied_or_none = denied_or_none or self._quota.take(name)
         if denied_or_none is None:
             return args

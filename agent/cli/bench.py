@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -198,6 +199,15 @@ def ds1000_command(
     click.echo(ds1000.render(report))
     if hinted is not None:
         click.echo("\n" + hinted.render())
+
+
+def ds1000_with_hints(problems: Path, *, image: str, jobs: int,
+                      progress: Callable[[str], None]) -> str:
+    """`sbx bench ds1000 PROBLEMS --hints` on `image`, rendered (`sbx packages add` runs it)."""
+    chosen = ds1000.load_problems(problems)
+    report = ds1000.run_ds1000(chosen, image=image, jobs=jobs, progress=progress)
+    hinted = measure_hints(report, chosen, image=image, jobs=jobs)
+    return ds1000.render(report) + "\n\n" + hinted.render()
 
 
 @bench_command.command("serve")

@@ -21,14 +21,13 @@ from typing import NoReturn
 
 import click
 
+from sbx.agent.cli.bench import ds1000_with_hints
 from sbx.agent.cli.errors import EXIT_SBX_ERROR, operator_errors
 from sbx.agent.core.config import load_config
 from sbx.images.add_package import RequirementError, add_requirement, record_measured_lock
 from sbx.images.build import ImageBuildError, build_image
 from sbx.images.lock import relock
 from sbx.images.recipe import IMAGES_DIR
-from sbx.sandbox.bench import ds1000
-from sbx.sandbox.bench.ds1000_hints import measure_hints
 from sbx.tools.audit import resolve_audit_path
 from sbx.tools.audit_verify import iter_records
 from sbx.tools.package_requests import package_requests
@@ -115,10 +114,7 @@ def add_command(requirement: str, images_dir: Path, tag: str | None, problems: P
     if problems is None:
         say("not measured: pass --bench DS1000.jsonl to re-run sbx bench ds1000 on it")
         return
-    chosen = ds1000.load_problems(problems)
-    report = ds1000.run_ds1000(chosen, image=built.tags[0], jobs=jobs, progress=say)
-    hinted = measure_hints(report, chosen, image=built.tags[0], jobs=jobs)
-    click.echo(ds1000.render(report) + "\n\n" + hinted.render())
+    click.echo(ds1000_with_hints(problems, image=built.tags[0], jobs=jobs, progress=say))
     record_measured_lock(images_dir)
     say("the removed-API table now names the measured lock (removed_apis.toml lock_sha256)")
 
