@@ -90,3 +90,34 @@ def test_the_model_queries_and_its_code_reads_the_parquet(llm, tmp_path, engine,
         ("SELECT SUM(amount) AS total FROM sales", 1, "os:tester"),
     ]
     assert list(root.iterdir()) == []  # the drop went with its workspace
+
+
+@pytest.mark.docker
+def test_an_mcp_client_queries_and_reads_the_parquet_in_its_session(tmp_path, engine):
+    import anyio
+
+    from mcp_support import mcp_client, text_of
+
+    db = tmp_path / "shop.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE sales (region TEXT, amount INTEGER)")
+        conn.executemany("INSERT INTO sales VALUES (?, ?)", [("north", 3), ("south", 4)])
+    policy = policy_with_source(tmp_path, db).read_text().replace('["os:tester"]', '["*"]')
+    (tmp_path / "sbx.toml").write_text(policy)
+
+    async def scenario() -> tuple[str, str, str]:
+        async with mcp_client(tmp_path, "--policy", str(tmp_path / "sbx.toml")) as client:
+            listed = [tool.name for tool in (await client.list_tools()).tools]
+            queried = await client.call_tool("query_sql", {
+                "source": "shop", "sql": "SELECT SUM(amount) AS total FROM sales",
+                "name": "total"})
+            read = await client.call_tool("execute_python", {"code": READ.format(name="total")})
+            refused = await client.call_tool("query_sql", {"source": "shop",
+                                                           "sql": "DELETE FROM sales"})
+        assert "query_sql" in listed
+        return text_of(queried), text_of(read), text_of(refused)
+
+    queried, read, refused = anyio.run(scenario)
+    assert "1 rows x 1 columns" in queried and "/data/queries/total.parquet" in queried
+    assert "{'total': [7]}" in read
+    assert "read-only SELECT" in refused
