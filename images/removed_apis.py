@@ -41,8 +41,9 @@ class RemovedApi:
     """Searched in the error's message."""
     hint: str
     """The one line the model reads."""
-    rewrite: tuple[re.Pattern[str], str] | None = None
-    """How `sbx bench ds1000` applies the hint to code (None: not mechanical)."""
+    rewrite: tuple[tuple[re.Pattern[str], str], ...] = ()
+    """How `sbx bench ds1000 --hints` applies the hint to code, each pair in turn (empty: not
+    mechanical)."""
 
     def matches(self, error_type: str, message: str) -> bool:
         """Whether an error of this type and message is this API's removal."""
@@ -70,13 +71,15 @@ def parse_table(text: str) -> RemovedApiTable:
     entries = []
     for index, item in enumerate(data.get("api", [])):
         try:
-            rewrite = item.get("rewrite")
+            rewrite = item.get("rewrite") or []  # one [pattern, replacement], or a list of them
+            several = bool(rewrite) and isinstance(rewrite[0], list)
+            pairs = rewrite if several else [rewrite][: len(rewrite)]
             entries.append(RemovedApi(
                 name=str(item["name"]), error=str(item["error"]),
                 message=re.compile(str(item["message"])), hint=str(item["hint"]),
-                rewrite=(re.compile(rewrite[0]), str(rewrite[1])) if rewrite else None,
+                rewrite=tuple((re.compile(str(p)), str(r)) for p, r in pairs),
             ))
-        except (KeyError, IndexError, TypeError, re.error) as exc:
+        except (KeyError, IndexError, TypeError, ValueError, re.error) as exc:
             raise TableError(f"{TABLE_FILE} entry {index + 1}: {exc}") from None
     return RemovedApiTable(lock_sha256=str(data.get("lock_sha256", "")), entries=tuple(entries))
 

@@ -109,7 +109,7 @@ def _measure(pool: Pool, key: PoolKey, problem: Problem, outcome: Outcome,
     if entry is None:
         return HintOutcome(problem_id=problem.problem_id, hint="")
     applied: list[str] = []
-    current, found = problem, entry
+    current, found, detail = problem, entry, ""
     for _ in range(MAX_ROUNDS):
         rewritten = _apply(current, found)
         if rewritten is None:
@@ -129,16 +129,15 @@ def _measure(pool: Pool, key: PoolKey, problem: Problem, outcome: Outcome,
         found = following
     runs = False if applied else None
     return HintOutcome(problem_id=problem.problem_id, hint=entry.name, applied=tuple(applied),
-                       runs=runs)
+                       runs=runs, detail=detail)
 
 
 def _apply(problem: Problem, entry: RemovedApi) -> Problem | None:
     """The problem with the entry's rewrite applied, or None (no rewrite, or nothing changed)."""
-    if entry.rewrite is None:
-        return None
-    pattern, replacement = entry.rewrite
-    solution = pattern.sub(replacement, problem.reference_code)
-    context = pattern.sub(replacement, problem.code_context)
+    solution, context = problem.reference_code, problem.code_context
+    for pattern, replacement in entry.rewrite:
+        solution = pattern.sub(replacement, solution)
+        context = pattern.sub(replacement, context)
     if (solution, context) == (problem.reference_code, problem.code_context):
         return None
     return replace(problem, reference_code=solution, code_context=context)
