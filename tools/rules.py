@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel
 
 from sbx.sandbox.limits import Limits
+from sbx.tools.context import ToolContext
 from sbx.tools.netguard import host_matches
 from sbx.tools.observation import Denied
 from sbx.tools.policy import BUILTIN_TOOLS, Policy, Quotas
@@ -53,12 +54,16 @@ def call_timeout(policy: Policy, limits: Limits, name: str) -> tuple[float, str]
 
 
 def check_arguments(
-    policy: Policy, limits: Limits, name: str, args: BaseModel, *, principal: str = "local"
+    policy: Policy, limits: Limits, name: str, args: BaseModel, context: ToolContext | None = None
 ) -> Denied | None:
-    """The per-tool argument rules of the policy (and the sandbox's code size), per built-in."""
+    """The per-tool argument rules of the policy (and the sandbox's code size), per built-in.
+
+    `context` gives the principal, for the rules that depend on who asks (`query_sql`).
+    """
     values: dict[str, Any] = dict(args)
     match name:
         case "query_sql":
+            principal = context.principal if context is not None else ""
             return check_query(policy.tools.query_sql, values, principal)
         case "http_get":
             return _check_url(policy, str(values.get("url", "")))
