@@ -110,6 +110,7 @@ def run(
         add_message(state, {"role": "system", "content": system_prompt}, emit)
     add_message(state, {"role": "user", "content": question}, emit)
     tools = gate.schemas()
+    gate.set_deadline(state.started + settings.budget.max_wall_time)  # running code is cut too
     dispatcher = ToolDispatcher(gate, workers=settings.parallel_tools)
     cancelled = False
     try:

@@ -85,6 +85,11 @@ class AgentSettings(BaseModel):
     context_tokens: int = Field(default=60_000, ge=1_000)
     """Estimated size (4 characters per token) past which older tool observations are
     shortened before a request (`--context-tokens`). Set it well below the model's window."""
+    observation_tokens: int = Field(default=4_000, ge=100, le=1_000_000)
+    """Estimated tokens (4 characters each) of one tool result the model reads: longer
+    stdout and stderr are cut to their head and tail with a marker saying how much was left
+    out. The user, the transcript and provenance keep the whole output. Keep it well below
+    `context_tokens`."""
     parallel_tools: int = Field(default=4, ge=1, le=32)
     """Tool calls of one reply that may run at once (calls sharing a sandbox still run in order)."""
     max_answer_chars: int = Field(default=100_000, ge=100, le=10_000_000)

@@ -33,6 +33,7 @@ from sbx.sandbox.spec import SessionSpec
 from sbx.tools.audit import AuditLog
 from sbx.tools.context import Operator, OutputSink, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
+from sbx.tools.observation_size import CHARS_PER_TOKEN
 from sbx.tools.registry import Tool
 
 
@@ -130,6 +131,7 @@ class Workspace(Closing):
             defer_questions=self.spec.defer_questions,
             continues=continues,
             on_output=on_output,
+            observation_chars=self.config.settings.observation_tokens * CHARS_PER_TOKEN,
         )
         return build_gate(
             self.config.policy,
@@ -197,13 +199,19 @@ class _CurrentSandbox:
         self._workspace = workspace
         self._run_id = run_id
 
-    def run(self, code: str, *, on_output: OutputCallback | None = None) -> ExecutionResult:
+    def run(
+        self,
+        code: str,
+        *,
+        on_output: OutputCallback | None = None,
+        timeout: float | None = None,
+    ) -> ExecutionResult:
         """Run `code` in the workspace's current sandbox (opened again after a discard)."""
         session = self._workspace._sandbox(self._run_id)
         if session is None:
             raise SandboxError("no sandbox is available in this workspace")
         try:
-            return session.run(code, on_output=on_output)
+            return session.run(code, on_output=on_output, timeout=timeout)
         finally:
             with self._workspace._lock:
                 current = self._workspace._session is session

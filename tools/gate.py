@@ -44,6 +44,7 @@ from sbx.tools.call_records import CallIds, invalid_arguments, request_data, too
 from sbx.tools.context import ToolContext
 from sbx.tools.custom import custom_tools
 from sbx.tools.observation import Denied, Failure, Halted, ToolError, UnknownTool, render_failure
+from sbx.tools.observation_size import fit_text
 from sbx.tools.outcome import CANCELLED_TEXT, CallStatus, ToolOutcome
 from sbx.tools.policy import BUILTIN_TOOLS, Policy, PolicyError
 from sbx.tools.registry import Tool, ToolFailure, ToolReturn, register, unpack_return
@@ -102,6 +103,10 @@ class ToolGate:
     def run_id(self) -> str:
         """The run this gate serves."""
         return self._context.run_id
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """End every later execution by `deadline` (`time.monotonic()`): the run's time budget."""
+        self._context.deadline = deadline
 
     def enabled_names(self) -> list[str]:
         """Registered tools the policy enables, in registration order."""
@@ -292,6 +297,7 @@ class ToolGate:
         try:
             returned = self._invoke(tool, args, cancels, ids.reply)
             text, extra = unpack_return(returned)
+            text = fit_text(text, self._context.observation_chars)
         except CallTimedOut:
             seconds, key = call_timeout(self._policy, self._limits, tool.name)
             message = f"the call did not finish within {seconds:g} s ({key}) and was abandoned"

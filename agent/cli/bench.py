@@ -50,7 +50,13 @@ class _AnsweringRunner:
     def __init__(self, result: ExecutionResult) -> None:
         self.result = result
 
-    def run(self, code: str, *, on_output: OutputCallback | None = None) -> ExecutionResult:
+    def run(
+        self,
+        code: str,
+        *,
+        on_output: OutputCallback | None = None,
+        timeout: float | None = None,
+    ) -> ExecutionResult:
         return self.result
 
 
