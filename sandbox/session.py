@@ -264,6 +264,7 @@ class Session(Closing):
                 copy_seconds=exchange.limits.timeout + EXECUTION_GRACE_S - COPY_MARGIN_S,
                 measure=self._meter is None,
                 stream=self.stream_output,
+                display=self.mode == "session",  # a one-shot program's stdout is its own
             )
         )
         frame = exchange.collect()
