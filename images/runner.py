@@ -376,7 +376,7 @@ def execute_cell(
 
 
 def shown_value(value: Any) -> str:
-    """A trailing value's repr; a DataFrame or Series is summarised (head, tail, shape), not dumped."""
+    """A trailing value's repr; a DataFrame or Series is summarised (head, tail, shape)."""
     pandas = sys.modules.get("pandas")
     if pandas is not None and isinstance(value, (pandas.DataFrame, pandas.Series)):
         options = ("display.max_rows", 20, "display.min_rows", 10, "display.max_columns", 20,
@@ -407,6 +407,7 @@ class FigureHooks:
     """
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        """The spec the next finder gives, its loader patching the module once it ran."""
         if name not in ("matplotlib.pyplot", "matplotlib.figure"):
             return None
         for finder in sys.meta_path:
@@ -420,7 +421,7 @@ class FigureHooks:
                     original(module)
                     patch_figures(module)
 
-                spec.loader.exec_module = exec_module
+                spec.loader.exec_module = exec_module  # type: ignore[method-assign]
                 return spec
         return None
 
