@@ -22,6 +22,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from sbx.agent.charts import IMAGE_TOKENS, image_parts, without_images
 from sbx.agent.state import RunState
 
 CHARS_PER_TOKEN = 4
@@ -38,7 +39,10 @@ def estimate_tokens(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str
 
 
 def _chars(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> int:
-    return len(json.dumps(list(messages), ensure_ascii=False)) + len(json.dumps(list(tools)))
+    """JSON size; an image part counts `IMAGE_TOKENS`, not its data URL's length."""
+    text = [without_images(message) for message in messages]
+    images = image_parts(messages) * IMAGE_TOKENS * CHARS_PER_TOKEN
+    return len(json.dumps(text, ensure_ascii=False)) + len(json.dumps(list(tools))) + images
 
 
 def shorten_observations(

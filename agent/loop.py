@@ -24,6 +24,7 @@ from typing import Any
 
 from sbx.agent.asking import awaiting_input
 from sbx.agent.budget import before_request, before_tools, model_ending, remaining_s
+from sbx.agent.charts import show_charts
 from sbx.agent.compaction import estimate_tokens, shorten_observations
 from sbx.agent.dispatch import ToolDispatcher
 from sbx.agent.events import (
@@ -162,6 +163,7 @@ def take_turn(
                 return ending
             outcomes = dispatcher.run(calls)
             record_outcomes(state, outcomes, emit)
+            show_charts(state, outcomes, settings, model.model, emit)  # or describe them
             return halted(outcomes) or awaiting_input(outcomes)
     raise TypeError(f"Unknown next step for reply {reply!r}")  # pragma: no cover
 

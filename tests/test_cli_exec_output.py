@@ -101,3 +101,15 @@ def test_json_output_keeps_the_values_and_loses_the_controls(tmp_path, engine):
     result = json.loads(text)
     assert result["stdout"] == RAW_OUT
     assert any("\\u202e" in item["name"] for item in result["refused_artifacts"])
+
+
+@pytest.mark.docker
+def test_stdout_is_exactly_what_the_program_wrote_not_its_last_value(tmp_path, engine):
+    source = tmp_path / "write.py"
+    source.write_text('import sys\nsys.stdout.write("exact\\n")\n')  # returns 6: not printed
+    done = subprocess.run(
+        [*SBX, "exec", str(source), "--output", str(tmp_path / "o"), "--image", TEST_IMAGE],
+        capture_output=True, timeout=120, env=os.environ,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"exact\n"
