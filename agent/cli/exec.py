@@ -15,6 +15,7 @@ from typing import Any, TextIO
 import click
 from pydantic import ValidationError
 
+from sbx.agent.cli.display import ProgramOutput
 from sbx.agent.cli.errors import (
     EXIT_OOM,
     EXIT_TIMEOUT,
@@ -81,7 +82,9 @@ def read_code(source: str) -> bytes:
         fail(f"cannot read {source!r}: {exc.strerror}", 2)
 
 
-def print_result(result: ExecutionResult, output: Path) -> None:
+def print_result(
+    result: ExecutionResult, output: Path, live: ProgramOutput | None = None
+) -> None:
     """Program output to our stdout/stderr; artifacts and notes as `sbx:` lines on stderr.
 
     The program's own output is data the user asked for: to a pipe or a file it
@@ -90,9 +93,12 @@ def print_result(result: ExecutionResult, output: Path) -> None:
     the program cannot drive the terminal. Our own `sbx:` lines quote names the
     program chose and are escaped wherever they go.
     """
-    write_program_output(sys.stdout, result.stdout)
+    stdout, stderr = result.stdout, result.stderr
+    if live is not None:  # what arrived live is on the screen already
+        stdout, stderr = live.remaining("stdout", stdout), live.remaining("stderr", stderr)
+    write_program_output(sys.stdout, stdout)
     sys.stdout.flush()
-    write_program_output(sys.stderr, result.stderr)
+    write_program_output(sys.stderr, stderr)
     if result.error is not None:
         write_program_output(sys.stderr, result.error.traceback)
     if result.artifacts:
@@ -164,17 +170,19 @@ def exec_command(
     code = read_code(source)
     run_id = new_run_id()
     output = output or DEFAULT_OUTPUT / run_id  # one run never sees another's files
+    live = None if as_json else ProgramOutput(sys.stdout, sys.stderr)  # Ctrl-C keeps it
     with Pool.start(config=PoolConfig(size=0)) as pool:  # the host-wide cap, no warm-up
         result = pool.run_fresh(
             code,
             SessionSpec(
                 limits=limits, image=image, data=tuple(data), output_dir=output, run_id=run_id
             ),
+            on_output=live,
         )
     if as_json:
         click.echo(safe_json(result.model_dump_json(indent=2)))
     else:
-        print_result(result, output)
+        print_result(result, output, live)
     sys.exit(exit_code_for(result))
 
 
