@@ -48,6 +48,12 @@ class RecordedExecution:
     """It raised, timed out or was killed."""
     artifacts: tuple[str, ...] = ()
     """Host paths of the files it left in `/output`."""
+    state_reset: bool = False
+    """Its interpreter was lost with it (timeout, OOM kill): what it and earlier cells defined
+    was gone for the next execution."""
+    reset_before: bool = False
+    """It ran in a fresh interpreter: the previous execution reset the state, or the sandbox
+    was replaced before its run began. Re-run and export reset the state here too."""
 
 
 @dataclass(kw_only=True)
@@ -92,18 +98,20 @@ def read_record(path: Path, *, until_run: str | None = None) -> RecordedConversa
     """
     runs: list[RecordedRun] = []
     calls: dict[str, tuple[str, str]] = {}
+    reset = False  # the next execution runs in a fresh interpreter
     for event in read_transcript(path):
         if isinstance(event, RunStart):
             if until_run is not None and runs and runs[-1].run_id == until_run:
                 break
             runs.append(_run(event))
             calls = {}
+            reset = reset or (event.sandbox_reset and len(runs) > 1)
         elif not runs:
             continue
         elif isinstance(event, ModelReplied):
             calls.update(_calls(event.message))
         elif isinstance(event, ToolResult):
-            _add_execution(runs[-1], event, calls)
+            reset = _add_execution(runs[-1], event, calls, reset)
         elif isinstance(event, RunEnd):
             _end(runs[-1], event)
     if until_run is not None and not any(run.run_id == until_run for run in runs):
@@ -142,13 +150,16 @@ def code_of(arguments: str) -> str | None:
     return code if isinstance(code, str) else None
 
 
-def _add_execution(run: RecordedRun, event: ToolResult, calls: dict[str, tuple[str, str]]) -> None:
+def _add_execution(
+    run: RecordedRun, event: ToolResult, calls: dict[str, tuple[str, str]], reset: bool
+) -> bool:
+    """Append the execution `event` records, if it ran; return whether the state reset since."""
     if event.name != "execute_python" or event.status != "ok":
-        return
+        return reset
     name, arguments = calls.get(event.call_id, ("", ""))
     code = code_of(arguments) if name == "execute_python" else None
     if code is None:
-        return
+        return reset
     number = len(run.executions) + 1
     record = event.execution
     if record is None:  # an older transcript: the observation is all there is
@@ -158,17 +169,26 @@ def _add_execution(run: RecordedRun, event: ToolResult, calls: dict[str, tuple[s
                 stdout=section_of(event.content, "[stdout]"),
                 stderr=section_of(event.content, "[stderr]"), failed=event.failed,
                 error_type=_error_type(event.content), artifacts=tuple(event.artifacts),
+                reset_before=reset, state_reset=_says_reset(event.content),
             )
         )
-        return
+        return run.executions[-1].state_reset
+    lost = record.state_reset or record.timed_out or record.oom_killed
     run.executions.append(
         RecordedExecution(
             number=number, call_id=event.call_id, code=code, stdout=record.stdout,
             stderr=record.stderr, error_type=record.error_type,
             error_message=record.error_message, traceback=record.traceback,
             timed_out=record.timed_out, failed=event.failed, artifacts=tuple(event.artifacts),
+            state_reset=lost, reset_before=reset,
         )
     )
+    return lost
+
+
+def _says_reset(observation: str) -> bool:
+    """An older observation's notes say the interpreter was lost (`sandbox.outcome`'s words)."""
+    return "variables were reset" in observation or "- state reset:" in observation
 
 
 def _end(run: RecordedRun, event: RunEnd) -> None:
