@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -42,8 +42,17 @@ _MARKDOWN_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "[": 
                                    "]": "\\]"})
 
 
-def export(record: RecordedConversation, fmt: Format) -> str:
-    """The conversation's runs in `fmt`, as text (a notebook is JSON)."""
+def export(
+    record: RecordedConversation,
+    fmt: Format,
+    *,
+    artifact_link: Callable[[str], str | None] | None = None,
+) -> str:
+    """The conversation's runs in `fmt`, as text (a notebook is JSON).
+
+    `artifact_link(host path)` gives the URL a report links a chart by (the service's
+    artifact route; None: only named); without it a report links the local path.
+    """
     if fmt == "ipynb":
         from sbx.agent.export_notebook import to_notebook  # nbformat loads only when asked
 
@@ -51,7 +60,7 @@ def export(record: RecordedConversation, fmt: Format) -> str:
     if fmt == "md":
         from sbx.agent.export_report import to_markdown
 
-        return to_markdown(record)
+        return to_markdown(record, artifact_link=artifact_link)
     return to_script(record)
 
 

@@ -5,12 +5,14 @@ it is made inert before it is written: prose through `markdown_text` (no
 HTML, no links or images that a viewer would fetch), code and output in
 fences longer than any run of backticks inside them, table cells with their
 pipes escaped. A plot is shown as an image only when its file is a PNG on
-this machine, by its local path.
+this machine: by its local path from the CLI, by the service's artifact URL
+from the web page (never the server's own path).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +22,20 @@ from sbx.tools.text_safety import safe_text
 
 MAX_OUTPUT_LINES = 200
 """Output lines shown per step; the notebook keeps them all."""
-_SAFE_PATH = re.compile(r"[\w./-]+")
+_SAFE_PATH = re.compile(r"[\w./%~-]+")
 
 
-def to_markdown(record: RecordedConversation) -> str:
-    """The report for every run of the conversation."""
+Linker = Callable[[str], "str | None"]
+"""Host path of an artifact -> the URL to link it by (None: name it only)."""
+
+
+def to_markdown(record: RecordedConversation, *, artifact_link: Linker | None = None) -> str:
+    """The report for every run of the conversation; charts linked by `artifact_link`."""
     parts = [f"# sbx report: {markdown_text(record.path.name)}"]
     for run in record.runs:
         parts.append(_run_header(run))
         for execution in run.executions:
-            parts.append(_step(execution))
+            parts.append(_step(execution, artifact_link))
         parts.append(answer_section(run))
     return "\n\n".join(parts) + "\n"
 
@@ -43,7 +49,7 @@ def _run_header(run: RecordedRun) -> str:
     return "\n".join(lines)
 
 
-def _step(execution: RecordedExecution) -> str:
+def _step(execution: RecordedExecution, link: Linker | None) -> str:
     title = f"### Step {execution.number}"
     if execution.failed:
         title += f" (raised {markdown_text(execution.error_type or 'an error')})"
@@ -58,7 +64,7 @@ def _step(execution: RecordedExecution) -> str:
             lines = [*lines[:MAX_OUTPUT_LINES], f"... ({cut} more lines)"]
         parts += ["Output:", fenced("\n".join(lines), "text")]
     for path in execution.artifacts:
-        parts.append(_image(path))
+        parts.append(_image(path, link))
     return "\n\n".join(parts)
 
 
@@ -104,9 +110,10 @@ def fenced(text: str, info: str) -> str:
     return f"{fence}{info}\n{safe_text(text.rstrip(), multiline=True)}\n{fence}"
 
 
-def _image(path: str) -> str:
-    """A local PNG shown by its path; anything else only named."""
+def _image(path: str, link: Linker | None) -> str:
+    """A PNG shown by its URL (or, from the CLI, its local path); anything else only named."""
     name = markdown_text(Path(path).name)
-    if png_bytes(path) is None or not _SAFE_PATH.fullmatch(path):
+    url = path if link is None else link(path)
+    if url is None or png_bytes(path) is None or not _SAFE_PATH.fullmatch(url):
         return f"(file: {name})"
-    return f"![{name}](<{path}>)"
+    return f"![{name}](<{url}>)"
