@@ -73,7 +73,7 @@ def answer_section(run: RecordedRun) -> str:
     if run.answer is None:
         return f"### No answer\n\nThe run ended `{_code_span(str(run.status))}`."
     parts = ["### Answer", markdown_text(run.answer)]
-    if run.verified is True:
+    if run.verified is True and run.sources:  # an answer without numbers is not "verified"
         parts.append("**Verified**: every number checked was printed by the run's code.")
     elif run.verified is False:
         missing = ", ".join(markdown_text(number) for number in run.unsupported)

@@ -287,7 +287,7 @@ def finish(state: RunState, ending: Ending, emit: EventSink) -> RunResult:
         sandbox=state.sandbox,
         messages=tuple(state.messages),
         question=ending.question if ending.status == "needs_input" else None,
-        verified=traced.verified if traced is not None else None,
+        verified=traced.verdict if traced is not None else None,
         sources=traced.sources if traced is not None else (),
         unsupported=traced.unsupported if traced is not None else (),
     )

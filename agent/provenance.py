@@ -117,8 +117,16 @@ class Provenance:
 
     @property
     def verified(self) -> bool:
-        """Every checked number was printed by an output."""
+        """Every checked number was printed by an output (vacuously, when none was checked)."""
         return not self.unsupported
+
+    @property
+    def verdict(self) -> bool | None:
+        """What a face shows: True or False, or None when the answer states no number to check
+        (an answer without numbers is not "Verified")."""
+        if not self.sources and not self.unsupported:
+            return None
+        return self.verified
 
 
 @dataclass(frozen=True)

@@ -259,9 +259,9 @@ def replay(path: Path, stream: TextIO) -> None:
 def verdict_line(event: Row) -> str | None:
     """`verified: ...` or `NOT VERIFIED: ...` for a completed run's end (None before issue 15)."""
     verified = event.get("verified")
-    if verified is None:
-        return None
     traced = len(_list(event, "sources"))
+    if verified is None or (verified and not traced):  # no number checked: nothing to claim
+        return None
     if verified:
         return f"verified: every number checked was printed by an output ({traced} traced)"
     missing = ", ".join(_clip(_text(n)) for n in _list(event, "unsupported")[:20])

@@ -8,6 +8,7 @@
 
 import { el, append, clear, encodePath, formatSize } from "./dom.js";
 import { highlight } from "./highlight.js";
+import { renderMarkdown } from "./markdown.js";
 import { splitOutput } from "./tables.js";
 
 const IMAGE = /\.(png|jpe?g|gif|webp)$/i;
@@ -228,8 +229,8 @@ export class RunView {
 
   answer(event) {
     const box = el("section", { class: "answer", "aria-label": "Answer" },
-      el("h3", {}, "Answer"), el("p", { class: "answer-text" }, event.answer));
-    if (event.verified === true) {
+      el("h3", {}, "Answer"), renderMarkdown(event.answer));
+    if (event.verified === true && (event.sources ?? []).length) {  // no number: no claim
       append(box, el("p", { class: "provenance verified" },
         "✓ Verified: every number in the answer was printed by the code."));
     } else if (event.verified === false) {
