@@ -122,8 +122,10 @@ class Provenance:
 
     @property
     def verdict(self) -> bool | None:
-        """What a face shows: True or False, or None when the answer states no number to check
-        (an answer without numbers is not "Verified")."""
+        """What a face shows: None when the answer states no number to check, else `verified`.
+
+        An answer without numbers is not "Verified".
+        """
         if not self.sources and not self.unsupported:
             return None
         return self.verified
