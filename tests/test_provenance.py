@@ -207,3 +207,9 @@ def test_earlier_runs_notes_are_not_output():
     observation = "[stdout]\n41\n[notes]\n- killed: memory limit 512 MiB reached\n[resources] 1.2 s"
     outputs = earlier_outputs([{"role": "tool", "tool_call_id": "c", "content": observation}])
     assert outputs[0].text == "[stdout]\n41"
+
+
+def test_an_answer_without_numbers_has_no_verdict():
+    assert traced("The data looks clean.", "41").verdict is None
+    assert traced("It is 41.", "41").verdict is True
+    assert traced("It is 43.", "41").verdict is False
