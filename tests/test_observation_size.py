@@ -103,3 +103,20 @@ def test_a_one_mebibyte_print_then_a_follow_up_in_the_same_conversation(llm, tmp
     kept = results[0]["execution"]["stdout"]
     assert len(kept) > 1_000_000 and "008000 " in kept  # the user keeps all of it
     assert results[0]["content"] == seen  # the transcript shows what the model read
+
+
+@pytest.mark.docker
+def test_an_mcp_client_reads_the_same_bounded_observation(tmp_path, engine):
+    import anyio
+
+    from mcp_support import mcp_client, text_of
+
+    async def scenario() -> str:
+        async with mcp_client(tmp_path) as client:
+            result = await client.call_tool("execute_python", {"code": FLOOD})
+            return text_of(result)
+
+    text = anyio.run(scenario)
+    assert "of stdout cut to fit the model's observation size" in text
+    assert len(text) < 4 * 4000 + 2000  # the bound, plus MCP's own reset note and footer
+    assert "016383 " in text
