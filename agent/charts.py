@@ -35,8 +35,6 @@ from typing import Any
 from sbx.agent.events import EventSink, MessageAdded
 from sbx.agent.settings import AgentSettings
 from sbx.agent.state import RunState
-from sbx.sandbox.result import Artifact
-from sbx.sandbox.units import format_size
 from sbx.tools.outcome import ToolOutcome
 from sbx.tools.text_safety import safe_text
 
@@ -57,8 +55,12 @@ SHOWN_PLACEHOLDER = "[an image was shown to the model here]"
 class Picture:
     """One image file an execution saved, as read from its header."""
 
-    artifact: Artifact
-    """The copied file (`path` on the host)."""
+    name: str
+    """The file's name under `/output` (the code chose it)."""
+    path: str
+    """Where the copy lives on the host."""
+    bytes: int
+    """The file's size."""
     mime: str
     """`image/png` or `image/jpeg`."""
     size: tuple[int, int] | None
@@ -91,24 +93,27 @@ def pictures(outcomes: Sequence[ToolOutcome]) -> list[Picture]:
     found = []
     for outcome in outcomes:
         for artifact in outcome.artifacts:
-            picture = read_picture(artifact)
+            picture = read_picture(artifact.name, artifact.path, artifact.size)
             if picture is not None:
                 found.append(picture)
     return found
 
 
-def read_picture(artifact: Artifact) -> Picture | None:
+def read_picture(name: str, path: str, size: int) -> Picture | None:
     """The file as a `Picture`, or None when it is not a PNG or JPEG (or cannot be read)."""
     try:
-        with open(artifact.path, "rb") as handle:
+        with open(path, "rb") as handle:
             head = handle.read(HEADER_BYTES)
     except OSError:
         return None
     if head.startswith(PNG_MAGIC):
-        size = struct.unpack(">II", head[16:24]) if len(head) >= 24 else None
-        return Picture(artifact=artifact, mime="image/png", size=size, figure=_figure_text(head))
+        pixels = struct.unpack(">II", head[16:24]) if len(head) >= 24 else None
+        return Picture(
+            name=name, path=path, bytes=size, mime="image/png", size=pixels,
+            figure=_figure_text(head),
+        )
     if head.startswith(JPEG_MAGIC):
-        return Picture(artifact=artifact, mime="image/jpeg", size=None, figure=None)
+        return Picture(name=name, path=path, bytes=size, mime="image/jpeg", size=None, figure=None)
     return None
 
 
@@ -132,7 +137,7 @@ def _figure_text(head: bytes) -> dict[str, Any] | None:
 
 def describe(picture: Picture) -> str:
     """One line about the picture: name, type, pixels, and what matplotlib drew."""
-    parts = [f"{picture.artifact.name}: {picture.mime}, {format_size(picture.artifact.size)}"]
+    parts = [f"{picture.name}: {picture.mime}, {_kib(picture.bytes)}"]
     if picture.size is not None:
         parts.append(f"{picture.size[0]}x{picture.size[1]} px")
     figure = picture.figure or {}
@@ -144,6 +149,10 @@ def describe(picture: Picture) -> str:
         parts.extend(_axes_text(ax) for ax in axes[:6] if isinstance(ax, dict))
     text = safe_text("; ".join(parts))
     return text[:MAX_DESCRIPTION_CHARS]
+
+
+def _kib(size: int) -> str:
+    return f"{size} B" if size < 1024 else f"{size / 1024:.1f} KiB"
 
 
 def _axes_text(ax: dict[str, Any]) -> str:
@@ -166,7 +175,7 @@ def chart_message(found: Sequence[Picture], settings: AgentSettings, model: str)
     described: list[str] = []
     vision = accepts_images(settings, model)
     for picture in found:
-        fits = picture.artifact.size <= settings.max_image_bytes
+        fits = picture.bytes <= settings.max_image_bytes
         if vision and fits and len(shown) < settings.max_images:
             shown.append(_image_part(picture))
             described.append(f"{describe(picture)} (shown below)")
@@ -182,7 +191,7 @@ def chart_message(found: Sequence[Picture], settings: AgentSettings, model: str)
 
 
 def _image_part(picture: Picture) -> dict[str, Any]:
-    data = base64.b64encode(Path(picture.artifact.path).read_bytes()).decode("ascii")
+    data = base64.b64encode(Path(picture.path).read_bytes()).decode("ascii")
     return {"type": "image_url", "image_url": {"url": f"data:{picture.mime};base64,{data}"}}
 
 

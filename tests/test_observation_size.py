@@ -77,7 +77,7 @@ def _app(tmp_path: Path) -> App:
 def test_a_one_mebibyte_print_then_a_follow_up_in_the_same_conversation(llm, tmp_path):
     llm.script([
         tool_call("execute_python", code=FLOOD),
-        assistant("It printed 16384 rows."),
+        assistant("The last row is 16383."),
         tool_call("execute_python", code="print(6 * 7)"),
         assistant("The answer is 42."),
     ])

@@ -44,7 +44,6 @@ from sbx.tools.call_records import CallIds, invalid_arguments, request_data, too
 from sbx.tools.context import ToolContext
 from sbx.tools.custom import custom_tools
 from sbx.tools.observation import Denied, Failure, Halted, ToolError, UnknownTool, render_failure
-from sbx.tools.observation_size import fit_text
 from sbx.tools.outcome import CANCELLED_TEXT, CallStatus, ToolOutcome
 from sbx.tools.policy import BUILTIN_TOOLS, Policy, PolicyError
 from sbx.tools.registry import Tool, ToolFailure, ToolReturn, register, unpack_return
@@ -296,8 +295,7 @@ class ToolGate:
         rule: str | None = None
         try:
             returned = self._invoke(tool, args, cancels, ids.reply)
-            text, extra = unpack_return(returned)
-            text = fit_text(text, self._context.observation_chars)
+            text, extra = unpack_return(returned, self._context.observation_chars)
         except CallTimedOut:
             seconds, key = call_timeout(self._policy, self._limits, tool.name)
             message = f"the call did not finish within {seconds:g} s ({key}) and was abandoned"
