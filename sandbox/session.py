@@ -151,13 +151,15 @@ class Session(Closing):
         *,
         on_output: OutputCallback | None = None,
         timeout: float | None = None,
+        show_values: bool | None = None,
     ) -> ExecutionResult:
         """Execute a program in this session's interpreter and report what happened.
 
         `on_output(stream, text)` receives stdout and stderr while the code runs
         (`sbx.sandbox.live_output`); the result holds the same text, as it always did.
         `timeout`, when shorter than the limits' own, cuts this execution sooner (the
-        caller's run is running out of time); it never lengthens it.
+        caller's run is running out of time); it never lengthens it. `show_values` prints a
+        trailing expression's value as a notebook does (default: except in fresh mode).
         """
         text = code_text(code, self.limits)
         limits = self.limits
@@ -175,7 +177,8 @@ class Session(Closing):
             lost = False
             try:
                 exchange = self._open_exchange(request_id, started, on_output, limits)
-                result = self._converse(exchange, text, started)
+                shown = self.mode != "fresh" if show_values is None else show_values
+                result = self._converse(exchange, text, started, shown)
             except SandboxBroken as exc:  # the channel closed, timed out or broke a cap
                 lost = True
                 result = self._lost(exc, exchange, started)
@@ -247,7 +250,9 @@ class Session(Closing):
             live=LiveOutput(limits=self.limits, started=started, callback=on_output),
         )
 
-    def _converse(self, exchange: Exchange, code: str, started: float) -> ExecutionResult:
+    def _converse(
+        self, exchange: Exchange, code: str, started: float, shown: bool
+    ) -> ExecutionResult:
         """Send one request and collect its artifact frames and result frame."""
         copy_bytes, copy_refusal = copy_budget(self.limits, exchange.run_bytes_left)
         exchange.channel.send(
@@ -264,7 +269,7 @@ class Session(Closing):
                 copy_seconds=exchange.limits.timeout + EXECUTION_GRACE_S - COPY_MARGIN_S,
                 measure=self._meter is None,
                 stream=self.stream_output,
-                display=self.mode == "session",  # a one-shot program's stdout is its own
+                display=shown,
             )
         )
         frame = exchange.collect()

@@ -15,13 +15,13 @@ import pytest
 
 import scripted_llm
 from conftest import TEST_IMAGE
-from sbx.agent.app import App
-from sbx.agent.cli.scripted_model import assistant, tool_call
-from sbx.agent.compaction import shorten_observations
-from sbx.agent.config import load_config
-from sbx.agent.conversation import ConversationSpec
-from sbx.agent.settings import Endpoint
-from sbx.agent.state import RunState
+from sbx.agent.core.app import App
+from sbx.agent.core.compaction import shorten_observations
+from sbx.agent.core.config import load_config
+from sbx.agent.core.conversation import ConversationSpec
+from sbx.agent.core.settings import Endpoint
+from sbx.agent.core.state import RunState
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.sandbox.result import ExecutionResult
 from sbx.tools.observation import render_execution
 from scripted_llm import FAKE_KEY

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sbx.agent.provenance import (
+from sbx.agent.provenance.trace import (
     MAX_NAMED,
     Output,
     trace_numbers,
@@ -202,7 +202,7 @@ def test_a_fiscal_year_range_is_not_a_number_to_check():
 
 
 def test_earlier_runs_notes_are_not_output():
-    from sbx.agent.provenance_run import earlier_outputs
+    from sbx.agent.provenance.run import earlier_outputs
 
     observation = "[stdout]\n41\n[notes]\n- killed: memory limit 512 MiB reached\n[resources] 1.2 s"
     outputs = earlier_outputs([{"role": "tool", "tool_call_id": "c", "content": observation}])

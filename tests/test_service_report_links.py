@@ -10,7 +10,7 @@ import re
 import pytest
 
 import service_support
-from sbx.agent.cli.scripted_model import assistant, tool_call
+from sbx.agent.testing.scripted_model import assistant, tool_call
 
 serve = service_support.serve
 llm = service_support.llm

@@ -31,13 +31,15 @@ class CodeRunner(Protocol):
         *,
         on_output: OutputCallback | None = None,
         timeout: float | None = None,
+        show_values: bool = True,
     ) -> ExecutionResult:
         """Execute `code` and return its result; raise only for errors the operator must fix.
 
         `on_output(stream, text)`, when given, receives stdout and stderr while the code
         runs (a runner that cannot stream may ignore it: the result has the output).
         `timeout`, when given, is the run's time left: the execution must end by then
-        (a runner shortens its own limit to it, never lengthens it).
+        (a runner shortens its own limit to it, never lengthens it). `show_values=False`:
+        print no trailing expression's value (a one-shot program's stdout is its own).
         """
         ...
 
@@ -83,6 +85,9 @@ class ToolContext:
     deadline: float | None = None
     """`time.monotonic()` past which the run's time budget (`--max-time`) is spent: an
     execution is cut there, as a model request is. None: only the sandbox's own timeout."""
+    show_values: bool = True
+    """Print a program's trailing expression's value, as a notebook does; False for a
+    one-shot program (`sbx exec`, `POST /v1/execute`), whose stdout is exactly its own."""
     call_id: str | None = None
     """The call being served: the gate sets it on the copy each call receives (`for_call`)."""
 

@@ -18,7 +18,7 @@ tool's text.
 from __future__ import annotations
 
 CHARS_PER_TOKEN = 4
-"""The estimate used everywhere in sbx (see `sbx.agent.compaction`)."""
+"""The estimate used everywhere in sbx (see `sbx.agent.core.compaction`)."""
 MIN_SECTION_CHARS = 400
 """A section is never cut below this (a marker alone would tell the model nothing)."""
 HEAD_SHARE = 0.6

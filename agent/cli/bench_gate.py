@@ -30,7 +30,7 @@ from tempfile import TemporaryDirectory
 
 import click
 
-from sbx.agent.config import load_config
+from sbx.agent.core.config import load_config
 from sbx.sandbox.bench.stats import BenchReport, Summary, Target
 from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.result import ExecutionResult
@@ -54,6 +54,7 @@ class _AnsweringRunner:
         *,
         on_output: OutputCallback | None = None,
         timeout: float | None = None,
+        show_values: bool = True,
     ) -> ExecutionResult:
         return ExecutionResult(stdout="1\n", duration_s=0.0008)
 

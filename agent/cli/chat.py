@@ -25,10 +25,11 @@ import click
 
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, operator_errors
+from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.prompting import terminal_operator
-from sbx.agent.conversation import Conversation
-from sbx.agent.state import RunResult
+from sbx.agent.core.conversation import Conversation
+from sbx.agent.core.state import RunResult
 from sbx.tools.text_safety import safe_text
 
 PROMPT = "you> "
@@ -47,6 +48,7 @@ class _Signals:
 @run_options
 @click.option("--quiet", "-q", is_flag=True, help="No step-by-step progress on stderr.")
 @model_options
+@limit_options
 @operator_errors
 def chat_command(
     data: tuple[Path, ...], output: Path | None, policy: Path | None, audit_log: Path | None,
@@ -65,9 +67,10 @@ def chat_command(
       you> Which region grew fastest in 2024?
       you> And in 2023?
     """
+    limits = take_limits(flags)
     options = FaceOptions(
         data=data, output=output, policy=policy, audit_log=audit_log, transcript=transcript,
-        image=image, base_url=base_url, api_key=api_key, model=model, flags=flags,
+        image=image, base_url=base_url, api_key=api_key, model=model, flags=flags, limits=limits,
     )
     progress = None if quiet else Progress(sys.stderr)
     operator = terminal_operator()

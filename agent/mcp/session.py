@@ -30,9 +30,9 @@ from typing import Any
 
 import anyio
 
+from sbx.agent.core.workspace import Workspace
 from sbx.agent.mcp.admission import Admission, Caller
 from sbx.agent.mcp.live_tail import LiveTail
-from sbx.agent.workspace import Workspace
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.result import Artifact
 from sbx.tools.audit import AuditError

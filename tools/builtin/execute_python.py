@@ -54,7 +54,7 @@ OUT_OF_TIME_NOTE = (
 
 
 def run_options(ctx: ToolContext) -> dict[str, Any]:
-    """The runner's options: live output when the run has a sink, the run's time left.
+    """The runner's options: live output, the run's time left, whether values are shown.
 
     An option not needed is left out, so a runner written before it still works.
     """
@@ -64,6 +64,8 @@ def run_options(ctx: ToolContext) -> dict[str, Any]:
         options["on_output"] = callback
     if ctx.deadline is not None:
         options["timeout"] = max(0.0, ctx.deadline - time.monotonic())
+    if not ctx.show_values:
+        options["show_values"] = False
     return options
 
 
