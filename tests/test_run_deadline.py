@@ -25,7 +25,9 @@ no_real_model = scripted_llm.no_real_model
 @pytest.mark.docker
 def test_max_time_stops_the_code_long_before_the_sandbox_timeout(llm, tmp_path: Path):
     llm.script([tool_call("execute_python", code="import time\ntime.sleep(600)")])
-    config = load_config(None).with_flags({"max_wall_time": 5.0}).with_limits({"timeout": 120.0})
+    policy = tmp_path / "sbx.toml"
+    policy.write_text('[sandbox]\ntimeout = "120s"\n')  # the other tables: the defaults
+    config = load_config(policy).with_flags({"max_wall_time": 5.0})
     spec = ConversationSpec(principal="os:tester", output_root=tmp_path / "out")
     endpoint = Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model="scripted")
     with App.open(config, environ={}, audit_log=tmp_path / "a.jsonl", image=TEST_IMAGE) as app:
