@@ -75,3 +75,16 @@ def test_without_vision_the_model_gets_a_description_instead(llm, tmp_path):
     assert "figure-1.png: image/png" in message["content"]
     assert "'Revenue by quarter'" in message["content"] and " px" in message["content"]
     assert "data:image" not in json.dumps(llm.requests[1].body)
+
+
+def test_the_cli_shows_an_image_message_as_its_text():
+    import io
+
+    from sbx.agent.cli.display import Progress
+
+    out = io.StringIO()
+    content = [{"type": "text", "text": "The images your code saved"},
+               {"type": "text", "text": "[an image was shown to the model here]"}]
+    Progress(out)({"type": "message", "run_id": "r", "turn": 1,
+                   "message": {"role": "user", "content": content}})
+    assert "!  The images your code saved [an image was shown to the model here]" in out.getvalue()

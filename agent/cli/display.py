@@ -130,7 +130,10 @@ class Progress:
     def _on_message(self, event: Row) -> None:
         message = _map(event, "message")
         if message.get("role") == "user" and event.get("turn"):
-            self._echo(f"!  {_clip(_text(message.get('content')))}", fg="yellow")
+            content = message.get("content")
+            if isinstance(content, list):  # text parts (an image shown is a text part here)
+                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            self._echo(f"!  {_clip(_text(content))}", fg="yellow")
 
     def _on_model_reply(self, event: Row) -> None:
         tokens = _num(_map(event, "usage"), "total_tokens", "usage")

@@ -101,7 +101,9 @@ export class RunView {
   message(event) {
     const message = event.message ?? {};
     if (message.role !== "user" || event.turn === 0) return;  // system prompt, the question
-    this.note(`Note to the model: ${message.content ?? ""}`);
+    const content = Array.isArray(message.content)  // text parts (an image shown is a part too)
+      ? message.content.map((part) => String(part?.text ?? "")).join("\n") : message.content;
+    this.note(`Note to the model: ${content ?? ""}`);
   }
 
   note(text) {
