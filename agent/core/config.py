@@ -9,7 +9,10 @@ layer:
     [tools.*] [quotas] [audit] ──▶ sbx.tools.policy.Policy         (the gate)
     [agent] [agent.budget]     ──▶ sbx.agent.core.settings.AgentSettings (the loop)
     [service] [service.quotas] ──▶ ServiceSettings (below)            (`sbx serve` only)
+    [service.oidc]             ──▶ OidcSettings: the web page's sign-in through a provider
 
+A table the file leaves out (`[tools]`, `[sandbox]`, `[agent]`, ...) takes the
+packaged default's, so a file holding only the table to change changes only it.
 Every mistake in the file is a `PolicyError` naming the file, the line and
 the dotted key (`sbx.toml:12: sandbox.memory: ...`); faces report it as an
 operator error. Command-line flags are applied afterwards (`with_flags`), and
@@ -26,8 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sbx.agent.core.settings import FLAG_NAMES, AgentSettings, SettingsError, apply_flags
 from sbx.sandbox.limits import Bytes, Limits, Seconds
@@ -66,6 +70,56 @@ class ServiceQuotas(BaseModel):
     it new runs and uploads are refused (429) until runs or datasets are deleted."""
 
 
+class OidcSettings(BaseModel):
+    """Sign-in to the web page through the organization's OpenID Connect provider.
+
+    `[service.oidc]`; `sbx.agent.service.web.oidc` uses it. API keys keep working beside it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    issuer: str = Field(min_length=1, max_length=512)
+    """The provider's issuer URL, exactly as its discovery document and ID tokens say it
+    (https; plain http only for a provider on this machine)."""
+    client_id: str = Field(min_length=1, max_length=255)
+    """This server's client id at the provider (the ID token's audience)."""
+    client_secret_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    """The environment variable holding the client secret (never the secret in this file)."""
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "email"], max_length=20)
+    """Scopes asked for; `openid` must be among them."""
+    principal_claim: str = Field(default="sub", min_length=1, max_length=64)
+    """The claim whose value makes the principal `oidc:<value>` (`sub`, or e.g. `email`)."""
+    role_claim: str | None = Field(default=None, min_length=1, max_length=64)
+    """A claim (a string or a list, e.g. `groups`) whose values can grant the admin role."""
+    admin_values: list[str] = Field(default_factory=list, max_length=100)
+    """Values of `role_claim` that make the person an admin; anyone else is a user."""
+    redirect_url: str | None = Field(default=None, max_length=512)
+    """The callback URL registered at the provider (default: this server's own URL, from
+    `--advertise-url` or the request, + `/web/oidc/callback`)."""
+    timeout: Seconds = 10.0
+    """Seconds each request to the provider may take."""
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        local = parts.hostname in ("127.0.0.1", "localhost", "::1")
+        if parts.scheme != "https" and not (parts.scheme == "http" and local):
+            raise ValueError("must be an https URL (http only for a provider on this machine)")
+        if parts.query or parts.fragment or not parts.netloc:
+            raise ValueError("must be a plain URL without query or fragment")
+        return value
+
+    @field_validator("scopes")
+    @classmethod
+    def _openid_scope(cls, value: list[str]) -> list[str]:
+        if "openid" not in value:
+            raise ValueError("must include 'openid'")
+        if any(not scope or any(c.isspace() for c in scope) for scope in value):
+            raise ValueError("each scope is one word")
+        return value
+
+
 class ServiceSettings(BaseModel):
     """How `sbx serve` behaves (`[service]`): sizes, timeouts, queue, replicas; no unknown keys."""
 
@@ -78,11 +132,21 @@ class ServiceSettings(BaseModel):
     """Runs executing at once in one replica (each holds a worker thread)."""
     max_queued: int = Field(default=64, ge=0, le=100_000)
     """Runs waiting for a worker; past it a question gets 503 with `Retry-After`."""
+    max_in_flight: int = Field(default=4, ge=1, le=10_000)
+    """`/v1/execute` calls of one key in flight at once on a replica, while they wait for the
+    host's capacity and while they run (streamed ones until their stream ends); past it 429."""
     max_body: Bytes = 1024**2
     """Largest JSON request body (uploads are bounded by the upload quota instead)."""
     client_timeout: Seconds = 30.0
     """Seconds a client may take to send a request's head (then the connection is closed),
-    and may pause between two chunks of its body (then 408)."""
+    and may pause between two chunks of its body (then 408); its whole body must arrive
+    within twice this plus 1 s per 16 KiB (else the connection is closed)."""
+    client_connections: int = Field(default=64, ge=1, le=100_000)
+    """Connections one client address may hold open at once; the next gets 503 (raise it
+    behind a reverse proxy, whose address every client shares)."""
+    mcp_sessions: int = Field(default=8, ge=1, le=1000)
+    """MCP transport sessions (`initialize` on `/mcp`) one key may hold open at once on a
+    replica; a request that would open another is 429 (the replica's limit is 1000)."""
     max_question_chars: int = Field(default=20_000, ge=1, le=1_000_000)
     """Longest question accepted."""
     models: list[str] = Field(default_factory=list)
@@ -96,6 +160,8 @@ class ServiceSettings(BaseModel):
     it. At most a week."""
     quotas: ServiceQuotas = ServiceQuotas()
     """Per-principal defaults; `sbx keys create --max-conversations ...` overrides per key."""
+    oidc: OidcSettings | None = None
+    """Sign-in through an OpenID Connect provider for the web page (none: API keys only)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +220,7 @@ def load_config(path: Path | None = None) -> AppConfig:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{source}: not valid TOML: {exc}") from None
+    data = with_default_tables(data, source)
     sandbox = data.pop("sandbox", {})
     agent = data.pop("agent", {})
     service = data.pop("service", {})
@@ -169,6 +236,20 @@ def load_config(path: Path | None = None) -> AppConfig:
         settings=_validate(AgentSettings, agent, ("agent",), source, text),
         policy=policy,
     )
+
+
+def with_default_tables(data: dict[str, Any], source: Path) -> dict[str, Any]:
+    """`data` with each top-level table it lacks taken whole from the packaged default.
+
+    A file that only sets `[sandbox] memory = "1g"` must not turn every tool off: a
+    table the file leaves out keeps its documented default. A table the file has is
+    its own, whole (`[tools]` with nothing enabled still enables nothing).
+    """
+    default = default_policy_path()
+    if source == default:
+        return data
+    defaults = tomllib.loads(default.read_text(encoding="utf-8"))
+    return {**{key: value for key, value in defaults.items() if key not in data}, **data}
 
 
 def _validate(
