@@ -25,11 +25,33 @@ OutputSink = Callable[[str, str, str], None]
 class CodeRunner(Protocol):
     """Runs one program in the run's sandbox and reports what happened (bad code is data)."""
 
-    def run(self, code: str, *, on_output: OutputCallback | None = None) -> ExecutionResult:
+    def run(
+        self,
+        code: str,
+        *,
+        on_output: OutputCallback | None = None,
+        timeout: float | None = None,
+        show_values: bool = True,
+    ) -> ExecutionResult:
         """Execute `code` and return its result; raise only for errors the operator must fix.
 
         `on_output(stream, text)`, when given, receives stdout and stderr while the code
         runs (a runner that cannot stream may ignore it: the result has the output).
+        `timeout`, when given, is the run's time left: the execution must end by then
+        (a runner shortens its own limit to it, never lengthens it). `show_values=False`:
+        print no trailing expression's value (a one-shot program's stdout is its own).
+        """
+        ...
+
+
+class DataDrop(Protocol):
+    """Where a host-side tool leaves a file for the run's sandbox: its `/data`, while it runs."""
+
+    def put(self, name: str, data: bytes) -> str:
+        """Keep `data` as file `name` (a plain, checked name) and return its path in the sandbox.
+
+        A file of that name from an earlier call is replaced; the running sandbox sees the
+        new file at once, and a sandbox that replaces it later sees it too.
         """
         ...
 
@@ -102,8 +124,20 @@ class ToolContext:
     on_output: OutputSink | None = None
     """Where `execute_python` sends stdout and stderr while the code runs (the conversation
     turns them into `output_chunk` events); None: nowhere, the result alone."""
+    observation_chars: int | None = None
+    """Most characters of one tool result the model reads (`AgentSettings.observation_tokens`
+    times four); longer output is cut to its head and tail with a marker. None: unbounded."""
+    deadline: float | None = None
+    """`time.monotonic()` past which the run's time budget (`--max-time`) is spent: an
+    execution is cut there, as a model request is. None: only the sandbox's own timeout."""
+    show_values: bool = True
+    """Print a program's trailing expression's value, as a notebook does; False for a
+    one-shot program (`sbx exec`, `POST /v1/execute`), whose stdout is exactly its own."""
     plan: PlanBook = field(default_factory=PlanBook)
     """This run's plan revisions, counted (shared by every call's copy of the context)."""
+    data_drop: DataDrop | None = None
+    """Where `query_sql` writes its results (the workspace's `/data/queries`); None: no
+    sandbox in this run, so no query result has anywhere to go."""
     call_id: str | None = None
     """The call being served: the gate sets it on the copy each call receives (`for_call`)."""
 

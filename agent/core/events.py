@@ -117,6 +117,9 @@ class ExecutionRecord(BaseModel):
     traceback: str | None = None
     timed_out: bool = False
     oom_killed: bool = False
+    state_reset: bool = False
+    """The interpreter was lost with it (timeout, OOM kill, a lost runner): the next
+    execution started without this one's or any earlier variables."""
     duration_s: float = 0.0
     """Wall-clock seconds of the execution (the host's measure)."""
     cpu_seconds: float | None = None

@@ -103,7 +103,7 @@ def execute_program(
     output = spec.output or OUTPUT_DIR / run_id
     workspace = app.workspace(
         ConversationSpec(conversation_id=run_id, principal=spec.principal, data=spec.data,
-                         output=output),
+                         output=output, one_shot=True),  # stdout exactly the program's
         limits=spec.limits,
     )
     limits = workspace.config.limits
