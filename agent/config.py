@@ -9,6 +9,7 @@ layer:
     [tools.*] [quotas] [audit] ──▶ sbx.tools.policy.Policy         (the gate)
     [agent] [agent.budget]     ──▶ sbx.agent.settings.AgentSettings (the loop)
     [service] [service.quotas] ──▶ ServiceSettings (below)            (`sbx serve` only)
+    [restore]                  ──▶ sbx.agent.restore_settings.RestoreSettings (state replay)
 
 Every mistake in the file is a `PolicyError` naming the file, the line and
 the dotted key (`sbx.toml:12: sandbox.memory: ...`); faces report it as an
@@ -28,6 +29,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sbx.agent.restore_settings import RestoreSettings
 from sbx.agent.settings import FLAG_NAMES, AgentSettings, SettingsError, apply_flags
 from sbx.sandbox.limits import Bytes, Limits, Seconds
 from sbx.tools.custom import custom_tools
@@ -101,6 +103,8 @@ class AppConfig:
     """The sandbox's resource and isolation limits: the container's part (flags applied)."""
     service: ServiceSettings = ServiceSettings()
     """`sbx serve`'s sizes, timeouts and per-principal quota defaults (other faces ignore it)."""
+    restore: RestoreSettings = RestoreSettings()
+    """Whether and within which bounds a lost sandbox's state is rebuilt by replay."""
 
     def digest(self) -> str:
         """SHA-256 of the effective configuration (canonical JSON), recorded at each run."""
@@ -149,6 +153,7 @@ def load_config(path: Path | None = None) -> AppConfig:
     sandbox = data.pop("sandbox", {})
     agent = data.pop("agent", {})
     service = data.pop("service", {})
+    restore = data.pop("restore", {})
     policy = _validate(Policy, data, (), source, text)
     try:
         custom_tools(policy)  # a bad `entry` is the operator's error now, not at the first call
@@ -158,6 +163,7 @@ def load_config(path: Path | None = None) -> AppConfig:
         source=source,
         service=_validate(ServiceSettings, service, ("service",), source, text),
         limits=_validate(Limits, sandbox, ("sandbox",), source, text),
+        restore=_validate(RestoreSettings, restore, ("restore",), source, text),
         settings=_validate(AgentSettings, agent, ("agent",), source, text),
         policy=policy,
     )

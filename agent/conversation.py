@@ -36,6 +36,7 @@ from sbx.agent.loop import run
 from sbx.agent.model import ModelClient, TokenUsage
 from sbx.agent.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.provenance_data import data_digests
+from sbx.agent.restore import forgotten, note, prior_cells, replace_killed, restore_workspace
 from sbx.agent.state import RunResult, SandboxUsage
 from sbx.agent.transcript import Transcript
 from sbx.agent.workspace import Workspace, WorkspaceSpec
@@ -201,14 +202,16 @@ class Conversation(Closing):
         gate = self._gate
         if gate is not None:
             gate.cancel()
-        self.workspace.discard()
+        self.workspace.discard(reason="the run was cancelled")
 
     def reset(self) -> None:
         """Forget the messages and replace the sandbox: the next question starts afresh."""
         with self._lock:
             self.workspace.discard()
             self.workspace.take_reset()  # a fresh start needs no note
+            self.workspace.lost_reason()
             self._messages = []
+            self.emit(forgotten())  # a later restore replays nothing from before
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -231,6 +234,7 @@ class Conversation(Closing):
     ) -> RunResult:
         """Open the gate for one run, run the loop, settle the history, close the gate."""
         self.pending = None
+        replace_killed(self.workspace, self.config.restore)
         live = LiveRelay(run_id, self._publish)
         gate = self.workspace.open_gate(
             run_id, continues=continues.run_id if continues else None, on_output=live
@@ -240,6 +244,7 @@ class Conversation(Closing):
         try:
             prompt = self._system_prompt(gate)
             reset = self.workspace.take_reset() and bool(self._messages)
+            cells = prior_cells(self.transcript.path, self.config.restore, reset=reset)
             asked = f"{RESET_NOTE}\n\n{question}" if reset else question
             start = self._run_start(run_id, question, prompt, gate, reset=reset)
             if continues is not None:
@@ -247,6 +252,11 @@ class Conversation(Closing):
                 gate.record_answer(continues=continues.run_id, question=continues.question,
                                    answer=answer or "")
             self.emit(start)
+            if cells is not None:
+                restored = restore_workspace(self.workspace, cells, self.config.restore,
+                                             run_id=run_id, reason=self.workspace.lost_reason())
+                self.emit(restored)
+                asked = f"{note(restored)}\n\n{question}"
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
@@ -265,7 +275,7 @@ class Conversation(Closing):
             live.close()
             if reason == "cancelled":
                 gate.cancel()
-                self.workspace.discard()
+                self.workspace.discard(reason="the run was cancelled")
             self._gate = None
             gate.close(reason=reason)
         return result

@@ -137,6 +137,7 @@ def execution_record(outcome: ToolOutcome) -> ExecutionRecord | None:
         stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code,
         error_type=error.type if error else None, error_message=error.message if error else None,
         traceback=error.traceback if error else None, timed_out=result.timed_out,
-        oom_killed=result.oom_killed, duration_s=round(result.duration_s, 6),
+        oom_killed=result.oom_killed, state_reset=result.state_reset,
+        duration_s=round(result.duration_s, 6),
         cpu_seconds=result.cpu_seconds, peak_memory_bytes=result.peak_memory_bytes,
     )
