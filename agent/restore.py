@@ -14,7 +14,8 @@ sandbox and before the question, the executions that built the state:
   checked by the policy and audited like any other call, under the
   conversation's principal, within the sandbox's limits;
 - "the same": stdout compared line by line with numbers equal at their printed
-  precision (`sbx.agent.rerun_compare`: `0.30000000000000004` matches `0.3`),
+  precision (`sbx.agent.rerun_compare`: `0.30000000000000004` matches `0.3`)
+  and a relative noise of 1e-12 at most,
   the same exception type (none), and every recorded artifact written again
   (by name; by SHA-256 where the recorded file is still on this host). A cell
   that prints the clock or an unseeded random number differs; the names it
@@ -59,6 +60,9 @@ from sbx.tools.gate import ToolGate
 
 logger = logging.getLogger(__name__)
 
+RELATIVE_NOISE = 1e-12
+"""Float noise tolerated beyond the printed precision: a printed `time.time()` (about 1.7e9)
+differs after a millisecond, where `sbx replay --rerun`'s 1e-9 would allow 1.7 seconds."""
 MAX_NAMES = 20
 """Most variable names one notice lists (a cell may assign hundreds)."""
 
@@ -191,7 +195,8 @@ def _verdict(cell: Cell, result: ExecutionResult) -> Comparison:
     error = result.error
     now = Observed(stdout=result.stdout, error_type=error.type if error else None,
                    error_message=error.message if error else None, timed_out=result.timed_out)
-    verdict = compare(Observed(stdout=cell.stdout, error_type=cell.error_type), now)
+    verdict = compare(Observed(stdout=cell.stdout, error_type=cell.error_type), now,
+                      relative=RELATIVE_NOISE)
     if result.oom_killed:
         return Comparison(matches=False, detail="killed at the memory limit now")
     missing = _artifact_difference(cell, result)
