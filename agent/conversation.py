@@ -196,6 +196,8 @@ class Conversation(Closing):
             self._messages = list(messages)
             self.pending = pending
             self.workspace.reset_pending = lost
+            if lost:
+                self.workspace.lost("the previous process ended")
 
     def cancel(self) -> None:
         """Cancel the run in progress from another thread: its sandbox is removed."""
