@@ -36,7 +36,8 @@ from sbx.agent.loop import run
 from sbx.agent.model import ModelClient, TokenUsage
 from sbx.agent.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.provenance_data import data_digests
-from sbx.agent.restore import forgotten, note, prior_cells, replace_killed, restore_workspace
+from sbx.agent.restore import forgotten, prior_cells, replace_killed, restore_workspace
+from sbx.agent.restore_text import note
 from sbx.agent.state import RunResult, SandboxUsage
 from sbx.agent.transcript import Transcript
 from sbx.agent.workspace import Workspace, WorkspaceSpec
@@ -187,7 +188,9 @@ class Conversation(Closing):
             self.runs.append(result)
             return result
 
-    def restore(self, messages: list[dict[str, Any]], pending: PendingInput, *, lost: bool) -> None:
+    def restore(
+        self, messages: list[dict[str, Any]], pending: PendingInput | None, *, lost: bool
+    ) -> None:
         """Take up a conversation from its record (a new process): its messages, its question.
 
         `lost`: code ran in the sandbox that is gone now, so the model is told.

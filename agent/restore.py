@@ -23,7 +23,7 @@ sandbox and before the question, the executions that built the state:
 - bounds (`[restore]`): the number of cells, then CPU seconds and wall time
   checked after each cell. Past one, or when the engine fails, the sandbox is
   replaced by an empty one and the model is told "state not restored", as
-  without restore.
+  without restore. An engine that fails is the operator's error, as in any run.
 
 The outcome is one `state_restored` event (transcript, subscribers, the
 service's stream) and a note put before the question the model reads.
@@ -54,9 +54,8 @@ from sbx.agent.rerun_compare import Comparison, Observed, compare
 from sbx.agent.restore_settings import RestoreSettings
 from sbx.agent.transcript import TranscriptError, read_transcript
 from sbx.agent.workspace import Workspace
-from sbx.sandbox.errors import SandboxError
-from sbx.sandbox.result import ExecutionResult
 from sbx.tools.gate import ToolGate
+from sbx.tools.outcome import ToolOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +177,7 @@ def replay(
             failed.append(_difference(cell, f"not re-run ({outcome.status}): {first}"))
             continue
         tally.cpu += result.cpu_seconds if result.cpu_seconds is not None else result.duration_s
-        verdict = _verdict(cell, result)
+        verdict = _verdict(cell, outcome)
         if not result.ok:
             failed.append(_difference(cell, verdict.detail))
         elif not verdict.matches:
@@ -190,8 +189,11 @@ def replay(
     return _ended(tally, base, status, differed, failed, reason)
 
 
-def _verdict(cell: Cell, result: ExecutionResult) -> Comparison:
+def _verdict(cell: Cell, outcome: ToolOutcome) -> Comparison:
     """Does the re-run match the record: stdout, exception, artifacts (see the module)."""
+    result = outcome.execution
+    if result is None:
+        return Comparison(matches=False, detail=f"not re-run ({outcome.status})")
     error = result.error
     now = Observed(stdout=result.stdout, error_type=error.type if error else None,
                    error_message=error.message if error else None, timed_out=result.timed_out)
@@ -199,15 +201,14 @@ def _verdict(cell: Cell, result: ExecutionResult) -> Comparison:
                       relative=RELATIVE_NOISE)
     if result.oom_killed:
         return Comparison(matches=False, detail="killed at the memory limit now")
-    missing = _artifact_difference(cell, result)
+    missing = _artifact_difference(cell, {Path(a.path).name: a.sha256 for a in result.artifacts})
     if verdict.matches and missing:
         return Comparison(matches=False, detail=missing)
     return verdict
 
 
-def _artifact_difference(cell: Cell, result: ExecutionResult) -> str | None:
+def _artifact_difference(cell: Cell, written: dict[str, str]) -> str | None:
     """The first recorded artifact not written again, or written with other content."""
-    written = {Path(artifact.path).name: artifact.sha256 for artifact in result.artifacts}
     for recorded in cell.artifacts:
         name = Path(recorded).name
         if name not in written:
@@ -262,51 +263,16 @@ def restore_workspace(
     leaves an empty sandbox behind (the note then says "state not restored").
     """
     gate = workspace.open_gate(f"{run_id}-restore")
-    outcome = "error"
+    outcome = "error"  # the engine failed: the run's own handling reports it
     try:
         event = replay(gate, cells, settings, reason=reason)
         outcome = "completed"
-    except SandboxError as exc:
-        logger.warning("restore of %s failed: %s", workspace.spec.owner_id, type(exc).__name__)
-        event = StateRestored(status="not_restored", cells=len(cells),
-                              reason=f"{reason}; the sandbox failed: {type(exc).__name__}")
     finally:
         gate.close(reason=outcome)
     if event.status == "not_restored" and event.replayed:
         workspace.discard()  # half a state is worse than none: start empty, as the note says
         workspace.take_reset()
     return event.model_copy(update={"run_id": run_id})
-
-
-def note(event: StateRestored) -> str:
-    """What the model reads before the question, after a restore (or its failure)."""
-    if event.status == "not_restored":
-        return (f"[sbx] The sandbox was replaced since the previous question ({event.reason}); "
-                "state not restored: variables, imports and files from earlier runs are gone. "
-                "Re-run what you need.")
-    lines = [f"[sbx] The sandbox was replaced since the previous question ({event.reason}); "
-             f"sbx restored its state: restored {event.replayed} cells by re-running the "
-             "earlier code in order."]
-    for item in event.differed:
-        lines.append(f"- cell {item.call_id} differs: {item.detail}")
-    for item in event.failed:
-        lines.append(f"- cell {item.call_id} could not be restored: {item.detail}")
-    if event.variables:
-        lines.append("These variables may differ from before (and anything computed from "
-                     "them): " + ", ".join(event.variables) + ".")
-    return "\n".join(lines)
-
-
-def summary(event: StateRestored) -> str:
-    """One line for people (CLI progress, the web page); the caller escapes it."""
-    if event.status == "not_restored":
-        return f"state not restored ({event.reason})"
-    text = f"restored {event.replayed} cells ({event.reason})"
-    if event.differed or event.failed:
-        text += f"; {len(event.differed)} differ, {len(event.failed)} could not be restored"
-    if event.variables:
-        text += "; may differ: " + ", ".join(event.variables)
-    return text
 
 
 def prior_cells(path: Path, settings: RestoreSettings, *, reset: bool) -> list[Cell] | None:

@@ -24,7 +24,7 @@ from sbx.tools.audit_verify import verify_log
 from sbx.tools.context import ToolContext
 from sbx.tools.gate import build_gate
 from scripted_llm import FAKE_KEY
-from tools_support import events, records, make_gate, open_log, policy_from
+from tools_support import events, make_gate, open_log, policy_from, records
 
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model

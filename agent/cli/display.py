@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import click
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from sbx.agent.events import Event
+from sbx.agent.events import Event, StateRestored
+from sbx.agent.restore_text import summary
 from sbx.agent.transcript import TranscriptError, numbered_events
 from sbx.tools.text_safety import safe_text
 
@@ -202,6 +203,16 @@ class Progress:
             f"{_num(sandbox, 'cpu_seconds', 'sandbox'):.2f} CPU s, "
             f"peak memory {_num(sandbox, 'peak_memory_bytes', 'sandbox') / 2**20:.0f} MiB"
         )
+
+    def _on_state_restored(self, event: Row) -> None:
+        try:
+            restored = StateRestored.model_validate(event)
+        except ValidationError as exc:
+            raise EventShapeError(f"state_restored: {exc.error_count()} bad field(s)") from None
+        colour = "red" if restored.status == "not_restored" else "cyan"
+        self._echo(f"~  {_clip(summary(restored))}", fg=colour)
+        for item in (*restored.differed, *restored.failed):
+            self._echo(f"   {_clip(item.call_id)}: {_clip(item.detail)}", dim=True)
 
     def _on_run_error(self, event: Row) -> None:
         self._echo(f"== error: {_clip(_text(event.get('error')))}", fg="red", bold=True)
