@@ -87,3 +87,26 @@ def test_the_highlighter_keeps_the_code_and_marks_its_parts(render_page):
         return splitOutput(text).map((part) => part.kind);
     }""", "Two  spaces  here\nand  there  too\nbut no numbers\n")
     assert prose == ["text"]
+
+
+@pytest.mark.docker
+def test_a_restored_state_is_one_escaped_line_saying_what_came_back_and_what_differs(
+    render_page
+):
+    page = render_page
+    feed = "events => events.forEach((event) => window.view.handle(event))"
+    page.evaluate(feed, [
+        {"type": "run_start", "question": "q?", "sandbox_reset": True},
+        {"type": "state_restored", "status": "partial", "cells": 3, "replayed": 3,
+         "reason": "an idle release", "variables": ["<img src=x onerror=alert(1)>", "luck"],
+         "differed": [{"call_id": "call_2", "detail": "line 1: 0.1 recorded, <b>0.7</b> now",
+                       "variables": ["luck"]}], "failed": []},
+    ])
+    line = page.locator(".steps li.note.restored")
+    expect(line).to_contain_text("state restored: restored 3 cells (an idle release). "
+                                 "1 differ, 0 could not be restored.")
+    expect(line).to_contain_text("These variables may differ: <img src=x onerror=alert(1)>, luck.")
+    expect(line.locator(".restored-cells li")).to_have_text(
+        ["call_2: line 1: 0.1 recorded, <b>0.7</b> now"])
+    assert page.locator(".steps img, .steps b").count() == 0  # text, never markup
+    expect(page.locator(".steps li.note")).to_have_count(1)  # the "gone" note was replaced

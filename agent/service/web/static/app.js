@@ -11,7 +11,7 @@ import { RunView } from "./run.js";
 import { $, guarded, say, state, whenSessionEnds } from "./ui.js";
 
 const EVENT_TYPES = ["run_start", "message", "model_reply", "output_chunk", "tool_result",
-  "compaction", "run_end", "run_error"];
+  "compaction", "run_end", "run_error", "state_restored"];
 const TERMINAL = new Set(["run_end", "run_error"]);
 const UNFINISHED = new Set(["queued", "running"]);
 
