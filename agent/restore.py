@@ -262,6 +262,7 @@ def restore_workspace(
     Their audit run id is `<run_id>-restore`; a replay that does not finish
     leaves an empty sandbox behind (the note then says "state not restored").
     """
+    workspace.prepare(run_id)  # the sandbox carries the owner's run id, not the replay's
     gate = workspace.open_gate(f"{run_id}-restore")
     outcome = "error"  # the engine failed: the run's own handling reports it
     try:
@@ -303,3 +304,12 @@ def replace_killed(workspace: Workspace, settings: RestoreSettings) -> None:
 def forgotten() -> StateRestored:
     """The event of a conversation reset on purpose: nothing before it is replayed later."""
     return StateRestored(status="not_restored", reason="the conversation was reset")
+
+
+def cell_of(call_id: str, code: object, outcome: ToolOutcome) -> Cell | None:
+    """A live execution as a cell to replay later (a face without a transcript: MCP)."""
+    result = outcome.execution
+    if outcome.status != "ok" or result is None or not result.ok or not isinstance(code, str):
+        return None
+    return Cell(call_id=call_id, code=code, stdout=result.stdout,
+                artifacts=tuple(artifact.path for artifact in result.artifacts))

@@ -142,6 +142,10 @@ class Workspace(Closing):
             max_argument_bytes=self.config.settings.max_argument_bytes,
         )
 
+    def prepare(self, run_id: str) -> None:
+        """Open the sandbox now, labelled with `run_id`, if it is not open (restore first)."""
+        self._sandbox(run_id)
+
     def take_reset(self) -> bool:
         """Whether the sandbox was reset since the last look (and forget it)."""
         with self._lock:

@@ -14,6 +14,9 @@ worker threads. A sandbox is removed (and the next call told so) when the
 client cancels a running call, when the client asks (`reset_sandbox`), and
 after an idle timeout; the session's end removes it for good and tells the
 face's `Admission`. Executions pass the `Admission` first (a face's quotas).
+After a reset the client did not ask for (a cancel, an idle release), the
+session's successful executions are replayed into the new sandbox before the
+next one (`sbx.agent.restore`) and the client is told what came back.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import anyio
 
 from sbx.agent.mcp.admission import Admission, Caller
 from sbx.agent.mcp.live_tail import LiveTail
+from sbx.agent.restore import Cell, cell_of, restore_workspace
+from sbx.agent.restore_text import note as restore_note
 from sbx.agent.workspace import Workspace
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.result import Artifact
@@ -101,9 +106,12 @@ class McpSession(Closing):
         self._busy = 0
         self._last_used = time.monotonic()
         self._reset_reason = reset_reason
+        self._last_reason: str | None = None
         """Told at the next execution: set by a discard, or given by an earlier session of
         the same key that ended idle (its state is gone, and the client should know)."""
         self._artifacts: dict[str, Artifact] = {}
+        self._journal: list[Cell] = []
+        """The executions that built the sandbox's state, replayed after a reset (issue 21)."""
         self.live = LiveTail()
         """The running execution's newest output line, for progress notifications."""
         self.turn = anyio.Lock()
@@ -131,9 +139,12 @@ class McpSession(Closing):
             nonlocal note
             gate = self._open_gate()
             if name == "execute_python":
-                note = self._take_reset_note()
+                note = self._restored(self._take_reset_note())
             call_id = "call-" + uuid.uuid4().hex[:12]
-            return gate.call(name=name, arguments=json.dumps(arguments), call_id=call_id)
+            outcome = gate.call(name=name, arguments=json.dumps(arguments), call_id=call_id)
+            if name == "execute_python":
+                self._journal_add(cell_of(call_id, arguments.get("code"), outcome))
+            return outcome
 
         try:
             if name == "execute_python":
@@ -165,10 +176,15 @@ class McpSession(Closing):
             gate.cancel(halt=False)
         self.discard("the previous call was cancelled, which stopped its code")
 
-    def discard(self, reason: str) -> bool:
-        """Remove the sandbox now; True when code had run in it (its state was lost)."""
+    def discard(self, reason: str, *, forget: bool = False) -> bool:
+        """Remove the sandbox now; True when code had run in it (its state was lost).
+
+        `forget` (the client asked for a clean sandbox): nothing is restored later.
+        """
         with self._lock:
             lost = self._discard_locked(reason)
+            if forget:
+                self._journal.clear()
         if lost:
             self._record_reset(reason)
         return lost
@@ -239,9 +255,30 @@ class McpSession(Closing):
         pending = self.workspace.take_reset()
         with self._lock:
             reason, self._reset_reason = self._reset_reason, None
+            self._last_reason = reason
         if not pending and reason is None:
             return None
         return RESET_NOTE.format(reason=reason or "its sandbox was replaced")
+
+    def _restored(self, note: str | None) -> str | None:
+        """After a reset, the journal replayed into the new sandbox; what the client is told."""
+        settings = self.workspace.config.restore
+        with self._lock:
+            cells, reason = list(self._journal), self._last_reason
+        if note is None or not cells or not settings.enabled:
+            return note
+        event = restore_workspace(self.workspace, cells, settings, run_id=self.id,
+                                  reason=reason or "its sandbox was replaced")
+        if event.status == "not_restored":
+            with self._lock:
+                self._journal.clear()
+        return restore_note(event)
+
+    def _journal_add(self, cell: Cell | None) -> None:
+        settings = self.workspace.config.restore
+        with self._lock:
+            if cell is not None and len(self._journal) <= settings.max_cells:
+                self._journal.append(cell)
 
     def _add_data(self, path: Path) -> str:
         """A file just uploaded joins the session's data: mounted by its next sandbox.
