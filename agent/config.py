@@ -65,9 +65,9 @@ class ServiceSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    idle_timeout: Seconds = 600.0
-    """Seconds a conversation with no run keeps its sandbox; the next question gets a fresh
-    one and is told that earlier variables are gone."""
+    idle_timeout: Seconds = 120.0
+    """Seconds a conversation with no run keeps its sandbox; the next question restores its
+    state by replay (`[restore]`), or starts empty and is told so."""
     max_running: int = Field(default=8, ge=1, le=1024)
     """Runs executing at once in one replica (each holds a worker thread)."""
     max_queued: int = Field(default=64, ge=0, le=100_000)
