@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from conftest import TEST_IMAGE, no_real_model  # noqa: F401 - autouse guard (G9)
-from sbx.agent.cli.scripted_model import ScriptedLLM
-from sbx.agent.loop import run
-from sbx.agent.model import ModelClient
-from sbx.agent.settings import AgentSettings, Budget, Endpoint
-from sbx.agent.state import RunResult
-from sbx.agent.transcript import Event
+from sbx.agent.core.loop import run
+from sbx.agent.core.settings import AgentSettings, Budget, Endpoint
+from sbx.agent.core.state import RunResult
+from sbx.agent.core.transcript import Event
+from sbx.agent.model.client import ModelClient
+from sbx.agent.testing.scripted_model import ScriptedLLM
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session

@@ -43,9 +43,9 @@ import pytest
 
 import scripted_llm
 from conftest import TEST_IMAGE
-from sbx.agent.cli.scripted_model import ScriptedLLM
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.keys import create_key
+from sbx.agent.testing.scripted_model import ScriptedLLM
 from sbx.sandbox.config import OWNER_LABEL
 from sbx.sandbox.gc import owner_tag
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 import scripted_llm
-from sbx.agent.cli.scripted_model import (
+from sbx.agent.core.settings import AgentSettings, Endpoint
+from sbx.agent.model.client import ModelClient, ModelError
+from sbx.agent.testing.scripted_model import (
     HttpFailure,
     ScriptedLLM,
     ScriptError,
     assistant,
     load_turns,
 )
-from sbx.agent.model import ModelClient, ModelError
-from sbx.agent.settings import AgentSettings, Endpoint
 from scripted_llm import FAKE_KEY, FIXTURES
 
 no_real_model = scripted_llm.no_real_model

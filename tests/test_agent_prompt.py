@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from sbx.agent.prompt import build_system_prompt, load_template
+from sbx.agent.core.prompt import build_system_prompt, load_template
 from sbx.tools.builtin.data_summary import describe_table, infer_dtype, summarize_data
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sbx.agent.config import load_config
-from sbx.agent.settings import AgentSettings, SettingsError, resolve_endpoint
+from sbx.agent.core.config import load_config
+from sbx.agent.core.settings import AgentSettings, SettingsError, resolve_endpoint
 from sbx.tools.policy import PolicyError
 
 

@@ -19,7 +19,7 @@ from test_cli_chat import Terminal
 import scripted_llm
 from conftest import TEST_IMAGE
 from sbx.agent.cli.main import cli
-from sbx.agent.cli.scripted_model import ScriptedRequest, assistant, tool_call
+from sbx.agent.testing.scripted_model import ScriptedRequest, assistant, tool_call
 from sbx.tools.audit_verify import verify_log
 from sbx.tools.context import ToolContext
 from sbx.tools.gate import build_gate

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import scripted_llm
 from sbx.agent.cli.main import cli
-from sbx.agent.cli.scripted_model import assistant, call, raw_completion, tool_calls
+from sbx.agent.testing.scripted_model import assistant, call, raw_completion, tool_calls
 from scripted_llm import ask
 from tools_support import events, make_gate, open_log, policy_from
 

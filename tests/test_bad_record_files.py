@@ -27,7 +27,7 @@ def invoke(*args: str):
     ("second_line", "why"),
     [
         (b'{"type": "message", "message": {"content": "caf\xe9"}}', "not UTF-8 text"),
-        # the typed events (sbx.agent.events) reject a field of the wrong type...
+        # the typed events (sbx.agent.core.events) reject a field of the wrong type...
         (b'{"type": "model_reply", "turn": 1, "message": {}, "usage": "lots"}',
          "malformed model_reply event: usage: Input should be a valid dictionary"),
         (b'{"type": "model_reply", "turn": 1, "message": {}, "usage": {"total_tokens": "x"}}',

@@ -21,7 +21,7 @@ import scripted_llm
 from conftest import TEST_IMAGE, wait_for_file_in_container
 from sbx.agent.cli.demo import demo_data
 from sbx.agent.cli.main import cli
-from sbx.agent.cli.scripted_model import HttpFailure, assistant, call, tool_call, tool_calls
+from sbx.agent.testing.scripted_model import HttpFailure, assistant, call, tool_call, tool_calls
 from sbx.sandbox.config import RUN_ID_LABEL
 from sbx.tools.audit_verify import verify_log
 from sbx.tools.outcome import CANCELLED_TEXT

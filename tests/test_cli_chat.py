@@ -19,7 +19,7 @@ import pytest
 
 import scripted_llm
 from conftest import TEST_IMAGE
-from sbx.agent.cli.scripted_model import assistant, tool_call
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.tools.audit_verify import verify_log
 from scripted_llm import FAKE_KEY
 

@@ -132,8 +132,12 @@ def test_doctor_passes_on_this_host_and_probes_each_runtime(engine) -> None:
 
 
 @pytest.mark.docker
-def test_unregistered_runtime_is_an_error_never_a_fallback(engine) -> None:
-    done = sbx("exec", "-", "--image", TEST_IMAGE, "--runtime", "kata", stdin=b"print(1)")
+def test_unregistered_runtime_is_an_error_never_a_fallback(engine, tmp_path) -> None:
+    policy = tmp_path / "sbx.toml"
+    policy.write_text('[tools.execute_python]\nenabled = true\n[sandbox]\nruntime = "kata"\n')
+    # the policy's own runtime may be asked for: the engine refuses it, never a fall-back
+    done = sbx("exec", "-", "--image", TEST_IMAGE, "--policy", str(policy), "--runtime", "kata",
+               "--audit-log", str(tmp_path / "audit.jsonl"), stdin=b"print(1)")
     assert done.returncode == 125 and done.stdout == b""
     assert "runtime 'kata' is not registered" in one_line(done.stderr)
 

@@ -13,12 +13,12 @@ import pytest
 
 import scripted_llm
 from conftest import TEST_IMAGE
-from sbx.agent.app import App
-from sbx.agent.cli.scripted_model import assistant, tool_call
-from sbx.agent.config import load_config
-from sbx.agent.conversation import ConversationSpec, settle
-from sbx.agent.events import Event, RunEnd
-from sbx.agent.settings import Endpoint
+from sbx.agent.core.app import App
+from sbx.agent.core.config import load_config
+from sbx.agent.core.conversation import ConversationSpec, settle
+from sbx.agent.core.events import Event, RunEnd
+from sbx.agent.core.settings import Endpoint
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.sandbox.config import RUN_ID_LABEL
 from sbx.tools.audit_verify import verify_log
 from scripted_llm import FAKE_KEY

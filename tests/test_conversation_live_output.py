@@ -19,13 +19,19 @@ import pytest
 
 import scripted_llm
 from conftest import TEST_IMAGE
-from sbx.agent.app import App
 from sbx.agent.cli.display import MAX_LIVE_LINES, Progress
-from sbx.agent.cli.scripted_model import assistant, tool_call
-from sbx.agent.config import load_config
-from sbx.agent.conversation import ConversationSpec
-from sbx.agent.events import MAX_OUTPUT_CHUNK_CHARS, Event, OutputChunk, ToolResult, output_chunks
-from sbx.agent.settings import Endpoint
+from sbx.agent.core.app import App
+from sbx.agent.core.config import load_config
+from sbx.agent.core.conversation import ConversationSpec
+from sbx.agent.core.events import (
+    MAX_OUTPUT_CHUNK_CHARS,
+    Event,
+    OutputChunk,
+    ToolResult,
+    output_chunks,
+)
+from sbx.agent.core.settings import Endpoint
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from scripted_llm import FAKE_KEY
 
 llm = scripted_llm.llm

@@ -11,11 +11,11 @@ import pytest
 
 import scripted_llm
 from conftest import TEST_IMAGE
-from sbx.agent.app import App
-from sbx.agent.cli.scripted_model import assistant, tool_call
-from sbx.agent.config import load_config
-from sbx.agent.conversation import ConversationSpec
-from sbx.agent.settings import Endpoint
+from sbx.agent.core.app import App
+from sbx.agent.core.config import load_config
+from sbx.agent.core.conversation import ConversationSpec
+from sbx.agent.core.settings import Endpoint
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.sandbox.pool import PoolConfig, PoolKey
 from scripted_llm import FAKE_KEY
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from sbx.agent.cli.serve import serve_command
-from sbx.agent.config import load_config
+from sbx.agent.core.config import load_config
 from sbx.agent.service.server import SHUTDOWN_MARGIN_S
 from sbx.sandbox.config import (
     CAPABILITIES,

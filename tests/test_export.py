@@ -17,8 +17,8 @@ from click.testing import CliRunner
 import scripted_llm
 from conftest import TEST_IMAGE
 from sbx.agent.cli.main import cli
-from sbx.agent.cli.scripted_model import assistant, tool_call
-from sbx.agent.rerun_compare import Observed, compare
+from sbx.agent.replay.compare import Observed, compare
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session

@@ -11,10 +11,12 @@ from click.testing import CliRunner
 
 from sbx.agent.cli.export import find_transcript
 from sbx.agent.cli.main import cli
-from sbx.agent.export import export, markdown_text, png_bytes
-from sbx.agent.export_code import LEFT_OVER_NOTE, header, rewrite_paths
-from sbx.agent.export_report import fenced
-from sbx.agent.provenance_record import RecordError, read_record, section_of
+from sbx.agent.export.code import LEFT_OVER_NOTE, header, rewrite_paths
+from sbx.agent.export.common import markdown_text, png_bytes
+from sbx.agent.export.formats import export
+from sbx.agent.export.report import fenced
+from sbx.agent.provenance.record import RecordError, read_record
+from sbx.tools.observation import section_of
 
 
 @pytest.mark.parametrize(

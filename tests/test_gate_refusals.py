@@ -11,7 +11,7 @@ import json
 import pytest
 
 import scripted_llm
-from sbx.agent.cli.scripted_model import call, tool_calls
+from sbx.agent.testing.scripted_model import call, tool_calls
 from scripted_llm import ask, settings
 from tools_support import events, make_gate, policy_from
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import TEST_IMAGE
-from sbx.agent.config import load_config
+from sbx.agent.core.config import load_config
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
 from sbx.sandbox.spec import SessionSpec

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import scripted_llm
 from sbx.agent.cli.main import cli
-from sbx.agent.cli.scripted_model import assistant, tool_call
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.tools.breaker import BREAKER_RULE
 from scripted_llm import FAKE_KEY
 from tools_support import events

@@ -12,7 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 APPLICATION_LAYER = {
-    "agent/app.py", "agent/config.py", "agent/conversation.py", "agent/workspace.py"
+    "agent/core/app.py", "agent/core/config.py", "agent/core/conversation.py",
+    "agent/core/workspace.py", "agent/core/limits_request.py", "agent/core/execute_program.py",
 }
 FACES = ("agent/cli/", "agent/mcp/", "agent/service/")
 MAX_MODULE_LINES = 400
@@ -56,6 +57,40 @@ def test_inside_agent_only_the_application_layer_and_faces_import_sandbox() -> N
         return rel in APPLICATION_LAYER or rel.startswith(FACES)
 
     assert _offenders("agent", ("sbx.sandbox",), allowed) == []
+
+
+SANDBOX_VALUE_TYPES = (
+    "sbx.sandbox.errors", "sbx.sandbox.result", "sbx.sandbox.units", "sbx.sandbox.limits",
+)
+"""What any face may take from `sandbox/`: its errors, results, units and limits."""
+SANDBOX_COMMANDS = {
+    "agent/cli/doctor.py", "agent/cli/selftest.py", "agent/cli/bench.py",
+    "agent/cli/bench_gate.py", "agent/cli/image.py",
+}
+"""The commands about the sandbox itself, which may reach its machinery."""
+BUILT_BY_THE_CORE = {"Workspace", "Conversation", "Session", "Pool", "Engine", "ToolGate"}
+
+
+def test_cli_commands_reach_sandbox_machinery_only_when_they_are_about_the_sandbox() -> None:
+    def allowed(rel: str) -> bool:
+        return rel in SANDBOX_COMMANDS
+
+    machinery = [
+        offence for offence in _offenders("agent/cli", ("sbx.sandbox",), allowed)
+        if not offence.split(" imports ")[1].startswith(SANDBOX_VALUE_TYPES)
+    ]
+    assert machinery == []
+
+
+def test_cli_commands_build_no_workspace_conversation_or_sandbox_themselves() -> None:
+    built = []
+    for path in _modules("agent/cli"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute):
+                name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+                if name in BUILT_BY_THE_CORE:
+                    built.append(f"{path.relative_to(ROOT)} calls {name}(...)")
+    assert built == []
 
 
 def test_the_runner_imports_nothing_of_ours() -> None:

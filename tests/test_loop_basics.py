@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 import scripted_llm
-from sbx.agent.cli.scripted_model import ScriptedRequest, assistant, load_turns, tool_call
-from sbx.agent.events import ToolResult
+from sbx.agent.core.events import ToolResult
+from sbx.agent.testing.scripted_model import ScriptedRequest, assistant, load_turns, tool_call
 from scripted_llm import FIXTURES, ask, body, policy
 from tools_support import events, make_gate
 

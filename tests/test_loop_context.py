@@ -9,8 +9,8 @@ events keep every observation whole.
 from __future__ import annotations
 
 import scripted_llm
-from sbx.agent.cli.scripted_model import assistant, call, tool_call, tool_calls
-from sbx.agent.compaction import shorten_text
+from sbx.agent.core.compaction import shorten_text
+from sbx.agent.testing.scripted_model import assistant, call, tool_call, tool_calls
 from sbx.tools.registry import ToolFailure, tool
 from scripted_llm import ask, policy, settings
 from tools_support import make_gate

@@ -11,10 +11,17 @@ import threading
 import time
 
 import scripted_llm
-from sbx.agent.cli.scripted_model import HttpFailure, Reply, assistant, call, tool_call, tool_calls
-from sbx.agent.loop import run
-from sbx.agent.model import ModelClient
-from sbx.agent.settings import Endpoint
+from sbx.agent.core.loop import run
+from sbx.agent.core.settings import Endpoint
+from sbx.agent.model.client import ModelClient
+from sbx.agent.testing.scripted_model import (
+    HttpFailure,
+    Reply,
+    assistant,
+    call,
+    tool_call,
+    tool_calls,
+)
 from sbx.tools.registry import tool
 from scripted_llm import FAKE_KEY, SYSTEM, ask, policy, settings
 from tools_support import events, make_gate

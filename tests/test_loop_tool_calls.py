@@ -10,7 +10,13 @@ import threading
 import pytest
 
 import scripted_llm
-from sbx.agent.cli.scripted_model import ScriptedRequest, assistant, call, load_turns, tool_calls
+from sbx.agent.testing.scripted_model import (
+    ScriptedRequest,
+    assistant,
+    call,
+    load_turns,
+    tool_calls,
+)
 from sbx.tools.registry import tool
 from scripted_llm import FIXTURES, ask, body, policy
 from tools_support import events, make_gate

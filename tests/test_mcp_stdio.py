@@ -28,7 +28,7 @@ from mcp_support import (
     text_of,
     wait_until_gone,
 )
-from sbx.agent.app import os_principal
+from sbx.agent.core.app import os_principal
 from sbx.tools.audit_verify import verify_log
 
 

@@ -16,10 +16,10 @@ import pytest
 
 from conftest import TEST_IMAGE
 from mcp_support import containers_of
-from sbx.agent.app import App
-from sbx.agent.config import load_config
+from sbx.agent.core.app import App
+from sbx.agent.core.config import load_config
+from sbx.agent.core.workspace import Workspace, WorkspaceClosed, WorkspaceSpec
 from sbx.agent.mcp.session import new_session_id
-from sbx.agent.workspace import Workspace, WorkspaceClosed, WorkspaceSpec
 
 
 @contextmanager

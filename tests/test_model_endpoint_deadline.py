@@ -12,7 +12,7 @@ import json
 import time
 
 import scripted_llm
-from sbx.agent.cli.scripted_model import Hang, RawReply, assistant, raw_completion
+from sbx.agent.testing.scripted_model import Hang, RawReply, assistant, raw_completion
 from scripted_llm import ask, policy, settings
 from tools_support import make_gate
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import scripted_llm
 from sbx.agent.cli.main import cli
-from sbx.agent.cli.scripted_model import RawReply, Reply, assistant, call, raw_completion
+from sbx.agent.testing.scripted_model import RawReply, Reply, assistant, call, raw_completion
 from scripted_llm import FAKE_KEY, ask, policy, settings
 from tools_support import events, make_gate, records
 

@@ -46,11 +46,11 @@ def test_every_package_folder_is_installed_under_sbx() -> None:
 def test_import_works_beside_a_users_own_agent_and_tools(shadowing_dir: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", "import sbx.agent, sbx.tools, sbx.sandbox, sbx.images; "
-         "import sbx.agent.loop; print(sbx.agent.loop.__name__)"],
+         "import sbx.agent.core.loop; print(sbx.agent.core.loop.__name__)"],
         cwd=shadowing_dir, capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "sbx.agent.loop"
+    assert done.stdout.strip() == "sbx.agent.core.loop"
 
 
 @pytest.mark.docker

@@ -6,8 +6,8 @@ import tomllib
 
 import pytest
 
-from sbx.agent.config import load_config
-from sbx.agent.settings import AgentSettings
+from sbx.agent.core.config import load_config
+from sbx.agent.core.settings import AgentSettings
 from sbx.sandbox.limits import Limits
 from sbx.tools.policy import BUILTIN_TOOLS, Policy, PolicyError, default_policy_path
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sbx.agent.provenance import (
+from sbx.agent.provenance.trace import (
     MAX_NAMED,
     Output,
     trace_numbers,

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 import scripted_llm
 from conftest import TEST_IMAGE
 from sbx.agent.cli.main import cli
-from sbx.agent.cli.scripted_model import assistant, tool_call
-from sbx.agent.events import MessageAdded, RunEnd
-from sbx.agent.loop import run
+from sbx.agent.core.events import MessageAdded, RunEnd
+from sbx.agent.core.loop import run
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from scripted_llm import FAKE_KEY, ask, model_for, policy, settings
 from tools_support import make_gate
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sbx.agent.provenance_numbers import find_numbers, without_controls
+from sbx.agent.provenance.numbers import find_numbers, without_controls
 
 
 def one(text: str):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sbx.agent.provenance_data import MISSING, data_changes, data_digests, file_sha256
-from sbx.agent.rerun_compare import Observed, compare
+from sbx.agent.provenance.data import MISSING, data_changes, data_digests, file_sha256
+from sbx.agent.replay.compare import Observed, compare
 
 
 def test_identical_output_matches_and_counts_its_numbers():

@@ -12,9 +12,9 @@ import signal
 import pytest
 
 import service_support
-from sbx.agent.cli.scripted_model import assistant, tool_call
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.models import Conversation
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from service_support import stream, wait_for
 
 serve = service_support.serve

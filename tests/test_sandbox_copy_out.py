@@ -20,7 +20,7 @@ from click.testing import CliRunner
 import scripted_llm
 from conftest import TEST_IMAGE
 from sbx.agent.cli.main import cli
-from sbx.agent.cli.scripted_model import assistant, call, tool_calls
+from sbx.agent.testing.scripted_model import assistant, call, tool_calls
 from sbx.sandbox.config import RUN_ID_LABEL
 from sbx.sandbox.errors import InvalidInput
 from sbx.sandbox.session import Session, new_run_id

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import service_support
-from sbx.agent.cli.scripted_model import Reply, assistant, tool_call
+from sbx.agent.testing.scripted_model import Reply, assistant, tool_call
 from service_support import SBX, stream, upload
 
 store = service_support.store

@@ -8,7 +8,7 @@ import pytest
 
 import service_support
 from conftest import wait_until_removed
-from sbx.agent.cli.scripted_model import assistant, tool_call
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.sandbox.config import MODE_LABEL
 from service_support import server_containers, sse_events, stream, upload, wait_for
 

@@ -13,9 +13,9 @@ import subprocess
 import pytest
 
 import service_support
-from sbx.agent.cli.scripted_model import assistant, tool_call
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.models import Conversation, Run
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.sandbox.config import RUN_ID_LABEL
 from service_support import (
     SBX,

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import service_support
-from sbx.agent.cli.scripted_model import assistant, tool_call
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from service_support import SBX, stream, upload
 
 store = service_support.store

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 import service_support
-from sbx.agent.cli.scripted_model import assistant
+from sbx.agent.testing.scripted_model import assistant
 from service_support import stream, wait_for
 
 serve = service_support.serve

@@ -14,7 +14,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
 import service_support
-from sbx.agent.config import ServiceQuotas
+from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.service.api import ROUTES
 from sbx.agent.service.app import ENDPOINT_MODULES
 from sbx.agent.service.openapi import openapi_document

@@ -17,11 +17,11 @@ import unicodedata
 from click.testing import CliRunner
 
 import scripted_llm
-from sbx.agent.cli import exec as exec_cli
+from sbx.agent.cli import doctor as doctor_cli
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.main import cli
-from sbx.agent.cli.scripted_model import assistant, call, tool_calls
 from sbx.agent.cli.selftest import print_check
+from sbx.agent.testing.scripted_model import assistant, call, tool_calls
 from sbx.sandbox.checks.common import Check
 from scripted_llm import FAKE_KEY
 from tools_support import make_gate, policy_from
@@ -168,7 +168,7 @@ def test_selftest_and_doctor_lines_escape_what_the_sandbox_said(monkeypatch):
     assert_shown(stream.getvalue())
 
     checks = [Check(name="image", passed=False, happened=HOSTILE, fix=HOSTILE)]
-    monkeypatch.setattr(exec_cli, "run_checks", lambda limits, image: checks)  # not under test
+    monkeypatch.setattr(doctor_cli, "run_checks", lambda limits, image: checks)  # not under test
     outcome = CliRunner().invoke(cli, ["doctor"])
     assert outcome.exit_code == 1
     assert_inert(outcome.stdout)

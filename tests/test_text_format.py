@@ -17,12 +17,12 @@ import scripted_llm
 from conftest import TEST_IMAGE
 from sbx.agent.cli.demo import QUESTION, demo_data, demo_turns, fenced
 from sbx.agent.cli.main import cli
-from sbx.agent.cli.scripted_model import assistant
-from sbx.agent.loop import run
-from sbx.agent.model_reply import ModelReply
-from sbx.agent.prompt import build_system_prompt
-from sbx.agent.settings import AgentSettings, Budget
-from sbx.agent.textformat import as_text_messages, code_blocks, with_code_calls
+from sbx.agent.core.loop import run
+from sbx.agent.core.prompt import build_system_prompt
+from sbx.agent.core.settings import AgentSettings, Budget
+from sbx.agent.core.textformat import as_text_messages, code_blocks, with_code_calls
+from sbx.agent.model.reply import ModelReply
+from sbx.agent.testing.scripted_model import assistant
 from scripted_llm import model_for, policy
 from tools_support import SubprocessRunner, events, make_gate
 

@@ -23,11 +23,11 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import scripted_llm
 from conftest import TEST_IMAGE
-from sbx.agent.app import App
-from sbx.agent.cli.scripted_model import assistant, call, tool_call, tool_calls
-from sbx.agent.config import load_config
-from sbx.agent.conversation import ConversationSpec
-from sbx.agent.settings import Endpoint
+from sbx.agent.core.app import App
+from sbx.agent.core.config import load_config
+from sbx.agent.core.conversation import ConversationSpec
+from sbx.agent.core.settings import Endpoint
+from sbx.agent.testing.scripted_model import assistant, call, tool_call, tool_calls
 from scripted_llm import FAKE_KEY
 
 llm = scripted_llm.llm
@@ -120,7 +120,7 @@ def test_a_run_is_an_invoke_agent_span_with_chat_and_execute_tool_children(
 
 SNIPPET = """
 import os, sys
-from sbx.agent.tracing import TracingError, configure_from_env
+from sbx.agent.core.tracing import TracingError, configure_from_env
 from sbx.tools.tracing import TRACER
 try:
     provider = configure_from_env(os.environ)

@@ -17,7 +17,7 @@ from playwright.sync_api import expect
 
 import service_support
 import web_support
-from sbx.agent.cli.scripted_model import Reply, assistant, call
+from sbx.agent.testing.scripted_model import Reply, assistant, call
 from web_support import sign_in, watch
 
 serve = service_support.serve

@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 
 import service_support
 import web_support
-from sbx.agent.cli.scripted_model import assistant, tool_call
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from web_support import watch
 
 serve = service_support.serve

@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 import service_support
 import web_support
 from sbx.agent.cli.demo import QUESTION, demo_turns
-from sbx.agent.cli.scripted_model import assistant, tool_call
+from sbx.agent.testing.scripted_model import assistant, tool_call
 from web_support import PHONE, screenshot, sign_in, watch
 
 serve = service_support.serve

@@ -231,7 +231,7 @@ def test_the_page_has_a_strict_csp_the_browser_enforces_and_answers_are_not_fram
 def test_exports_and_transcripts_are_attachments_and_other_principals_get_404(
     serve, llm, tmp_path
 ):
-    from sbx.agent.cli.scripted_model import assistant, tool_call
+    from sbx.agent.testing.scripted_model import assistant, tool_call
 
     server = serve(_sqlite(tmp_path))
     client = server.client(server.key("ana"))

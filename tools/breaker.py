@@ -7,7 +7,7 @@ later call of that tool in the run (`denied`, rule
 `quotas.max_identical_failures`), and the observation of the failure that
 tripped it says so. A success, or a different failure, starts the count anew.
 
-The agent's gentler cousin (`sbx.agent.feedback`: a "try another approach"
+The agent's gentler cousin (`sbx.agent.core.feedback`: a "try another approach"
 notice after `REPEAT_LIMIT` identical failures) uses the same
 `failure_signature`, so both agree on what "the same way" means; it fires
 first, the breaker after.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,3 +82,13 @@ def request_data(
     if name == "execute_python" and isinstance(code, str):
         data["code_sha256"] = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
     return data
+
+
+def outcome_data(
+    call_id: str, tool: str, status: str, text: str, duration_s: float, extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The audit `outcome` record of one call: status, timing, the text the model received."""
+    return {
+        "call_id": call_id, "tool": tool, "status": status, "duration_s": round(duration_s, 6),
+        "bytes_out": len(text.encode()), "text": text, **extra,
+    }

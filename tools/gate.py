@@ -15,11 +15,11 @@ bounds them all), or an operator error (the audit log cannot be written, the
 sandbox is broken). An operator error is recorded and re-raised; after a halt
 every call returns status `halted` without running.
 
-The model chooses its tool-call ids, so they key nothing here: the gate gives
-every call its own id, `<run_id>-c<n>` (unique in the run), which the audit
-records join on; the model's id is kept beside it as data. Arguments larger
-than `max_argument_bytes` are refused as invalid before they are parsed, and
-the audit keeps only their size, digest and first bytes.
+The model chooses its tool-call ids, so they key nothing here: each call gets
+its own id, `<run_id>-c<n>`, that audit records join on (the model's is kept as
+data). Arguments over `max_argument_bytes` are refused before they are parsed,
+the audit keeping their size, digest and first bytes. Every observation passes
+the data guard (`tools.guard`) on its way to the model.
 """
 
 from __future__ import annotations
@@ -40,9 +40,16 @@ from sbx.tools.audit import AuditError, AuditLog
 from sbx.tools.bounded import CallCancelled, CallTimedOut, run_bounded
 from sbx.tools.breaker import BREAKER_RULE, Breaker, failure_signature, tripped_text
 from sbx.tools.builtin import builtin_tools
-from sbx.tools.call_records import CallIds, invalid_arguments, request_data, too_large
+from sbx.tools.call_records import (
+    CallIds,
+    invalid_arguments,
+    outcome_data,
+    request_data,
+    too_large,
+)
 from sbx.tools.context import ToolContext
 from sbx.tools.custom import custom_tools
+from sbx.tools.guard import DataGuard
 from sbx.tools.observation import Denied, Failure, Halted, ToolError, UnknownTool, render_failure
 from sbx.tools.outcome import CANCELLED_TEXT, CallStatus, ToolOutcome
 from sbx.tools.policy import BUILTIN_TOOLS, Policy, PolicyError
@@ -86,6 +93,7 @@ class ToolGate:
         self._tools = dict(tools)
         self._context = context
         self._audit = audit
+        self.guard = DataGuard(policy.guard.for_principal(context.principal))  # model-bound text
         self._quota = QuotaCounter(policy.quotas)
         self._breaker = Breaker(policy.quotas.max_identical_failures)
         self._lock = threading.Lock()
@@ -132,8 +140,7 @@ class ToolGate:
     def close(self, *, reason: str = "closed", grace_s: float = CLOSE_GRACE_S) -> None:
         """Append the run-end record (once), after the outcomes of calls still in flight.
 
-        On Ctrl-C the loop returns while a tool thread may still be finishing (its
-        sandbox was just removed); waiting a bounded moment keeps `run_end` last.
+        On Ctrl-C a tool thread may still be finishing: a bounded wait keeps `run_end` last.
         """
         with self._lock:
             if self._closed:
@@ -142,6 +149,10 @@ class ToolGate:
             self._settled.wait_for(lambda: self._in_flight == 0, timeout=grace_s)
         data = {"reason": reason, "halted": self._halted, **self._quota.snapshot()}
         self._record("run_end", data)
+
+    def record_redactions(self, where: str, counts: Mapping[str, int]) -> None:
+        """What the data guard replaced outside a tool call (the system prompt), audited."""
+        self._record("redaction", {"where": where, "redactions": dict(counts)})
 
     def record_answer(self, *, continues: str, question: str, answer: str) -> None:
         """The user's answer that continues run `continues` (after `needs_input`), audited."""
@@ -155,10 +166,8 @@ class ToolGate:
     def cancel(self, *, halt: bool = True) -> None:
         """Calls running now end `cancelled`; with `halt`, no later call runs either.
 
-        The caller then removes the sandbox; an execution interrupted that way
-        reports a lost runner, which must not be recorded as the call's result.
-        `halt=False` cancels only what runs now (an MCP client cancelling one
-        call); the next call runs in a fresh sandbox.
+        The caller then removes the sandbox (the lost runner is not the call's result);
+        `halt=False` cancels only what runs now (an MCP client cancelling one call).
         """
         with self._lock:
             self._cancels += 1
@@ -314,6 +323,8 @@ class ToolGate:
         if self._cancels != cancels:
             status, text, extra = "cancelled", CANCELLED_TEXT, {}
             returned = None
+        if tool.name != "ask_user":  # the person's own answer is theirs to send
+            text, extra = self.guard.outcome(text, extra)
         execution = returned.execution if isinstance(returned, ToolReturn) else None
         if status != "cancelled" and self._breaker.record(
             tool.name, failure_signature(status, text, execution)
@@ -349,13 +360,8 @@ class ToolGate:
         extra: Mapping[str, Any],
     ) -> float:
         duration = time.perf_counter() - started
-        data = {
-            "call_id": call_id, "tool": tool.name, "status": status,
-            "duration_s": round(duration, 6), "bytes_out": len(text.encode()), "text": text,
-            **extra,
-        }
         try:
-            self._record("outcome", data)
+            self._record("outcome", outcome_data(call_id, tool.name, status, text, duration, extra))
         except AuditError as exc:
             self._halted = str(exc)
             raise
@@ -374,11 +380,9 @@ def build_gate(
 ) -> ToolGate:
     """Register the built-in tools, the policy's `entry` tools and `extra_tools`; start the run.
 
-    Two tools of one name are a `DuplicateToolError`, unless `replace` lets
-    `extra_tools` replace registered ones of the same name (tests give `http_get`
-    a resolver that maps names to loopback). Raises `PolicyError` when the policy
-    names a custom tool that is not registered or cannot be loaded, or enables
-    `execute_python` without a sandbox runner.
+    Two tools of one name are a `DuplicateToolError` unless `replace` (tests give `http_get`
+    a loopback resolver). `PolicyError`: a custom tool the policy names is not registered or
+    cannot be loaded, or `execute_python` is enabled without a sandbox runner.
     """
     tools = register({}, [*builtin_tools(policy, context), *custom_tools(policy)])
     register(tools, extra_tools, replace=replace)

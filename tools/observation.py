@@ -98,6 +98,10 @@ def render_failure(failure: Failure) -> str:
     raise TypeError(f"Unknown failure type: {type(failure).__name__}")  # pragma: no cover
 
 
+SECTIONS = ("[stdout]", "[stderr]", "[notes]")
+"""The headers of an `execute_python` observation's sections, in the order they are written."""
+
+
 def render_execution(result: ExecutionResult) -> str:
     """The `execute_python` observation: error first, output next, resource notes last."""
     parts: list[str] = []
@@ -153,3 +157,29 @@ def resource_notes(result: ExecutionResult) -> list[str]:
         saved = ", ".join(f"{a.name} ({format_size(a.size)})" for a in result.artifacts)
         notes.append(f"artifacts saved: {saved}")
     return notes
+
+
+def section_of(observation: str, header: str) -> str:
+    """One section (`[stdout]`, `[stderr]`) of an `execute_python` observation, else "".
+
+    The reverse of `render_execution`, for transcripts written before the output was
+    recorded beside the observation (best effort: a program that prints a line `[stderr]`
+    ends its stdout there).
+    """
+    lines = observation.splitlines()
+    if header not in lines:
+        return ""
+    kept: list[str] = []
+    for line in lines[lines.index(header) + 1 :]:
+        if line in SECTIONS or line.startswith("[resources] "):
+            break
+        kept.append(line)
+    return "\n".join(kept) + ("\n" if kept else "")
+
+
+def error_type_of(observation: str) -> str | None:
+    """The exception class an `execute_python` observation starts with (`Error: T: ...`)."""
+    first = observation.split("\n", 1)[0]
+    if not first.startswith("Error: "):
+        return None
+    return first.removeprefix("Error: ").split(":", 1)[0] or None

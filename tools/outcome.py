@@ -12,7 +12,7 @@ from typing import Literal
 from sbx.sandbox.result import Artifact, ExecutionResult
 
 CallStatus = Literal["ok", "error", "invalid", "denied", "unknown", "halted", "cancelled"]
-"""How one call went at the gate (a run's ending is `sbx.agent.state.Status`, another thing)."""
+"""How one call went at the gate (a run's ending, `sbx.agent.core.state.Status`, is another)."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -5,7 +5,7 @@ every key commented there). Everything is closed by default: a tool absent
 from the file is disabled, an unknown key or tool name is an error at load,
 and each rule has a dotted name (`tools.http_get.allowed_domains`,
 `quotas.per_tool`) that denials and audit records quote. The file is read
-once by the configuration step (`sbx.agent.config`); this module holds the
+once by the configuration step (`sbx.agent.core.config`); this module holds the
 gate's models only. Booleans and
 numbers are strict: `enabled = "yes"` or `max_denied = "5"` is an error, never a guess.
 """
@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sbx.sandbox.limits import Bytes as Bytes
 from sbx.sandbox.limits import Seconds as Seconds
 from sbx.sandbox.units import at_most_seconds as at_most_seconds
+from sbx.tools.guard_policy import GuardPolicy
 
 BUILTIN_TOOLS = (
     "execute_python", "calculate", "list_data_files", "preview_data_file", "http_get", "ask_user",
@@ -229,10 +230,10 @@ class AuditPolicy(BaseModel):
 
 
 class Policy(BaseModel):
-    """The gate's part of the policy file: `[tools.*]`, `[quotas]`, `[audit]`.
+    """The gate's part of the policy file: `[tools.*]`, `[quotas]`, `[audit]`, `[guard]`.
 
     The file's `[sandbox]` and `[agent]` tables belong to other layers; the
-    configuration step (`sbx.agent.config`) reads the file once and hands each
+    configuration step (`sbx.agent.core.config`) reads the file once and hands each
     table to its owner. Unknown keys anywhere are an error (`extra="forbid"`).
     """
 
@@ -244,6 +245,8 @@ class Policy(BaseModel):
     """How many calls a run may make."""
     audit: AuditPolicy = AuditPolicy()
     """The audit log's path and redaction."""
+    guard: GuardPolicy = GuardPolicy()
+    """The data guard: what is replaced in text before it leaves for the model."""
 
     @model_validator(mode="after")
     def _quota_names(self) -> Policy:

@@ -3,7 +3,7 @@
 The gate's `call` is wrapped by `traced_call`, so every face (the agent loop,
 `/v1/execute`, MCP) traces its tool calls the same way. Only the OpenTelemetry
 API is used: without an SDK and a configured tracer provider the span is a
-no-op that costs a few microseconds (`sbx.agent.tracing.configure_from_env`
+no-op that costs a few microseconds (`sbx.agent.core.tracing.configure_from_env`
 installs one for `sbx serve`).
 
 A span carries names and figures, never payloads: no arguments, no

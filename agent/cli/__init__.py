@@ -1,1 +1,1 @@
-"""The `sbx` command line: a thin face over the application core (`sbx.agent.app`)."""
+"""The `sbx` command line: a thin face over the application core (`sbx.agent.core.app`)."""

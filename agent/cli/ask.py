@@ -5,7 +5,8 @@ outcome, tokens), then the answer and the artifact paths on stdout, or one
 JSON document with `--json`. Exit status:
 
     0    completed: the model answered
-    3    a budget ended the run (step_limit, time_limit, token_limit, tool_limit); no answer
+    3    a budget ended the run (step_limit, time_limit, token_limit, tool_limit,
+         cost_limit); no answer
     4    model_error: the endpoint failed after retries, or replied unusably;
          truncated: the answer was cut off (finish_reason length or content_filter)
     5    gate_halt: the tool gate halted the run (e.g. too many denied calls); see the audit log
@@ -26,19 +27,19 @@ from typing import Any, NoReturn
 
 import click
 
-from sbx.agent.app import RUNS_DIR, Answer, answer_one
 from sbx.agent.cli.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, demo_turns
 from sbx.agent.cli.display import Progress, replay, source_line, verdict_line
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
+from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.prompting import terminal_operator
 from sbx.agent.cli.rerun import rerun_command
-from sbx.agent.cli.scripted_model import ScriptedLLM
-from sbx.agent.conversation import ConversationSpec
-from sbx.agent.resume import continue_paused, find_transcript, read_paused
-from sbx.agent.state import Status
-from sbx.agent.transcript import TranscriptError
-from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.agent.core.app import DEFAULT_IMAGE, RUNS_DIR, Answer, answer_one
+from sbx.agent.core.conversation import ConversationSpec
+from sbx.agent.core.resume import continue_paused, find_transcript, read_paused
+from sbx.agent.core.state import Status
+from sbx.agent.core.transcript import TranscriptError
+from sbx.agent.testing.scripted_model import ScriptedLLM
 from sbx.tools.text_safety import safe_json, safe_text
 
 EXIT_BUDGET = 3
@@ -51,6 +52,7 @@ _EXIT: dict[Status, int] = {
     "time_limit": EXIT_BUDGET,
     "token_limit": EXIT_BUDGET,
     "tool_limit": EXIT_BUDGET,
+    "cost_limit": EXIT_BUDGET,
     "gate_halt": EXIT_GATE_HALT,
     "truncated": EXIT_MODEL_ERROR,
     "needs_input": EXIT_NEEDS_INPUT,
@@ -78,6 +80,7 @@ def output_options(command: Any) -> Any:
 @run_options
 @output_options
 @model_options
+@limit_options
 @operator_errors
 def ask_command(
     question: str, data: tuple[Path, ...], continues: str | None, output: Path | None,
@@ -98,9 +101,10 @@ def ask_command(
     flag or setting; 125 sbx could not run; 130 cancelled. For follow-up questions, use
     `sbx chat`.
     """
+    limits = take_limits(flags)
     options = FaceOptions(
         data=data, output=output, policy=policy, audit_log=audit_log, transcript=transcript,
-        image=image, base_url=base_url, api_key=api_key, model=model, flags=flags,
+        image=image, base_url=base_url, api_key=api_key, model=model, flags=flags, limits=limits,
     )
     if continues is not None:
         if data:
@@ -116,16 +120,18 @@ def ask_command(
               show_default=True,
               help="text: the scripted model writes ```python blocks, as models served "
               "without a tool-call parser do.")
+@limit_options
 @operator_errors
 def demo_command(
     output: Path | None, policy: Path | None, audit_log: Path | None, transcript: Path | None,
-    image: str, as_json: bool, quiet: bool, tool_format: str,
+    image: str, as_json: bool, quiet: bool, tool_format: str, **limit_flags: Any,
 ) -> None:
     """Watch the agent fix its own mistake, with a scripted model (no LLM, no network needed).
 
     The model is a script served on 127.0.0.1 through the real openai SDK; the sandbox,
     the tool gate, the audit log and the transcript are real.
     """
+    limits = take_limits(limit_flags)
     with tempfile.TemporaryDirectory(prefix="sbx-demo-") as scratch, ScriptedLLM(
         demo_turns(tool_format)
     ) as llm:
@@ -133,6 +139,7 @@ def demo_command(
             data=(demo_data(Path(scratch)),), output=output, policy=policy,
             audit_log=audit_log, transcript=transcript, image=image, base_url=llm.base_url,
             api_key=API_KEY, model=MODEL_NAME, label=LABEL, flags={"tool_format": tool_format},
+            limits=limits,
         )
         outcome = _run(QUESTION, options, quiet=quiet)
     _finish(outcome, as_json=as_json)
@@ -147,17 +154,24 @@ def demo_command(
 @click.option("--audit-log", type=_FILE, help="With --rerun: the audit log to append to.")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True,
               help="With --rerun: the sandbox image.")
+@limit_options
 @operator_errors
 def replay_command(
-    transcript: Path, rerun: bool, policy: Path | None, audit_log: Path | None, image: str
+    transcript: Path, rerun: bool, policy: Path | None, audit_log: Path | None, image: str,
+    **limit_flags: Any,
 ) -> None:
     """Re-render a past run (or every run of a conversation) from its transcript.
 
-    With --rerun, execute its code again instead (exit 0 all matches, 1 something differs).
-    Exit 2 for a file it cannot render, naming the line.
+    With --rerun, execute its code again instead (exit 0 all matches, 1 something differs),
+    under the policy's limits or lower ones (the limit flags). Exit 2 for a file it cannot
+    render, naming the line.
     """
+    limits = take_limits(limit_flags)
     if rerun:
-        rerun_command(transcript, policy=policy, audit_log=audit_log, image=image)
+        options = FaceOptions(policy=policy, audit_log=audit_log, image=image, limits=limits)
+        rerun_command(transcript, options)
+    if limits.changes():
+        fail("the limit flags apply only with --rerun (nothing else runs code)", 2)
     try:
         replay(transcript, sys.stdout)
     except TranscriptError as exc:

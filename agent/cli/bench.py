@@ -24,7 +24,7 @@ import click
 from sbx.agent.cli.bench_gate import add_gate_concurrency
 from sbx.agent.cli.bench_restore import run_restore_bench
 from sbx.agent.cli.errors import operator_errors
-from sbx.agent.config import load_config
+from sbx.agent.core.config import load_config
 from sbx.agent.service.bench import ServeBenchOptions, run_serve_bench
 from sbx.sandbox.bench import ds1000
 from sbx.sandbox.bench.render import render

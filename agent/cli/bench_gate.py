@@ -30,7 +30,7 @@ from tempfile import TemporaryDirectory
 
 import click
 
-from sbx.agent.config import load_config
+from sbx.agent.core.config import load_config
 from sbx.sandbox.bench.stats import BenchReport, Summary, Target
 from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.result import ExecutionResult

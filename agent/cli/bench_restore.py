@@ -25,11 +25,11 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
-from sbx.agent.app import App
-from sbx.agent.cli.scripted_model import ScriptedLLM, assistant, tool_call
-from sbx.agent.config import load_config
-from sbx.agent.conversation import Conversation, ConversationSpec
-from sbx.agent.settings import Endpoint
+from sbx.agent.core.app import App
+from sbx.agent.core.config import load_config
+from sbx.agent.core.conversation import Conversation, ConversationSpec
+from sbx.agent.core.settings import Endpoint
+from sbx.agent.testing.scripted_model import ScriptedLLM, assistant, tool_call
 from sbx.sandbox.accounting import CGROUP_ROOT
 from sbx.sandbox.pool_config import PoolConfig
 

@@ -25,11 +25,12 @@ import click
 
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
+from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.prompting import terminal_operator
-from sbx.agent.conversation import Conversation
-from sbx.agent.restore_resume import read_resumable, resume
-from sbx.agent.state import RunResult
+from sbx.agent.core.conversation import Conversation
+from sbx.agent.core.restore_resume import read_resumable, resume
+from sbx.agent.core.state import RunResult
 from sbx.tools.text_safety import safe_text
 
 PROMPT = "you> "
@@ -51,6 +52,7 @@ class _Signals:
               help="Take up the conversation of this transcript: its messages and data; its "
                    "variables are rebuilt by replaying its code (policy [restore]).")
 @model_options
+@limit_options
 @operator_errors
 def chat_command(
     data: tuple[Path, ...], output: Path | None, policy: Path | None, audit_log: Path | None,
@@ -70,9 +72,10 @@ def chat_command(
       you> And in 2023?
       sbx chat --resume sbx-runs/conv-1a2b3c4d5e6f.jsonl
     """
+    limits = take_limits(flags)
     options = FaceOptions(
         data=data, output=output, policy=policy, audit_log=audit_log, transcript=transcript,
-        image=image, base_url=base_url, api_key=api_key, model=model, flags=flags,
+        image=image, base_url=base_url, api_key=api_key, model=model, flags=flags, limits=limits,
     )
     progress = None if quiet else Progress(sys.stderr)
     operator = terminal_operator()

@@ -1,6 +1,6 @@
 """`sbx demo`: the whole agent with a scripted model, so it runs without any LLM or network.
 
-The model is `sbx.agent.cli.scripted_model.ScriptedLLM` on 127.0.0.1, reached through the
+The model is `sbx.agent.testing.scripted_model.ScriptedLLM` on 127.0.0.1, reached through the
 real `openai` SDK; the sandbox, the gate, the audit log and the transcript are
 the real ones. The script shows the one thing the agent exists for: its
 first program fails (`.mean()` on a plain list), the traceback goes back as
@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from sbx.agent.cli.scripted_model import Reply, ScriptedRequest, Turn, assistant, tool_call
+from sbx.agent.testing.scripted_model import Reply, ScriptedRequest, Turn, assistant, tool_call
 
 QUESTION = "Which region grew fastest in 2024?"
 LABEL = "sbx demo: the model is a SCRIPT (no LLM); the sandbox, gate and audit log are real"

@@ -1,6 +1,6 @@
 """Human-readable progress: the same renderer for a live run (stderr) and `sbx replay` (stdout).
 
-It reads the events the core emits (see `sbx.agent.events`), never the loop's
+It reads the events the core emits (see `sbx.agent.core.events`), never the loop's
 state, so a transcript file re-renders exactly as the run looked. One line
 per happening: the turn and its tokens, each tool call with its code, a
 one-line outcome, notices, and the ending; while an execution runs, its live
@@ -25,9 +25,9 @@ from typing import Any, TextIO
 import click
 from pydantic import BaseModel, ValidationError
 
-from sbx.agent.events import Event, StateRestored
-from sbx.agent.restore_text import summary
-from sbx.agent.transcript import TranscriptError, numbered_events
+from sbx.agent.core.events import Event, StateRestored
+from sbx.agent.core.restore_text import summary
+from sbx.agent.core.transcript import TranscriptError, numbered_events
 from sbx.tools.text_safety import safe_text
 
 Row = dict[str, Any]
@@ -175,6 +175,9 @@ class Progress:
         colour = "green" if status == "completed" else "red"
         self._echo(f"== {_clip(status)}: {summary}", fg=colour, bold=True)
         self._sandbox_totals(_map(event, "sandbox"))
+        cost = cost_line(_map(event, "cost"))
+        if cost:
+            self._echo(f"   cost: {cost}", dim=True)
         if status != "completed":
             self._echo(f"   {_clip(_text(event.get('message')))}", fg=colour)
         else:
@@ -322,3 +325,14 @@ def _arguments_lines(arguments: str) -> list[str]:
         return [_clip(json.dumps(parsed, ensure_ascii=False))]
     except (ValueError, RecursionError):
         return [_clip(arguments)]
+
+
+def cost_line(cost: Row) -> str:
+    """`0.0123 EUR (estimated)` from a run's cost, "" when it has none or no price applied."""
+    if not cost or (not cost.get("priced") and not cost.get("total")):
+        return ""
+    notes = ["estimated"] if cost.get("estimated") else []
+    if not cost.get("priced"):
+        notes.append("model unpriced")
+    suffix = f" ({', '.join(notes)})" if notes else ""
+    return f"{_num(cost, 'total', 'cost'):.4f} {_clip(_text(cost.get('currency')))}{suffix}"

@@ -19,7 +19,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 from pydantic import ValidationError
 
-from sbx.agent.config import describe_validation_error
+from sbx.agent.core.config import describe_validation_error
 from sbx.sandbox.errors import SandboxError
 from sbx.tools.text_safety import safe_text
 

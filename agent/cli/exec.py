@@ -1,84 +1,44 @@
-"""`sbx exec`, `sbx doctor`, `sbx gc`: the sandbox without an agent.
+"""`sbx exec`: one program in a fresh hardened container, without an agent.
 
-`sbx exec` runs a program in a fresh hardened container and exits with the
-program's status (124 timeout, 137 memory, 125 when sbx itself could not run
-it), so it composes in shell scripts and CI jobs.
+It runs through the application core's `execute_program`, so the program is
+gated and audited like a model's call: the policy applies (`--policy`), the
+limit flags only ever tighten it, and the audit log (`--audit-log`, else where
+`sbx ask` writes it) gets the run's records under the OS user, with the limits
+and the network mode. It exits with the program's status (124 timeout, 137
+memory, 125 when sbx itself could not run it), so it composes in shell
+scripts and CI jobs.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 import click
-from pydantic import ValidationError
 
-from sbx.agent.cli.errors import (
-    EXIT_OOM,
-    EXIT_TIMEOUT,
-    fail,
-    operator_errors,
-)
-from sbx.agent.config import describe_validation_error
-from sbx.sandbox.checks.doctor import run_checks
-from sbx.sandbox.config import DEFAULT_IMAGE
-from sbx.sandbox.engine import Engine
-from sbx.sandbox.gc import collect_orphans
-from sbx.sandbox.limits import Limits
-from sbx.sandbox.pool import Pool
-from sbx.sandbox.pool_config import PoolConfig
+from sbx.agent.cli.errors import EXIT_OOM, EXIT_TIMEOUT, fail, operator_errors
+from sbx.agent.cli.limit_flags import limit_options, take_limits
+from sbx.agent.cli.opening import FaceOptions, opened_core
+from sbx.agent.core.app import DEFAULT_IMAGE, os_principal
+from sbx.agent.core.execute_program import ProgramSpec, execute_program
 from sbx.sandbox.result import ExecutionResult
-from sbx.sandbox.session import new_run_id
-from sbx.sandbox.spec import SessionSpec
 from sbx.sandbox.units import format_size
 from sbx.tools.text_safety import safe_json, safe_text
 
-DEFAULT_OUTPUT = Path("sbx-output")
-"""Where `sbx exec` puts each run's own directory unless `--output` names one."""
+_RECORD = click.Path(path_type=Path)
 
 
-def limit_options(command: Any) -> Any:
-    """The flags that override `Limits` fields; omitted flags keep the closed defaults."""
-    options = [
-        click.option(
-            "--timeout", help="Wall-clock limit per execution, e.g. 30s, 2m. [default: 30s]"
-        ),
-        click.option("--memory", help="Memory limit, no swap, e.g. 512m, 2g. [default: 512m]"),
-        click.option("--cpus", help="CPU quota, e.g. 1, 1.5. [default: 1]"),
-        click.option("--pids", type=int, help="Most processes+threads at once. [default: 256]"),
-        click.option(
-            "--network",
-            type=click.Choice(["none", "bridge"]),
-            help="'none' (default) or 'bridge' to open egress (think twice).",
-        ),
-        click.option("--runtime", help="OCI runtime: runc (default) or runsc (gVisor)."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def limits_from(options: dict[str, Any]) -> Limits:
-    """Limits with the given flags applied (pydantic validates and converts the units).
-
-    A bad value exits 2 with one line naming the flag and the bound it broke.
-    """
+def read_code(source: str) -> str:
+    """The program's text from a file or stdin (`-`), with a one-line error if unusable."""
     try:
-        return Limits(**{key: value for key, value in options.items() if value is not None})
-    except ValidationError as exc:
-        fail(f"invalid value for {describe_validation_error(exc, prefix='--')}", 2)
-
-
-def read_code(source: str) -> bytes:
-    """The program's bytes from a file or stdin (`-`), with a one-line error if unreadable."""
-    if source == "-":
-        return sys.stdin.buffer.read()
-    try:
-        return Path(source).read_bytes()
+        code = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as exc:
         fail(f"cannot read {source!r}: {exc.strerror}", 2)
+    try:
+        return code.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"code is not valid UTF-8 (byte {exc.start})")
 
 
 def print_result(result: ExecutionResult, output: Path) -> None:
@@ -139,6 +99,11 @@ def exit_code_for(result: ExecutionResult) -> int:
     help="Host directory that receives the files written to /output; existing files "
     "there are never replaced. [default: sbx-output/RUN_ID, new for each run]",
 )
+@click.option("--policy", type=_RECORD,
+              help="Policy file (tools, sandbox limits). [default: the packaged sbx.toml]")
+@click.option("--audit-log", type=_RECORD,
+              help="Audit log to append to. [default: $SBX_AUDIT_LOG, the policy's, or "
+              "./sbx-audit.jsonl]")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ExecutionResult as JSON instead.")
 @limit_options
@@ -147,77 +112,34 @@ def exec_command(
     source: str,
     data: tuple[Path, ...],
     output: Path | None,
+    policy: Path | None,
+    audit_log: Path | None,
     image: str,
     as_json: bool,
     **limit_flags: Any,
 ) -> None:
     """Run a Python program in a fresh, locked-down container and exit with its status.
 
+    The policy applies as to a model's code (limit flags may only lower it) and
+    the run is recorded in the audit log (`sbx audit verify` checks it).
+
     \b
-    Exit status: the program's own; 124 timeout; 137 memory limit;
-    125 sbx could not run it; 130 interrupted.
+    Exit status: the program's own; 124 timeout; 137 memory limit; 2 a bad flag
+    or a limit above the policy's; 125 sbx could not run it; 130 interrupted.
     \b
     Example:
       sbx exec examples/analysis.py --data examples/sales.csv --output out/
     """
-    limits = limits_from(limit_flags)
-    code = read_code(source)
-    run_id = new_run_id()
-    output = output or DEFAULT_OUTPUT / run_id  # one run never sees another's files
-    with Pool.start(config=PoolConfig(size=0)) as pool:  # the host-wide cap, no warm-up
-        result = pool.run_fresh(
-            code,
-            SessionSpec(
-                limits=limits, image=image, data=tuple(data), output_dir=output, run_id=run_id
-            ),
-        )
+    limits = take_limits(limit_flags)  # a bad flag is reported before stdin is read
+    program = ProgramSpec(code=read_code(source), principal=os_principal(), data=tuple(data),
+                          output=output, limits=limits)
+    with opened_core(FaceOptions(policy=policy, audit_log=audit_log, image=image)) as app:
+        run = execute_program(app, program)  # a limit above the policy's: one line, exit 2
+    result = run.execution
+    if result is None:  # refused at the gate (e.g. the policy disables execute_python)
+        fail(run.outcome.text.splitlines()[0] if run.outcome.text else run.outcome.status)
     if as_json:
         click.echo(safe_json(result.model_dump_json(indent=2)))
     else:
-        print_result(result, output)
+        print_result(result, run.output_dir)
     sys.exit(exit_code_for(result))
-
-
-@click.command("doctor")
-@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image to check.")
-@limit_options
-@operator_errors
-def doctor_command(image: str, **limit_flags: Any) -> None:
-    """Check the engine, the image, the runtimes, and that the limits are really enforced."""
-    checks = run_checks(limits_from(limit_flags), image)
-    for check in checks:
-        mark = click.style(" ok ", fg="green") if check.passed else click.style("FAIL", fg="red")
-        detail = f"{check.tried}: {check.happened}" if check.tried else check.happened
-        line = f"[{mark}] {check.name:<24} {safe_text(detail)}"
-        if not check.passed and check.fix:
-            line += f"\n       fix: {safe_text(check.fix)}"
-        click.echo(line)
-    sys.exit(0 if all(check.passed for check in checks) else 1)
-
-
-@click.command("gc")
-@click.option(
-    "--all",
-    "everything",
-    is_flag=True,
-    help="Remove every sbx container, even those a live process still uses.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
-@operator_errors
-def gc_command(everything: bool, as_json: bool) -> None:
-    """Remove sandbox containers left behind by a crashed process (found by label)."""
-    removed = collect_orphans(Engine.connect(), everything=everything)
-    if as_json:
-        click.echo(json.dumps(removed))
-        return
-    for item in removed:
-        line = f"removed {item['id']} (run {item['run_id']}, {item['state']})"
-        click.echo(safe_text(line))
-    click.echo(f"{len(removed)} container(s) removed")
-
-
-def register(cli: click.Group) -> None:
-    """Add this module's commands to the `sbx` group."""
-    cli.add_command(exec_command)
-    cli.add_command(doctor_command)
-    cli.add_command(gc_command)

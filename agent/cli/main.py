@@ -38,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "mcp": ("mcp", "mcp_command", "Serve the sandbox to an MCP client over stdio."),
     "image": ("image", "image", "Build and inspect the sandbox image (offline)."),
     "doctor": (
-        "exec",
+        "doctor",
         "doctor_command",
         "Check the engine, the image, the runtimes and the limits.",
     ),
@@ -49,7 +49,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "bench_command",
         "Measure sbx against its floors and a hardened docker run.",
     ),
-    "gc": ("exec", "gc_command", "Remove sandbox containers left behind by a crashed process."),
+    "gc": ("doctor", "gc_command", "Remove sandbox containers left behind by a crashed process."),
 }
 """Command name -> (module of `sbx.agent.cli`, attribute, one-line help for `sbx --help`)."""
 

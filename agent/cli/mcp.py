@@ -22,13 +22,11 @@ from pathlib import Path
 import anyio
 import click
 
-from sbx.agent.app import OUTPUT_DIR, App, os_principal
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
-from sbx.agent.config import load_config
+from sbx.agent.core.app import DEFAULT_IMAGE, OUTPUT_DIR, App, os_principal, require_image
+from sbx.agent.core.config import load_config
+from sbx.agent.core.settings import SettingsError
 from sbx.agent.mcp.server import DEFAULT_IDLE_S, SbxServer, build_server, stdio_face
-from sbx.agent.settings import SettingsError
-from sbx.sandbox.config import DEFAULT_IMAGE
-from sbx.sandbox.engine import Engine
 from sbx.sandbox.units import parse_duration
 from sbx.tools.audit import AuditError
 from sbx.tools.policy import PolicyError
@@ -73,7 +71,7 @@ def mcp_command(
     except PolicyError as exc:
         fail(str(exc))
     if config.policy.tools.execute_python.enabled:  # fail now, not at the client's first call
-        Engine.connect(timeout=10).require_image(image)
+        require_image(image)
     try:
         app = App.open(config, environ=os.environ, audit_log=audit_log, image=image)
     except (PolicyError, AuditError) as exc:

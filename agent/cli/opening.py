@@ -1,6 +1,6 @@
 """What `sbx ask`, `sbx demo` and `sbx chat` share: their flags, and opening the core from them.
 
-The flags map onto the application core (`sbx.agent.app`) one to one: the
+The flags map onto the application core (`sbx.agent.core.app`) one to one: the
 policy file and the budget flags become an `AppConfig`, the endpoint flags an
 `Endpoint`, the run flags a `ConversationSpec`. Configuration errors become
 one line on stderr: a bad flag or setting exits 2, a policy file or audit
@@ -18,13 +18,14 @@ from typing import Any
 
 import click
 
-from sbx.agent.app import App, os_principal
 from sbx.agent.cli.errors import fail
-from sbx.agent.config import AppConfig, load_config
-from sbx.agent.conversation import ConversationSpec
-from sbx.agent.settings import Endpoint, SettingsError, resolve_endpoint
-from sbx.agent.transcript import TranscriptError
-from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.agent.cli.limit_flags import refused
+from sbx.agent.core.app import DEFAULT_IMAGE, App, os_principal
+from sbx.agent.core.config import AppConfig, load_config
+from sbx.agent.core.conversation import ConversationSpec
+from sbx.agent.core.limits_request import LimitRefused, LimitsRequest
+from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
+from sbx.agent.core.transcript import TranscriptError
 from sbx.tools.audit import AuditError
 from sbx.tools.policy import PolicyError
 
@@ -57,6 +58,8 @@ class FaceOptions:
     """`--model`."""
     flags: Mapping[str, Any] = field(default_factory=dict)
     """Budget and tuning flags (`max_turns`, `request_timeout`, ...); None values are ignored."""
+    limits: LimitsRequest = field(default_factory=LimitsRequest)
+    """The limit flags (`--memory`, `--runtime`, ...): applied only below the policy's."""
     label: str | None = None
     """Shown first in the progress and kept in the transcript (the demo's "scripted model")."""
 
@@ -70,7 +73,7 @@ class FaceOptions:
 @contextmanager
 def opened_app(options: FaceOptions) -> Iterator[tuple[App, Endpoint]]:
     """The application core and the endpoint, or one line on stderr and the right exit code."""
-    try:
+    with _operator_lines():
         config = configure(options)
         endpoint = resolve_endpoint(
             config.settings, base_url=options.base_url, api_key=options.api_key,
@@ -80,22 +83,38 @@ def opened_app(options: FaceOptions) -> Iterator[tuple[App, Endpoint]]:
             config, environ=os.environ, audit_log=options.audit_log,
             secrets=(endpoint.api_key,), image=options.image,
         )
-    except SettingsError as exc:
+    with app, _operator_lines():
+        yield app, endpoint
+
+
+@contextmanager
+def opened_core(options: FaceOptions) -> Iterator[App]:
+    """The application core without a model (`sbx exec`, `sbx replay --rerun`)."""
+    with _operator_lines():
+        app = App.open(
+            configure(options), environ=os.environ, audit_log=options.audit_log,
+            image=options.image,
+        )
+    with app, _operator_lines():
+        yield app
+
+
+@contextmanager
+def _operator_lines() -> Iterator[None]:
+    """Configuration errors as one line: a bad flag or setting exits 2, sbx's own 125."""
+    try:
+        yield
+    except LimitRefused as exc:  # a limit flag above the policy's ceiling
+        refused(exc)
+    except SettingsError as exc:  # e.g. data the sandbox's user could not read
         fail(str(exc), 2)
-    except (PolicyError, AuditError) as exc:
+    except (PolicyError, AuditError, TranscriptError) as exc:
         fail(str(exc))
-    with app:
-        try:
-            yield app, endpoint
-        except SettingsError as exc:  # e.g. data the sandbox's user could not read
-            fail(str(exc), 2)
-        except (AuditError, TranscriptError) as exc:
-            fail(str(exc))
 
 
 def configure(options: FaceOptions) -> AppConfig:
-    """The policy file read once, with the command line's flags applied."""
-    return load_config(options.policy).with_flags(options.flags)
+    """The policy file read once, with the command line's flags and limits applied."""
+    return load_config(options.policy).with_flags(options.flags).limited(options.limits)
 
 
 def run_options(command: Any) -> Any:
@@ -135,6 +154,9 @@ def model_options(command: Any) -> Any:
                      help="Wall-clock limit of one question's run, e.g. 10m. [default: 10m]"),
         click.option("--max-tokens", "max_total_tokens", type=int,
                      help="Most tokens (prompt + completion) per question. [default: 200000]"),
+        click.option("--max-cost", type=click.FloatRange(min=0),
+                     help="Most money one question's run may cost, in [agent.prices]' currency "
+                     "(checked before each request and tool call). [default: no cap]"),
         click.option("--request-timeout",
                      help="Limit of one model HTTP request, e.g. 2m. [default: 120s]"),
         click.option("--max-retries", type=int,

@@ -9,7 +9,6 @@ audit log, engine, image).
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -17,33 +16,29 @@ from typing import NoReturn
 
 import click
 
-from sbx.agent.app import App, os_principal
 from sbx.agent.cli.errors import fail
-from sbx.agent.config import load_config
-from sbx.agent.provenance_record import RecordedConversation, RecordError, read_record
-from sbx.agent.rerun import ExecutionCheck, RerunError, RerunReport, recorded_data, rerun
-from sbx.agent.transcript import TranscriptError
+from sbx.agent.cli.opening import FaceOptions, opened_core
+from sbx.agent.core.app import os_principal
+from sbx.agent.core.transcript import TranscriptError
+from sbx.agent.provenance.record import RecordedConversation, RecordError, read_record
+from sbx.agent.replay.rerun import ExecutionCheck, RerunError, RerunReport, recorded_data, rerun
 from sbx.tools.audit import AuditError
-from sbx.tools.policy import PolicyError
 from sbx.tools.text_safety import safe_text
 
 EXIT_DIFFERS = 1
 
 
-def rerun_command(
-    transcript: Path, *, policy: Path | None, audit_log: Path | None, image: str
-) -> NoReturn:
-    """Re-run the transcript's executions, print the report, exit with its verdict."""
+def rerun_command(transcript: Path, options: FaceOptions) -> NoReturn:
+    """Re-run the transcript's executions, print the report, exit with its verdict.
+
+    `options` give the policy, the audit log, the image and the limit flags.
+    """
     try:
         record = read_record(transcript)
     except (TranscriptError, RecordError) as exc:
         fail(str(exc), 2)
     _intro(record)
-    try:
-        app = App.open(load_config(policy), environ=os.environ, audit_log=audit_log, image=image)
-    except (PolicyError, AuditError) as exc:
-        fail(str(exc))
-    with app, tempfile.TemporaryDirectory(prefix="sbx-rerun-") as scratch:
+    with opened_core(options) as app, tempfile.TemporaryDirectory(prefix="sbx-rerun-") as scratch:
         try:
             report = rerun(
                 app, record, principal=os_principal(), output_dir=Path(scratch), on_check=_show

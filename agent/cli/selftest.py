@@ -8,9 +8,10 @@ from typing import Any
 import click
 
 from sbx.agent.cli.errors import operator_errors
-from sbx.agent.cli.exec import limit_options, limits_from
+from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.sandbox.checks.selftest import Check, as_json, run_selftest
 from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.sandbox.limits import Limits
 from sbx.tools.text_safety import safe_json, safe_text
 
 
@@ -47,7 +48,7 @@ def selftest_command(image: str, as_json_flag: bool, no_egress: bool, **limit_fl
     isolation between sessions, leftover containers and host responsiveness.
     Exit status: 0 when every check passed, 1 otherwise.
     """
-    limits = limits_from(limit_flags)
+    limits = take_limits(limit_flags).over(Limits())
     results = run_selftest(
         limits, image=image, egress=not no_egress, progress=None if as_json_flag else print_check
     )

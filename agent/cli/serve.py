@@ -25,13 +25,13 @@ from pathlib import Path
 import click
 
 from sbx.agent.cli.errors import fail
+from sbx.agent.core.app import DEFAULT_IMAGE
+from sbx.agent.core.tracing import TracingError, configure_from_env
+from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.service.access_log import AccessLog
 from sbx.agent.service.core import ServeOptions, Service
 from sbx.agent.service.server import bind_listener, serve_forever
 from sbx.agent.service.store.db import StoreError, data_dir
-from sbx.agent.tracing import TracingError, configure_from_env
-from sbx.agent.transcript import TranscriptError
-from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.units import parse_duration
 from sbx.tools.audit import AuditError

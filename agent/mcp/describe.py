@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from sbx.agent.config import AppConfig
+from sbx.agent.core.config import AppConfig
 from sbx.sandbox.units import format_size
 from sbx.tools.builtin.data_files import index_data_files
 

@@ -32,7 +32,8 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.types import InputRequiredResult, ResourceTemplate
 from pydantic import AnyUrl
 
-from sbx.agent.app import OUTPUT_DIR, App
+from sbx.agent.core.app import OUTPUT_DIR, App
+from sbx.agent.core.settings import SettingsError
 from sbx.agent.mcp.admission import Admission, Caller, FixedData
 from sbx.agent.mcp.artifacts import (
     TEMPLATE,
@@ -44,7 +45,6 @@ from sbx.agent.mcp.artifacts import (
 from sbx.agent.mcp.describe import data_names, describe
 from sbx.agent.mcp.sessions import McpSessions
 from sbx.agent.mcp.tools import SessionKey, register_tools
-from sbx.agent.settings import SettingsError
 from sbx.sandbox.errors import InvalidInput
 from sbx.sandbox.files import data_mounts
 

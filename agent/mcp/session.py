@@ -16,7 +16,7 @@ after an idle timeout; the session's end removes it for good and tells the
 face's `Admission`. Executions pass the `Admission` first (a face's quotas).
 After a reset the client did not ask for (a cancel, an idle release), the
 session's successful executions are replayed into the new sandbox before the
-next one (`sbx.agent.restore`) and the client is told what came back.
+next one (`sbx.agent.core.restore`) and the client is told what came back.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from typing import Any
 
 import anyio
 
+from sbx.agent.core.restore import Cell, cell_of, restore_workspace
+from sbx.agent.core.restore_text import note as restore_note
+from sbx.agent.core.workspace import Workspace
 from sbx.agent.mcp.admission import Admission, Caller
 from sbx.agent.mcp.live_tail import LiveTail
-from sbx.agent.restore import Cell, cell_of, restore_workspace
-from sbx.agent.restore_text import note as restore_note
-from sbx.agent.workspace import Workspace
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.result import Artifact
 from sbx.tools.audit import AuditError

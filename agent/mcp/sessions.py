@@ -22,10 +22,10 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from sbx.agent.app import App
+from sbx.agent.core.app import App
+from sbx.agent.core.workspace import Workspace, WorkspaceSpec
 from sbx.agent.mcp.admission import Admission, Caller, FixedData
 from sbx.agent.mcp.session import McpSession, SessionClosed, new_session_id
-from sbx.agent.workspace import Workspace, WorkspaceSpec
 from sbx.sandbox.closing import Closing
 
 logger = logging.getLogger(__name__)

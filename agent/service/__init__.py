@@ -23,6 +23,6 @@
     store/            SQLAlchemy models, the engine (SQLite WAL or PostgreSQL), API keys
     migrations/       Alembic, applied at start
 
-The face sits on the application core (`sbx.agent.app`, `sbx.agent.conversation`,
-`sbx.agent.workspace`) and never re-implements a run.
+The face sits on the application core (`sbx.agent.core.app`, `sbx.agent.core.conversation`,
+`sbx.agent.core.workspace`) and never re-implements a run.
 """

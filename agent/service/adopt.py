@@ -9,7 +9,7 @@ adopts it, a second one finds the new owner alive and redirects to it. The
 conversation is then rebuilt from its transcript on the shared data volume
 (`conversations/<id>/transcript.jsonl`, where its datasets are too), under
 the row's principal, model and limits, and held here; its first run replays
-the recorded code (`sbx.agent.restore`).
+the recorded code (`sbx.agent.core.restore`).
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sbx.agent.app import App
-from sbx.agent.conversation import ConversationSpec
-from sbx.agent.restore_resume import Resumable, read_resumable, resume
+from sbx.agent.core.app import App
+from sbx.agent.core.conversation import ConversationSpec
+from sbx.agent.core.restore_resume import Resumable, read_resumable, resume
+from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.service.core import Service
 from sbx.agent.service.runs import Live
 from sbx.agent.service.schemas import RequestedLimits
 from sbx.agent.service.store.models import Conversation
 from sbx.agent.service.tenancy import dataset_paths, limits_within
-from sbx.agent.transcript import TranscriptError
 
 logger = logging.getLogger(__name__)
 

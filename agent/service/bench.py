@@ -30,9 +30,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from sbx.agent.app import App
-from sbx.agent.cli.scripted_model import ScriptedLLM
-from sbx.agent.config import load_config
+from sbx.agent.core.app import App
+from sbx.agent.core.config import load_config
+from sbx.agent.core.settings import Endpoint
 from sbx.agent.service.bench_phases import (
     FAKE_KEY,
     MODEL,
@@ -45,7 +45,7 @@ from sbx.agent.service.bench_phases import (
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.keys import create_key
 from sbx.agent.service.store.models import EventRow
-from sbx.agent.settings import Endpoint
+from sbx.agent.testing.scripted_model import ScriptedLLM
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.gc import owner_tag

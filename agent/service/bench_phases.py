@@ -29,10 +29,10 @@ from typing import Any
 
 import httpx2
 
-from sbx.agent.app import App
-from sbx.agent.cli.scripted_model import Reply, ScriptedCall, ScriptedRequest
-from sbx.agent.conversation import ConversationSpec
-from sbx.agent.settings import Endpoint
+from sbx.agent.core.app import App
+from sbx.agent.core.conversation import ConversationSpec
+from sbx.agent.core.settings import Endpoint
+from sbx.agent.testing.scripted_model import Reply, ScriptedCall, ScriptedRequest
 
 FAKE_KEY = "sk-bench-SCRIPTED0123456789abcdefghij"
 MODEL = "scripted"

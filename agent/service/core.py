@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sbx.agent.app import App
-from sbx.agent.config import AppConfig, load_config
+from sbx.agent.core.app import App
+from sbx.agent.core.config import AppConfig, load_config
+from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
 from sbx.agent.service.eventlog import EventHub, EventLog
 from sbx.agent.service.lifecycle import Housekeeper
 from sbx.agent.service.metrics import Metrics, live_figures
@@ -33,7 +34,6 @@ from sbx.agent.service.problems import Problem
 from sbx.agent.service.replicas import Identity, Replicas
 from sbx.agent.service.runs import RunManager
 from sbx.agent.service.store.db import Database, database_url
-from sbx.agent.settings import Endpoint, SettingsError, resolve_endpoint
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.pool_config import PoolConfig
 from sbx.tools.audit import PATH_ENV

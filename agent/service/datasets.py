@@ -18,7 +18,7 @@ from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from sbx.agent.config import ServiceQuotas
+from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
 from sbx.agent.service.problems import Problem

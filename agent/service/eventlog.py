@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from sbx.agent.events import Event
+from sbx.agent.core.events import Event
 from sbx.agent.service.outcomes import Observer, notify
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.models import EventRow

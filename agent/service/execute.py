@@ -24,7 +24,8 @@ from typing import Any
 from sqlalchemy import delete, select
 from starlette.responses import Response, StreamingResponse
 
-from sbx.agent.config import AppConfig
+from sbx.agent.core.config import AppConfig
+from sbx.agent.core.workspace import Workspace, WorkspaceSpec
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.execute_stream import Cancellation, ExecutionStream
 from sbx.agent.service.outcomes import notify
@@ -35,7 +36,6 @@ from sbx.agent.service.runs_api import artifact_out
 from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
 from sbx.agent.service.store.models import ArtifactRow, Run
 from sbx.agent.service.tenancy import dataset_paths, limits_within
-from sbx.agent.workspace import Workspace, WorkspaceSpec
 from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.session import new_run_id
 from sbx.tools.context import OutputSink

@@ -20,15 +20,15 @@ from pathlib import Path
 from sqlalchemy import select
 from starlette.responses import Response
 
-from sbx.agent.events import parse_event
-from sbx.agent.export import FORMATS, export
-from sbx.agent.provenance_record import RecordError, read_record
+from sbx.agent.core.events import parse_event
+from sbx.agent.core.transcript import TranscriptError
+from sbx.agent.export.formats import FORMATS, export
+from sbx.agent.provenance.record import RecordError, read_record
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.eventlog import public_event
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.store.models import Conversation, Run
 from sbx.agent.service.tenancy import owned
-from sbx.agent.transcript import TranscriptError
 
 MEDIA_TYPES = {
     "ipynb": "application/x-ipynb+json",

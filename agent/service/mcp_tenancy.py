@@ -36,7 +36,7 @@ from pathlib import Path
 
 from sqlalchemy import delete, select
 
-from sbx.agent.config import ServiceQuotas
+from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.mcp.admission import Caller, Opened, Refused
 from sbx.agent.mcp.upload import StoredDataset, upload_gate_tool
 from sbx.agent.service.core import Service

@@ -26,7 +26,7 @@ import time
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from sbx.agent.config import ServiceQuotas
+from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.service.problems import Problem, quota_exceeded
 from sbx.agent.service.store.db import lock_principal
 from sbx.agent.service.store.keys import KeyInfo

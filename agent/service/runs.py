@@ -31,17 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sbx.agent.conversation import Conversation
-from sbx.agent.events import Event, RunEnd, RunError
-from sbx.agent.model import ModelClient, ModelReply
+from sbx.agent.core.conversation import Conversation
+from sbx.agent.core.events import Event, RunEnd, RunError
+from sbx.agent.core.settings import AgentSettings, Endpoint
+from sbx.agent.core.state import RunResult
+from sbx.agent.model.client import ModelClient, ModelReply
 from sbx.agent.service.eventlog import EventLog, artifact_name, public_event
 from sbx.agent.service.outcomes import Observer, notify
 from sbx.agent.service.problems import unavailable
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.models import ArtifactRow, Run
 from sbx.agent.service.store.models import Conversation as ConversationRow
-from sbx.agent.settings import AgentSettings, Endpoint
-from sbx.agent.state import RunResult
 
 logger = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from sbx.tools.builtin.data_files import make_list_data_files, make_preview_data
 from sbx.tools.builtin.execute_python import make_execute_python
 from sbx.tools.builtin.http_get import make_http_get
 from sbx.tools.context import ToolContext
+from sbx.tools.guard import DataGuard
 from sbx.tools.policy import Policy
 from sbx.tools.registry import Tool
 
@@ -32,11 +33,12 @@ def builtin_tools(policy: Policy, context: ToolContext | None = None) -> list[To
     model is never offered a question nobody will read.
     """
     rules = policy.tools
+    guard = DataGuard(policy.guard.for_principal(context.principal if context else ""))
     tools = [
         make_execute_python(),
         make_calculate(rules.calculate),
         make_list_data_files(rules.list_data_files),
-        make_preview_data_file(rules.preview_data_file),
+        make_preview_data_file(rules.preview_data_file, guard),
         make_http_get(rules.http_get),
     ]
     if context is not None and answerable(context):

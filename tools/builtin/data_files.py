@@ -38,6 +38,7 @@ from sbx.sandbox.files import sandbox_can_read
 from sbx.sandbox.units import format_size
 from sbx.tools.builtin.data_preview import preview_text
 from sbx.tools.context import ToolContext
+from sbx.tools.guard import DataGuard
 from sbx.tools.policy import ListDataFilesRule, PreviewDataFileRule
 from sbx.tools.registry import Tool, ToolFailure, build_tool
 
@@ -219,8 +220,8 @@ def make_list_data_files(rule: ListDataFilesRule) -> Tool:
     return build_tool(list_data_files)
 
 
-def make_preview_data_file(rule: PreviewDataFileRule) -> Tool:
-    """The `preview_data_file` tool, bounded by the policy's rows and bytes."""
+def make_preview_data_file(rule: PreviewDataFileRule, guard: DataGuard | None = None) -> Tool:
+    """The `preview_data_file` tool, bounded by the policy's rows and bytes, columns guarded."""
 
     def preview_data_file(
         name: str, ctx: ToolContext, rows: Annotated[int, Field(ge=1)] = 10
@@ -251,6 +252,7 @@ def make_preview_data_file(rule: PreviewDataFileRule) -> Tool:
             head = os.read(fd, rule.max_bytes)
         finally:
             os.close(fd)
-        return preview_text(name, head, rows=min(rows, rule.max_rows), size=item.size)
+        return preview_text(name, head, rows=min(rows, rule.max_rows), size=item.size,
+                            guard=guard)
 
     return build_tool(preview_data_file)

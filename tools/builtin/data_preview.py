@@ -7,14 +7,20 @@ import io
 from pathlib import Path
 
 from sbx.sandbox.units import format_size
+from sbx.tools.guard import DataGuard
 from sbx.tools.registry import ToolFailure
 
 MAX_CELL = 40
 MAX_COLUMNS = 30
 
 
-def preview_text(name: str, head: bytes, *, rows: int, size: int) -> str:
-    """The preview of `head` (the first bytes of a file of `size` bytes)."""
+def preview_text(
+    name: str, head: bytes, *, rows: int, size: int, guard: DataGuard | None = None
+) -> str:
+    """The preview of `head` (the first bytes of a file of `size` bytes).
+
+    A table passes `guard`'s column rules; text lines are withheld in schema-only mode.
+    """
     if b"\0" in head:
         raise ToolFailure(f"{name} looks binary; read it with execute_python")
     cut = len(head) < size
@@ -23,7 +29,10 @@ def preview_text(name: str, head: bytes, *, rows: int, size: int) -> str:
     text = head.decode("utf-8-sig", errors="replace")
     suffix = Path(name).suffix.lower()
     if suffix in (".csv", ".tsv"):
-        body, shown = _table(text, delimiter="\t" if suffix == ".tsv" else ",", rows=rows)
+        delimiter = "\t" if suffix == ".tsv" else ","
+        body, shown = _table(text, delimiter=delimiter, rows=rows, guard=guard)
+    elif guard is not None and guard.rules.schema_only:
+        body, shown = "(lines withheld by policy: schema only)", 0
     else:
         lines = text.splitlines()[:rows]
         body, shown = "\n".join(lines), len(lines)
@@ -33,8 +42,10 @@ def preview_text(name: str, head: bytes, *, rows: int, size: int) -> str:
     return f"{note}\n{body}"
 
 
-def _table(text: str, *, delimiter: str, rows: int) -> tuple[str, int]:
-    """Header plus `rows` records, cells cut to `MAX_CELL`, columns aligned."""
+def _table(
+    text: str, *, delimiter: str, rows: int, guard: DataGuard | None
+) -> tuple[str, int]:
+    """Header plus `rows` records, cells cut to `MAX_CELL`, columns aligned, columns guarded."""
     reader = csv.reader(io.StringIO(text), delimiter=delimiter)
     records: list[list[str]] = []
     try:
@@ -46,10 +57,16 @@ def _table(text: str, *, delimiter: str, rows: int) -> tuple[str, int]:
         raise ToolFailure(f"cannot parse as CSV: {exc}") from None
     if not records:
         return "(empty file)", 0
+    note = ""
+    if guard is not None:
+        columns = guard.columns(records[0])
+        body = [columns.row(row) for row in records[1:]] if columns.rows else []
+        records, note = [columns.header(records[0]), *body], columns.note()
     widths = [max(len(r[i]) for r in records if i < len(r)) for i in range(len(records[0]))]
     lines = [" | ".join(v.ljust(widths[i]) if i < len(widths) else v for i, v in enumerate(r))
              for r in records]
-    return "\n".join(line.rstrip() for line in lines), len(records) - 1
+    table = "\n".join(line.rstrip() for line in lines)
+    return (f"({note})\n{table}" if note else table), len(records) - 1
 
 
 def _cell(value: str) -> str:

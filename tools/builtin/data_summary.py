@@ -27,6 +27,7 @@ from pathlib import Path
 
 from sbx.sandbox.units import format_size
 from sbx.tools.builtin.data_files import DataFile, index_data_files, open_data_file
+from sbx.tools.guard import DataGuard
 
 HEAD_BYTES = 64 * 1024
 MAX_FILES = 20
@@ -44,19 +45,19 @@ _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+
 _BOOLS = {"true", "false", "yes", "no"}
 
 
-def summarize_data(paths: Sequence[Path]) -> str:
-    """The `/data` section of the system prompt."""
+def summarize_data(paths: Sequence[Path], *, guard: DataGuard | None = None) -> str:
+    """The `/data` section of the system prompt; `guard`'s column rules apply to its tables."""
     index = index_data_files(list(paths), max_files=MAX_FILES + 1)
     if not index.files and not index.refused:
         return "No data files were given for this run; /data is empty."
-    parts = [describe_file(item) for item in index.files[:MAX_FILES]]
+    parts = [describe_file(item, guard) for item in index.files[:MAX_FILES]]
     if len(index.files) > MAX_FILES:
         parts.append("(more files: call list_data_files, or os.listdir('/data'))")
     parts += [f"- not available: {reason}" for reason in index.refused]
     return "\n\n".join(parts)
 
 
-def describe_file(item: DataFile) -> str:
+def describe_file(item: DataFile, guard: DataGuard | None = None) -> str:
     """One file's entry: path and size, plus the table view for CSV/TSV."""
     header = f"- /data/{item.name} ({format_size(item.size)})"
     suffix = Path(item.name).suffix.lower()
@@ -65,7 +66,8 @@ def describe_file(item: DataFile) -> str:
             head = _read_head(item)
         except OSError as exc:
             return f"{header}: cannot be read here ({exc.strerror})"
-        return f"{header}\n{describe_table(head, size=item.size, tsv=suffix == '.tsv')}"
+        table = describe_table(head, size=item.size, tsv=suffix == ".tsv", guard=guard)
+        return f"{header}\n{table}"
     reader = _READERS.get(suffix)
     return f"{header}: read it in the sandbox with {reader}" if reader else header
 
@@ -78,7 +80,7 @@ def _read_head(item: DataFile) -> bytes:
         os.close(fd)
 
 
-def describe_table(head: bytes, *, size: int, tsv: bool) -> str:
+def describe_table(head: bytes, *, size: int, tsv: bool, guard: DataGuard | None = None) -> str:
     """Columns with inferred dtypes, the row count and the first rows of a CSV/TSV head."""
     complete = len(head) >= size
     if not complete and b"\n" in head:
@@ -90,18 +92,27 @@ def describe_table(head: bytes, *, size: int, tsv: bool) -> str:
         return f"  (not parseable as {'TSV' if tsv else 'CSV'}: {exc})"
     if not records:
         return "  (empty file)"
-    columns, rows = records[0][:MAX_COLUMNS], records[1:]
+    header, rows = records[0], records[1:]
     dtypes = [infer_dtype([row[i] for row in rows[:INFER_ROWS] if i < len(row)])
-              for i in range(len(columns))]
-    pairs = zip(columns, dtypes, strict=True)
-    listed = ", ".join(f"{_cell(name)} ({dtype})" for name, dtype in pairs)
-    more = f" and {len(records[0]) - MAX_COLUMNS} more" if len(records[0]) > MAX_COLUMNS else ""
+              for i in range(len(header))]
     if complete:
         count = f"{len(rows)} rows"
     else:
         count = f"about {round(len(rows) * size / max(len(head), 1))} rows (estimated)"
-    lines = [f"  columns: {listed}{more}", f"  {count}; first rows:"]
-    for row in rows[:SAMPLE_ROWS]:
+    shown = rows[:SAMPLE_ROWS]
+    note = ""
+    if guard is not None:
+        columns = guard.columns(header)
+        header, dtypes, note = columns.header(header), columns.header(dtypes), columns.note()
+        shown = [columns.row(row) for row in shown] if columns.rows else []
+    pairs = zip(header[:MAX_COLUMNS], dtypes[:MAX_COLUMNS], strict=True)
+    listed = ", ".join(f"{_cell(name)} ({dtype})" for name, dtype in pairs)
+    more = f" and {len(header) - MAX_COLUMNS} more" if len(header) > MAX_COLUMNS else ""
+    lines = [f"  columns: {listed}{more}"]
+    if note:
+        lines.append(f"  ({note})")
+    lines.append(f"  {count}; first rows:" if shown else f"  {count}")
+    for row in shown:
         lines.append("    " + ",".join(_cell(value) for value in row[:MAX_COLUMNS]))
     return "\n".join(lines)
 

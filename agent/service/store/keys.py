@@ -18,7 +18,7 @@ from typing import Any, Literal
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from sbx.agent.config import ServiceQuotas
+from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.models import ApiKey
 

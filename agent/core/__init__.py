@@ -1,0 +1,5 @@
+"""The application core: the front door every face calls, and what it is built from.
+
+Configuration, conversations and workspaces, the agent loop, its state, budgets and
+events, and the transcript.
+"""

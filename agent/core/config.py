@@ -1,0 +1,208 @@
+"""The configuration step: the policy file read once, each table handed to its own layer.
+
+One TOML file (`sbx.toml`; the packaged, fully commented default is
+`tools/sbx.toml`) configures all of sbx. It is read here and nowhere else,
+and split by owner, so configuration never climbs back up through a lower
+layer:
+
+    [sandbox]                  ──▶ sbx.sandbox.limits.Limits       (the container)
+    [tools.*] [quotas] [audit] ──▶ sbx.tools.policy.Policy         (the gate)
+    [agent] [agent.budget]     ──▶ sbx.agent.core.settings.AgentSettings (the loop)
+    [service] [service.quotas] ──▶ ServiceSettings (below)            (`sbx serve` only)
+    [restore]                  ──▶ sbx.agent.core.restore_settings.RestoreSettings (state replay)
+
+Every mistake in the file is a `PolicyError` naming the file, the line and
+the dotted key (`sbx.toml:12: sandbox.memory: ...`); faces report it as an
+operator error. Command-line flags are applied afterwards (`with_flags`), and
+a bad flag is a `SettingsError` naming the flag; a face's per-run limits come
+in one way, a `LimitsRequest` (`limited`), only ever below `[sandbox]`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sbx.agent.core.restore_settings import RestoreSettings
+from sbx.agent.core.settings import FLAG_NAMES, AgentSettings, SettingsError, apply_flags
+from sbx.sandbox.limits import Bytes, Limits, Seconds
+from sbx.tools.custom import custom_tools
+from sbx.tools.policy import Policy, PolicyError, default_policy_path
+from sbx.tools.toml_lines import key_lines, line_of
+
+if TYPE_CHECKING:
+    from sbx.agent.core.limits_request import LimitsRequest
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+class ServiceQuotas(BaseModel):
+    """Per-principal defaults of `sbx serve` (`[service.quotas]`); each API key may override them.
+
+    Past one, the service answers 429 with `Retry-After` and a problem body naming the quota
+    (an upload larger than `upload_bytes` is 413: retrying cannot help).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_conversations: int = Field(default=4, ge=0, le=10_000)
+    """Conversations open at once (each may hold a sandbox); deleting one frees its slot."""
+    runs_per_hour: int = Field(default=120, ge=0, le=1_000_000)
+    """Questions and `/v1/execute` calls started in any rolling hour."""
+    cpu_seconds_per_day: float = Field(default=3600.0, ge=0)
+    """Sandbox CPU seconds used in any rolling 24 hours; checked before each run starts."""
+    dataset_bytes: Bytes = 1024**3
+    """Bytes of uploaded datasets stored at once."""
+    upload_bytes: Bytes = 100 * 1024**2
+    """Largest single upload; the stream is cut (413) as soon as it passes this."""
+
+
+class ServiceSettings(BaseModel):
+    """How `sbx serve` behaves (`[service]`): sizes, timeouts, queue, replicas; no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    idle_timeout: Seconds = 120.0
+    """Seconds a conversation with no run keeps its sandbox; the next question restores its
+    state by replay (`[restore]`), or starts empty and is told so."""
+    max_running: int = Field(default=8, ge=1, le=1024)
+    """Runs executing at once in one replica (each holds a worker thread)."""
+    max_queued: int = Field(default=64, ge=0, le=100_000)
+    """Runs waiting for a worker; past it a question gets 503 with `Retry-After`."""
+    max_body: Bytes = 1024**2
+    """Largest JSON request body (uploads are bounded by the upload quota instead)."""
+    client_timeout: Seconds = 30.0
+    """Seconds a client may take to send a request's head (then the connection is closed),
+    and may pause between two chunks of its body (then 408)."""
+    max_question_chars: int = Field(default=20_000, ge=1, le=1_000_000)
+    """Longest question accepted."""
+    models: list[str] = Field(default_factory=list)
+    """Models a conversation may ask for besides the configured one (none: only that one)."""
+    heartbeat: Seconds = 2.0
+    """Seconds between a replica's heartbeats in the store."""
+    stale_after: Seconds = 15.0
+    """A replica silent this long is dead: its conversations and runs become `interrupted`."""
+    quotas: ServiceQuotas = ServiceQuotas()
+    """Per-principal defaults; `sbx keys create --max-conversations ...` overrides per key."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppConfig:
+    """Everything a policy file configures, typed, immutable, each part for one layer."""
+
+    source: Path
+    """The file it was read from (the packaged default when none was given)."""
+    policy: Policy
+    """Tools, argument rules, quotas and the audit log: the gate's part."""
+    settings: AgentSettings
+    """The model, the budget and context handling: the loop's part (flags applied)."""
+    limits: Limits
+    """The sandbox's resource and isolation limits: the container's part (flags applied)."""
+    service: ServiceSettings = ServiceSettings()
+    """`sbx serve`'s sizes, timeouts and per-principal quota defaults (other faces ignore it)."""
+    restore: RestoreSettings = RestoreSettings()
+    """Whether and within which bounds a lost sandbox's state is rebuilt by replay."""
+
+    def digest(self) -> str:
+        """SHA-256 of the effective configuration (canonical JSON), recorded at each run."""
+        effective = {
+            "policy": self.policy.model_dump(mode="json"),
+            "agent": self.settings.model_dump(mode="json"),
+            "sandbox": self.limits.model_dump(mode="json"),
+        }
+        text = json.dumps(effective, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def with_flags(self, flags: Mapping[str, Any]) -> AppConfig:
+        """The agent settings with command-line flags applied (None means not given)."""
+        try:
+            return replace(self, settings=apply_flags(self.settings, flags))
+        except ValidationError as exc:
+            raise SettingsError(
+                "invalid value for " + describe_validation_error(exc, prefix="--")
+            ) from None
+
+    def limited(self, request: LimitsRequest) -> AppConfig:
+        """This configuration with a face's per-run limits applied, only ever tighter.
+
+        Raises `LimitRefused` (naming the knob and the policy's value) for a
+        request above the policy's `[sandbox]` ceiling.
+        """
+        if not request.changes():
+            return self
+        return replace(self, limits=request.within(self.limits))
+
+
+def load_config(path: Path | None = None) -> AppConfig:
+    """Read and validate the policy file once; `None` reads the packaged default."""
+    source = path or default_policy_path()
+    try:
+        text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(f"{source}: cannot read policy: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"{source}: not valid TOML: {exc}") from None
+    sandbox = data.pop("sandbox", {})
+    agent = data.pop("agent", {})
+    service = data.pop("service", {})
+    restore = data.pop("restore", {})
+    policy = _validate(Policy, data, (), source, text)
+    try:
+        custom_tools(policy)  # a bad `entry` is the operator's error now, not at the first call
+    except PolicyError as exc:
+        raise PolicyError(f"{source}: {exc}") from None
+    return AppConfig(
+        source=source,
+        service=_validate(ServiceSettings, service, ("service",), source, text),
+        limits=_validate(Limits, sandbox, ("sandbox",), source, text),
+        restore=_validate(RestoreSettings, restore, ("restore",), source, text),
+        settings=_validate(AgentSettings, agent, ("agent",), source, text),
+        policy=policy,
+    )
+
+
+def _validate(
+    model: type[_Model], data: Any, table: tuple[str, ...], source: Path, text: str
+) -> _Model:
+    """Validate one table; a failure names the file, the line and the dotted key."""
+    if not isinstance(data, dict):
+        raise PolicyError(f"{source}: [{'.'.join(table)}] must be a table")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        loc = [*table, *(part for part in first["loc"] if isinstance(part, str | int))]
+        line = line_of(key_lines(text), loc)
+        where = f"{source}:{line}" if line else str(source)
+        raise PolicyError(f"{where}: {describe_validation_error(exc, table=table)}") from None
+
+
+def describe_validation_error(
+    exc: ValidationError, *, table: tuple[str, ...] = (), prefix: str = ""
+) -> str:
+    """The one operator-facing wording of a pydantic error: `dotted.key: what is wrong`.
+
+    Only the first error is spelled out (it names its key; fixing it often
+    fixes the rest), followed by a count of the others. Flags pass
+    `prefix="--"` so the key reads as the flag that sets it.
+    """
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    parts = [*table, *(str(part) for part in first["loc"] if isinstance(part, str | int))]
+    dotted = ".".join(parts) or "(top level)"
+    if prefix:
+        last = parts[-1] if parts else "value"
+        dotted = prefix + FLAG_NAMES.get(last, last.replace("_", "-"))
+    message = "unknown key" if first["type"] == "extra_forbidden" else str(first["msg"])
+    message = message.removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{dotted}: {message}{more}"

@@ -1,0 +1,384 @@
+"""`Conversation`: one sandbox session, the messages, the data and the transcript; ask again.
+
+A conversation is what an analyst has with sbx: a first question, then
+follow-ups that see the variables the earlier runs' code defined, because
+every run of a conversation sends its code to the same sandbox session. Each
+`ask()` is one run: its own run id, its own gate (per-run quotas, audit
+records `run_start` .. `run_end`), its own budget, and a `RunResult`. The
+messages carry over, so the model also remembers what it said.
+
+Every happening is a typed event (`sbx.agent.core.events`) written to the
+conversation's transcript and handed to each subscriber (the CLI's progress,
+the service's event stream); a subscriber that raises is dropped, never the run.
+An execution's live output goes to the subscribers alone, as `output_chunk`
+events while the code runs; the transcript keeps the output in `tool_result`.
+
+Cancellation (Ctrl-C, or `cancel()` from another thread) ends the run as
+`cancelled`: the gate marks the interrupted call `cancelled`, the sandbox is
+removed (its interpreter may still be running the code), and the next
+question gets a fresh sandbox and a note that earlier variables are gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sbx.agent.core.asking import PendingInput, answer_message
+from sbx.agent.core.config import AppConfig
+from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
+from sbx.agent.core.loop import run
+from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
+from sbx.agent.core.restore import forgotten, prior_cells, replace_killed, restore_workspace
+from sbx.agent.core.restore_text import note
+from sbx.agent.core.state import RunResult, SandboxUsage
+from sbx.agent.core.transcript import Transcript
+from sbx.agent.core.workspace import Workspace, WorkspaceSpec
+from sbx.agent.model.client import ModelClient, TokenUsage
+from sbx.agent.provenance.data import data_digests
+from sbx.sandbox.closing import Closing
+from sbx.sandbox.errors import SandboxError
+from sbx.sandbox.pool import Pool
+from sbx.sandbox.session import new_run_id
+from sbx.sandbox.units import format_size
+from sbx.tools.audit import AuditError, AuditLog
+from sbx.tools.builtin.ask_user import bounded_answer
+from sbx.tools.context import Operator
+from sbx.tools.gate import ToolGate
+
+logger = logging.getLogger(__name__)
+
+RESET_NOTE = (
+    "[sbx] The sandbox was reset since the previous question: variables, imports and "
+    "files from earlier runs are gone. Re-run what you need."
+)
+UNANSWERED = "[sbx] Not run: the run ended before this call was made ({status})."
+
+
+def new_conversation_id() -> str:
+    """A short unique id shared by the conversation's transcript, sandbox labels and audit."""
+    return "conv-" + uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationSpec:
+    """What a conversation is opened with; the face fills it from its own inputs."""
+
+    principal: str
+    """Who asks, as the face authenticated them; it reaches every audit record."""
+    data: tuple[Path, ...] = ()
+    """Files and directories mounted read-only at `/data/<name>`."""
+    output: Path | None = None
+    """One directory for every run's artifacts; default `<output_root>/<run_id>` per run."""
+    output_root: Path = Path("sbx-output")
+    """Where per-run artifact directories go when `output` is not given."""
+    label: str | None = None
+    """Shown first in the progress and kept in the transcript (the demo's "scripted model")."""
+    conversation_id: str | None = None
+    """A chosen id (the service's); a new one when None."""
+    operator: Operator | None = None
+    """Who answers the model's `ask_user` at once (the CLI's terminal prompt); None: no one."""
+    defer_questions: bool = False
+    """Without an operator, `ask_user` ends the run `needs_input` and `answer()` continues it;
+    with neither, the model is not offered `ask_user`."""
+
+
+class Conversation(Closing):
+    """Questions and answers over one sandbox session; `close()` removes the sandbox."""
+
+    def __init__(
+        self,
+        *,
+        spec: ConversationSpec,
+        config: AppConfig,
+        model: ModelClient,
+        audit: AuditLog,
+        transcript: Transcript,
+        pool: Pool | None,
+        image: str,
+    ) -> None:
+        self.id = spec.conversation_id or new_conversation_id()
+        self.spec = spec
+        self.config = config
+        self.model = model
+        self.image = image
+        self.transcript = transcript
+        self.workspace = Workspace(
+            spec=WorkspaceSpec(
+                owner_id=self.id, principal=spec.principal, data=spec.data, output=spec.output,
+                output_root=spec.output_root, operator=spec.operator,
+                defer_questions=spec.defer_questions,
+            ),
+            config=config, audit=audit, pool=pool, image=image,
+        )
+        self._messages: list[dict[str, Any]] = []
+        self._prompt: SystemPrompt | None = None
+        self._sinks: list[EventSink] = []
+        self._lock = threading.Lock()
+        self._gate: ToolGate | None = None
+        self.runs: list[RunResult] = []
+        """Every run's result, in order."""
+        self.pending: PendingInput | None = None
+        """The last run ended `needs_input`: `answer()` continues it (a new question drops it)."""
+
+    # ------------------------------------------------------------ subscribers
+
+    def subscribe(self, sink: EventSink) -> Callable[[], None]:
+        """Send every later event to `sink`; returns the function that unsubscribes it."""
+        self._sinks.append(sink)
+        return lambda: self._sinks.remove(sink) if sink in self._sinks else None
+
+    def emit(self, event: Event) -> None:
+        """Record an event in the transcript, then hand it to every subscriber."""
+        self.transcript.record(event)
+        self._publish(event)
+
+    def _publish(self, event: Event) -> None:
+        """Hand an event to every subscriber (live output comes here from the tool's thread)."""
+        for sink in list(self._sinks):
+            try:
+                sink(event)
+            except Exception:  # a broken display must not end the run
+                logger.warning("an event subscriber failed and was removed", exc_info=True)
+                if sink in self._sinks:
+                    self._sinks.remove(sink)
+
+    # ------------------------------------------------------------ questions
+
+    def ask(self, question: str, *, run_id: str | None = None) -> RunResult:
+        """Answer one question, continuing the conversation; one question at a time.
+
+        Returns a `RunResult` for every ending, Ctrl-C included (`cancelled`);
+        raises only for operator errors (the sandbox or the audit log failed),
+        after recording a `run_error` event.
+        """
+        with self._lock:
+            run_id = run_id or new_run_id()
+            try:
+                result = self._run(question, run_id)
+            except KeyboardInterrupt:  # outside the loop, which records its own
+                result = self._cancelled(run_id)
+            self.runs.append(result)
+            return result
+
+    def answer(self, answer: str, *, run_id: str | None = None) -> RunResult:
+        """Continue the run that ended `needs_input` with the user's answer: a new run.
+
+        The sandbox is the same one if it is still alive (variables kept), else a
+        fresh one and the model is told (`RESET_NOTE`). The new run's records
+        (transcript `run_start`, audit `run_start` and `user_answer`) name the run
+        it continues. Raises `ValueError` when no run is waiting for an answer.
+        """
+        with self._lock:
+            pending = self.pending
+            if pending is None:
+                raise ValueError("no run of this conversation is waiting for an answer")
+            run_id = run_id or new_run_id()
+            text = bounded_answer(answer)
+            try:
+                result = self._run(answer_message(pending, text), run_id, continues=pending,
+                                   answer=text)
+            except KeyboardInterrupt:
+                result = self._cancelled(run_id)
+            self.runs.append(result)
+            return result
+
+    def restore(
+        self, messages: list[dict[str, Any]], pending: PendingInput | None, *, lost: bool
+    ) -> None:
+        """Take up a conversation from its record (a new process): its messages, its question.
+
+        `lost`: code ran in the sandbox that is gone now, so the model is told.
+        """
+        with self._lock:
+            self._messages = list(messages)
+            self.pending = pending
+            self.workspace.reset_pending = lost
+            if lost:
+                self.workspace.lost("the previous process ended")
+
+    def cancel(self) -> None:
+        """Cancel the run in progress from another thread: its sandbox is removed."""
+        gate = self._gate
+        if gate is not None:
+            gate.cancel()
+        self.workspace.discard(reason="the run was cancelled")
+
+    def reset(self) -> None:
+        """Forget the messages and replace the sandbox: the next question starts afresh."""
+        with self._lock:
+            self.workspace.discard()
+            self.workspace.take_reset()  # a fresh start needs no note
+            self.workspace.lost_reason()
+            self._messages = []
+            self.emit(forgotten())  # a later restore replays nothing from before
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation as the model will next see it (a copy)."""
+        return list(self._messages)
+
+    def close(self) -> None:
+        """Remove the sandbox, close the model client and the transcript (idempotent)."""
+        try:
+            self.workspace.close()
+        finally:
+            self.model.close()
+            self.transcript.close()
+
+    # ------------------------------------------------------------ internals
+
+    def _run(
+        self, question: str, run_id: str, *, continues: PendingInput | None = None,
+        answer: str | None = None,
+    ) -> RunResult:
+        """Open the gate for one run, run the loop, settle the history, close the gate."""
+        self.pending = None
+        replace_killed(self.workspace, self.config.restore)
+        live = LiveRelay(run_id, self._publish)
+        gate = self.workspace.open_gate(
+            run_id, continues=continues.run_id if continues else None, on_output=live
+        )
+        self._gate = gate
+        reason = "error"
+        try:
+            prompt = self._system_prompt(gate)
+            reset = self.workspace.take_reset() and bool(self._messages)
+            cells = prior_cells(self.transcript.path, self.config.restore, reset=reset)
+            asked = f"{RESET_NOTE}\n\n{question}" if reset else question
+            start = self._run_start(run_id, question, prompt, gate, reset=reset)
+            if continues is not None:
+                start = start.model_copy(update={"continues": continues.run_id})
+                gate.record_answer(continues=continues.run_id, question=continues.question,
+                                   answer=answer or "")
+            self.emit(start)
+            if cells is not None:
+                restored = restore_workspace(self.workspace, cells, self.config.restore,
+                                             run_id=run_id, reason=self.workspace.lost_reason())
+                self.emit(restored)
+                asked = f"{note(restored)}\n\n{question}"
+            result = run(
+                asked, model=self.model, gate=gate, settings=self.config.settings,
+                system_prompt=prompt.text, history=self._messages, emit=self.emit,
+            )
+            reason = result.status
+            self._messages = settle(list(result.messages), result.status)
+            if result.status == "needs_input" and result.question is not None:
+                self.pending = PendingInput(run_id=run_id, question=result.question)
+        except KeyboardInterrupt:
+            reason = "cancelled"
+            raise
+        except (SandboxError, AuditError) as exc:
+            self.emit(RunError(run_id=run_id, error=f"{type(exc).__name__}: {exc}"))
+            raise
+        finally:
+            live.close()
+            if reason == "cancelled":
+                gate.cancel()
+                self.workspace.discard(reason="the run was cancelled")
+            self._gate = None
+            gate.close(reason=reason)
+        return result
+
+    def _system_prompt(self, gate: ToolGate) -> SystemPrompt:
+        """Built once per conversation: later runs continue the messages it began."""
+        if self._prompt is None or not self._messages:
+            limits = self.config.limits
+            self._prompt = build_system_prompt(
+                data=self.spec.data,
+                tools=gate.enabled_names(),
+                timeout_s=limits.timeout,
+                memory=format_size(limits.memory),
+                tool_format=self.config.settings.tool_format,
+                guard=gate.guard,
+            )
+            if self._prompt.redactions:
+                gate.record_redactions("system_prompt", self._prompt.redactions)
+        return self._prompt
+
+    def _run_start(
+        self, run_id: str, question: str, prompt: SystemPrompt, gate: ToolGate, *, reset: bool
+    ) -> RunStart:
+        settings = self.config.settings
+        return RunStart(
+            run_id=run_id,
+            conversation_id=self.id,
+            label=self.spec.label,
+            question=question,
+            model=self.model.model,
+            base_url=self.model.base_url,
+            prompt_version=prompt.version,
+            policy_sha256=self.config.digest(),
+            tools=gate.enabled_names(),
+            budget=settings.budget.model_dump(),
+            settings=settings.model_dump(exclude={"budget"}),
+            data=[str(path) for path in self.spec.data],
+            data_sha256=data_digests(self.spec.data),
+            output_dir=str(self.workspace.output_dir(run_id)),
+            image=self.image,
+            principal=self.spec.principal,
+            sandbox_reset=reset,
+        )
+
+    def _cancelled(self, run_id: str) -> RunResult:
+        """The result of a run cancelled before or after the loop (which records its own)."""
+        result = RunResult(
+            run_id=run_id, status="cancelled", answer=None,
+            message="Cancelled by the operator (Ctrl-C or SIGTERM)", turns=0, tool_calls=0,
+            usage=TokenUsage(), duration_s=0.0, artifacts=(), sandbox=SandboxUsage(),
+            messages=tuple(self._messages),
+        )
+        self.emit(RunEnd.model_validate({"run_id": run_id, **result.as_dict()}))
+        return result
+
+
+class LiveRelay:
+    """One run's live output as `output_chunk` events, to subscribers only, until it ends.
+
+    Called from the thread that runs the execution; once the run has ended
+    (an abandoned call's thread may still be printing) nothing more goes out.
+    """
+
+    def __init__(self, run_id: str, publish: Callable[[Event], None]) -> None:
+        self.run_id = run_id
+        self._publish = publish
+        self._lock = threading.Lock()
+        self._open = True
+
+    def __call__(self, call_id: str, stream: str, text: str) -> None:
+        """Publish one chunk of the execution of `call_id` (several events if it is long)."""
+        with self._lock:
+            if self._open:
+                for event in output_chunks(self.run_id, call_id, stream, text):
+                    self._publish(event)
+
+    def close(self) -> None:
+        """The run ended: drop whatever comes later."""
+        with self._lock:
+            self._open = False
+
+
+def settle(messages: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:
+    """The history a follow-up continues: every tool call answered, as the API requires.
+
+    A run that ended on a budget after the model asked for tools leaves calls
+    without results; each gets a `tool` message saying it was not run.
+    """
+    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    for message in reversed(messages):
+        if message.get("role") != "assistant":
+            continue
+        missing = [c for c in message.get("tool_calls") or [] if c.get("id") not in answered]
+        messages.extend(
+            {"role": "tool", "tool_call_id": call.get("id"),
+             "content": UNANSWERED.format(status=status)}
+            for call in missing
+        )
+        break
+    return messages
+

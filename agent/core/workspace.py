@@ -1,0 +1,237 @@
+"""`Workspace`: a sandbox held for one caller, and the gate that guards every call into it.
+
+The tools without a model. A conversation keeps one workspace and opens a
+gate per run (per question); a caller that brings its own agent (an MCP
+client, `POST /v1/execute`) opens one gate for its whole session and calls
+tools through it. Either way the sandbox is opened at first use (from the
+pool, holding a host lease), kept between calls so variables persist, and
+removed by `discard()` (the code in it dies with it; the next call gets a
+fresh one and `reset_pending` says so) or `close()`.
+
+The principal and the owner's id (a conversation's, an MCP session's) reach
+every audit record through the gate's `ToolContext`; the caller never
+chooses them from model or client input.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sbx.agent.core.config import AppConfig
+from sbx.agent.core.settings import SettingsError
+from sbx.sandbox.closing import Closing
+from sbx.sandbox.errors import InvalidInput, SandboxError
+from sbx.sandbox.files import data_mounts
+from sbx.sandbox.live_output import OutputCallback
+from sbx.sandbox.pool import Pool
+from sbx.sandbox.result import ExecutionResult
+from sbx.sandbox.session import Session
+from sbx.sandbox.spec import SessionSpec
+from sbx.tools.audit import AuditLog
+from sbx.tools.context import Operator, OutputSink, ToolContext
+from sbx.tools.gate import ToolGate, build_gate
+from sbx.tools.registry import Tool
+
+
+class WorkspaceClosed(SandboxError):
+    """Code was sent to a workspace after it closed (its owner ended while a call came in)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkspaceSpec:
+    """Who uses the workspace, with which data, and where files go."""
+
+    owner_id: str
+    """The conversation's or the tool session's id (audit `run_start`, transcript)."""
+    principal: str
+    """Who asks, as the face authenticated them; it reaches every audit record."""
+    data: tuple[Path, ...] = ()
+    """Files and directories mounted read-only at `/data/<name>`."""
+    output: Path | None = None
+    """One directory for every run's artifacts; default `<output_root>/<run_id>` per run."""
+    output_root: Path = Path("sbx-output")
+    """Where per-run artifact directories go when `output` is not given."""
+    operator: Operator | None = None
+    """Who answers `ask_user` at once (a person at a terminal); None: no one now."""
+    defer_questions: bool = False
+    """Without an operator, `ask_user` ends the run `needs_input` (the face continues it)."""
+
+
+def check_data(data: Sequence[Path]) -> None:
+    """Refuse data the sandbox's user could not read (`SettingsError`), before anything runs.
+
+    Host-side tools must never read more than the sandbox can.
+    """
+    try:
+        data_mounts(list(data))
+    except InvalidInput as exc:
+        raise SettingsError(str(exc)) from None
+
+
+class Workspace(Closing):
+    """A sandbox session kept across calls, and gates bound to it; thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        spec: WorkspaceSpec,
+        config: AppConfig,
+        audit: AuditLog,
+        pool: Pool | None,
+        image: str,
+        extra_tools: tuple[Tool, ...] = (),
+    ) -> None:
+        self.spec = spec
+        self.config = config
+        self.audit = audit
+        self.image = image
+        self._pool = pool
+        self._extra_tools = extra_tools
+        self._session: Session | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self.reset_pending = False
+        """The sandbox was removed since it was last used: its variables are gone."""
+        self.used = False
+        """Code has run in the current sandbox (a reset then loses something)."""
+        self._lost = ""
+        """Why the interpreter's state was last lost (restore tells the model); "" if kept."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether code may run at all (the policy enables `execute_python`)."""
+        return self.config.policy.tools.execute_python.enabled and self._pool is not None
+
+    def output_dir(self, run_id: str) -> Path:
+        """Where the artifacts of `run_id` are copied."""
+        return self.spec.output or self.spec.output_root / run_id
+
+    def open_gate(
+        self, run_id: str, *, continues: str | None = None, on_output: OutputSink | None = None
+    ) -> ToolGate:
+        """A started gate for one run, its code sent to this workspace's sandbox.
+
+        The sandbox is opened now if it is not open yet (None without
+        `execute_python`); its artifacts for this run go to `output_dir(run_id)`.
+        The gate may outlive a `discard()`: its next program opens a new
+        sandbox. The caller closes the gate (`run_end`) when the run ends. `continues`
+        names the run this one continues (after `needs_input`) in the audit's `run_start`;
+        `on_output(call_id, stream, text)` receives executions' output while they run.
+        """
+        opened = self._sandbox(run_id)
+        context = ToolContext(
+            run_id=run_id,
+            runner=_CurrentSandbox(self, run_id) if opened is not None else None,
+            data_paths=list(self.spec.data),
+            principal=self.spec.principal,
+            conversation_id=self.spec.owner_id,
+            operator=self.spec.operator,
+            defer_questions=self.spec.defer_questions,
+            continues=continues,
+            on_output=on_output,
+        )
+        return build_gate(
+            self.config.policy,
+            limits=self.config.limits,
+            context=context,
+            audit=self.audit,
+            extra_tools=self._extra_tools,
+            max_argument_bytes=self.config.settings.max_argument_bytes,
+        )
+
+    def prepare(self, run_id: str) -> None:
+        """Open the sandbox now, labelled with `run_id`, if it is not open (restore first)."""
+        self._sandbox(run_id)
+
+    def take_reset(self) -> bool:
+        """Whether the sandbox was reset since the last look (and forget it)."""
+        with self._lock:
+            pending, self.reset_pending = self.reset_pending, False
+            return pending
+
+    def lost(self, reason: str) -> None:
+        """The interpreter lost its state in place (a timeout or OOM kill restarted it)."""
+        with self._lock:
+            self._lost = reason
+
+    @property
+    def state_lost(self) -> str:
+        """Why the state was lost since the last `lost_reason()` ("" when it was not)."""
+        return self._lost
+
+    def lost_reason(self) -> str:
+        """Why the state was lost, for the model's note (and forget it)."""
+        with self._lock:
+            reason, self._lost = self._lost, ""
+        return reason or "the sandbox was removed"
+
+    def discard(self, *, reason: str = "the sandbox was removed") -> None:
+        """Remove the sandbox (any running code dies with it); the next use opens a new one."""
+        with self._lock:
+            session, self._session = self._session, None
+            if session is not None and self.used:
+                self.reset_pending = True
+                self._lost = reason
+            self.used = False
+        if session is not None:
+            session.close()
+
+    def close(self) -> None:
+        """Remove the sandbox for good (idempotent): a gate still held opens no new one."""
+        with self._lock:
+            self._closed = True
+        self.discard()
+
+    def _sandbox(self, run_id: str) -> Session | None:
+        """The workspace's session, opened at first use, its output set for `run_id`."""
+        if not self.enabled or self._pool is None:
+            return None
+        with self._lock:
+            if self._closed:
+                raise WorkspaceClosed(f"the workspace of {self.spec.owner_id} is closed")
+            if self._session is None:
+                self._session = self._pool.session(
+                    SessionSpec(
+                        limits=self.config.limits,
+                        image=self.image,
+                        data=tuple(self.spec.data),
+                        output_dir=self.output_dir(run_id),
+                        run_id=run_id,
+                    )
+                )
+            self._session.output_dir = self.output_dir(run_id)
+            self.used = True
+            return self._session
+
+
+class _CurrentSandbox:
+    """The workspace's sandbox as the gate's runner, re-resolved at every run.
+
+    A gate kept across `discard()` (an MCP session's, for its whole life)
+    must send its next program to the new sandbox, not to the removed one,
+    and a session removed while it ran must not come back behind the
+    workspace's back (`Session.run` restarts a closed session).
+    """
+
+    def __init__(self, workspace: Workspace, run_id: str) -> None:
+        self._workspace = workspace
+        self._run_id = run_id
+
+    def run(self, code: str, *, on_output: OutputCallback | None = None) -> ExecutionResult:
+        """Run `code` in the workspace's current sandbox (opened again after a discard)."""
+        session = self._workspace._sandbox(self._run_id)
+        if session is None:
+            raise SandboxError("no sandbox is available in this workspace")
+        try:
+            result = session.run(code, on_output=on_output)
+            if result.state_reset:
+                self._workspace.lost("a timeout" if result.timed_out else "a kill at a limit")
+            return result
+        finally:
+            with self._workspace._lock:
+                current = self._workspace._session is session
+            if not current:  # discarded while it ran: remove whatever it restarted
+                session.close()

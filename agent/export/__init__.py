@@ -1,0 +1,1 @@
+"""Exports of a past run: a notebook, a script, a markdown report."""

@@ -1,0 +1,77 @@
+"""`sbx export`: a past run as a notebook, a script or a report, written to run next to its data.
+
+    ipynb   nbformat v4: a header cell (DATA_DIR, OUTPUT_DIR), then per run a
+            markdown cell with the question, one code cell per execution with
+            its recorded outputs (stdout, stderr, the error, PNG artifacts as
+            `image/png`), and a markdown cell with the answer and its sources
+            (`agent.export_notebook`)
+    py      the same code as one script with `# %%` cells (Jupytext, VS Code)
+    md      a report: question, steps (code and output), answer, sources,
+            unsupported numbers (`agent.export_report`)
+
+An execution that raised in the run stays in the export, because later code
+may use what it defined before raising: the notebook tags its cell
+`raises-exception` (Run All goes on past it, as Jupyter documents); the
+script runs it through `run_cell`, which prints the traceback and goes on.
+
+The code is the model's and the transcript anyone's: the export says so at
+the top; text from the transcript in comments and markdown is escaped
+(`export_code.comment`, `markdown_text`), and images are embedded only from
+regular files that are PNGs, at most `MAX_IMAGE_BYTES` each.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sbx.agent.export.code import comment, rewrite_paths
+from sbx.agent.export.common import executions, header_for
+from sbx.agent.provenance.record import RecordedConversation
+from sbx.tools.text_safety import safe_text
+
+Format = Literal["ipynb", "py", "md"]
+FORMATS: tuple[Format, ...] = ("ipynb", "py", "md")
+
+
+def export(record: RecordedConversation, fmt: Format) -> str:
+    """The conversation's runs in `fmt`, as text (a notebook is JSON)."""
+    if fmt == "ipynb":
+        from sbx.agent.export.notebook import to_notebook  # nbformat loads only when asked
+
+        return to_notebook(record)
+    if fmt == "md":
+        from sbx.agent.export.report import to_markdown
+
+        return to_markdown(record)
+    return to_script(record)
+
+
+RUN_CELL = '''
+def run_cell(source, name):
+    """Run code that raised in the original run; print its traceback and go on."""
+    import traceback
+
+    try:
+        exec(compile(source, name, "exec"), globals())
+    except Exception:
+        traceback.print_exc()
+'''
+
+
+def to_script(record: RecordedConversation) -> str:
+    """The code as one Python script with `# %%` cells."""
+    parts = [header_for(record)]
+    if any(execution.failed for _, execution in executions(record)):
+        parts.append(RUN_CELL.lstrip("\n"))
+    for run in record.runs:
+        parts.append(f"# %% [markdown]\n{comment('Question: ' + run.question)}\n")
+        for execution in run.executions:
+            title = f"execution {execution.number} [{execution.call_id}]"
+            code = rewrite_paths(execution.code)
+            if execution.failed:
+                title += f" (raised {execution.error_type or 'an error'} in the run)"
+                code = f"run_cell({code!r}, {f'execution {execution.number}'!r})\n"
+            parts.append(f"# %% {safe_text(title)}\n{code.rstrip()}\n")
+        if run.answer is not None:
+            parts.append(f"# %% [markdown]\n{comment('Answer: ' + run.answer)}\n")
+    return "\n\n".join(part.rstrip("\n") for part in parts) + "\n"

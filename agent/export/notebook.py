@@ -1,0 +1,92 @@
+"""The run as a Jupyter notebook (nbformat v4), validated before it is returned.
+
+Cells: the header (`export_code.header`); per run, a markdown cell with the
+question, one code cell per execution (its code with paths rewritten, its
+execution number as `execution_count`, its recorded outputs), and a markdown
+cell with the answer and where its numbers came from. A cell whose code
+raised in the run carries the `raises-exception` tag, so Run All (and
+`jupyter nbconvert --execute`) goes on past it, as the run did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import nbformat
+import nbformat.v4
+
+from sbx.agent.export.code import rewrite_paths
+from sbx.agent.export.common import executions, header_for, markdown_text, png_base64
+from sbx.agent.export.report import answer_section
+from sbx.agent.provenance.record import RecordedConversation, RecordedExecution
+
+KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
+
+# nbformat's builders carry no annotations: typed names for them, once.
+new_code_cell: Callable[..., Any] = nbformat.v4.new_code_cell
+new_markdown_cell: Callable[..., Any] = nbformat.v4.new_markdown_cell
+new_notebook: Callable[..., Any] = nbformat.v4.new_notebook
+new_output: Callable[..., Any] = nbformat.v4.new_output
+_writes: Callable[..., str] = nbformat.writes
+
+
+def to_notebook(record: RecordedConversation) -> str:
+    """The notebook as JSON text; raises nbformat's `ValidationError` if it were invalid."""
+    cells: list[Any] = [new_code_cell(header_for(record).rstrip("\n"))]
+    last_run = -1
+    for count, (run_index, execution) in enumerate(executions(record), start=1):
+        if run_index != last_run:
+            cells.extend(_closing(record, last_run))
+            cells.append(new_markdown_cell(f"## {markdown_text(_one_line(record, run_index))}"))
+            last_run = run_index
+        cells.append(_code_cell(execution, count))
+    cells.extend(_closing(record, last_run))
+    for index in range(last_run + 1, len(record.runs)):  # runs without executions
+        cells.append(new_markdown_cell(f"## {markdown_text(_one_line(record, index))}"))
+        cells.extend(_closing(record, index))
+    notebook = new_notebook(
+        cells=cells,
+        metadata={"kernelspec": KERNEL, "language_info": {"name": "python"},
+                  "sbx": {"transcript": record.path.name,
+                          "runs": [run.run_id for run in record.runs]}},
+    )
+    nbformat.validate(notebook)
+    return _writes(notebook)
+
+
+def _one_line(record: RecordedConversation, index: int) -> str:
+    question = record.runs[index].question.strip()
+    return f"Question: {question}" if question else f"Run {record.runs[index].run_id}"
+
+
+def _closing(record: RecordedConversation, index: int) -> list[Any]:
+    """The answer cell after a run's last execution (none before the first run)."""
+    if index < 0:
+        return []
+    return [new_markdown_cell(answer_section(record.runs[index]))]
+
+
+def _code_cell(execution: RecordedExecution, count: int) -> Any:
+    outputs = []
+    if execution.stdout:
+        outputs.append(new_output("stream", name="stdout", text=execution.stdout))
+    if execution.stderr:
+        outputs.append(new_output("stream", name="stderr", text=execution.stderr))
+    if execution.failed:
+        outputs.append(
+            new_output(
+                "error", ename=execution.error_type or "Error",
+                evalue=execution.error_message or "",
+                traceback=(execution.traceback or "").splitlines(),
+            )
+        )
+    for path in execution.artifacts:
+        encoded = png_base64(path)
+        if encoded is not None:
+            outputs.append(new_output("display_data", data={"image/png": encoded}, metadata={}))
+    metadata = {"tags": ["raises-exception"]} if execution.failed else {}
+    return new_code_cell(
+        rewrite_paths(execution.code).rstrip("\n"), execution_count=count,
+        outputs=outputs, metadata=metadata,
+    )

@@ -1,0 +1,112 @@
+"""The run as a markdown report: question, steps (code and output), answer, sources.
+
+Everything in it came from the model, the sandbox or a transcript file, so
+it is made inert before it is written: prose through `markdown_text` (no
+HTML, no links or images that a viewer would fetch), code and output in
+fences longer than any run of backticks inside them, table cells with their
+pipes escaped. A plot is shown as an image only when its file is a PNG on
+this machine, by its local path.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from sbx.agent.export.common import markdown_text, png_bytes
+from sbx.agent.provenance.record import RecordedConversation, RecordedExecution, RecordedRun
+from sbx.tools.text_safety import safe_text
+
+MAX_OUTPUT_LINES = 200
+"""Output lines shown per step; the notebook keeps them all."""
+_SAFE_PATH = re.compile(r"[\w./-]+")
+
+
+def to_markdown(record: RecordedConversation) -> str:
+    """The report for every run of the conversation."""
+    parts = [f"# sbx report: {markdown_text(record.path.name)}"]
+    for run in record.runs:
+        parts.append(_run_header(run))
+        for execution in run.executions:
+            parts.append(_step(execution))
+        parts.append(answer_section(run))
+    return "\n\n".join(parts) + "\n"
+
+
+def _run_header(run: RecordedRun) -> str:
+    lines = [f"## Question\n\n{markdown_text(run.question)}", "",
+             f"- Run: `{_code_span(run.run_id)}`, model `{_code_span(run.model)}`, prompt "
+             f"v{markdown_text(run.prompt_version)}, image `{_code_span(run.image)}`"]
+    for name, digest in run.data_sha256.items():
+        lines.append(f"- Data: `{_code_span(name)}` (sha256 `{_code_span(digest)}`)")
+    return "\n".join(lines)
+
+
+def _step(execution: RecordedExecution) -> str:
+    title = f"### Step {execution.number}"
+    if execution.failed:
+        title += f" (raised {markdown_text(execution.error_type or 'an error')})"
+    parts = [title, fenced(execution.code, "python")]
+    output = execution.stdout
+    if execution.failed and execution.traceback:
+        output += execution.traceback
+    if output.strip():
+        lines = output.splitlines()
+        if len(lines) > MAX_OUTPUT_LINES:
+            cut = len(lines) - MAX_OUTPUT_LINES
+            lines = [*lines[:MAX_OUTPUT_LINES], f"... ({cut} more lines)"]
+        parts += ["Output:", fenced("\n".join(lines), "text")]
+    for path in execution.artifacts:
+        parts.append(_image(path))
+    return "\n\n".join(parts)
+
+
+def answer_section(run: RecordedRun) -> str:
+    """The answer, the verdict on its numbers, and their sources (also the notebook's cell)."""
+    if run.answer is None:
+        return f"### No answer\n\nThe run ended `{_code_span(str(run.status))}`."
+    parts = ["### Answer", markdown_text(run.answer)]
+    if run.verified is True:
+        parts.append("**Verified**: every number checked was printed by the run's code.")
+    elif run.verified is False:
+        missing = ", ".join(markdown_text(number) for number in run.unsupported)
+        parts.append(f"**Not verified**: not printed by any output of the run: {missing}")
+    if run.sources:
+        parts.append(_sources_table(run.sources))
+    return "\n\n".join(parts)
+
+
+def _sources_table(sources: list[dict[str, Any]]) -> str:
+    rows = ["| Number | Printed by | Line | Output line |", "|---|---|---|---|"]
+    for source in sources:
+        execution = source.get("execution")
+        where = f"step {execution}" if execution is not None else str(source.get("tool", ""))
+        cells = [str(source.get("number", "")), where, str(source.get("line", "")),
+                 str(source.get("text", ""))]
+        rows.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(rows)
+
+
+def _cell(text: str) -> str:
+    return markdown_text(safe_text(text)).replace("|", "\\|")
+
+
+def _code_span(text: str) -> str:
+    """Text for inside single backticks: escaped to one line, no backtick to close it."""
+    return safe_text(text).replace("`", "'")
+
+
+def fenced(text: str, info: str) -> str:
+    """`text` in a code fence longer than any run of backticks in it (it cannot break out)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{safe_text(text.rstrip(), multiline=True)}\n{fence}"
+
+
+def _image(path: str) -> str:
+    """A local PNG shown by its path; anything else only named."""
+    name = markdown_text(Path(path).name)
+    if png_bytes(path) is None or not _SAFE_PATH.fullmatch(path):
+        return f"(file: {name})"
+    return f"![{name}](<{path}>)"

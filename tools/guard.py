@@ -1,0 +1,244 @@
+"""The data guard: personal data and secrets replaced before any text leaves for the model.
+
+The sandbox's code still reads the real data (it runs on the operator's
+machine); only what sbx sends to the model provider is filtered: tool
+observations and tool errors (at the gate, `ToolGate`), previews and the
+system prompt's data summary (column rules too). The person who asked sees
+the real output; the audit log records each redaction's rule and count, never
+the value.
+
+Detectors (each a typed placeholder):
+
+    [card]    13 to 19 digits, alone or in 4-4-4-4 / 4-6-5 groups, first digit 2-6
+              (the card networks), and a valid Luhn checksum
+    [secret]  API-key shapes (sk-..., AKIA..., ghp_..., xox?-..., AIza..., JWTs)
+              and PEM private-key blocks
+    [email]   local@domain.tld
+    [phone]   +<country> numbers with 8 to 15 digits, or (555) 123-4567 shapes
+    [iban]    two letters, two check digits, 11 to 30 characters, valid mod-97
+
+Every pattern has bounded quantifiers, so a scan is linear in the text: a
+hostile program's output cannot make the host spin. What the detectors cannot
+catch (free text, encodings the code invents) is in security.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from sbx.tools.guard_policy import GuardRules
+
+MASKED = "[masked]"
+
+_CARD = re.compile(
+    r"(?<![\w.])[2-6](?:\d{12,18}|\d{3}(?:[ -]\d{4}){3}(?:[ -]\d{3})?|\d{3}[ -]\d{6}[ -]\d{5})"
+    r"(?![\w])"
+)
+_SECRET = re.compile(
+    r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,200}"
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
+    r"|\bgh[pousr]_[A-Za-z0-9]{30,80}\b|\bgithub_pat_[A-Za-z0-9_]{40,120}"
+    r"|\bxox[abprs]-[A-Za-z0-9-]{10,120}"
+    r"|\bAIza[0-9A-Za-z_-]{35}"
+    r"|\b(?:sk|rk)_live_[A-Za-z0-9]{16,120}"
+    r"|\beyJ[A-Za-z0-9_-]{8,2000}\.eyJ[A-Za-z0-9_-]{8,4000}\.[A-Za-z0-9_-]{8,2000}"
+)
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END [A-Z ]{0,40}PRIVATE KEY-----")
+MAX_PEM = 16 * 1024
+"""Longest private-key block replaced whole (an RSA-8192 PEM is under 7 KiB)."""
+_EMAIL = re.compile(
+    r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}"
+    r"\.[A-Za-z]{2,24}(?![\w-])"
+)
+_PHONE = re.compile(
+    r"(?<![\w+.])(?:\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,6}(?:[ .-]\d{1,6}){0,4}"
+    r"|\(\d{3}\)[ .-]?\d{3}[ .-]\d{4}|\d{3}[.-]\d{3}[.-]\d{4})(?![\w.])"
+)
+_LAST_GROUP = re.compile(r"[ .-]\d{1,6}$")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b")
+
+
+def luhn_valid(digits: str) -> bool:
+    """Whether a digit string passes the Luhn checksum (payment card numbers do)."""
+    total = 0
+    for index, char in enumerate(reversed(digits)):
+        value = int(char)
+        if index % 2:
+            value = value * 2 - 9 if value > 4 else value * 2
+        total += value
+    return total % 10 == 0
+
+
+def iban_valid(text: str) -> bool:
+    """Whether `text` (spaces allowed) is an IBAN with a valid ISO 13616 mod-97 checksum."""
+    compact = text.replace(" ", "")
+    if not 15 <= len(compact) <= 34:
+        return False
+    moved = compact[4:] + compact[:4]
+    number = "".join(str(int(char, 36)) for char in moved)
+    return int(number) % 97 == 1
+
+
+def _digits(text: str) -> str:
+    return "".join(char for char in text if char.isdigit())
+
+
+def _phone(text: str) -> str | None:
+    """The phone number at the start of a match, else None.
+
+    Trailing groups past 15 digits belong to whatever followed it (a year, a count).
+    """
+    while len(_digits(text)) > 15 and _LAST_GROUP.search(text):
+        text = _LAST_GROUP.sub("", text)
+    return text if 8 <= len(_digits(text)) <= 15 else None
+
+
+def _whole(check: Callable[[str], bool]) -> Callable[[str], str | None]:
+    return lambda match: match if check(match) else None
+
+
+@dataclass(frozen=True)
+class _Detector:
+    name: str
+    pattern: re.Pattern[str]
+    found: Callable[[str], str | None] = lambda match: match
+    """The part of a match that is what the detector looks for (None: a false alarm)."""
+
+
+_DETECTORS: dict[str, _Detector] = {
+    "secrets": _Detector("secret", _SECRET),
+    "cards": _Detector("card", _CARD, _whole(lambda match: luhn_valid(_digits(match)))),
+    "ibans": _Detector("iban", _IBAN, _whole(iban_valid)),
+    "emails": _Detector("email", _EMAIL),
+    "phones": _Detector("phone", _PHONE, _phone),
+}
+"""In the order they run: secrets first (a key may contain digits a card check would take)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Guarded:
+    """Text as it may leave for the model, and what was replaced in it."""
+
+    text: str
+    """The filtered text."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """Replacements by placeholder name (`card`, `email`, ...); empty when none."""
+
+
+@dataclass(frozen=True)
+class DataGuard:
+    """The rules of one principal, applied to text and to tables bound for the model."""
+
+    rules: GuardRules
+
+    def text(self, text: str) -> Guarded:
+        """Replace every enabled detector's matches in `text` by its placeholder."""
+        counts: Counter[str] = Counter()
+        if self.rules.secrets:
+            text = _replace_pem(text, counts)
+        for key, detector in _DETECTORS.items():
+            if getattr(self.rules, key):
+                text = _replace(text, detector, counts)
+        return Guarded(text=text, counts=dict(counts))
+
+    def outcome(self, text: str, audit: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+        """A tool's observation filtered, and its audit fields with the counts (never values)."""
+        guarded = self.text(text)
+        if not guarded.counts:
+            return guarded.text, audit
+        return guarded.text, {**audit, "redactions": guarded.counts}
+
+    def columns(self, header: Sequence[str]) -> Columns:
+        """The column rules applied to one table's header (drop and mask by name)."""
+        return Columns(
+            drop=frozenset(i for i, n in enumerate(header) if _matches(n, self.rules.drop_columns)),
+            mask=frozenset(i for i, n in enumerate(header) if _matches(n, self.rules.mask_columns)),
+            rows=not self.rules.schema_only,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Columns:
+    """What a table bound for the model may show: which columns, masked or not, and rows."""
+
+    drop: frozenset[int]
+    """Column indexes left out."""
+    mask: frozenset[int]
+    """Column indexes whose cells are shown as `[masked]`."""
+    rows: bool
+    """Whether rows may be shown at all (not `schema_only`)."""
+
+    def header(self, names: Sequence[str]) -> list[str]:
+        """The header (or any per-column line, such as dtypes) without the dropped columns."""
+        return [value for i, value in enumerate(names) if i not in self.drop]
+
+    def row(self, values: Sequence[str]) -> list[str]:
+        """One data row: dropped columns left out, masked ones replaced."""
+        return [MASKED if i in self.mask else value
+                for i, value in enumerate(values) if i not in self.drop]
+
+    def note(self) -> str:
+        """What the policy withheld, for the model ("" when nothing)."""
+        notes = []
+        if self.drop:
+            notes.append(f"{len(self.drop)} column(s) withheld by policy")
+        if self.mask and self.rows:
+            notes.append(f"{len(self.mask)} column(s) masked by policy")
+        if not self.rows:
+            notes.append("rows withheld by policy (schema only)")
+        return "; ".join(notes)
+
+
+def _replace(text: str, detector: _Detector, counts: Counter[str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        whole = match.group(0)
+        found = detector.found(whole)
+        if found is None:
+            return whole
+        counts[detector.name] += 1
+        return f"[{detector.name}]{whole[len(found):]}"
+
+    return detector.pattern.sub(one, text)
+
+
+def _replace_pem(text: str, counts: Counter[str]) -> str:
+    """PEM private-key blocks replaced whole; one pass, each END found once (linear)."""
+    if "PRIVATE KEY-----" not in text:
+        return text
+    ends = list(_PEM_END.finditer(text))
+    parts: list[str] = []
+    position = 0
+    end_index = 0
+    for begin in _PEM_BEGIN.finditer(text):
+        if begin.start() < position:
+            continue
+        while end_index < len(ends) and ends[end_index].start() < begin.end():
+            end_index += 1
+        if end_index == len(ends):
+            break
+        end = ends[end_index]
+        if end.end() - begin.start() > MAX_PEM:
+            continue
+        parts += [text[position:begin.start()], "[secret]"]
+        counts["secret"] += 1
+        position = end.end()
+    return "".join(parts) + text[position:]
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    lowered = name.strip().lower()
+    return any(fnmatchcase(lowered, pattern.lower()) for pattern in patterns)
+
+
+def merge_counts(*counts: dict[str, int]) -> dict[str, int]:
+    """Several `Guarded.counts` added up (one audit record per place)."""
+    total: Counter[str] = Counter()
+    for one in counts:
+        total.update(one)
+    return dict(total)
