@@ -65,7 +65,7 @@ SANDBOX_VALUE_TYPES = (
 """What any face may take from `sandbox/`: its errors, results, units and limits."""
 SANDBOX_COMMANDS = {
     "agent/cli/doctor.py", "agent/cli/selftest.py", "agent/cli/bench.py",
-    "agent/cli/bench_gate.py", "agent/cli/image.py",
+    "agent/cli/bench_gate.py", "agent/cli/bench_restore.py", "agent/cli/image.py",
 }
 """The commands about the sandbox itself, which may reach its machinery."""
 BUILT_BY_THE_CORE = {"Workspace", "Conversation", "Session", "Pool", "Engine", "ToolGate"}

@@ -39,7 +39,7 @@ USED = "[stdout]\n(10, 10) 405\n"
 
 def _config(**restore: Any) -> AppConfig:
     config = load_config(None)
-    limits = config.limits.model_copy(update={"timeout": 3.0, "memory": 256 * 1024**2})
+    limits = config.limits.model_copy(update={"timeout": 15.0, "memory": 256 * 1024**2})
     return replace(config, limits=limits, restore=RestoreSettings(**restore))
 
 
