@@ -73,6 +73,7 @@ def read_resumable(path: Path) -> Resumable:
                                        ) if asked else None
     if conversation_id is None:
         raise TranscriptError(f"{path}: no conversation_start: not a transcript of sbx chat")
+    messages = settle(messages, "interrupted")  # a run its process died in has no run_end
     return Resumable(path=path, conversation_id=conversation_id, data=data, messages=messages,
                      pending=pending, executions=executions, next_seq=count)
 
