@@ -80,7 +80,7 @@ class RestoreBench:
         return dict(vars(self))
 
 
-IDLE_MEMORY = 192 * 2**20
+IDLE_MEMORY = 160 * 2**20
 """The sandboxes' memory limit for the bench (the host ledger reserves it for each of `idle`
 sandboxes; pandas loaded holds far less)."""
 
@@ -100,6 +100,7 @@ def run_restore_bench(*, image: str, cells_count: int, rounds: int, idle: int,
             for index in range(rounds):
                 progress(f"round {index + 1} of {rounds}: live, restored, cold")
                 _round(app, llm, endpoint, root / f"r{index}", report)
+            progress(report.render().splitlines()[0])
             if idle:
                 progress(f"{idle} idle conversations")
                 _idle(app, llm, endpoint, root / "idle", report)
