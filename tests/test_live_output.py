@@ -166,4 +166,6 @@ def test_a_callback_that_raises_is_dropped_and_the_execution_goes_on(
         create_go_file(engine, long_session.container_id)
         result = running.result(timeout=180)
     assert result.ok and result.stdout == "one\ntwo\n"
-    assert calls == ["one\n"]  # called once, then dropped
+    # Called once, then dropped (the first chunk may be "one" alone when the newline comes
+    # in a later read of the pipe).
+    assert len(calls) == 1 and "one\n".startswith(calls[0])
