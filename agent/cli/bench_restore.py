@@ -49,12 +49,19 @@ class RestoreBench:
     """The figures, in seconds and bytes."""
 
     cells: int
+    """Executions that build the state."""
     live_s: list[float] = field(default_factory=list)
+    """First answer with the sandbox kept, per round."""
     restored_s: list[float] = field(default_factory=list)
+    """First answer after the sandbox was released and restored, per round."""
     cold_s: list[float] = field(default_factory=list)
+    """First answer of a new conversation whose one program rebuilds the state, per round."""
     idle: int = 0
+    """Idle conversations measured."""
     held_bytes: int = 0
+    """Memory their sandboxes held (cgroup usage), all kept."""
     released_bytes: int = 0
+    """The same after every one was released."""
 
     def render(self) -> str:
         """The report's lines."""

@@ -71,9 +71,13 @@ class Cell:
     """One recorded execution that built the conversation's state."""
 
     call_id: str
+    """The recorded call's id (the model's); the replay's audit call id is `restore-<it>`."""
     code: str
+    """The program as it ran."""
     stdout: str = ""
+    """What it printed then: the re-run must print the same (see the module)."""
     error_type: str | None = None
+    """Always None for a cell that built state (failed calls are not replayed)."""
     artifacts: tuple[str, ...] = ()
     """Host paths of the files it left in `/output` when it ran."""
 

@@ -34,7 +34,9 @@ class Resumable:
     """A conversation read back from its transcript."""
 
     path: Path
+    """The transcript; the resumed conversation appends to it."""
     conversation_id: str
+    """The id it keeps (transcript, audit, sandbox labels)."""
     data: tuple[Path, ...]
     """The data the conversation was opened with (host paths)."""
     messages: list[dict[str, Any]]
@@ -44,6 +46,7 @@ class Resumable:
     executions: int
     """Programs the conversation ran (its sandbox is gone: they are replayed)."""
     next_seq: int
+    """The `seq` of the next transcript line."""
 
 
 def read_resumable(path: Path) -> Resumable:
