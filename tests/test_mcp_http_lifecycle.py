@@ -103,7 +103,7 @@ def test_cancelling_a_busy_loop_kills_it_and_the_next_call_says_state_was_reset(
 
 
 @pytest.mark.docker
-def test_an_idle_session_ends_and_the_next_call_with_its_name_says_so(sqlite, serve, engine):
+def test_an_idle_session_ends_and_the_next_call_with_its_name_restores_it(sqlite, serve, engine):
     server = serve(sqlite, policy={"service": {"idle_timeout": "1s"}})
     key = server.key("ann")
 
@@ -114,14 +114,14 @@ def test_an_idle_session_ends_and_the_next_call_with_its_name_says_so(sqlite, se
             wait_for(lambda: not containers_of(engine, first), what="the idle sandbox's removal")
             wait_for(lambda: {c["id"]: c["status"] for c in _conversations(server, key)}
                      .get(first) == "closed", what="the idle session's end")
-            after = await client.call_tool("execute_python", {"code": "kept"})
+            after = await client.call_tool("execute_python", {"code": "print(kept + 1)"})
         return first, after
 
     first, after = anyio.run(scenario)
 
     text = text_of(after)
-    assert text.startswith(RESET) and "idle for more than 1 s" in text.splitlines()[0]
-    assert "NameError: name 'kept' is not defined" in text
+    assert text.startswith(RESTORED) and "idle for more than 1 s" in text.splitlines()[0]
+    assert "restored 1 cells" in text.splitlines()[0] and "[stdout]\n2" in text
     assert session_ids(server)[0] == first and len(session_ids(server)) == 2
 
 

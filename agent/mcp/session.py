@@ -89,7 +89,7 @@ class McpSession(Closing):
 
     def __init__(
         self, *, session_id: str, workspace: Workspace, caller: Caller, admission: Admission,
-        reset_reason: str | None = None,
+        reset_reason: str | None = None, journal: tuple[Cell, ...] = (),
     ) -> None:
         self.id = session_id
         self.workspace = workspace
@@ -110,7 +110,7 @@ class McpSession(Closing):
         """Told at the next execution: set by a discard, or given by an earlier session of
         the same key that ended idle (its state is gone, and the client should know)."""
         self._artifacts: dict[str, Artifact] = {}
-        self._journal: list[Cell] = []
+        self._journal: list[Cell] = list(journal)
         """The executions that built the sandbox's state, replayed after a reset (issue 21)."""
         self.live = LiveTail()
         """The running execution's newest output line, for progress notifications."""
@@ -163,6 +163,11 @@ class McpSession(Closing):
             with self._lock:
                 self._busy -= 1
                 self._last_used = time.monotonic()
+
+    def journal(self) -> tuple[Cell, ...]:
+        """The executions a later session of the same key replays (this one ended idle)."""
+        with self._lock:
+            return tuple(self._journal)
 
     def artifact(self, name: str) -> Artifact | None:
         """The latest artifact this session's code left under `name`, if any."""
