@@ -83,7 +83,9 @@ def test_a_follow_up_uses_the_first_runs_variable_and_the_stream_resumes_without
     rest = stream(alice, second, after=int(seen[-1]["id"]))
     together = seen + rest
     assert [e["id"] for e in together] == [str(n) for n in range(1, len(together) + 1)]
-    assert [e["event"] for e in together] == [
+    # Live output comes as output_chunk events only when the runner sends it before the
+    # result (a quick print usually rides with the result; a loaded host splits them).
+    assert [e["event"] for e in together if e["event"] != "output_chunk"] == [
         "run_start", "message", "model_reply", "tool_result", "model_reply", "run_end"]
 
     run = alice.get(f"/v1/runs/{second}").json()

@@ -32,6 +32,7 @@ from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.keys import revoke_key
 from sbx.agent.service.store.models import WebSession
 from sbx.agent.service.web.headers import PAGE_CSP
+from sbx.agent.service.web.sessions import COOKIE
 from web_support import sign_in, watch
 
 serve = service_support.serve
@@ -49,7 +50,19 @@ def _signed_in(server, name: str):
     client = server.client()
     answer = client.post("/web/session", json={"key": key}, headers={"Origin": server.url})
     assert answer.status_code == 200, answer.text
-    return client, answer.json()["csrf_token"], answer.headers["set-cookie"]
+    raw = answer.headers["set-cookie"]
+    _hold_cookie(client, raw.split(";")[0].split("=", 1)[1])
+    return client, answer.json()["csrf_token"], raw
+
+
+def _hold_cookie(client, token: str) -> None:
+    """Keep the session cookie in `client` as a browser on loopback would.
+
+    httpx sends a `Secure` cookie only over HTTPS; Chromium treats http://127.0.0.1 as
+    secure (the browser tests check it), so the tests' client holds a plain copy.
+    """
+    client.cookies.clear()
+    client.cookies.set(COOKIE, token)
 
 
 @pytest.mark.docker
@@ -58,12 +71,12 @@ def test_the_session_cookie_is_httponly_strict_expiring_and_stored_only_as_a_has
 ):
     server = serve(_sqlite(tmp_path))
     client, csrf, raw = _signed_in(server, "ana")
-    token = client.cookies["sbx_session"]
+    token = client.cookies[COOKIE]
     flags = [part.strip() for part in raw.split(";")]
-    assert flags[0] == f"sbx_session={token}" and len(token) >= 43
-    assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= set(flags)
+    assert flags[0] == f"__Host-sbx_session={token}" and len(token) >= 43
+    assert {"HttpOnly", "SameSite=Strict", "Path=/", "Secure"} <= set(flags)  # __Host- rules
+    assert not any(flag.lower().startswith("domain") for flag in flags)
     assert any(flag.startswith("Max-Age=") and 0 < int(flag[8:]) <= 8 * 3600 for flag in flags)
-    assert "Secure" not in flags  # plain HTTP on loopback; behind TLS it is Secure
     assert client.get("/v1/datasets").status_code == 200  # the cookie is a key for the API
     assert client.get("/web/session").json()["principal"] == "key:ana"
 
@@ -86,7 +99,7 @@ def test_the_session_cookie_is_httponly_strict_expiring_and_stored_only_as_a_has
         assert signed_out.status_code == 204
         assert "Max-Age=0" in signed_out.headers["set-cookie"]
         replay = server.client()
-        replay.cookies.set("sbx_session", client.cookies.get("sbx_session") or token)
+        replay.cookies.set(COOKIE, client.cookies.get(COOKIE) or token)
         assert replay.get("/v1/datasets").status_code == 401  # ended on the server too
 
         client, csrf, _ = _signed_in(server, "cy")
@@ -96,6 +109,30 @@ def test_the_session_cookie_is_httponly_strict_expiring_and_stored_only_as_a_has
         db.close()
     assert server.client().post("/web/session", json={"key": "sbx_nope"},
                                 headers={"Origin": server.url}).status_code == 401
+
+
+@pytest.mark.docker
+def test_a_planted_session_is_refused_and_signing_in_rotates_the_session(serve, tmp_path):
+    server = serve(_sqlite(tmp_path))
+    attacker, _, raw = _signed_in(server, "mallory")
+    planted = raw.split(";")[0].split("=", 1)[1]
+    # A sibling origin can plant a cookie with Domain= but not a __Host- one: the plain
+    # name a sibling could set authenticates nobody.
+    victim = server.client()
+    victim.cookies.set("sbx_session", planted)
+    assert victim.get("/web/session").json()["signed_in"] is False
+    assert victim.get("/v1/datasets").status_code == 401
+    # A session carried into sign-in ends there; the browser gets a new token.
+    _hold_cookie(victim, planted)
+    assert victim.get("/web/session").json()["principal"] == "key:mallory"
+    answer = victim.post("/web/session", json={"key": server.key("victor")},
+                         headers={"Origin": server.url})
+    assert answer.status_code == 200 and answer.json()["principal"] == "key:victor"
+    fresh = answer.headers["set-cookie"].split(";")[0].split("=", 1)[1]
+    assert fresh != planted
+    _hold_cookie(victim, fresh)
+    assert victim.get("/web/session").json()["principal"] == "key:victor"
+    assert attacker.get("/v1/datasets").status_code == 401  # the planted session is gone
 
 
 @pytest.mark.docker
@@ -165,8 +202,9 @@ def test_a_forged_form_post_from_another_origin_is_refused_in_a_real_browser(
     server = serve(_sqlite(tmp_path))
     page = browser.new_page()
     sign_in(page, server.url, server.key("ana"))
-    cookie = next(c for c in browser.cookies() if c["name"] == "sbx_session")
+    cookie = next(c for c in browser.cookies() if c["name"] == COOKIE)
     assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    assert cookie["secure"] is True  # kept over http://127.0.0.1: loopback counts as secure
     assert cookie["expires"] > time.time() + 3600
     assert page.evaluate("document.cookie") == ""  # scripts cannot read it
 
@@ -185,7 +223,7 @@ def test_a_forged_form_post_from_another_origin_is_refused_in_a_real_browser(
         assert cross_site.value.request.header_value("cookie") is None
 
     client = server.client()
-    client.cookies.set("sbx_session", cookie["value"])
+    client.cookies.set(COOKIE, cookie["value"])
     assert client.get("/v1/conversations").json()["items"] == []
 
 

@@ -42,6 +42,39 @@ class Operator(Protocol):
         ...
 
 
+class PlanBook:
+    """A run's count of accepted `update_plan` calls (the plan itself is the agent's state).
+
+    The gate reserves a revision when it allows a call (`reserve`), the tool
+    numbers it (`accepted`); `written` tells whether this run has a plan yet.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reserved = 0
+        self._accepted = 0
+
+    def reserve(self, limit: int) -> bool:
+        """Reserve one revision; False when `limit` revisions were reserved already."""
+        with self._lock:
+            if self._reserved >= limit:
+                return False
+            self._reserved += 1
+            return True
+
+    def accepted(self) -> int:
+        """Count one saved revision; returns its number in this run (1, 2, ...)."""
+        with self._lock:
+            self._accepted += 1
+            return self._accepted
+
+    @property
+    def written(self) -> bool:
+        """Whether a plan was allowed in this run (code may then run where a plan is required)."""
+        with self._lock:
+            return self._reserved > 0
+
+
 @dataclass(kw_only=True)
 class ToolContext:
     """What the built-in tools need for one agent run, chosen by the operator, not the model."""
@@ -69,6 +102,8 @@ class ToolContext:
     on_output: OutputSink | None = None
     """Where `execute_python` sends stdout and stderr while the code runs (the conversation
     turns them into `output_chunk` events); None: nowhere, the result alone."""
+    plan: PlanBook = field(default_factory=PlanBook)
+    """This run's plan revisions, counted (shared by every call's copy of the context)."""
     call_id: str | None = None
     """The call being served: the gate sets it on the copy each call receives (`for_call`)."""
 

@@ -39,7 +39,7 @@ from sbx.sandbox.limits import Limits
 from sbx.tools.audit import AuditError, AuditLog
 from sbx.tools.bounded import CallCancelled, CallTimedOut, run_bounded
 from sbx.tools.breaker import BREAKER_RULE, Breaker, failure_signature, tripped_text
-from sbx.tools.builtin import builtin_tools
+from sbx.tools.builtin import builtin_tools, check_plan_call
 from sbx.tools.call_records import (
     CallIds,
     invalid_arguments,
@@ -246,6 +246,7 @@ class ToolGate:
             errors = exc.errors(include_url=False, include_context=False, include_input=False)
             return self._refuse("invalid", invalid_arguments(name, [dict(e) for e in errors]))
         denied_or_none = check_arguments(self._policy, self._limits, name, args)
+        denied_or_none = denied_or_none or check_plan_call(self._policy, self._context, name, args)
         denied_or_none = denied_or_none or self._quota.take(name)
         if denied_or_none is None:
             return args

@@ -16,18 +16,28 @@ import hashlib
 import re
 from importlib import resources
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    field_validator,
+    model_validator,
+)
 
 # Bytes and Seconds are re-exported: the agent's settings use the same units.
 from sbx.sandbox.limits import Bytes as Bytes
 from sbx.sandbox.limits import Seconds as Seconds
 from sbx.sandbox.units import at_most_seconds as at_most_seconds
+from sbx.sandbox.units import parse_size
 from sbx.tools.guard_policy import GuardPolicy
 
 BUILTIN_TOOLS = (
     "execute_python", "calculate", "list_data_files", "preview_data_file", "http_get", "ask_user",
-    "upload_dataset",
+    "upload_dataset", "update_plan",
 )
 DEFAULT_CALL_TIMEOUT_S = 30.0
 """`[tools] timeout`: seconds one tool call may take at the gate, unless its own rule says."""
@@ -118,6 +128,24 @@ class AskUserRule(ToolRule):
     """Seconds the operator at a terminal has to answer; then the call ends `error`."""
 
 
+DataSize = Annotated[int, BeforeValidator(parse_size), Field(ge=0), PlainSerializer(int)]
+"""A byte count that may be 0 (`"10m"`, `0`)."""
+
+
+class PlanRule(ToolRule):
+    """`update_plan`: the model writes its plan and keeps it current; every face shows it."""
+
+    max_steps: int = Field(default=12, ge=1, le=50)
+    """Most steps one plan may have; a longer plan is refused (the model is told to merge)."""
+    max_step_chars: int = Field(default=200, ge=10, le=1000)
+    """Most characters of one step's description."""
+    max_updates: int = Field(default=20, ge=1, le=200)
+    """Plans saved per run (the first and every revision); later calls are refused."""
+    require_plan_from_data: DataSize | None = None
+    """A run whose data totals at least this many bytes must write a plan before its first
+    execution (`execute_python` is refused until then); 0: every run; None: never."""
+
+
 class UploadDatasetRule(ToolRule):
     """`upload_dataset`: an MCP client over `sbx serve`'s `/mcp` stores a file as a dataset.
 
@@ -165,6 +193,8 @@ class ToolsPolicy(BaseModel):
     """Ask the person who asked a question, where someone can answer."""
     upload_dataset: UploadDatasetRule = UploadDatasetRule()
     """Store a file sent in a tool call as the caller's dataset (`sbx serve`'s `/mcp` only)."""
+    update_plan: PlanRule = PlanRule()
+    """The model's plan: its steps and their status, revised as results arrive."""
     custom: dict[str, CustomToolRule] = Field(default_factory=dict)
     """Tools loaded from `entry` or registered by the embedding program; each must exist when
     the gate is built."""

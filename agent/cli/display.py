@@ -26,8 +26,10 @@ import click
 from pydantic import BaseModel, ValidationError
 
 from sbx.agent.core.events import Event, StateRestored
+from sbx.agent.core.plan import pending_note
 from sbx.agent.core.restore_text import summary
 from sbx.agent.core.transcript import TranscriptError, numbered_events
+from sbx.tools.builtin.plan import MARKS as PLAN_MARKS
 from sbx.tools.text_safety import safe_text
 
 Row = dict[str, Any]
@@ -157,6 +159,31 @@ class Progress:
         for path in _list(event, "artifacts"):
             self._echo(f"   saved {_clip(_text(path))}")
 
+    def _on_plan(self, event: Row) -> None:
+        """The plan as a checklist, each changed step marked with what it was."""
+        changed = {  # the first plan is all new: nothing to mark
+            _text(change.get("step")): change
+            for change in (_as_map(item, "changes[]") for item in _list(event, "changes"))
+        } if event.get("revision") != 1 else {}
+        note = f": {_text(event.get('note'))}" if event.get("note") else ""
+        self._echo(_clip(f"   plan (revision {_text(event.get('revision'))}){note}"),
+                   fg="magenta", bold=True)
+        for index, item in enumerate(_list(event, "steps"), start=1):
+            step = _as_map(item, "steps[]")
+            status, text = _text(step.get("status")), _text(step.get("description"))
+            tool = f" ({_text(step.get('tool'))})" if step.get("tool") else ""
+            change = changed.get(text)
+            was = ""
+            if change is not None:
+                was = "  <- new" if change.get("change") == "added" else (
+                    f"  <- was {_text(change.get('before'))}")
+            line = f"   {PLAN_MARKS.get(status, '[?]')} {index}. {text}{tool}"
+            self._echo(_clip(line) + _clip(was), dim=status == "dropped",
+                       bold=change is not None)
+        for change in changed.values():
+            if change.get("change") == "removed":
+                self._echo(f"   (removed) {_clip(_text(change.get('step')))}", dim=True)
+
     def _on_compaction(self, event: Row) -> None:
         count = len(_list(event, "shortened"))
         self._echo(
@@ -182,6 +209,9 @@ class Progress:
             self._echo(f"   {_clip(_text(event.get('message')))}", fg=colour)
         else:
             self._provenance(event)
+        pending = [_text(step) for step in _list(event, "plan_pending")]
+        if pending:
+            self._echo(f"   {_clip(pending_note(pending))}", fg="yellow")
         for path in _list(event, "artifacts"):
             self._echo(f"   artifact: {_clip(_text(path))}")
         if self._show_answer and event.get("answer"):

@@ -70,6 +70,8 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
               help="Sandbox CPU seconds per rolling 24 hours.")
 @click.option("--dataset-bytes", callback=_size, help="Dataset bytes stored, e.g. 2g.")
 @click.option("--upload-bytes", callback=_size, help="Largest single upload, e.g. 200m.")
+@click.option("--storage-bytes", callback=_size,
+              help="Bytes stored: datasets, artifacts and events, e.g. 5g.")
 @_store_options
 def create(name: str, role: str, database: str | None, data_dir: Path | None,
            **quotas: Any) -> None:

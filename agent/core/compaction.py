@@ -9,8 +9,9 @@ happen again on the very next turn.
 
 Never shortened: the system prompt (it carries the data preview) and the
 user's question (only `tool` messages are touched at all); the newest failed
-observation (the model is fixing it); the data tools' previews; and every
-observation of the latest turn (the model has not read them yet). The
+observation (the model is fixing it); the data tools' previews; the newest
+`update_plan` observation (the current plan); and every observation of the
+latest turn (the model has not read them yet). The
 transcript recorded each observation whole when it was appended, so nothing
 is lost, only left out of what the model is sent.
 """
@@ -68,7 +69,7 @@ def shorten_observations(
 
 
 def protected_indexes(state: RunState) -> set[int]:
-    """Observations kept whole: the newest failure, data previews, the latest turn's."""
+    """Observations kept whole: newest failure, data previews, current plan, latest turn's."""
     if not state.observations:
         return set()
     latest = max(observation.turn for observation in state.observations)
@@ -78,6 +79,9 @@ def protected_indexes(state: RunState) -> set[int]:
     failed = [o.index for o in state.observations if o.failed]
     if failed:
         keep.add(failed[-1])
+    plans = [o.index for o in state.observations if o.tool == "update_plan" and not o.failed]
+    if plans:  # the current plan is never cut
+        keep.add(plans[-1])
     return keep
 
 

@@ -61,7 +61,11 @@ class ServiceQuotas(BaseModel):
     dataset_bytes: Bytes = 1024**3
     """Bytes of uploaded datasets stored at once."""
     upload_bytes: Bytes = 100 * 1024**2
-    """Largest single upload; the stream is cut (413) as soon as it passes this."""
+    """Largest single upload; the stream is cut (413) as soon as it passes this. It also
+    bounds the bytes of one key's uploads in progress at once (429 past it)."""
+    storage_bytes: Bytes = 5 * 1024**3
+    """Bytes stored at once: datasets, run artifacts and stored run events together; past
+    it new runs and uploads are refused (429) until runs or datasets are deleted."""
 
 
 class ServiceSettings(BaseModel):
@@ -89,6 +93,9 @@ class ServiceSettings(BaseModel):
     """Seconds between a replica's heartbeats in the store."""
     stale_after: Seconds = 15.0
     """A replica silent this long is dead: its conversations and runs become `interrupted`."""
+    retention: Seconds = 7 * 86400.0
+    """Seconds an ended run (its events and artifacts) is kept; the housekeeper then deletes
+    it. At most a week."""
     quotas: ServiceQuotas = ServiceQuotas()
     """Per-principal defaults; `sbx keys create --max-conversations ...` overrides per key."""
 

@@ -32,7 +32,8 @@ from typing import Any
 from sbx.agent.core.asking import PendingInput, answer_message
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
-from sbx.agent.core.loop import run
+from sbx.agent.core.loop import CANCELLED_MESSAGE, run
+from sbx.agent.core.plan import plan_from_messages
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.core.restore import forgotten, prior_cells, replace_killed, restore_workspace
 from sbx.agent.core.restore_text import note
@@ -265,6 +266,7 @@ class Conversation(Closing):
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
+                **last_plan(self.runs, self._messages),
             )
             reason = result.status
             self._messages = settle(list(result.messages), result.status)
@@ -329,7 +331,7 @@ class Conversation(Closing):
         """The result of a run cancelled before or after the loop (which records its own)."""
         result = RunResult(
             run_id=run_id, status="cancelled", answer=None,
-            message="Cancelled by the operator (Ctrl-C or SIGTERM)", turns=0, tool_calls=0,
+            message=CANCELLED_MESSAGE, turns=0, tool_calls=0,
             usage=TokenUsage(), duration_s=0.0, artifacts=(), sandbox=SandboxUsage(),
             messages=tuple(self._messages),
         )
@@ -361,6 +363,19 @@ class LiveRelay:
         """The run ended: drop whatever comes later."""
         with self._lock:
             self._open = False
+
+
+def last_plan(runs: list[RunResult], messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The plan a follow-up starts from: the last run's, else the messages' (`restore`).
+
+    None after `reset()` or at the start.
+    """
+    if not messages:
+        return {}
+    if runs:
+        return {"plan": runs[-1].plan, "plan_revision": runs[-1].plan_revision}
+    plan, revision = plan_from_messages(messages)
+    return {"plan": plan, "plan_revision": revision}
 
 
 def settle(messages: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:

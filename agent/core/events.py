@@ -14,6 +14,8 @@ transcript line back into the same types (what `sbx replay` renders).
                         only: never written to the transcript, where tool_result keeps it)
     tool_result         one observation exactly as the model received it, status, artifacts,
                         and an execution's own stdout, stderr and error
+    plan                the model saved its plan (the first or a revision): every step with
+                        its status, and what changed since the previous one
     compaction          which older observations were shortened before a request
     run_end             how the run ended, the answer (completed only), totals, and whether
                         the answer's numbers were printed by an output (verified, sources)
@@ -177,6 +179,47 @@ class ToolResult(_Event):
     """For `execute_python`: stdout, stderr and the error apart (None in older transcripts)."""
 
 
+class PlanStepRecord(BaseModel):
+    """One step of a plan as recorded (`sbx.tools.builtin.plan.PlanStep`); model-written."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    description: str
+    status: str
+    """`pending`, `in_progress`, `done` or `dropped`."""
+    tool: str | None = None
+
+
+class PlanChange(BaseModel):
+    """What one revision changed about one step."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    change: str
+    """`added`, `removed` (left out of the new plan) or `status`."""
+    step: str
+    """The step's description."""
+    before: str | None = None
+    """The status it had (None when added)."""
+    after: str | None = None
+    """The status it has now (None when removed)."""
+
+
+class PlanUpdated(_Event):
+    """The model saved its plan through `update_plan`: the whole plan and what changed."""
+
+    type: Literal["plan"] = "plan"
+    turn: int = 0
+    call_id: str = ""
+    """The `update_plan` call that saved it."""
+    revision: int = 1
+    """1 for the conversation's first plan, then one more per revision."""
+    steps: list[PlanStepRecord] = Field(default_factory=list)
+    changes: list[PlanChange] = Field(default_factory=list)
+    note: str = ""
+    """Why it changed, as the model said (model-written)."""
+
+
 class Compaction(_Event):
     """Older observations were shortened to keep the context under its bound."""
 
@@ -218,6 +261,12 @@ class RunEnd(_Event):
     sources: list[SourceRecord] = Field(default_factory=list)
     unsupported: list[str] = Field(default_factory=list)
     """Numbers of the answer no output printed."""
+    plan: list[PlanStepRecord] = Field(default_factory=list)
+    """The final plan (empty when the model wrote none)."""
+    plan_revision: int = 0
+    """The final plan's revision number (0: no plan)."""
+    plan_pending: list[str] = Field(default_factory=list)
+    """Steps of the final plan still pending or in progress when the run answered."""
     cost: dict[str, Any] | None = None
     """What the run cost by the policy's price table (`agent.core.cost.Cost.as_dict`)."""
 
@@ -272,6 +321,7 @@ Event = Annotated[
     | ModelReplied
     | OutputChunk
     | ToolResult
+    | PlanUpdated
     | Compaction
     | RunEnd
     | RunError
@@ -284,7 +334,7 @@ KNOWN_TYPES = frozenset(
     str(model.model_fields["type"].default)
     for model in (
         ConversationStart, RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult,
-        Compaction, RunEnd, RunError, StateRestored,
+        PlanUpdated, Compaction, RunEnd, RunError, StateRestored,
     )
 )
 

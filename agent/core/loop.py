@@ -37,11 +37,13 @@ from sbx.agent.core.events import (
     discard,
 )
 from sbx.agent.core.feedback import artifact_paths, count_execution, repeated_failure_notices
+from sbx.agent.core.plan import follow_up_notice, note_plan, pending_steps
 from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.state import Ending, Observation, RunResult, RunState
 from sbx.agent.core.tracing import traced_complete, traced_run
 from sbx.agent.model.client import ModelClient, ModelError, ModelReply, ToolCallRequest
 from sbx.agent.provenance.run import answer_ending, execution_record, note_output, settle_ending
+from sbx.tools.builtin.plan import PlanStep
 from sbx.tools.gate import ToolGate
 from sbx.tools.outcome import ToolOutcome
 
@@ -64,6 +66,9 @@ class CutOff:
 
 CUT_OFF = frozenset({"length", "content_filter"})
 """Finish reasons that mean the text stopped before the model was done."""
+CANCELLED_MESSAGE = "Cancelled: the run was stopped before it finished."
+"""Every face's message for a cancelled run (Ctrl-C, a cancel call, a drain): it names no
+face's way of cancelling."""
 
 
 @dataclass(frozen=True)
@@ -95,11 +100,15 @@ def run(
     system_prompt: str,
     history: Sequence[dict[str, Any]] = (),
     emit: EventSink = discard,
+    plan: Sequence[PlanStep] = (),
+    plan_revision: int = 0,
 ) -> RunResult:
     """Answer `question` with the model and the gate's tools, within `settings.budget`.
 
     `history` continues a conversation (its first message is the system prompt
-    it began with); without it the run starts from `system_prompt`. Returns a
+    it began with); without it the run starts from `system_prompt`. `plan` is the
+    plan the conversation's previous run left (revision `plan_revision`): the run
+    starts from it and the model is shown it before the question. Returns a
     `RunResult` for every ending, Ctrl-C included (`cancelled`); raises only
     for operator errors from the gate (the sandbox or the audit log failed).
     """
@@ -109,6 +118,9 @@ def run(
     )
     if not history:
         add_message(state, {"role": "system", "content": system_prompt}, emit)
+    elif plan:
+        state.plan, state.plan_revision = tuple(plan), plan_revision
+        add_message(state, {"role": "user", "content": follow_up_notice(plan)}, emit)
     add_message(state, {"role": "user", "content": question}, emit)
     tools = gate.schemas()
     dispatcher = ToolDispatcher(gate, workers=settings.parallel_tools)
@@ -120,7 +132,7 @@ def run(
                 break
     except KeyboardInterrupt:
         cancelled = True
-        ending = Ending(status="cancelled", message="Cancelled by the operator (Ctrl-C or SIGTERM)")
+        ending = Ending(status="cancelled", message=CANCELLED_MESSAGE)
     finally:
         dispatcher.close(wait=not cancelled)
     return finish(state, ending, emit, tariff=settings.prices.tariff(model.model))
@@ -245,6 +257,7 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
                 execution=execution_record(outcome),
             )
         )
+        note_plan(state, outcome, emit)
     for notice in repeated_failure_notices(state, outcomes):
         add_message(state, {"role": "user", "content": notice}, emit)
 
@@ -292,6 +305,9 @@ def finish(
         verified=traced.verified if traced is not None else None,
         sources=traced.sources if traced is not None else (),
         unsupported=traced.unsupported if traced is not None else (),
+        plan=state.plan,
+        plan_revision=state.plan_revision,
+        plan_pending=pending_steps(state.plan) if ending.status == "completed" else (),
         cost=tariff.cost(state.usage, state.sandbox).as_dict() if tariff is not None else None,
     )
     emit(RunEnd.model_validate(result.as_dict()))

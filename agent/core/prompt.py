@@ -18,6 +18,13 @@ from string import Template
 from sbx.tools.builtin.data_summary import summarize_data
 from sbx.tools.guard import DataGuard
 
+PLANNING = """- When the question needs more than one or two executions, first write a plan with
+  `update_plan`: a few short steps, each with its status and the tool you expect to use. The
+  user watches it. Update it when a step finishes, fails or your approach changes (mark a step
+  you give up `dropped`, add the new ones), and mark every step done or dropped before you
+  answer.
+"""
+"""The prompt's planning paragraph, included when `update_plan` is enabled."""
 _HEADER = re.compile(r"\A<!--(.*?)-->\s*", re.DOTALL)
 _VERSION = re.compile(r"version (\d+)")
 
@@ -69,6 +76,8 @@ def build_system_prompt(
     guarded = guard.text(summary) if guard is not None else None
     body, version = load_template()
     body = body.replace("$how_to_run", load_section(tool_format).strip())
+    planning = "update_plan" in tools and tool_format != "text"  # text mode offers no tools
+    body = body.replace("$planning\n", PLANNING if planning else "")
     text = Template(body).substitute(
         tools=", ".join(f"`{name}`" for name in tools) or "(no tools)",
         data=guarded.text if guarded is not None else summary,

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from sbx.agent.model.reply import TokenUsage
 from sbx.agent.provenance.trace import Output, Provenance, Source
+from sbx.tools.builtin.plan import PlanStep
 
 Status = Literal[
     "completed",
@@ -132,6 +133,10 @@ class RunState:
     """`execute_python` calls the gate ran (numbers the outputs: execution 1, 2, ...)."""
     pending: PendingAnswer | None = None
     """The answer whose unsupported numbers the validation turn asked about (asked once)."""
+    plan: tuple[PlanStep, ...] = ()
+    """The model's current plan (`update_plan`); a follow-up starts from the last run's."""
+    plan_revision: int = 0
+    """Plans saved in the conversation so far (the last one's number; 0: none yet)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -196,6 +201,12 @@ class RunResult:
     """Each traced number of the answer, with the execution and output line that printed it."""
     unsupported: tuple[str, ...] = ()
     """Numbers of the answer that no output printed, as written."""
+    plan: tuple[PlanStep, ...] = ()
+    """The final plan, as the model last saved it (empty when it wrote none)."""
+    plan_revision: int = 0
+    """The final plan's revision number in the conversation (0: no plan)."""
+    plan_pending: tuple[str, ...] = ()
+    """With an answer: the steps of the final plan still pending or in progress."""
     cost: dict[str, Any] | None = None
     """What the run cost (`agent.core.cost.Cost.as_dict`), by the policy's price table."""
 
@@ -217,4 +228,12 @@ class RunResult:
             "sources": [source.as_dict() for source in self.sources],
             "unsupported": list(self.unsupported),
             **({"cost": self.cost} if self.cost is not None else {}),
+            **(self._plan_dict() if self.plan else {}),
+        }
+
+    def _plan_dict(self) -> dict[str, Any]:
+        return {
+            "plan": [step.model_dump() for step in self.plan],
+            "plan_revision": self.plan_revision,
+            "plan_pending": list(self.plan_pending),
         }

@@ -1,12 +1,13 @@
 """`sbx export`: a past run as a notebook, a script or a report, written to run next to its data.
 
-    ipynb   nbformat v4: a header cell (DATA_DIR, OUTPUT_DIR), then per run a
+    ipynb   nbformat v4: the model's final plan (a markdown task list, when it
+            wrote one), a header cell (DATA_DIR, OUTPUT_DIR), then per run a
             markdown cell with the question, one code cell per execution with
             its recorded outputs (stdout, stderr, the error, PNG artifacts as
             `image/png`), and a markdown cell with the answer and its sources
             (`agent.export_notebook`)
     py      the same code as one script with `# %%` cells (Jupytext, VS Code)
-    md      a report: question, steps (code and output), answer, sources,
+    md      a report: the final plan, then question, steps (code and output), answer, sources,
             unsupported numbers (`agent.export_report`)
 
 An execution that raised in the run stays in the export, because later code

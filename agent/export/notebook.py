@@ -1,6 +1,7 @@
 """The run as a Jupyter notebook (nbformat v4), validated before it is returned.
 
-Cells: the header (`export_code.header`); per run, a markdown cell with the
+Cells: the final plan, when the model wrote one (`report.plan_section`), the
+header (`export_code.header`); per run, a markdown cell with the
 question, one code cell per execution (its code with paths rewritten, its
 execution number as `execution_count`, its recorded outputs), and a markdown
 cell with the answer and where its numbers came from. A cell whose code
@@ -18,7 +19,7 @@ import nbformat.v4
 
 from sbx.agent.export.code import rewrite_paths
 from sbx.agent.export.common import executions, header_for, markdown_text, png_base64
-from sbx.agent.export.report import answer_section
+from sbx.agent.export.report import answer_section, plan_section
 from sbx.agent.provenance.record import RecordedConversation, RecordedExecution
 
 KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
@@ -34,6 +35,9 @@ _writes: Callable[..., str] = nbformat.writes
 def to_notebook(record: RecordedConversation) -> str:
     """The notebook as JSON text; raises nbformat's `ValidationError` if it were invalid."""
     cells: list[Any] = [new_code_cell(header_for(record).rstrip("\n"))]
+    plan = plan_section(record)
+    if plan is not None:  # the notebook starts with what the model set out to do
+        cells.insert(0, new_markdown_cell(plan))
     last_run = -1
     for count, (run_index, execution) in enumerate(executions(record), start=1):
         if run_index != last_run:

@@ -21,11 +21,17 @@ from sbx.tools.text_safety import safe_text
 MAX_OUTPUT_LINES = 200
 """Output lines shown per step; the notebook keeps them all."""
 _SAFE_PATH = re.compile(r"[\w./-]+")
+_TASK = {"done": "- [x] {}", "pending": "- [ ] {}", "in_progress": "- [ ] {} (in progress)",
+         "dropped": "- ~~{}~~ (dropped)"}
+"""A plan step as a markdown task-list item, by status."""
 
 
 def to_markdown(record: RecordedConversation) -> str:
     """The report for every run of the conversation."""
     parts = [f"# sbx report: {markdown_text(record.path.name)}"]
+    plan = plan_section(record)
+    if plan is not None:
+        parts.append(plan)
     for run in record.runs:
         parts.append(_run_header(run))
         for execution in run.executions:
@@ -60,6 +66,23 @@ def _step(execution: RecordedExecution) -> str:
     for path in execution.artifacts:
         parts.append(_image(path))
     return "\n\n".join(parts)
+
+
+def plan_section(record: RecordedConversation) -> str | None:
+    """The conversation's final plan as a checklist (the last run's that has one), or None.
+
+    Exports start with it: what the model set out to do, and how far it got.
+    """
+    run = next((run for run in reversed(record.runs) if run.plan), None)
+    if run is None:
+        return None
+    lines = ["## Plan", ""]
+    for step in run.plan:
+        status = str(step.get("status", ""))
+        text = markdown_text(" ".join(str(step.get("description", "")).split()))
+        tool = f" (`{_code_span(str(step['tool']))}`)" if step.get("tool") else ""
+        lines.append(_TASK.get(status, "- [ ] {} ({})").format(text + tool, _code_span(status)))
+    return "\n".join(lines)
 
 
 def answer_section(run: RecordedRun) -> str:

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sbx.agent.core.events import ExecutionRecord, ModelReplied, RunEnd, RunStart, ToolResult
+from sbx.agent.core.events import (
+    ExecutionRecord,
+    ModelReplied,
+    PlanUpdated,
+    RunEnd,
+    RunStart,
+    ToolResult,
+)
 from sbx.agent.core.transcript import read_transcript
 from sbx.tools.observation import error_type_of, section_of
 
@@ -61,6 +68,10 @@ class RecordedRun:
     verified: bool | None = None
     sources: list[dict[str, Any]] = field(default_factory=list)
     unsupported: list[str] = field(default_factory=list)
+    plan: list[dict[str, Any]] = field(default_factory=list)
+    """The plan as the run left it (its last `plan` event, or `run_end`'s)."""
+    plan_revisions: int = 0
+    """How many `plan` events the run recorded."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +106,9 @@ def read_record(path: Path, *, until_run: str | None = None) -> RecordedConversa
             calls.update(_calls(event.message))
         elif isinstance(event, ToolResult):
             _add_execution(runs[-1], event, calls)
+        elif isinstance(event, PlanUpdated):
+            runs[-1].plan = [step.model_dump() for step in event.steps]
+            runs[-1].plan_revisions += 1
         elif isinstance(event, RunEnd):
             _end(runs[-1], event)
     if until_run is not None and not any(run.run_id == until_run for run in runs):
@@ -159,3 +173,5 @@ def _end(run: RecordedRun, event: RunEnd) -> None:
     run.verified = event.verified
     run.sources = [source.model_dump() for source in event.sources]
     run.unsupported = list(event.unsupported)
+    if event.plan:
+        run.plan = [step.model_dump() for step in event.plan]

@@ -2,6 +2,7 @@
 
     Service.open(options)
       ├─ load_config(policy)            the policy file, once ([service] included)
+      ├─ sweep_partial_uploads          temporary files a crash mid-upload left
       ├─ Database.open + migrate        SQLite under --data-dir, or PostgreSQL by URL
       ├─ Replicas.register, recover_own what a crash of this replica left becomes `interrupted`
       ├─ App.open                       audit log; sandbox pool (reaps orphaned containers)
@@ -34,6 +35,7 @@ from sbx.agent.service.problems import Problem
 from sbx.agent.service.replicas import Identity, Replicas
 from sbx.agent.service.runs import RunManager
 from sbx.agent.service.store.db import Database, database_url
+from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.pool_config import PoolConfig
 from sbx.tools.audit import PATH_ENV
@@ -115,6 +117,8 @@ class Service:
         self.gateway = GatewayState(max_body=self.settings.max_body,
                                     client_timeout=self.settings.client_timeout, observer=observer)
         self.housekeeper = Housekeeper(self)
+        self.uploads = InflightUploads()
+        """The bytes each key's uploads in progress hold (bounded per key)."""
         self.metrics.watch(lambda: live_figures(self))
         self._closed = False
         self._drain: threading.Thread | None = None
@@ -133,6 +137,7 @@ class Service:
         """
         config = load_config(options.policy)
         paths = DataPaths(options.data_dir).create()
+        sweep_partial_uploads(paths.datasets)  # what a kill -9 mid-upload left
         db = Database.open(database_url(options.database, paths.root, environ))
         try:
             db.migrate()

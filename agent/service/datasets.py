@@ -1,8 +1,8 @@
 """`/v1/datasets`: upload (multipart, streamed, capped), list, show with preview, delete.
 
 A dataset is stored as `<data dir>/datasets/<id>/<safe name>`: the directory
-is an id the server made, the name is reduced to `A-Za-z0-9._-`, so nothing a
-client sends becomes a path. The preview computed at upload is exactly what
+is an id the server made, the name is reduced by `safe_name` (letters, digits,
+`._-`), so nothing a client sends becomes a path. The preview computed at upload is exactly what
 the model is told about the file when a conversation uses it (columns and
 dtypes for CSV/TSV; the reader to use for Parquet, Excel and JSON).
 """
@@ -21,10 +21,12 @@ from starlette.responses import Response
 from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
-from sbx.agent.service.problems import Problem
+from sbx.agent.service.problems import Problem, quota_exceeded
 from sbx.agent.service.quotas import (
     effective_quotas,
     reserve_dataset_bytes,
+    storage_used,
+    stored_bytes,
     upload_too_large,
 )
 from sbx.agent.service.schemas import DatasetOut, Listing
@@ -37,6 +39,7 @@ from sbx.agent.service.uploads import (
     receive_upload,
     safe_name,
 )
+from sbx.sandbox.units import format_size
 from sbx.tools.builtin.data_summary import summarize_data
 
 UPLOAD_PATH = "/v1/datasets"
@@ -46,13 +49,35 @@ UPLOAD_PATH = "/v1/datasets"
 async def upload_dataset(call: Call) -> Response:
     """Upload a dataset (multipart/form-data, one part named `file`)."""
     quotas = effective_quotas(call.service.settings.quotas, call.key)
-    upload = await receive_upload(call.request, call.service.paths.datasets, quotas.upload_bytes,
-                                  upload_too_large(quotas))
-    try:
-        row = await run_in_threadpool(store_upload, call.service, call.principal, quotas, upload)
-    finally:
-        upload.path.unlink(missing_ok=True)
+    limit, over = await run_in_threadpool(upload_room, call.service, call.principal, quotas)
+    with call.service.uploads.hold(call.principal, limit) as hold:
+        upload = await receive_upload(call.request, call.service.paths.datasets,
+                                      quotas.upload_bytes, upload_too_large(quotas), hold, over)
+        try:
+            row = await run_in_threadpool(store_upload, call.service, call.principal, quotas,
+                                          upload)
+        finally:
+            upload.path.unlink(missing_ok=True)
     return json_response(_out(row, preview=True), 201)
+
+
+def upload_room(service: Service, principal: str, quotas: ServiceQuotas) -> tuple[int, Problem]:
+    """How many bytes the key's uploads in progress may hold together, and the 429 past it.
+
+    One allowed upload's worth (`upload_bytes`), and never more than the room left in
+    `dataset_bytes` and `storage_bytes`: concurrent uploads share it, so they cannot hold
+    more temporary disk than the key could keep.
+    """
+    with service.db.read() as session:
+        datasets = quotas.dataset_bytes - stored_bytes(session, principal)
+        storage = quotas.storage_bytes - storage_used(session, principal)
+    limit = max(0, min(quotas.upload_bytes, datasets, storage))
+    quota = ("upload_bytes" if limit == quotas.upload_bytes else
+             "dataset_bytes" if limit == max(0, datasets) else "storage_bytes")
+    over = quota_exceeded(quota, f"your uploads in progress would hold more than "
+                          f"{format_size(limit)}, the room your quotas leave; wait for them "
+                          "to end, or delete datasets or runs", 1.0)
+    return limit, over
 
 
 def store_upload(service: Service, principal: str, quotas: ServiceQuotas, upload: Upload

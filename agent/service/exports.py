@@ -25,6 +25,7 @@ from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.export.formats import FORMATS, export
 from sbx.agent.provenance.record import RecordError, read_record
 from sbx.agent.service.api import Call, api
+from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.eventlog import public_event
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.store.models import Conversation, Run
@@ -104,5 +105,5 @@ def _lines(path: Path) -> list[bytes]:
 
 def _attachment(text: str, filename: str, media_type: str) -> Response:
     return Response(text.encode("utf-8"), media_type=media_type, headers={
-        "Content-Disposition": f'attachment; filename="{filename}"',
+        "Content-Disposition": content_disposition("attachment", filename),
     })

@@ -3,7 +3,8 @@
 Every tick (the policy's `[service] heartbeat`, or sooner when `idle_timeout`
 is shorter): write this replica's heartbeat; interrupt the conversations and
 runs of replicas whose heartbeat went stale (`Replicas.sweep`); release the
-sandboxes of conversations idle for `idle_timeout` (`RunManager.release_idle`).
+sandboxes of conversations idle for `idle_timeout` (`RunManager.release_idle`);
+delete runs that ended more than `retention` ago (`retention.expire_runs`).
 A failing duty is logged and retried at the next tick; it never stops the
 others. Start-up recovery and the SIGTERM drain are `Service.open` and
 `Service.begin_drain`.
@@ -15,6 +16,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from sbx.agent.service.retention import expire_runs
+
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service
 
@@ -22,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 
 class Housekeeper:
-    """Heartbeat, sweep of dead replicas, idle release: see the module docstring."""
+    """Heartbeat, sweep of dead replicas, idle release, retention: see the module docstring."""
 
     def __init__(self, service: Service) -> None:
         self.service = service
@@ -49,6 +52,7 @@ class Housekeeper:
             ("heartbeat", lambda: service.replicas.heartbeat(state=state)),
             ("sweep", service.replicas.sweep),
             ("idle release", lambda: service.runs.release_idle(service.settings.idle_timeout)),
+            ("retention", lambda: expire_runs(service)),
         ):
             try:
                 duty()

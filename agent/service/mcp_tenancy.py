@@ -185,7 +185,7 @@ class ServiceDatasets:
         self.service = service
 
     def name_for(self, name: str) -> str:
-        """The stored name (`A-Za-z0-9._-`), or a `ToolFailure` naming the formats taken."""
+        """The stored name (`uploads.safe_name`), or a `ToolFailure` naming the formats taken."""
         safe = safe_name(name)
         try:
             format_of(safe)

@@ -5,6 +5,8 @@
     cpu_seconds_per_day  sandbox CPU seconds, rolling 24 h    (counted when each run ends)
     dataset_bytes        bytes of datasets stored             (reserved: the dataset row)
     upload_bytes         one upload's size                    (enforced while it streams: 413)
+                         and one key's uploads in progress    (`InflightUploads`: 429)
+    storage_bytes        datasets + artifacts + stored events (checked before a run or upload)
 
 Each check runs inside `Database.write()` after `lock_principal`, and the row
 that uses the quota is inserted in the same transaction, so two requests
@@ -30,7 +32,7 @@ from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.service.problems import Problem, quota_exceeded
 from sbx.agent.service.store.db import lock_principal
 from sbx.agent.service.store.keys import KeyInfo
-from sbx.agent.service.store.models import Conversation, Dataset, Run
+from sbx.agent.service.store.models import ArtifactRow, Conversation, Dataset, EventRow, Run
 from sbx.sandbox.units import format_size
 
 HOUR_S = 3600.0
@@ -88,6 +90,7 @@ def reserve_run(session: Session, principal: str, quotas: ServiceQuotas, now: fl
             f"{quotas.cpu_seconds_per_day:g}",
             _cpu_frees_at([(t, c) for t, c in day], used, quotas.cpu_seconds_per_day) - now,
         )
+    check_storage(session, principal, quotas)
 
 
 def _cpu_frees_at(day: list[tuple[float, float]], used: float, limit: float) -> float:
@@ -112,6 +115,7 @@ def reserve_dataset_bytes(
             f"{format_size(quotas.dataset_bytes)} allowed; delete a dataset first",
             FREE_HINT_S,
         )
+    check_storage(session, principal, quotas, adding)
 
 
 def stored_bytes(session: Session, principal: str) -> int:
@@ -120,6 +124,37 @@ def stored_bytes(session: Session, principal: str) -> int:
         select(func.coalesce(func.sum(Dataset.size), 0)).where(Dataset.principal == principal)
     )
     return int(total or 0)
+
+
+def storage_used(session: Session, principal: str) -> int:
+    """Bytes the principal stores: datasets, artifacts, and its runs' stored events.
+
+    An event counts as the length of its stored JSON text (characters, which is bytes for
+    the ASCII most events are made of).
+    """
+    artifacts = session.scalar(select(func.coalesce(func.sum(ArtifactRow.size), 0))
+                               .where(ArtifactRow.principal == principal))
+    events = session.scalar(select(func.coalesce(func.sum(func.length(EventRow.data)), 0))
+                            .join(Run, Run.id == EventRow.run_id)
+                            .where(Run.principal == principal))
+    return stored_bytes(session, principal) + int(artifacts or 0) + int(events or 0)
+
+
+def check_storage(session: Session, principal: str, quotas: ServiceQuotas, adding: int = 0
+                  ) -> None:
+    """Refuse (429) when what the principal stores, plus `adding`, would pass `storage_bytes`.
+
+    Checked before each run starts and each dataset is stored: a run's own artifacts and
+    events are bounded by its limits, so one run may end past the quota; the next is refused.
+    """
+    used = storage_used(session, principal)
+    if used + adding > quotas.storage_bytes or (not adding and used >= quotas.storage_bytes):
+        raise quota_exceeded(
+            "storage_bytes",
+            f"{format_size(used)} stored (datasets, artifacts and run events) with "
+            f"{format_size(quotas.storage_bytes)} allowed; delete runs or datasets first",
+            FREE_HINT_S,
+        )
 
 
 def upload_too_large(quotas: ServiceQuotas, size: int | None = None) -> Problem:

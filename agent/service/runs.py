@@ -348,6 +348,7 @@ class RunManager:
 def _outcome(result: RunResult) -> Outcome:
     data = result.as_dict()
     summary = {key: data[key] for key in ("turns", "tool_calls", "usage", "duration_s", "sandbox")}
+    summary.update({key: data[key] for key in ("plan", "plan_pending") if key in data})
     return Outcome(
         status=result.status, message=result.message, answer=result.answer, result=summary,
         cpu_seconds=result.sandbox.cpu_seconds, artifacts=result.artifacts,

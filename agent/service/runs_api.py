@@ -1,4 +1,4 @@
-"""`/v1/runs`: status and result, cancel, the event stream (SSE), artifacts.
+"""`/v1/runs`: status and result, cancel, delete, the event stream (SSE), artifacts.
 
 Reads come from the shared store, so any replica answers them; a cancel
 goes to the replica running the run (307 there, like a conversation's).
@@ -12,20 +12,26 @@ every step); it is sent as an attachment unless it is a raster image, with
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from sbx.agent.service.api import Call, api, json_response
+from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.problems import Problem, not_found
-from sbx.agent.service.schemas import ArtifactOut, Listing, RunOut
+from sbx.agent.service.retention import delete_runs, run_directory
+from sbx.agent.service.schemas import ArtifactOut, Listing, PlanStepOut, RunOut
 from sbx.agent.service.sse import event_stream, last_event_id
-from sbx.agent.service.store.models import ArtifactRow, Run
+from sbx.agent.service.store.models import ArtifactRow, EventRow, Run
 from sbx.agent.service.tenancy import owned
 from sbx.sandbox.files import open_beneath
 
@@ -41,7 +47,8 @@ def get_run(call: Call) -> Response:
         run = owned(session, Run, "run", call.params["run_id"], call.principal)
         artifacts = session.scalars(select(ArtifactRow).where(ArtifactRow.run_id == run.id)
                                     .order_by(ArtifactRow.id)).all()
-        return json_response(run_out(run, list(artifacts)))
+        live = current_plan(session, run.id) if run.status in UNFINISHED else None
+        return json_response(run_out(run, list(artifacts), plan=live))
 
 
 @api("POST", "/v1/runs/{run_id}/cancel", response=RunOut, status=202)
@@ -64,16 +71,28 @@ def cancel_run(call: Call) -> Response:
     return json_response(run_out(run, []), 202)
 
 
+@api("DELETE", "/v1/runs/{run_id}", status=204)
+def delete_run(call: Call) -> Response:
+    """Delete an ended run: its events and artifacts leave your storage quota."""
+    with call.service.db.read() as session:
+        run = owned(session, Run, "run", call.params["run_id"], call.principal)
+    if run.status in UNFINISHED:
+        raise Problem(409, "run-not-ended", f"run {run.id} is {run.status}; cancel it first, "
+                      "then delete it", run_status=run.status)
+    delete_runs(call.service, [run])
+    return Response(status_code=204)
+
+
 @api("GET", "/v1/runs/{run_id}/events", streams="text/event-stream")
 async def run_events(call: Call) -> Response:
     """The run's events as Server-Sent Events; reconnect with `Last-Event-ID` to resume."""
-    after = last_event_id(call.request)
 
     def check() -> None:
         with call.service.db.read() as session:
             owned(session, Run, "run", call.params["run_id"], call.principal)
 
-    await run_in_threadpool(check)
+    await run_in_threadpool(check)  # the run is yours before anything else is read
+    after = last_event_id(call.request)
     return StreamingResponse(
         event_stream(call.service, call.params["run_id"], after),
         media_type="text/event-stream",
@@ -100,15 +119,12 @@ def download_artifact(call: Call) -> Response:
             ArtifactRow.run_id == run.id, ArtifactRow.name == call.params["name"])).first()
         if row is None:
             raise not_found("artifact", call.params["name"][:200])
-        root = (call.service.paths.executions / run.id if run.kind == "execute"
-                else call.service.paths.conversations / (run.conversation_id or "-") / "output"
-                / run.id)
+        root = run_directory(call.service.paths, run)
     fd = open_inside(root, row.name)
     size = os.fstat(fd).st_size
     disposition = "inline" if row.content_type in INLINE_TYPES else "attachment"
-    filename = Path(row.name).name.replace('"', "_")
     headers = {
-        "Content-Disposition": f'{disposition}; filename="{filename}"',
+        "Content-Disposition": content_disposition(disposition, row.name),
         "Content-Security-Policy": "default-src 'none'; sandbox",
         "Content-Length": str(size),
     }
@@ -138,13 +154,27 @@ def _read(fd: int) -> Iterator[bytes]:
         os.close(fd)
 
 
-def run_out(run: Run, artifacts: list[ArtifactRow]) -> RunOut:
-    """The API's view of a run."""
+def current_plan(session: Session, run_id: str) -> list[Any] | None:
+    """The steps of a running run's newest `plan` event (None before its first)."""
+    data = session.scalar(select(EventRow.data).where(
+        EventRow.run_id == run_id, EventRow.type == "plan").order_by(EventRow.seq.desc()).limit(1))
+    steps = json.loads(data).get("steps") if data is not None else None
+    return steps if isinstance(steps, list) else None
+
+
+def run_out(run: Run, artifacts: list[ArtifactRow], *, plan: list[Any] | None = None) -> RunOut:
+    """The API's view of a run; its plan is the stored result's, or `plan` while it runs."""
+    result = dict(run.result or {})
+    if plan is not None:
+        result["plan"] = plan
     return RunOut(
         id=run.id, kind="execute" if run.kind == "execute" else "question",
         conversation_id=run.conversation_id, status=run.status, question=run.question,
         answer=run.answer, message=run.message, result=run.result,
-        artifacts=[artifact_out(row) for row in artifacts], created_at=run.created_at,
+        artifacts=[artifact_out(row) for row in artifacts],
+        plan=[PlanStepOut.model_validate(step) for step in result.get("plan") or []],
+        plan_pending=[str(step) for step in result.get("plan_pending") or []],
+        created_at=run.created_at,
         started_at=run.started_at, ended_at=run.ended_at,
         events_url=f"/v1/runs/{run.id}/events",
     )
@@ -153,4 +183,4 @@ def run_out(run: Run, artifacts: list[ArtifactRow]) -> RunOut:
 def artifact_out(row: ArtifactRow) -> ArtifactOut:
     """The API's view of an artifact."""
     return ArtifactOut(name=row.name, size=row.size, content_type=row.content_type,
-                       url=f"/v1/runs/{row.run_id}/artifacts/{row.name}")
+                       url=f"/v1/runs/{row.run_id}/artifacts/{quote(row.name, safe='/')}")

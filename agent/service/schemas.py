@@ -84,6 +84,14 @@ class ArtifactOut(BaseModel):
     url: str
 
 
+class PlanStepOut(BaseModel):
+    """One step of a run's final plan, as the model wrote it (escape it where shown)."""
+
+    description: str
+    status: Literal["pending", "in_progress", "done", "dropped"]
+    tool: str | None = None
+
+
 class RunOut(BaseModel):
     """A run: a question in a conversation, or one `/v1/execute` call."""
 
@@ -99,6 +107,11 @@ class RunOut(BaseModel):
     result: dict[str, Any] | None
     """Usage, sandbox totals (executions, CPU seconds, peak memory), turns, tool calls."""
     artifacts: list[ArtifactOut] = Field(default_factory=list)
+    plan: list[PlanStepOut] = Field(default_factory=list)
+    """The model's final plan (`update_plan`), once the run has ended; its revisions are
+    `plan` events in the run's event stream."""
+    plan_pending: list[str] = Field(default_factory=list)
+    """Steps of the final plan the answer leaves pending or in progress."""
     created_at: float
     started_at: float | None
     ended_at: float | None

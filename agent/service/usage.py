@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from starlette.responses import Response
 
 from sbx.agent.service.api import Call, api, json_response
-from sbx.agent.service.quotas import DAY_S, HOUR_S, effective_quotas, stored_bytes
+from sbx.agent.service.quotas import DAY_S, HOUR_S, effective_quotas, storage_used, stored_bytes
 from sbx.agent.service.store.models import Conversation, Run
 
 
@@ -24,10 +24,11 @@ class UsageOut(BaseModel):
     principal: str
     quotas: dict[str, Any]
     """`max_conversations`, `runs_per_hour`, `cpu_seconds_per_day`, `dataset_bytes`,
-    `upload_bytes`."""
+    `upload_bytes`, `storage_bytes`."""
     used: dict[str, Any]
     """The same names: conversations open, runs in the last hour, sandbox CPU seconds in
-    the last 24 hours, dataset bytes stored (`upload_bytes` is per file: not counted)."""
+    the last 24 hours, dataset bytes stored, bytes stored in all (datasets, artifacts and
+    run events); `upload_bytes` is per file: not counted."""
 
 
 @api("GET", "/v1/usage", response=UsageOut)
@@ -43,8 +44,10 @@ def usage(call: Call) -> Response:
         cpu = session.scalar(select(func.coalesce(func.sum(Run.cpu_seconds), 0.0)).where(
             Run.principal == call.principal, Run.created_at > now - DAY_S)) or 0.0
         stored = stored_bytes(session, call.principal)
+        storage = storage_used(session, call.principal)
     return json_response(UsageOut(
         principal=call.principal, quotas=quotas.model_dump(),
         used={"max_conversations": int(conversations), "runs_per_hour": int(runs),
-              "cpu_seconds_per_day": round(float(cpu), 3), "dataset_bytes": stored},
+              "cpu_seconds_per_day": round(float(cpu), 3), "dataset_bytes": stored,
+              "storage_bytes": storage},
     ))

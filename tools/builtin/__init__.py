@@ -6,6 +6,7 @@
     preview_data_file  first rows of one data file, host side        data_files.py, data_preview.py
     http_get           allowlisted domains, public addresses only    http_get.py, http_fetch.py
     ask_user           the operator, now or when the run continues   ask_user.py
+    update_plan        the model's plan, checked and echoed          plan.py
 
 Every built-in is registered (`ask_user` only where someone can answer); the
 policy decides which are enabled.
@@ -18,12 +19,13 @@ from sbx.tools.builtin.calculate import make_calculate
 from sbx.tools.builtin.data_files import make_list_data_files, make_preview_data_file
 from sbx.tools.builtin.execute_python import make_execute_python
 from sbx.tools.builtin.http_get import make_http_get
+from sbx.tools.builtin.plan import check_plan_call, make_update_plan
 from sbx.tools.context import ToolContext
 from sbx.tools.guard import DataGuard
 from sbx.tools.policy import Policy
 from sbx.tools.registry import Tool
 
-__all__ = ["builtin_tools"]
+__all__ = ["builtin_tools", "check_plan_call"]
 
 
 def builtin_tools(policy: Policy, context: ToolContext | None = None) -> list[Tool]:
@@ -40,6 +42,7 @@ def builtin_tools(policy: Policy, context: ToolContext | None = None) -> list[To
         make_list_data_files(rules.list_data_files),
         make_preview_data_file(rules.preview_data_file, guard),
         make_http_get(rules.http_get),
+        make_update_plan(rules.update_plan),
     ]
     if context is not None and answerable(context):
         tools.append(make_ask_user(rules.ask_user))

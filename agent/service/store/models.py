@@ -43,6 +43,7 @@ class ApiKey(Base):
     cpu_seconds_per_day: Mapped[float | None] = mapped_column(Float, default=None)
     dataset_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
     upload_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    storage_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
 
 
 class Dataset(Base):

@@ -2,7 +2,13 @@
 
 A browser signs in once with an API key and gets a random session token in
 a cookie that scripts cannot read (`HttpOnly`), that other sites' pages never
-send (`SameSite=Strict`), `Secure` when the page was served over HTTPS. Only
+send (`SameSite=Strict`), named `__Host-sbx_session`: the browser takes it
+only `Secure`, for `Path=/` and without a `Domain`, so a sibling origin (another
+subdomain) cannot plant one for this host (browsers treat http://127.0.0.1 and
+localhost as secure; elsewhere the page must be served over HTTPS). Signing
+in rotates the session: a session the browser already carried is ended and
+a new token issued, so a session planted before sign-in never becomes the
+victim's. Only
 the token's SHA-256 is stored, beside the key's name and an expiry: the
 session is its key (same principal, same quotas), and it ends at sign-out,
 at expiry (`SESSION_TTL_S`) or when the key is revoked.
@@ -41,7 +47,7 @@ from sbx.agent.service.store.models import ApiKey, WebSession
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service
 
-COOKIE = "sbx_session"
+COOKIE = "__Host-sbx_session"
 """The session cookie's name."""
 CSRF_HEADER = "x-csrf-token"
 """The header that carries the CSRF token on changes."""
@@ -152,14 +158,12 @@ def check_csrf(request: Request, token: str) -> None:
                       "the X-CSRF-Token header the page got from GET /web/session")
 
 
-def set_cookie_header(token: str, expires: float, *, secure: bool) -> str:
-    """The `Set-Cookie` value of a new session."""
+def set_cookie_header(token: str, expires: float) -> str:
+    """The `Set-Cookie` value of a new session (`__Host-`: always Secure, Path=/, no Domain)."""
     max_age = max(0, int(expires - time.time()))
-    flags = f"{COOKIE}={token}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict"
-    return flags + ("; Secure" if secure else "")
+    return f"{COOKIE}={token}; Path=/; Max-Age={max_age}; Secure; HttpOnly; SameSite=Strict"
 
 
-def clear_cookie_header(*, secure: bool) -> str:
+def clear_cookie_header() -> str:
     """The `Set-Cookie` value that removes the session cookie from the browser."""
-    flags = f"{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict"
-    return flags + ("; Secure" if secure else "")
+    return f"{COOKIE}=; Path=/; Max-Age=0; Secure; HttpOnly; SameSite=Strict"

@@ -6,7 +6,8 @@
     DELETE /web/session   -> 204, the session deleted and the cookie cleared
 
 Signing in is itself a change: it must come from this server's page (its
-Origin), so another site cannot sign a visitor in as someone else. The key is
+Origin), so another site cannot sign a visitor in as someone else; it rotates
+the session (a session cookie the browser already carried is ended). The key is
 read from a JSON body, never from a form or the URL (URLs end up in logs).
 """
 
@@ -61,11 +62,14 @@ def sign_in(call: Call, body: SignIn) -> Response:
     key = lookup_key(call.service.db, body.key.strip())
     if key is None:
         raise Problem(401, "unauthorized", "the API key is unknown or was revoked")
+    presented = cookie_token(call.request)
+    if presented is not None:  # rotate: a session carried into sign-in (planted?) ends
+        end_session(call.service.db, presented)
     token, expires = start_session(call.service.db, key)
     out = SessionOut(signed_in=True, principal=key.principal, csrf_token=csrf_token(token),
                      expires_at=expires)
     response = JSONResponse(out.model_dump())
-    response.headers["Set-Cookie"] = set_cookie_header(token, expires, secure=_secure(call))
+    response.headers["Set-Cookie"] = set_cookie_header(token, expires)
     return response
 
 
@@ -77,7 +81,7 @@ def who_is_signed_in(call: Call) -> Response:
     if token is None or found is None:
         response = JSONResponse(SessionOut(signed_in=False).model_dump())
         if token is not None:  # a stale cookie: forget it
-            response.headers["Set-Cookie"] = clear_cookie_header(secure=_secure(call))
+            response.headers["Set-Cookie"] = clear_cookie_header()
         return response
     key, expires = found
     return JSONResponse(SessionOut(signed_in=True, principal=key.principal,
@@ -93,10 +97,5 @@ def sign_out(call: Call) -> Response:
         check_csrf(call.request, token)
         end_session(call.service.db, token)
     response = Response(status_code=204)
-    response.headers["Set-Cookie"] = clear_cookie_header(secure=_secure(call))
+    response.headers["Set-Cookie"] = clear_cookie_header()
     return response
-
-
-def _secure(call: Call) -> bool:
-    """Mark the cookie `Secure` when the page came over HTTPS (or a local proxy's TLS)."""
-    return call.request.url.scheme == "https"

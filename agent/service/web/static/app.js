@@ -6,14 +6,15 @@
 
 import { call, setCsrf } from "./api.js";
 import { datasetName, refreshDatasets, refreshUsage, setUpDropZone } from "./datasets.js";
-import { append, clear, el, formatTime } from "./dom.js";
+import { append, clear, el, formatTime, setText } from "./dom.js";
 import { RunView } from "./run.js";
 import { $, guarded, say, state, whenSessionEnds } from "./ui.js";
 
 const EVENT_TYPES = ["run_start", "message", "model_reply", "output_chunk", "tool_result",
-  "compaction", "run_end", "run_error", "state_restored"];
+  "plan", "compaction", "run_end", "run_error", "state_restored"];
 const TERMINAL = new Set(["run_end", "run_error"]);
 const UNFINISHED = new Set(["queued", "running"]);
+const OPEN_HASH = /^#(conv-[A-Za-z0-9]{1,40})$/;  // the URL's note of the open conversation
 
 // ---------------------------------------------------------------- sign in and out
 
@@ -26,11 +27,13 @@ async function start() {
 function signedIn(session) {
   state.principal = session.principal;
   setCsrf(session.csrf_token);
-  $("principal").textContent = session.principal;
+  setText($("principal"), session.principal);
   $("signin").hidden = true;
   $("who").hidden = false;
   $("workspace").hidden = false;
   refreshAll();
+  const open = OPEN_HASH.exec(location.hash);  // a reload lands on the open conversation
+  if (open) guarded("ask-status", () => openConversation(open[1]));
   $("question").focus();
 }
 
@@ -38,6 +41,7 @@ function signedOut(message) {
   stopStream();
   setCsrf(null);
   Object.assign(state, { principal: null, conversation: null, activeRun: null, datasets: [] });
+  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
   state.selected.clear();
   $("workspace").hidden = true;
   $("who").hidden = true;
@@ -94,11 +98,13 @@ async function refreshConversations() {
 
 function showConversation(conversation) {
   state.conversation = conversation;
+  const hash = conversation ? `#${encodeURIComponent(conversation.id)}` : "";
+  if (location.hash !== hash) history.replaceState(null, "", location.pathname + location.search + hash);
   const names = conversation ? conversation.datasets.map(datasetName).join(", ") : "";
   $("conversation-title").textContent = conversation ? `Conversation ${conversation.id}` : "New conversation";
-  $("conversation-data").textContent = conversation
+  setText($("conversation-data"), conversation
     ? `Data: ${names || "none"} · ${conversation.status}`
-    : "Choose datasets on the left, then ask a question.";
+    : "Choose datasets on the left, then ask a question.");
   const base = conversation ? `/v1/conversations/${encodeURIComponent(conversation.id)}` : null;
   for (const [id, href] of [["export-ipynb", `${base}/export?format=ipynb`],
     ["export-py", `${base}/export?format=py`], ["export-md", `${base}/export?format=md`],
@@ -239,7 +245,7 @@ function setActive(runId) {
   $("cancel").hidden = runId === null;
   $("ask").disabled = runId !== null || (state.conversation !== null && state.conversation.status !== "active");
   if (runId) say("ask-status", "The run is going; its steps appear below as they happen.");
-  else if ($("ask-status").textContent.startsWith("The run is going")) say("ask-status", "");
+  else if (/^(The run is going|Cancelling)/.test($("ask-status").textContent)) say("ask-status", "");
 }
 
 async function cancelRun() {
@@ -247,7 +253,7 @@ async function cancelRun() {
   if (!runId) return;
   await guarded("ask-status", async () => {
     await call("POST", `/v1/runs/${encodeURIComponent(runId)}/cancel`);
-    say("ask-status", "Cancelling…");
+    if (state.activeRun === runId) say("ask-status", "Cancelling…");  // cleared when it ends
   });
 }
 

@@ -1,7 +1,7 @@
 // The datasets panel (upload by drop or picker with progress, preview, delete) and the quota.
 
 import { call, upload } from "./api.js";
-import { append, clear, el, formatSize } from "./dom.js";
+import { append, clear, el, formatSize, setText } from "./dom.js";
 import { $, guarded, say, state } from "./ui.js";
 
 /** Read and list the caller's datasets, each with its checkbox, preview and delete. */
@@ -33,8 +33,8 @@ export async function refreshDatasets() {
 
 async function showPreview(dataset) {
   const full = await call("GET", `/v1/datasets/${encodeURIComponent(dataset.id)}`);
-  $("preview-title").textContent = `Preview of ${full.name}`;
-  $("preview-text").textContent = full.preview ?? "";
+  setText($("preview-title"), `Preview of ${full.name}`);
+  setText($("preview-text"), full.preview ?? "");
   $("preview").hidden = false;
   $("preview-text").focus();
 }
@@ -57,6 +57,7 @@ export async function refreshUsage() {
     ["Runs in the last hour", `${u.runs_per_hour} of ${q.runs_per_hour}`],
     ["Sandbox CPU seconds, 24 h", `${Number(u.cpu_seconds_per_day).toFixed(1)} of ${q.cpu_seconds_per_day}`],
     ["Stored data", `${formatSize(u.dataset_bytes)} of ${formatSize(q.dataset_bytes)}`],
+    ["Storage (with runs)", `${formatSize(u.storage_bytes)} of ${formatSize(q.storage_bytes)}`],
     ["Largest upload", formatSize(q.upload_bytes)],
   ];
   const list = clear($("usage"));

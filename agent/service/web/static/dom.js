@@ -4,6 +4,25 @@
 // page never assigns innerHTML or outerHTML, never calls insertAdjacentHTML or
 // document.write: it builds elements and sets textContent. The CSP forbids
 // inline script as a second line of defence.
+//
+// Text can also lie without markup: a bidi override (U+202E) draws "0.14%" as
+// "41.0%", a zero-width character hides a difference. visible() shows every
+// control, format (bidi, zero-width) and unassigned character as \uXXXX, and
+// append() and setText() use it, so no hostile string reaches the page raw.
+
+const HIDDEN = /[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Zl}\p{Zp}]/gu;
+
+/** Text with every control, format (bidi) and invisible character shown as \uXXXX. */
+export function visible(text) {
+  return String(text).replace(HIDDEN, (ch) => (ch === "\n" || ch === "\t" ? ch
+    : `\\u${ch.codePointAt(0).toString(16).padStart(4, "0")}`));
+}
+
+/** Set a node's text (escaped by visible()). */
+export function setText(node, text) {
+  node.textContent = visible(text ?? "");
+  return node;
+}
 
 /**
  * Create an element: el("p", {class: "note"}, "text", child, ...).
@@ -15,7 +34,7 @@ export function el(tag, attrs = {}, ...children) {
   for (const [name, value] of Object.entries(attrs)) {
     if (value === null || value === undefined || value === false) continue;
     if (name.toLowerCase().startsWith("on")) throw new Error(`event attribute ${name} refused`);
-    node.setAttribute(name, value === true ? "" : String(value));
+    node.setAttribute(name, value === true ? "" : visible(value));
   }
   append(node, ...children);
   return node;
@@ -25,7 +44,7 @@ export function el(tag, attrs = {}, ...children) {
 export function append(node, ...children) {
   for (const child of children.flat()) {
     if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    node.append(child instanceof Node ? child : document.createTextNode(visible(child)));
   }
   return node;
 }

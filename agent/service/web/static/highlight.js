@@ -4,7 +4,14 @@
 // It is for reading, not parsing: strings (with prefixes and triple quotes),
 // comments, numbers, keywords, builtins, decorators and the names after def and
 // class are told apart; everything else is plain text. The code is the model's,
-// so every piece is put in the page with textContent.
+// so every piece is put in the page as text (escaped by visible() where it
+// hides characters). Every alternative of the pattern matches in linear time
+// with one way to match each character (a number has no trailing \b to
+// backtrack over), and past MAX_CODE characters the rest is plain text.
+
+import { visible } from "./dom.js";
+
+const MAX_CODE = 200000;
 
 const KEYWORDS = new Set([
   "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class",
@@ -24,8 +31,8 @@ const TOKEN = new RegExp([
   "((?:[rRbBuUfF]{1,2})?(?:'''[\\s\\S]*?(?:'''|$)|\"\"\"[\\s\\S]*?(?:\"\"\"|$)" +
     "|'(?:\\\\.|[^'\\\\\\n])*'?|\"(?:\\\\.|[^\"\\\\\\n])*\"?))",             // 2 string
   "(@[A-Za-z_][\\w.]*)",                                               // 3 decorator
-  "(\\b(?:0[xX][\\da-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+|" +
-    "(?:\\d[\\d_]*\\.?[\\d_]*|\\.\\d[\\d_]*)(?:[eE][+-]?\\d+)?j?)\\b)",     // 4 number
+  "((?:0[xX][\\da-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+|" +
+    "(?:\\d[\\d_]*(?:\\.[\\d_]*)?|\\.\\d[\\d_]*)(?:[eE][+-]?\\d+)?[jJ]?))",    // 4 number
   "([A-Za-z_][\\w]*)",                                                 // 5 name
   "(\\s+)",                                                            // 6 space
   "([^\\sA-Za-z_\\d#'\"@]+|.)",                                        // 7 other
@@ -33,6 +40,8 @@ const TOKEN = new RegExp([
 
 /** The code as [kind, text] pairs; joined, the texts are the code unchanged. */
 export function tokenize(code) {
+  const rest = code.length > MAX_CODE ? code.slice(MAX_CODE) : "";
+  code = rest ? code.slice(0, MAX_CODE) : code;
   const tokens = [];
   let previous = "";
   TOKEN.lastIndex = 0;
@@ -53,6 +62,7 @@ export function tokenize(code) {
     if (name !== undefined) previous = name;
     else if (!/^\s+$/.test(text)) previous = "";
   }
+  if (rest) tokens.push(["plain", rest]);
   return tokens;
 }
 
@@ -62,11 +72,11 @@ export function highlight(code) {
   node.className = "language-python";
   for (const [kind, text] of tokenize(code)) {
     if (kind === "plain") {
-      node.append(document.createTextNode(text));
+      node.append(document.createTextNode(visible(text)));
     } else {
       const span = document.createElement("span");
       span.className = `tok-${kind}`;
-      span.textContent = text;
+      span.textContent = visible(text);
       node.append(span);
     }
   }

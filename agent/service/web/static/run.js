@@ -1,13 +1,14 @@
 // One run on the page: its question, each step as it happens, then the answer.
 //
 // RunView.handle(event) takes the run's events in order, as the server streams
-// them (run_start, message, model_reply, output_chunk, tool_result, compaction,
+// them (run_start, message, model_reply, output_chunk, tool_result, plan, compaction,
 // run_end, run_error, state_restored); an event type it does not know is ignored. Everything
 // shown is built with el() from dom.js: model text, code, output and names are
 // text, never markup.
 
-import { el, append, clear, encodePath, formatSize } from "./dom.js";
+import { el, append, clear, encodePath, formatSize, setText } from "./dom.js";
 import { highlight } from "./highlight.js";
+import { PlanView } from "./plan.js";
 import { splitOutput } from "./tables.js";
 
 const IMAGE = /\.(png|jpe?g|gif|webp)$/i;
@@ -69,9 +70,10 @@ export class RunView {
     this.status = el("p", { class: "run-status", role: "status" }, "Queued…");
     this.stepList = el("ol", { class: "steps" });
     this.question = el("p", { class: "question-text" }, question ?? "");
+    this.plan = new PlanView();
     this.root = el("li", { class: "run", "data-run-id": runId },
       el("div", { class: "question" }, el("span", { class: "who" }, "You asked"), this.question),
-      this.stepList, this.status);
+      this.plan.root, this.stepList, this.status);
   }
 
   /** Show one event of the run. */
@@ -82,6 +84,7 @@ export class RunView {
       model_reply: () => this.reply(event),
       output_chunk: () => this.chunk(event),
       tool_result: () => this.result(event),
+      plan: () => this.plan.update(event),
       compaction: () => this.note("Older outputs were shortened to keep the model's context small."),
       run_end: () => this.end(event),
       run_error: () => this.error(event),
@@ -91,7 +94,7 @@ export class RunView {
   }
 
   started(event) {
-    this.question.textContent = event.question ?? "";
+    setText(this.question, event.question ?? "");
     this.status.textContent = "Running…";
     if (event.sandbox_reset) {
       this.resetNote = this.note(
@@ -175,12 +178,14 @@ export class RunView {
       step = this.steps.get(event.call_id);
     }
     const { node, state, live, outcome } = step;
-    clear(live);
-    live.hidden = true;
+    const execution = event.execution;
+    if (execution?.stdout || execution?.stderr || !step.chars) {
+      clear(live);  // the kept output replaces the live one
+      live.hidden = true;
+    }  // else (stopped, cancelled): the output the user was watching stays
     node.classList.remove("running");
     node.classList.add(event.failed ? "failed" : "succeeded");
     state.textContent = event.failed ? "failed" : `done in ${Number(event.duration_s ?? 0).toFixed(2)} s`;
-    const execution = event.execution;
     if (execution) this.execution(outcome, execution);
     else append(outcome, el("pre", { class: event.failed ? "stream error-text" : "stream", tabindex: "0" },
       event.content ?? ""));
@@ -249,12 +254,13 @@ export class RunView {
     this.root.classList.add(`run-${status}`);
     if (event.answer) append(this.root, this.answer(event));
     else append(this.root, el("p", { class: "run-message", role: "note" }, event.message ?? status));
-    this.status.textContent = summary(event);
+    setText(this.status, summary(event));
   }
 
   answer(event) {
     const box = el("section", { class: "answer", "aria-label": "Answer" },
-      el("h3", {}, "Answer"), el("p", { class: "answer-text" }, event.answer));
+      el("h3", {}, "Answer"), el("p", { class: "answer-text" }, event.answer),
+      PlanView.pendingNote(event));
     if (event.verified === true) {
       append(box, el("p", { class: "provenance verified" },
         "✓ Verified: every number in the answer was printed by the code."));
@@ -299,7 +305,7 @@ export class RunView {
     this.finishSteps();
     append(this.root, el("p", { class: "run-message", role: "note" },
       `The run ended ${run?.status ?? ""}: ${run?.message ?? ""}`));
-    this.status.textContent = run?.status ?? "ended";
+    setText(this.status, run?.status ?? "ended");
   }
 
   finishSteps() {

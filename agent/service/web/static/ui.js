@@ -1,6 +1,7 @@
 // What every part of the page shares: its state, element lookup, status lines, error handling.
 
 import { ApiError } from "./api.js";
+import { visible } from "./dom.js";
 
 export const $ = (id) => document.getElementById(id);
 
@@ -25,7 +26,7 @@ export function whenSessionEnds(handler) {
 /** Show a status line (as text). */
 export function say(id, text, kind = "info") {
   const node = $(id);
-  node.textContent = text;
+  node.textContent = visible(text);
   node.dataset.kind = kind;
 }
 

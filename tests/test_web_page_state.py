@@ -1,0 +1,119 @@
+"""The page keeps what the user sees: Cancel keeps the output, a reload keeps the conversation.
+
+In a real browser against a real `sbx serve`: Cancel leaves the output the
+user was watching on the page, says nothing about Ctrl-C or SIGTERM (the
+core's message is the same for every face), and leaves no "Cancelling…"
+behind; a reload opens the conversation that was open; a dataset named in
+another script is listed by its name.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+import service_support
+import web_support
+from sbx.agent.testing.scripted_model import assistant, tool_call
+from service_support import upload
+from web_support import sign_in, watch
+
+serve = service_support.serve
+llm = service_support.llm
+browser = web_support.browser
+
+CHART = ("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+         "plt.plot([1, 2, 3])\nplt.savefig('/output/图表.png')")
+SLOW = "import time\nprint('tick', 6 * 7, flush=True)\ntime.sleep(120)\nprint('never')"
+
+
+@pytest.mark.docker
+def test_cancel_keeps_the_output_and_says_nothing_of_signals(serve, llm, browser, tmp_path):
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
+    page = browser.new_page()
+    seen = watch(page)
+    sign_in(page, server.url, server.key("cleo"))
+    llm.script([tool_call("execute_python", code=SLOW)])
+    page.get_by_label("Your question").fill("count slowly")
+    page.get_by_role("button", name="Ask").click()
+    run = page.locator(".run").first
+    expect(run.locator(".step .live")).to_contain_text("tick 42")
+    page.get_by_role("button", name="Cancel run").click()
+    expect(run).to_have_class(re.compile(r"\brun-cancelled\b"))
+    watched = run.locator(".step .live:visible, .step .outcome pre")
+    expect(watched.first).to_contain_text("tick 42")  # what the user was watching stays
+    expect(run.locator(".run-message")).to_be_visible()
+    assert not re.search(r"Ctrl-C|SIGTERM", run.inner_text())
+    expect(page.locator("#ask-status")).not_to_contain_text("Cancelling")
+    expect(page.get_by_role("button", name="Cancel run")).to_be_hidden()
+    seen.assert_clean()
+
+
+@pytest.mark.docker
+def test_a_reload_opens_the_conversation_that_was_open(serve, llm, browser, tmp_path):
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
+    page = browser.new_page()
+    seen = watch(page)
+    sign_in(page, server.url, server.key("dana"))
+    llm.script([assistant("Nothing to compute: hello.")])
+    page.get_by_label("Your question").fill("hello?")
+    page.get_by_role("button", name="Ask").click()
+    expect(page.locator(".run .answer-text")).to_have_text("Nothing to compute: hello.")
+    title = page.locator("#conversation-title").inner_text()
+    assert title.startswith("Conversation conv-")
+    page.reload()
+    expect(page.locator("#workspace")).to_be_visible()
+    expect(page.locator("#conversation-title")).to_have_text(title)
+    expect(page.locator(".run .answer-text")).to_have_text("Nothing to compute: hello.")
+    page.get_by_role("button", name="New conversation").click()
+    page.reload()
+    expect(page.locator("#usage dt").first).to_be_visible()
+    expect(page.locator("#conversation-title")).to_have_text("New conversation")
+    seen.assert_clean()
+
+
+@pytest.mark.docker
+def test_a_dataset_named_in_another_script_is_listed_and_used_by_its_name(
+    serve, llm, browser, tmp_path
+):
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
+    key = server.key("emil")
+    dataset = upload(server.client(key), "销售 2024.csv", b"region,revenue\nNorth,10\n").json()
+    assert dataset["name"] == "销售_2024.csv"  # the space is not a letter; the rest stays
+    assert dataset["preview"].startswith("- /data/销售_2024.csv")
+    page = browser.new_page()
+    seen = watch(page)
+    sign_in(page, server.url, key)
+    expect(page.locator("#dataset-list .dataset")).to_contain_text("销售_2024.csv")
+    page.get_by_role("checkbox", name=re.compile("销售_2024.csv")).check()
+    llm.script([tool_call("execute_python", code="import pandas as pd\n"
+                          "print(pd.read_csv('/data/销售_2024.csv').revenue.sum())"),
+                assistant("The revenue is 10.")])
+    page.get_by_label("Your question").fill("total?")
+    page.get_by_role("button", name="Ask").click()
+    expect(page.locator(".run .answer-text")).to_have_text("The revenue is 10.")
+    expect(page.locator(".step .output-stdout pre")).to_have_text("10")
+    expect(page.locator("#conversation-data")).to_contain_text("销售_2024.csv")
+    seen.assert_clean()
+
+
+@pytest.mark.docker
+def test_a_chart_named_in_another_script_is_drawn_and_downloads(serve, llm, browser, tmp_path):
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
+    page = browser.new_page()
+    seen = watch(page)
+    sign_in(page, server.url, server.key("finn"))
+    llm.script([tool_call("execute_python", code=CHART), assistant("Drawn.")])
+    page.get_by_label("Your question").fill("draw")
+    page.get_by_role("button", name="Ask").click()
+    expect(page.locator(".run .answer-text")).to_have_text("Drawn.")
+    chart = page.locator(".step .chart img")
+    expect(chart).to_have_attribute("src", re.compile(r"/artifacts/%E5%9B%BE%E8%A1%A8\.png$"))
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0",
+                           arg=chart.element_handle())
+    with page.expect_download() as info:
+        page.locator(".step .chart a.artifact-link").click()
+    assert info.value.suggested_filename == "图表.png"
+    seen.assert_clean()
