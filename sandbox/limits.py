@@ -24,6 +24,7 @@ from pydantic import (
 from sbx.sandbox.units import (
     at_most_bytes,
     at_most_seconds,
+    format_size,
     parse_cpus,
     parse_duration,
     parse_size,
@@ -34,6 +35,34 @@ Bytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0), PlainSerializer
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 """Seconds written `30s`, `2m`, `500ms`; at most a week (`units.MAX_DURATION_S`) anywhere."""
 Cpus = Annotated[float, BeforeValidator(parse_cpus), Field(gt=0, le=64)]
+
+MIN_MEMORY = 6 * 1024**2
+"""The engine refuses a container with less memory ("Minimum memory limit allowed is 6MB")."""
+MIN_CPUS = 0.01
+"""The engine refuses a CPU quota below a hundredth of a CPU ("Range of CPUs is from 0.01")."""
+MIN_PIDS = 16
+"""Fewer cannot start the runner; the engine would take it, the sandbox would not work."""
+
+
+def at_least_memory(value: int) -> int:
+    """Refuse memory below `MIN_MEMORY` here, so no face ever shows the engine's own refusal."""
+    if value < MIN_MEMORY:
+        raise ValueError(f"memory must be at least {format_size(MIN_MEMORY)} (the engine's "
+                         "minimum)")
+    return value
+
+
+def at_least_cpus(value: float) -> float:
+    """Refuse a CPU quota below `MIN_CPUS` (the engine's minimum), with a message that says so."""
+    if value < MIN_CPUS:
+        raise ValueError(f"cpus must be at least {MIN_CPUS:g} (the engine's minimum)")
+    return value
+
+
+Memory = Annotated[Bytes, AfterValidator(at_least_memory)]
+"""A memory limit: a byte count no lower than the engine accepts (`MIN_MEMORY`)."""
+CpuQuota = Annotated[Cpus, AfterValidator(at_least_cpus)]
+"""A CPU quota: no lower than the engine accepts (`MIN_CPUS`)."""
 
 MAX_TIMEOUT_S = 86400.0
 """The longest execution: a day (also keeps deadlines far from timer overflow)."""
@@ -48,11 +77,11 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    cpus: Cpus = 1.0
+    cpus: CpuQuota = 1.0
     """CPU quota in CPUs (`"1.5"` = one and a half cores), enforced by the CFS quota."""
-    memory: Bytes = parse_size("512m")
+    memory: Memory = parse_size("512m")
     """Memory limit in bytes (`"512m"`); swap is set equal, so the sandbox never swaps."""
-    pids: StrictInt = Field(default=256, ge=16, le=65536)
+    pids: StrictInt = Field(default=256, ge=MIN_PIDS, le=65536)
     """Most processes plus threads alive at once in the container (runc counts threads)."""
     timeout: Annotated[Seconds, AfterValidator(at_most_seconds(MAX_TIMEOUT_S))] = 30.0
     """Wall-clock seconds one execution may run before its interpreter is killed (`"30s"`)."""

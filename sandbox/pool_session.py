@@ -133,17 +133,19 @@ class LeasedSession(Session):
         """Take a host lease (waiting in the FIFO queue; HostBusy on timeout), then start.
 
         With a `data_root`, the container's `/data` directory is made (and
-        filled with what was delivered before) first.
+        filled with what was delivered before) first. When anything fails (the
+        engine refuses the container, the image is missing, the runner never
+        says ready), the session is closed: the lease goes back with it.
         """
         if self.lease is None:
             self.lease = self.capacity.acquire(Need.of(self.limits))
-        if self.data_root is not None:
-            try:
+        try:  # every way out without a container gives the lease back (an engine refusal too)
+            if self.data_root is not None:
                 self._make_data_dir(self.data_root)
-            except BaseException:
-                self.close()
-                raise
-        super().start()
+            super().start()
+        except BaseException:
+            self.close()
+            raise
 
     def _make_data_dir(self, root: Path) -> None:
         self.data_dir = DataDir.create(root)

@@ -80,11 +80,21 @@ class ServiceSettings(BaseModel):
     """Runs executing at once in one replica (each holds a worker thread)."""
     max_queued: int = Field(default=64, ge=0, le=100_000)
     """Runs waiting for a worker; past it a question gets 503 with `Retry-After`."""
+    max_in_flight: int = Field(default=4, ge=1, le=10_000)
+    """`/v1/execute` calls of one key in flight at once on a replica, while they wait for the
+    host's capacity and while they run (streamed ones until their stream ends); past it 429."""
     max_body: Bytes = 1024**2
     """Largest JSON request body (uploads are bounded by the upload quota instead)."""
     client_timeout: Seconds = 30.0
     """Seconds a client may take to send a request's head (then the connection is closed),
-    and may pause between two chunks of its body (then 408)."""
+    and may pause between two chunks of its body (then 408); its whole body must arrive
+    within twice this plus 1 s per 16 KiB (else the connection is closed)."""
+    client_connections: int = Field(default=64, ge=1, le=100_000)
+    """Connections one client address may hold open at once; the next gets 503 (raise it
+    behind a reverse proxy, whose address every client shares)."""
+    mcp_sessions: int = Field(default=8, ge=1, le=1000)
+    """MCP transport sessions (`initialize` on `/mcp`) one key may hold open at once on a
+    replica; a request that would open another is 429 (the replica's limit is 1000)."""
     max_question_chars: int = Field(default=20_000, ge=1, le=1_000_000)
     """Longest question accepted."""
     models: list[str] = Field(default_factory=list)

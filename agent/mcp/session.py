@@ -194,6 +194,12 @@ class McpSession(Closing):
             self._record_reset(reason)
         return lost
 
+    @property
+    def holder(self) -> tuple[bool, bool, float]:
+        """(holds a sandbox, a call runs, when the last call came): for sharing the host."""
+        with self._lock:
+            return self.workspace.used, self._busy > 0, self._last_used
+
     def discard_if_idle(self, idle_s: float, now: float) -> bool:
         """Remove the sandbox when no call has come for `idle_s` seconds (and none runs)."""
         reason = f"it was idle for more than {idle_s:g} s"

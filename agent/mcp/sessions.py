@@ -102,6 +102,11 @@ class McpSessions(Closing):
         if session is not None:
             session.close()
 
+    def live(self) -> list[McpSession]:
+        """The open sessions (for sharing the host between keys: `sandbox_share`)."""
+        with self._lock:
+            return list(self._sessions.values())
+
     def reap_idle(self, idle_s: float) -> int:
         """Sandboxes (or, `idle_ends_session`, whole sessions) idle for `idle_s` s removed.
 

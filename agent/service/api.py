@@ -12,7 +12,10 @@ the JSON body is read (bounded by the gateway), parsed and validated against
 the declared model (400 malformed, 415 not JSON, 422 invalid, unknown keys
 included); then the handler runs, a plain function on
 a worker thread (database and sandbox calls block). Handlers that stream
-(uploads, Server-Sent Events) are `async` and run on the event loop.
+(uploads, Server-Sent Events) are `async` and run on the event loop. A
+handler declared `work=True` (it waits for the host and runs code) runs on a
+work thread instead, in one of its key's `max_in_flight` slots
+(`sbx.agent.service.admission`), so request threads stay free.
 
 The same declarations build `/openapi.json` (`sbx.agent.service.openapi`).
 """
@@ -32,6 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from sbx.agent.service.admission import Held
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.store.keys import KeyInfo, lookup_key
 from sbx.agent.service.web.sessions import cookie_key
@@ -85,6 +89,9 @@ class Spec:
     streams: str | None
     """The media type of a streamed answer (`text/event-stream`), else None."""
     auth: bool
+    work: bool = False
+    """Long work (waits for the host, runs code): off the request threads, in the key's
+    `max_in_flight` slots (`sbx.agent.service.admission`)."""
 
 
 ROUTES: list[Spec] = []
@@ -99,6 +106,7 @@ def api(
     status: int = 200,
     streams: str | None = None,
     auth: bool = True,
+    work: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Declare an endpoint (see the module docstring)."""
 
@@ -107,7 +115,7 @@ def api(
         ROUTES.append(Spec(
             method=method, path=path, handler=handler, body=body, response=response,
             status=status, summary=doc.splitlines()[0] if doc else "", streams=streams,
-            auth=auth,
+            auth=auth, work=work,
         ))
         return handler
 
@@ -137,10 +145,24 @@ def _dispatch(methods: dict[str, Spec]) -> Callable[[Request], Awaitable[Respons
         if inspect.iscoroutinefunction(spec.handler):
             result: Response = await spec.handler(*args)
             return result
+        if spec.work:
+            return await _work(service, key, spec.handler, args)
         answer: Response = await run_in_threadpool(spec.handler, *args)
         return answer
 
     return endpoint
+
+
+async def _work(service: Service, key: KeyInfo, handler: Handler, args: tuple[Any, ...]
+                ) -> Response:
+    """A work handler: in one of the key's slots, on a work thread, until its answer is sent."""
+    release = service.admission.take(key.principal, service.settings.max_in_flight)
+    try:
+        answer: Response = await service.admission.work(handler, *args)
+    except BaseException:
+        release()
+        raise
+    return Held(answer, release)
 
 
 ANONYMOUS = KeyInfo(name="-", role="user", created_at=0.0, revoked_at=None, overrides={})

@@ -26,6 +26,7 @@ from pathlib import Path
 from sbx.agent.core.app import App
 from sbx.agent.core.config import AppConfig, load_config
 from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
+from sbx.agent.service.admission import Admission
 from sbx.agent.service.eventlog import EventHub, EventLog
 from sbx.agent.service.lifecycle import Housekeeper
 from sbx.agent.service.metrics import Metrics, live_figures
@@ -34,11 +35,14 @@ from sbx.agent.service.outcomes import Observer, Observers
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.replicas import Identity, Replicas
 from sbx.agent.service.runs import RunManager
+from sbx.agent.service.sandbox_share import SandboxShare
 from sbx.agent.service.store.db import Database, database_url
+from sbx.agent.service.tenant_view import TenantView, install
 from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.pool_config import PoolConfig
 from sbx.tools.audit import PATH_ENV
+from sbx.tools.redact import Redactor
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +120,12 @@ class Service:
                                max_queued=self.settings.max_queued)
         self.gateway = GatewayState(max_body=self.settings.max_body,
                                     client_timeout=self.settings.client_timeout, observer=observer)
+        self.tenant_view = TenantView(redactor=Redactor())
+        """What tenants may read (`tenant_view`); `open` builds it from the endpoint and policy."""
+        self.admission = Admission()
+        """Per-key slots for long work, and the thread pools kept apart from request threads."""
+        self.share = SandboxShare(self)
+        """Releases idle sandboxes of keys over their share while callers wait for the host."""
         self.housekeeper = Housekeeper(self)
         self.uploads = InflightUploads()
         """The bytes each key's uploads in progress hold (bounded per key)."""
@@ -162,6 +172,13 @@ class Service:
         service = cls(options=options, config=config, paths=paths, db=db, replicas=replicas,
                       app=app, endpoint=endpoint, endpoint_error=error,
                       observer=observer or Observer())
+        service.tenant_view = TenantView.build(
+            api_key=endpoint.api_key if endpoint else None,
+            base_url=endpoint.base_url if endpoint else None,
+            secret_env=config.policy.audit.secret_env,
+            secret_fields=config.policy.audit.secret_fields, environ=environ,
+            host_paths=(paths.root, app.audit.path))
+        install(db, service.tenant_view)
         service.housekeeper.start()
         return service
 

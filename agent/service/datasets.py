@@ -21,6 +21,7 @@ from starlette.responses import Response
 from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
+from sbx.agent.service.datasets_held import dataset_user
 from sbx.agent.service.problems import Problem, quota_exceeded
 from sbx.agent.service.quotas import (
     effective_quotas,
@@ -30,7 +31,8 @@ from sbx.agent.service.quotas import (
     upload_too_large,
 )
 from sbx.agent.service.schemas import DatasetOut, Listing
-from sbx.agent.service.store.models import Conversation, Dataset
+from sbx.agent.service.store.db import lock_principal
+from sbx.agent.service.store.models import Dataset
 from sbx.agent.service.tenancy import owned
 from sbx.agent.service.uploads import (
     Upload,
@@ -128,16 +130,13 @@ def get_dataset(call: Call) -> Response:
 
 @api("DELETE", "/v1/datasets/{dataset_id}", status=204)
 def delete_dataset(call: Call) -> Response:
-    """Delete a dataset no open conversation uses; its bytes leave your quota."""
+    """Delete a dataset no open conversation or running execution uses; it leaves your quota."""
     with call.service.db.write() as session:
+        lock_principal(session, call.principal)  # an execution resolving it waits, or is seen
         row = owned(session, Dataset, "dataset", call.params["dataset_id"], call.principal)
-        users = session.scalars(select(Conversation).where(
-            Conversation.principal == call.principal, Conversation.status == "active")).all()
-        using = [c.id for c in users if row.id in (c.datasets or [])]
-        if using:
-            raise Problem(409, "dataset-in-use",
-                          f"dataset {row.id} is used by open conversation {using[0]}; delete "
-                          "that conversation first")
+        user = dataset_user(session, call.principal, row.id)
+        if user is not None:
+            raise Problem(409, "dataset-in-use", f"dataset {row.id} is used by {user}")
         session.delete(row)
         ident = row.id
     shutil.rmtree(call.service.paths.datasets / ident, ignore_errors=True)

@@ -27,6 +27,7 @@ from starlette.responses import Response, StreamingResponse
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.workspace import Workspace, WorkspaceSpec
 from sbx.agent.service.api import Call, api, json_response
+from sbx.agent.service.datasets_held import datasets_held
 from sbx.agent.service.execute_stream import Cancellation, ExecutionStream
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem, unavailable
@@ -34,8 +35,10 @@ from sbx.agent.service.quotas import effective_quotas, reserve_run
 from sbx.agent.service.runs import artifact_row
 from sbx.agent.service.runs_api import artifact_out
 from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
+from sbx.agent.service.store.db import lock_principal
 from sbx.agent.service.store.models import ArtifactRow, Run
 from sbx.agent.service.tenancy import dataset_paths, limits_within
+from sbx.agent.service.tenant_view import incident
 from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.session import new_run_id
 from sbx.tools.context import OutputSink
@@ -44,7 +47,8 @@ from sbx.tools.gate import ToolGate
 HOST_BUSY_RETRY_S = 10.0
 
 
-@api("POST", "/v1/execute", body=ExecuteCode, response=ExecutionOut, streams="text/event-stream")
+@api("POST", "/v1/execute", body=ExecuteCode, response=ExecutionOut, streams="text/event-stream",
+     work=True)
 def execute(call: Call, body: ExecuteCode) -> Response:
     """Run one program in a fresh sandbox with some of your datasets; JSON, or SSE on request."""
     service = call.service
@@ -59,14 +63,15 @@ def execute(call: Call, body: ExecuteCode) -> Response:
     released = False
     try:
         with service.db.write() as session:
-            data = dataset_paths(session, list(dict.fromkeys(body.datasets)), call.principal,
-                                 service.paths.datasets)
+            lock_principal(session, call.principal)  # before the datasets: see datasets_held
+            ids = list(dict.fromkeys(body.datasets))
+            data = dataset_paths(session, ids, call.principal, service.paths.datasets)
             reserve_run(session, call.principal,
                         effective_quotas(service.settings.quotas, call.key), time.time())
             session.add(Run(id=run_id, kind="execute", principal=call.principal,
                             replica_id=service.replica_id, status="running", question="",
                             message="", cpu_seconds=0.0, created_at=time.time(),
-                            started_at=time.time()))
+                            started_at=time.time(), result=datasets_held(ids)))
         config = replace(service.config, limits=limits)
         if "text/event-stream" in call.headers.get("accept", ""):
             streamed = _streamed(call, run_id, data, config, body.code)
@@ -131,13 +136,15 @@ def _run(call: Call, run_id: str, data: tuple[Path, ...], config: AppConfig, cod
             session.execute(delete(Run).where(Run.id == run_id))
         raise unavailable(f"the host is at its sandbox cap: {exc}", HOST_BUSY_RETRY_S) from None
     except Exception as exc:
-        _record(call, run_id, "error", f"{type(exc).__name__}: {exc}", None, 0.0, ())
+        _record(call, run_id, "error", incident(f"execution {run_id}", exc), None, 0.0, ())
         raise
     cpu = float((execution or {}).get("cpu_seconds") or 0.0)
     rows = _record(call, run_id, status, message, execution, cpu, artifacts)
     notify(service.observer.execution_finished, principal=call.principal, run_id=run_id,
            status=status, execution=execution)
-    return ExecutionOut(run_id=run_id, status=status, observation=text, execution=execution,
+    view = service.tenant_view  # as the stored row: no host path, no secret
+    return ExecutionOut(run_id=run_id, status=status, observation=view.text(text),
+                        execution=view.value(execution),
                         artifacts=[artifact_out(row) for row in rows])
 
 

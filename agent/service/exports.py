@@ -55,7 +55,7 @@ def export_conversation(call: Call) -> Response:
     except (TranscriptError, RecordError) as exc:
         raise Problem(409, "transcript-unreadable", f"the transcript cannot be exported: "
                       f"{str(exc).replace(str(path), 'transcript')[:300]}") from None
-    return _attachment(text, f"{ident}.{chosen}", MEDIA_TYPES[chosen])
+    return _attachment(call, text, f"{ident}.{chosen}", MEDIA_TYPES[chosen])
 
 
 @api("GET", "/v1/conversations/{conversation_id}/transcript")
@@ -75,7 +75,7 @@ def download_transcript(call: Call) -> Response:
         view = public_event(event, output_dir=output_root / (event.run_id or "-"))
         lines.append(json.dumps(view, ensure_ascii=False))
     text = "\n".join(lines) + ("\n" if lines else "")
-    return _attachment(text, f"{ident}.jsonl", "application/x-ndjson")
+    return _attachment(call, text, f"{ident}.jsonl", "application/x-ndjson")
 
 
 def _last_ended_run(call: Call) -> tuple[str, str | None]:
@@ -103,7 +103,9 @@ def _lines(path: Path) -> list[bytes]:
         raise Problem(409, "transcript-unreadable", "the transcript cannot be read") from None
 
 
-def _attachment(text: str, filename: str, media_type: str) -> Response:
+def _attachment(call: Call, text: str, filename: str, media_type: str) -> Response:
+    """A download, as the tenant may read it (`tenant_view`: no secret, no host path)."""
+    text = call.service.tenant_view.text(text)
     return Response(text.encode("utf-8"), media_type=media_type, headers={
         "Content-Disposition": content_disposition("attachment", filename),
     })

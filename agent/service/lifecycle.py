@@ -4,7 +4,9 @@ Every tick (the policy's `[service] heartbeat`, or sooner when `idle_timeout`
 is shorter): write this replica's heartbeat; interrupt the conversations and
 runs of replicas whose heartbeat went stale (`Replicas.sweep`); release the
 sandboxes of conversations idle for `idle_timeout` (`RunManager.release_idle`);
-delete runs that ended more than `retention` ago (`retention.expire_runs`).
+delete runs that ended more than `retention` ago (`retention.expire_runs`);
+while callers wait for the host, release the idle sandboxes of keys over their
+share (`SandboxShare.tick`).
 A failing duty is logged and retried at the next tick; it never stops the
 others. Start-up recovery and the SIGTERM drain are `Service.open` and
 `Service.begin_drain`.
@@ -52,6 +54,7 @@ class Housekeeper:
             ("heartbeat", lambda: service.replicas.heartbeat(state=state)),
             ("sweep", service.replicas.sweep),
             ("idle release", lambda: service.runs.release_idle(service.settings.idle_timeout)),
+            ("host share", service.share.tick),
             ("retention", lambda: expire_runs(service)),
         ):
             try:

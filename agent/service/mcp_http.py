@@ -5,7 +5,9 @@
            is the key's, never the client's word
         2. `Sbx-Session`, if sent, must be a name ([A-Za-z0-9._-], 1 to 64): 400 otherwise
         3. the MCP SDK's session manager serves the request; a transport session is bound
-           to the key that opened it (another key's request for it answers 404)
+           to the key that opened it (another key's request for it answers 404), and a
+           key holds at most `[service] mcp_sessions` of them (a request that would open
+           another is 429)
         4. each tool call finds its sbx session (`caller_of`), one sandbox each:
              with `Mcp-Session-Id` (a handshake-era client)   that transport session's
              without (a 2026-07-28 client opens none)         the key's session named by
@@ -27,6 +29,7 @@ they do not hold it for the grace). The quotas are
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -50,7 +53,7 @@ from sbx.agent.mcp.upload import register_upload
 from sbx.agent.service.api import authenticate
 from sbx.agent.service.core import Service
 from sbx.agent.service.mcp_tenancy import ServiceAdmission
-from sbx.agent.service.problems import Problem
+from sbx.agent.service.problems import Problem, quota_exceeded
 from sbx.agent.service.store.keys import KeyInfo
 
 logger = logging.getLogger(__name__)
@@ -60,7 +63,10 @@ SESSION_HEADER = "sbx-session"
 """Names the session of a client that opens none (2026-07-28); ignored with Mcp-Session-Id."""
 DEFAULT_SESSION = "default"
 MAX_TRANSPORT_SESSIONS = 1000
-"""Handshake-era transport sessions open at once on one replica (then 503)."""
+"""Handshake-era transport sessions open at once on one replica (then 503); each key holds
+at most `[service] mcp_sessions` of them (then 429)."""
+SESSION_RETRY_S = 60.0
+"""Retry-After when a key's MCP sessions are all open: ending one frees a place at once."""
 DATA_NOTE = "the datasets of your API key, the newest of each name; list_data_files names them"
 _SESSION_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _GRANT = "sbx.mcp.grant"
@@ -117,6 +123,9 @@ class McpEndpoint:
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
         self.manager = self.server.session_manager
+        service.share.mcp = self.server.sessions  # their idle sandboxes share the host too
+        self._opening: dict[str, int] = {}
+        """Requests of each principal that may open a session, being served now."""
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -139,10 +148,41 @@ class McpEndpoint:
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=key.principal,
                                                       scopes=[]))
         transport = request.headers.get(MCP_SESSION_ID_HEADER)
-        status = await self._serve(scope, receive, send)
+        opening = False
+        if transport is None and request.method == "POST":  # an initialize opens a session
+            body = await request.body()  # bounded by the gateway (max_body)
+            receive = _replay(body, receive)
+            opening = _initializes(body)
+        if opening:
+            self._admit_opening(key.principal)
+        try:
+            status = await self._serve(scope, receive, send)
+        finally:
+            if opening:
+                self._opening[key.principal] -= 1
         if request.method == "DELETE" and transport and 200 <= status < 300:
             ended = session_key(key.principal, transport=transport, name=name)
             await anyio.to_thread.run_sync(self.server.sessions.end, ended)
+
+    def _admit_opening(self, principal: str) -> None:
+        """Count a request that may open a transport session; 429 past the key's share.
+
+        The SDK's session limit is one for the replica: without a share per key, one
+        key's `initialize`s would lock every other key out for the idle timeout.
+        """
+        held = self.sessions_of(principal) + self._opening.get(principal, 0)
+        limit = self.service.settings.mcp_sessions
+        if held >= limit:
+            raise quota_exceeded(
+                "mcp_sessions", f"{held} MCP sessions of this key are open, the most allowed "
+                f"is {limit}; end one (DELETE /mcp with its Mcp-Session-Id) or let it idle out",
+                SESSION_RETRY_S)
+        self._opening[principal] = self._opening.get(principal, 0) + 1
+
+    def sessions_of(self, principal: str) -> int:
+        """Transport sessions `principal` holds open now (the SDK binds each to its opener)."""
+        owners: dict[str, Any] = getattr(self.manager, "_session_owners", {})  # pinned SDK
+        return sum(1 for owner in owners.values() if owner.get("client_id") == principal)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> int:
         """The SDK's answer to the request; the HTTP status it sent (0: none)."""
@@ -156,3 +196,27 @@ class McpEndpoint:
 
         await self.manager.handle_request(scope, receive, watched)
         return status
+
+
+def _initializes(body: bytes) -> bool:
+    """Whether a JSON-RPC message (or batch) asks to `initialize`: only that opens a session."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return False  # the SDK answers what it cannot parse
+    messages = message if isinstance(message, list) else [message]
+    return any(isinstance(m, dict) and m.get("method") == "initialize" for m in messages)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands the SDK the body already read, then waits as the original does."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

@@ -42,6 +42,7 @@ from sbx.agent.service.problems import unavailable
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.models import ArtifactRow, Run
 from sbx.agent.service.store.models import Conversation as ConversationRow
+from sbx.agent.service.tenant_view import incident
 
 logger = logging.getLogger(__name__)
 
@@ -154,14 +155,20 @@ class RunManager:
         with live.lock:  # waits for the cancelled run to end
             live.conversation.close()
 
-    def release_idle(self, idle_s: float) -> list[str]:
-        """Remove the sandboxes of conversations idle for `idle_s`; their ids."""
+    def holders(self) -> list[Live]:
+        """The conversations here that hold a sandbox (running or idle): `sandbox_share`."""
+        with self._lock:
+            return [live for live in self._live.values() if live.holds_sandbox or live.run_id]
+
+    def release_idle(self, idle_s: float, only: frozenset[str] | None = None) -> list[str]:
+        """Remove the sandboxes of conversations idle for `idle_s` (of `only`); their ids."""
         released = []
         now = time.monotonic()
         with self._lock:
             candidates = [live for live in self._live.values()
                           if live.holds_sandbox and live.run_id is None
-                          and now - live.last_used >= idle_s]
+                          and now - live.last_used >= idle_s
+                          and (only is None or live.id in only)]
         for live in candidates:
             if not live.lock.acquire(blocking=False):
                 continue
@@ -288,8 +295,7 @@ class RunManager:
             live.holds_sandbox = result.status != "cancelled"
             return _outcome(result)
         except Exception as exc:  # the sandbox, the host or the audit log failed
-            logger.warning("run %s failed: %s", run_id, type(exc).__name__)
-            message = f"{type(exc).__name__}: {exc}"
+            message = incident(f"run {run_id}", exc)  # the detail goes to the log only
             if not live.terminal_seen:
                 self._on_event(live, RunError(run_id=run_id, error=message))
             live.holds_sandbox = False

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sbx.sandbox.limits import Bytes, Cpus, Seconds
+from sbx.sandbox.limits import CpuQuota, Memory, Seconds
 
 DATASET_ID = r"^ds-[0-9a-f]{12}$"
 MAX_DATASETS = 20
@@ -26,10 +26,10 @@ class RequestedLimits(_Request):
 
     timeout: Seconds | None = None
     """Wall-clock limit of one execution, e.g. `"10s"` (at most the policy's `[sandbox]`)."""
-    memory: Bytes | None = None
-    """Memory limit, e.g. `"256m"` (at most the policy's)."""
-    cpus: Cpus | None = None
-    """CPU quota, e.g. `"0.5"` (at most the policy's)."""
+    memory: Memory | None = None
+    """Memory limit, e.g. `"256m"` (at most the policy's, at least 6 MiB: the engine's minimum)."""
+    cpus: CpuQuota | None = None
+    """CPU quota, e.g. `"0.5"` (at most the policy's, at least 0.01: the engine's minimum)."""
 
 
 class CreateConversation(_Request):

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from sbx.agent.service.problems import Problem, not_found
@@ -70,4 +71,9 @@ def limits_within(maximum: Limits, requested: RequestedLimits | None) -> Limits:
             raise Problem(422, "limit-above-policy",
                           f"limits.{name}: at most {shown} (the policy's [sandbox] {name})")
         changes[name] = value
-    return maximum.model_copy(update=changes)
+    try:  # validated again as a whole: the engine's minima hold whatever the face checked
+        return Limits.model_validate({**maximum.model_dump(), **changes})
+    except ValidationError as exc:
+        error = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise Problem(422, "invalid-request", f"limits.{where}: {error['msg']}") from None

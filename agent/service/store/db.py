@@ -121,6 +121,10 @@ class Database:
         with self._write.begin() as session:
             yield session
 
+    def session_factories(self) -> tuple[sessionmaker[Session], ...]:
+        """The factories of every session it hands out (to hook what is written)."""
+        return (self._read, self._write)
+
     def ping(self) -> None:
         """One round trip; raises `StoreError` when the database does not answer."""
         try:

@@ -1,0 +1,97 @@
+"""Sharing the host's sandboxes between keys: nobody keeps more than a share idle while others wait.
+
+Conversations and MCP sessions keep their sandbox between calls (up to
+`idle_timeout`), so a few keys' idle sandboxes could fill the host's cap and
+make every other key's next execution wait, then fail "host busy". Each
+housekeeping tick, while callers wait in the host's queue (this replica's or
+another sbx process's), `SandboxShare.tick` releases idle sandboxes:
+
+    share    the host's sandbox cap divided among the keys holding sandboxes here
+             plus one (the waiter is assumed to be another key), at least one
+    order    the key holding the most first, its longest-idle sandbox first; a
+             key at or under its share loses nothing
+    count    at most one per waiting caller per tick
+
+A released conversation or MCP session stays open: its next call gets a fresh
+sandbox and is told that earlier variables are gone, as after `idle_timeout`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sbx.agent.mcp.session import McpSession
+    from sbx.agent.mcp.sessions import McpSessions
+    from sbx.agent.service.core import Service
+
+logger = logging.getLogger(__name__)
+
+@dataclass(frozen=True, kw_only=True)
+class Held:
+    """One sandbox held here: whose, whether it is idle, since when."""
+
+    principal: str
+    idle: bool
+    last_used: float
+    conversation: str | None = None
+    """The conversation holding it (else an MCP session)."""
+    session: McpSession | None = None
+    """The MCP session holding it (else a conversation)."""
+
+
+class SandboxShare:
+    """Releases the idle sandboxes of keys over their share while callers wait."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.mcp: McpSessions | None = None
+        """The `/mcp` sessions, once the endpoint exists."""
+
+    def held(self) -> list[Held]:
+        """Every sandbox this replica holds for a conversation or an MCP session."""
+        held = [Held(principal=live.principal, idle=live.run_id is None,
+                     last_used=live.last_used, conversation=live.id)
+                for live in self.service.runs.holders()]
+        for session in self.mcp.live() if self.mcp is not None else []:
+            holds, busy, last_used = session.holder
+            if holds:
+                held.append(Held(principal=session.caller.principal, idle=not busy,
+                                 last_used=last_used, session=session))
+        return held
+
+    def tick(self) -> int:
+        """Release what the module docstring says; how many sandboxes were released."""
+        pool = self.service.app.pool
+        if pool is None:
+            return 0
+        waiting = pool.capacity.waiting()
+        if waiting == 0:
+            return 0
+        held = self.held()
+        counts = Counter(item.principal for item in held)
+        share = max(1, pool.capacity.caps.sandboxes // (len(counts) + 1))
+        candidates = sorted((item for item in held if item.idle),
+                            key=lambda item: (-counts[item.principal], item.last_used))
+        released = 0
+        for item in candidates:
+            if released >= waiting:
+                break
+            if counts[item.principal] <= share or not self._release(item):
+                continue
+            counts[item.principal] -= 1
+            released += 1
+            logger.info("released an idle sandbox of %s for a waiting caller (share %d)",
+                        item.principal, share)
+        return released
+
+    def _release(self, item: Held) -> bool:
+        if item.session is not None:
+            return item.session.discard_if_idle(0.0, item.last_used)
+        if item.conversation is None:  # pragma: no cover - every Held names its holder
+            return False
+        only = frozenset({item.conversation})
+        return bool(self.service.runs.release_idle(0.0, only=only))

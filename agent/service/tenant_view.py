@@ -1,0 +1,136 @@
+"""What tenants may read: no secret, no model endpoint, no host path, no engine error text.
+
+Everything a tenant reads of a run comes from the store (its row: message,
+answer, result; its events) or from its conversation's transcript (downloads
+and exports). `TenantView` is applied at those two doors, once each:
+
+    store      `install(db, view)`: a `before_flush` hook rewrites every `Run` and
+               `EventRow` as it is written, whichever module wrote it
+    downloads  `exports.py` passes each attachment's text through `view.text`
+
+and every face (HTTP API, SSE, the web page, exports) reads what came out.
+The view replaces the model endpoint's API key, its base URL (with and without
+its `user:password@`) and those credentials alone, the secrets the policy
+names (`secret_env`), and anything that looks like an OpenAI key, with
+`[REDACTED]` (`tools.redact`, the audit log's rules); it replaces the host's
+paths (the data directory, the audit log) with `[host]`, and drops an
+artifact's host `path` (its name stays).
+
+`incident(...)` is for failures the operator must look at (the engine, the
+host, the audit log): the tenant gets a plain sentence and an id to quote;
+the server's log gets the id with the full detail.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from sbx.agent.service.store.db import Database
+from sbx.agent.service.store.models import EventRow, Run
+from sbx.tools.redact import Redactor
+
+logger = logging.getLogger(__name__)
+
+HOST = "[host]"
+"""What a host path becomes in a tenant's view."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenantView:
+    """Rewrites what a tenant reads (see the module docstring)."""
+
+    redactor: Redactor
+    """The secrets and secret-named fields, as the audit log redacts them."""
+    host_paths: tuple[str, ...] = ()
+    """Host paths a tenant must not see, longest first."""
+
+    @classmethod
+    def build(cls, *, api_key: str | None, base_url: str | None, secret_env: Iterable[str],
+              secret_fields: Iterable[str], environ: Mapping[str, str],
+              host_paths: Iterable[Path]) -> TenantView:
+        """The view for one service: its endpoint, its policy's secrets, its host paths."""
+        values = [api_key, *endpoint_forms(base_url)]
+        redactor = Redactor.build(secret_values=values, secret_env=secret_env, environ=environ,
+                                  secret_fields=secret_fields)
+        # a one-part path (`/data`, `/tmp`) may be the sandbox's own: only deeper ones go
+        paths = sorted({str(path) for path in host_paths if len(Path(path).parts) > 2},
+                       key=len, reverse=True)
+        return cls(redactor=redactor, host_paths=tuple(paths))
+
+    def text(self, value: str) -> str:
+        """One string as a tenant may read it."""
+        value = self.redactor.text(value)
+        for path in self.host_paths:
+            if path in value:
+                value = value.replace(path, HOST)
+        return value
+
+    def value(self, value: Any) -> Any:
+        """A JSON-like value as a tenant may read it (an artifact's host `path` is dropped)."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            redacted = self.redactor.redact({k: v for k, v in value.items()
+                                             if not (k == "path" and "name" in value)})
+            return {self.text(str(k)): self.value(v) for k, v in redacted.items()}
+        if isinstance(value, list | tuple):
+            return [self.value(item) for item in value]
+        return value
+
+
+def endpoint_forms(base_url: str | None) -> list[str]:
+    """The base URL as written, without its credentials, and the credentials themselves."""
+    if not base_url:
+        return []
+    parts = urlsplit(base_url)
+    forms = [base_url, base_url.rstrip("/")]
+    if parts.username or parts.password:
+        bare = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+        forms += [urlunsplit(bare), urlunsplit(bare).rstrip("/"),
+                  parts.netloc.rpartition("@")[0] + "@", parts.netloc.rpartition("@")[0]]
+        forms += [secret for secret in (parts.password, parts.username) if secret]
+    return forms
+
+
+def install(db: Database, view: TenantView) -> None:
+    """Rewrite every run row and event row as it is written to `db` (the store's door)."""
+
+    def before_flush(session: Session, context: object, instances: object) -> None:
+        for row in [*session.new, *session.dirty]:
+            if isinstance(row, Run):
+                _run(row, view)
+            elif isinstance(row, EventRow):
+                row.data = json.dumps(view.value(json.loads(row.data)), ensure_ascii=False)
+
+    for factory in db.session_factories():
+        event.listen(factory, "before_flush", before_flush)
+
+
+def _run(row: Run, view: TenantView) -> None:
+    if row.message:
+        row.message = view.text(row.message)
+    if row.answer:
+        row.answer = view.text(row.answer)
+    if row.result is not None:
+        cleaned = view.value(row.result)
+        if cleaned != row.result:
+            row.result = cleaned
+
+
+def incident(what: str, exc: BaseException) -> str:
+    """Log a failure the operator must fix under a fresh id; the sentence a tenant sees."""
+    ident = "inc-" + uuid.uuid4().hex[:12]
+    logger.error("%s failed (incident %s): %s: %s", what, ident, type(exc).__name__, exc,
+                 exc_info=exc)
+    return (f"The {what} failed on the server (not because of your code or question); "
+            f"quote incident {ident} to the operator")

@@ -1,0 +1,96 @@
+"""Connections: a request's head and body have a total deadline (a regular trickle is cut too), and
+one client address cannot hold more than `client_connections` of the server's connections."""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+import service_support
+
+serve = service_support.serve
+llm = service_support.llm
+
+HOSTILE = "127.0.0.2"  # another loopback address: the tests' own requests come from 127.0.0.1
+
+
+def sqlite(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'data' / 'sbx.db'}"
+
+
+def connect(url: str, source: str = HOSTILE) -> socket.socket:
+    parts = urlsplit(url)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((source, 0))
+    sock.settimeout(60)
+    sock.connect((parts.hostname, parts.port))
+    return sock
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes (a reset counts as the end)."""
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    finally:
+        sock.close()
+    return data
+
+
+def ended(sock: socket.socket) -> bool:
+    """Whether the server closed the connection (an answer may come first)."""
+    try:
+        return sock.recv(65536) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.docker
+def test_a_body_trickled_a_byte_at_a_time_is_cut_at_its_deadline(serve, tmp_path):
+    server = serve(sqlite(tmp_path), policy={"service": {"client_timeout": "2s"}})
+    sock = connect(server.url)
+    sock.sendall(b"POST /web/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000000\r\n\r\n{")
+    cut = False
+    for _ in range(60):  # a byte a second: never the 2 s pause the gateway answers with 408
+        try:
+            sock.sendall(b" ")
+        except OSError:
+            cut = True
+            break
+        readable, _, _ = select.select([sock], [], [], 1.0)
+        if readable and ended(sock):
+            cut = True
+            break
+    sock.close()
+    assert cut, "a body trickled for 60 s was still being read"
+    assert httpx.get(server.url + "/healthz").status_code == 200
+
+
+@pytest.mark.docker
+def test_one_address_holding_many_slow_connections_leaves_others_served(serve, tmp_path):
+    server = serve(sqlite(tmp_path),
+                   policy={"service": {"client_timeout": "5s", "client_connections": 8}})
+    hostile = []
+    for _ in range(40):
+        sock = connect(server.url)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # a head that never ends
+        hostile.append(sock)
+    started = time.monotonic()
+    for _ in range(10):  # from 127.0.0.1, each on a new connection, while those are held
+        assert httpx.get(server.url + "/healthz", timeout=60).status_code == 200
+    legit_s = time.monotonic() - started
+    outcomes = [read_to_end(sock) for sock in hostile]
+    refused = [o for o in outcomes if o.startswith(b"HTTP/1.1 503")]
+    held = [o for o in outcomes if o == b""]  # closed at the head's deadline, no answer
+    assert len(refused) == 32 and len(held) == 8, (outcomes, legit_s)
+    assert b"Retry-After: 5" in refused[0]
