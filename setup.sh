@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up sbx on a Debian machine, idempotently: Docker engine, debootstrap, PostgreSQL's
-# binaries (for the service tests), chromium (for the web page's tests), a venv with sbx, and
-# the offline sandbox image. Run as root (or with sudo). Safe to run again: each step
+# binaries (for the service tests), chromium (for the web page's tests), Node with the
+# sign-in tests' OpenID Connect provider, a venv with sbx, and the offline sandbox image.
+# Run as root (or with sudo). Safe to run again: each step
 # is skipped when already done, and the image build is a no-op when its recipe is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -23,6 +24,9 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql
 # a browser of its own here).
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+# Node and npm for the sign-in tests' OpenID Connect provider (tests/oidc, npm ci below).
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 python3 -m venv --help >/dev/null 2>&1 && python3 -c 'import ensurepip' >/dev/null 2>&1 \
   || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -83,6 +87,13 @@ if [ ! -x .venv/bin/sbx ] || [ pyproject.toml -nt .venv/.sbx-installed ]; then
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e '.[test]'
   touch .venv/.sbx-installed
+fi
+
+# The web sign-in tests' OpenID Connect provider (panva's oidc-provider), pinned by its lock
+# file; installed once into tests/oidc/node_modules (not tracked by git).
+if [ ! -d tests/oidc/node_modules/oidc-provider ]; then
+  say "installing the tests' OpenID Connect provider (npm ci in tests/oidc)"
+  (cd tests/oidc && npm ci --no-audit --no-fund)
 fi
 
 say "building the sandbox image (a no-op when the recipe is unchanged)"

@@ -7,6 +7,7 @@ import subprocess
 import threading
 import time
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
@@ -21,6 +22,7 @@ from sbx.agent.service.openapi import openapi_document
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.quotas import reserve_conversation
 from sbx.agent.service.store.db import MIGRATIONS, Database
+from sbx.agent.service.store.identities import sign_in
 from sbx.agent.service.store.keys import create_key
 from sbx.agent.service.store.models import Base, Conversation
 from service_support import SBX, wait_for
@@ -104,16 +106,22 @@ def test_the_openapi_document_describes_every_route_and_forbids_unknown_fields()
     assert paths["/v1/execute"]["post"]["security"] == [{"bearer": []}]
 
 
-def _conversation(ident: str) -> Conversation:
-    return Conversation(id=ident, principal="key:zed", status="active", replica_id="r",
+def _conversation(ident: str, principal: str = "key:zed") -> Conversation:
+    return Conversation(id=ident, principal=principal, status="active", replica_id="r",
                         datasets=[], model="m", limits={}, sandbox="none", message="",
                         created_at=time.time(), last_active_at=time.time())
 
 
-def test_a_quota_check_waits_for_a_concurrent_reservation_to_commit(postgres):
+@pytest.mark.parametrize("principal", ["key:zed", "oidc:zed@example.test"])
+def test_a_quota_check_waits_for_a_concurrent_reservation_to_commit(postgres, principal):
+    """For a key and for a person signed in through the provider (their identity row)."""
     db = Database.open(postgres)
     db.migrate()
-    create_key(db, "zed")
+    if principal.startswith("key:"):
+        create_key(db, "zed")
+    else:
+        sign_in(db, principal=principal, issuer="https://idp.test", subject="z", role="user",
+                ttl_s=60)
     quotas = ServiceQuotas(max_conversations=1)
     reserved = threading.Event()
     outcome: dict[str, object] = {}
@@ -125,8 +133,8 @@ def test_a_quota_check_waits_for_a_concurrent_reservation_to_commit(postgres):
 
     def first() -> None:
         with db.write() as session:
-            reserve_conversation(session, "key:zed", quotas)
-            session.add(_conversation("conv-000000000001"))
+            reserve_conversation(session, principal, quotas)
+            session.add(_conversation("conv-000000000001", principal))
             session.flush()
             reserved.set()
             outcome["second waited"] = wait_for(waiting_on_a_lock, timeout=30,
@@ -136,8 +144,8 @@ def test_a_quota_check_waits_for_a_concurrent_reservation_to_commit(postgres):
         reserved.wait(30)
         try:
             with db.write() as session:
-                reserve_conversation(session, "key:zed", quotas)
-                session.add(_conversation("conv-000000000002"))
+                reserve_conversation(session, principal, quotas)
+                session.add(_conversation("conv-000000000002", principal))
             outcome["second"] = "reserved"
         except Problem as problem:
             outcome["second"] = problem.status

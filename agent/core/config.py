@@ -9,6 +9,7 @@ layer:
     [tools.*] [quotas] [audit] ──▶ sbx.tools.policy.Policy         (the gate)
     [agent] [agent.budget]     ──▶ sbx.agent.core.settings.AgentSettings (the loop)
     [service] [service.quotas] ──▶ ServiceSettings (below)            (`sbx serve` only)
+    [service.oidc]             ──▶ OidcSettings: the web page's sign-in through a provider
     [restore]                  ──▶ sbx.agent.core.restore_settings.RestoreSettings (state replay)
 
 Every mistake in the file is a `PolicyError` naming the file, the line and
@@ -27,8 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sbx.agent.core.restore_settings import RestoreSettings
 from sbx.agent.core.settings import FLAG_NAMES, AgentSettings, SettingsError, apply_flags
@@ -66,6 +68,56 @@ class ServiceQuotas(BaseModel):
     storage_bytes: Bytes = 5 * 1024**3
     """Bytes stored at once: datasets, run artifacts and stored run events together; past
     it new runs and uploads are refused (429) until runs or datasets are deleted."""
+
+
+class OidcSettings(BaseModel):
+    """Sign-in to the web page through the organization's OpenID Connect provider.
+
+    `[service.oidc]`; `sbx.agent.service.web.oidc` uses it. API keys keep working beside it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    issuer: str = Field(min_length=1, max_length=512)
+    """The provider's issuer URL, exactly as its discovery document and ID tokens say it
+    (https; plain http only for a provider on this machine)."""
+    client_id: str = Field(min_length=1, max_length=255)
+    """This server's client id at the provider (the ID token's audience)."""
+    client_secret_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    """The environment variable holding the client secret (never the secret in this file)."""
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "email"], max_length=20)
+    """Scopes asked for; `openid` must be among them."""
+    principal_claim: str = Field(default="sub", min_length=1, max_length=64)
+    """The claim whose value makes the principal `oidc:<value>` (`sub`, or e.g. `email`)."""
+    role_claim: str | None = Field(default=None, min_length=1, max_length=64)
+    """A claim (a string or a list, e.g. `groups`) whose values can grant the admin role."""
+    admin_values: list[str] = Field(default_factory=list, max_length=100)
+    """Values of `role_claim` that make the person an admin; anyone else is a user."""
+    redirect_url: str | None = Field(default=None, max_length=512)
+    """The callback URL registered at the provider (default: this server's own URL, from
+    `--advertise-url` or the request, + `/web/oidc/callback`)."""
+    timeout: Seconds = 10.0
+    """Seconds each request to the provider may take."""
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        local = parts.hostname in ("127.0.0.1", "localhost", "::1")
+        if parts.scheme != "https" and not (parts.scheme == "http" and local):
+            raise ValueError("must be an https URL (http only for a provider on this machine)")
+        if parts.query or parts.fragment or not parts.netloc:
+            raise ValueError("must be a plain URL without query or fragment")
+        return value
+
+    @field_validator("scopes")
+    @classmethod
+    def _openid_scope(cls, value: list[str]) -> list[str]:
+        if "openid" not in value:
+            raise ValueError("must include 'openid'")
+        if any(not scope or any(c.isspace() for c in scope) for scope in value):
+            raise ValueError("each scope is one word")
+        return value
 
 
 class ServiceSettings(BaseModel):
@@ -108,6 +160,8 @@ class ServiceSettings(BaseModel):
     it. At most a week."""
     quotas: ServiceQuotas = ServiceQuotas()
     """Per-principal defaults; `sbx keys create --max-conversations ...` overrides per key."""
+    oidc: OidcSettings | None = None
+    """Sign-in through an OpenID Connect provider for the web page (none: API keys only)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -63,7 +63,7 @@ class Call:
 
     @property
     def principal(self) -> str:
-        """Who asks: `key:<name>`, from the key alone."""
+        """Who asks: `key:<name>` from the key alone, or `oidc:<claim>` from a verified ID token."""
         return self.key.principal
 
     @property

@@ -11,7 +11,7 @@
            ├─ /v1/execute                                             execute.py
            ├─ /v1/usage, /v1/conversations/{id}/export|transcript     usage.py, exports.py
            ├─ /mcp (MCP streamable HTTP)                              mcp_http.py
-           └─ the web page: /, /static/*, /web/session                web/
+           └─ the web page: /, /static/*, /web/session, /web/oidc/*    web/
     every answer gets the security headers (CSP, framing, resource policy)  web/headers.py
 
 The service is opened before the server starts (so a bad policy or an
@@ -50,11 +50,11 @@ from sbx.agent.service.middleware import BodyTimeout, BodyTooLarge, Gateway
 from sbx.agent.service.openapi import openapi_document
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.web import pages, signin
+from sbx.agent.service.web import oidc, pages, signin
 from sbx.agent.service.web.headers import SecurityHeaders
 
 ENDPOINT_MODULES = (
-    conversations, datasets, execute, exports, health, metrics, runs_api, signin, usage
+    conversations, datasets, execute, exports, health, metrics, oidc, runs_api, signin, usage
 )
 """Imported for their `@api` declarations."""
 

@@ -31,6 +31,7 @@ from sbx.agent.service.eventlog import EventHub, EventLog
 from sbx.agent.service.lifecycle import Housekeeper
 from sbx.agent.service.metrics import Metrics, live_figures
 from sbx.agent.service.middleware import GatewayState
+from sbx.agent.service.oidc_client import OidcClient, open_client
 from sbx.agent.service.outcomes import Observer, Observers
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.replicas import Identity, Replicas
@@ -127,6 +128,8 @@ class Service:
         self.share = SandboxShare(self)
         """Releases idle sandboxes of keys over their share while callers wait for the host."""
         self.housekeeper = Housekeeper(self)
+        self.oidc: OidcClient | None = None
+        """The OpenID Connect provider the web page signs in through (`[service.oidc]`)."""
         self.uploads = InflightUploads()
         """The bytes each key's uploads in progress hold (bounded per key)."""
         self.metrics.watch(lambda: live_figures(self))
@@ -146,6 +149,7 @@ class Service:
         `observer` hears what the service reports (the access log), beside its metrics.
         """
         config = load_config(options.policy)
+        oidc = open_client(config.service.oidc, environ)
         paths = DataPaths(options.data_dir).create()
         sweep_partial_uploads(paths.datasets)  # what a kill -9 mid-upload left
         db = Database.open(database_url(options.database, paths.root, environ))
@@ -172,6 +176,7 @@ class Service:
         service = cls(options=options, config=config, paths=paths, db=db, replicas=replicas,
                       app=app, endpoint=endpoint, endpoint_error=error,
                       observer=observer or Observer())
+        service.oidc = oidc
         service.tenant_view = TenantView.build(
             api_key=endpoint.api_key if endpoint else None,
             base_url=endpoint.base_url if endpoint else None,

@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from sbx.agent.service.store.models import ApiKey
+from sbx.agent.service.store.models import ApiKey, OidcIdentity
 
 DATABASE_ENV = "SBX_DATABASE_URL"
 DATA_DIR_ENV = "SBX_DATA_DIR"
@@ -147,10 +147,15 @@ class Database:
 def lock_principal(session: Session, principal: str) -> None:
     """Serialize this principal's quota check-and-reserve across threads and replicas.
 
-    PostgreSQL: a row lock on the principal's key, held to the end of the
-    transaction. SQLite: the write transaction already holds the database's
+    PostgreSQL: a row lock on the principal's key (or, for a person signed in
+    through the OpenID Connect provider, their identity row), held to the end of
+    the transaction. SQLite: the write transaction already holds the database's
     write lock.
     """
+    if principal.startswith("oidc:"):
+        session.execute(select(OidcIdentity.principal).where(
+            OidcIdentity.principal == principal).with_for_update())
+        return
     name = principal.removeprefix("key:")
     session.execute(select(ApiKey.name).where(ApiKey.name == name).with_for_update())
 

@@ -8,6 +8,9 @@
     artifacts      files a run copied out of `/output`, looked up by run and name
     replicas       serving processes: where to redirect, last heartbeat
     web_sessions   the web page's signed-in browsers: a SHA-256 of each cookie, its key, expiry
+    oidc_logins    sign-ins through the OpenID Connect provider not yet back (one-time state)
+    oidc_identities  people signed in through the provider: principal, subject, role
+    oidc_sessions  browsers signed in through the provider: a SHA-256 of each cookie, expiry
 
 Times are POSIX seconds (floats): the same type on SQLite and PostgreSQL, and
 quota windows are plain subtraction. Every row that belongs to someone carries
@@ -157,5 +160,51 @@ class WebSession(Base):
 
     token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     key_name: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+
+
+class OidcLogin(Base):
+    """A sign-in sent to the OpenID Connect provider that has not come back yet.
+
+    Kept in the store so the callback may reach any replica; used once (deleted as it is
+    read), dead after a few minutes. `state` and the browser's binding cookie are stored
+    as SHA-256s; the nonce and the PKCE verifier are needed in clear at the callback.
+    """
+
+    __tablename__ = "oidc_logins"
+
+    state_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    browser_hash: Mapped[str] = mapped_column(String(64))
+    nonce: Mapped[str] = mapped_column(String(64))
+    verifier: Mapped[str] = mapped_column(String(128))
+    redirect_uri: Mapped[str] = mapped_column(String(512))
+    expires_at: Mapped[float] = mapped_column(Float, index=True)
+
+
+class OidcIdentity(Base):
+    """A person who signed in through the provider: principal `oidc:<claim value>`, role."""
+
+    __tablename__ = "oidc_identities"
+
+    principal: Mapped[str] = mapped_column(String(80), primary_key=True)
+    issuer: Mapped[str] = mapped_column(String(512))
+    subject: Mapped[str] = mapped_column(String(255))
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Float)
+    signed_in_at: Mapped[float] = mapped_column(Float)
+
+
+class OidcSession(Base):
+    """A browser signed in through the provider (the same cookie as `WebSession`'s).
+
+    Separate from `web_sessions`, whose rows act as an API key and end with it; these
+    act as their identity, with the role the provider's claims gave at sign-in.
+    """
+
+    __tablename__ = "oidc_sessions"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    principal: Mapped[str] = mapped_column(String(80), index=True)
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)

@@ -41,8 +41,9 @@ from starlette.requests import Request
 
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.store.db import Database
+from sbx.agent.service.store.identities import oidc_session
 from sbx.agent.service.store.keys import QUOTA_FIELDS, KeyInfo, hash_key
-from sbx.agent.service.store.models import ApiKey, WebSession
+from sbx.agent.service.store.models import ApiKey, OidcSession, WebSession
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service
@@ -91,7 +92,7 @@ def session_key(db: Database, token: str) -> tuple[KeyInfo, float] | None:
                    ApiKey.revoked_at.is_(None))
         ).first()
         if row is None:
-            return None
+            return oidc_session(db, token)  # or a person signed in through the provider
         key, expires = row
         overrides = {f: getattr(key, f) for f in QUOTA_FIELDS if getattr(key, f) is not None}
         info = KeyInfo(name=key.name, role="admin" if key.role == "admin" else "user",
@@ -103,6 +104,7 @@ def end_session(db: Database, token: str) -> None:
     """Sign out: the session's row is deleted (its cookie authenticates nobody any more)."""
     with db.write() as session:
         session.execute(delete(WebSession).where(WebSession.token_hash == hash_key(token)))
+        session.execute(delete(OidcSession).where(OidcSession.token_hash == hash_key(token)))
 
 
 def csrf_token(token: str) -> str:
