@@ -71,7 +71,13 @@ Request read from stdin:
      (the reason given past it), "copy_seconds": float (after the request arrives, no
      new artifact is started: the host's deadline is absolute),
      "measure": bool (optional, default true: read the cgroup here too),
-     "stream": bool (optional, default true: send output frames while the code runs)}
+     "stream": bool (optional, default true: send output frames while the code runs),
+     "display": bool (optional, default true: print a trailing expression's value as a
+     notebook does; false for one-shot programs, whose stdout is exactly what they wrote)}
+
+In every kernel `plt.show()` saves the open figures to /output/figure-N.png (under
+Agg it would do nothing), and `savefig` to a PNG records the figure's titles and
+axis labels as PNG text (`FigureHooks`), so the host can describe a chart.
 """
 
 from __future__ import annotations
@@ -81,6 +87,7 @@ import base64
 import builtins
 import contextlib
 import ctypes
+import functools
 import gc
 import importlib
 import json
@@ -330,35 +337,176 @@ def kernel_main(request_fd: int, reply_fd: int) -> None:
     except OSError:
         pass
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    install_figure_hooks()
     while True:
         request = receive_message(request_fd)
         if request is None:
             return
-        reply = execute_cell(str(request["code"]), int(request["id"]), namespace)
+        display = request.get("display", True) is True
+        reply = execute_cell(str(request["code"]), int(request["id"]), namespace, display)
         sys.stdout.flush()
         sys.stderr.flush()
         send_message(reply_fd, reply)
 
 
-def execute_cell(code: str, cell_id: int, namespace: dict[str, Any]) -> dict[str, Any]:
-    """Execute one program; show the value of a trailing expression as a notebook does."""
+def execute_cell(
+    code: str, cell_id: int, namespace: dict[str, Any], display: bool = True
+) -> dict[str, Any]:
+    """Execute one program; with `display`, show a trailing expression's value as a notebook does.
+
+    Without it (a one-shot program, `sbx exec`) stdout is exactly what the program wrote.
+    """
     filename = f"<cell-{cell_id}>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     try:
         tree = ast.parse(code, filename=filename)
         trailing = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
+        if display and tree.body and isinstance(tree.body[-1], ast.Expr):
             trailing = ast.Expression(tree.body.pop().value)  # type: ignore[attr-defined]
         exec(compile(tree, filename, "exec"), namespace)
         if trailing is not None:
             value = eval(compile(trailing, filename, "eval"), namespace)
             if value is not None:
-                print(repr(value))
+                print(shown_value(value))
     except SystemExit as stop:
         return {"exit_code": exit_code_of(stop), "error": None}
     except BaseException as exc:
         return {"exit_code": 1, "error": describe_error(exc)}
     return {"exit_code": 0, "error": None}
+
+
+def shown_value(value: Any) -> str:
+    """A trailing value's repr; a DataFrame or Series is summarised (head, tail, shape)."""
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(value, (pandas.DataFrame, pandas.Series)):
+        options = ("display.max_rows", 20, "display.min_rows", 10, "display.max_columns", 20,
+                   "display.width", 120, "display.max_colwidth", 60)
+        with pandas.option_context(*options):
+            return repr(value)
+    return repr(value)
+
+
+# ---------------------------------------------------------------- figures (plt.show)
+
+FIGURE_NAME = "figure-{}.png"
+"""`plt.show()` saves each open figure to /output under the first free name of this form."""
+FIGURE_MAX_PIXELS = 1600
+"""A shown figure is saved at a dpi that keeps its longer side at most this many pixels."""
+FIGURE_META_KEY = "sbx:figure"
+"""PNG text key under which a saved figure's titles and labels go (the host describes it)."""
+MAX_FIGURE_META = 2000
+
+
+class FigureHooks:
+    """A meta-path finder that patches matplotlib's `pyplot.show` and `Figure.savefig` on import.
+
+    Under Agg, `plt.show()` does nothing (a warning); here it saves the open figures
+    to /output as artifacts, as a notebook shows them. `savefig` to a PNG adds the
+    figure's titles and axis labels as PNG text, so the host can describe a chart to
+    a model that cannot see images. The code may undo this: it only serves the code.
+    """
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        """The spec the next finder gives, its loader patching the module once it ran."""
+        if name not in ("matplotlib.pyplot", "matplotlib.figure"):
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                original = spec.loader.exec_module
+
+                def exec_module(module: Any, original: Any = original) -> None:
+                    original(module)
+                    patch_figures(module)
+
+                spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+                return spec
+        return None
+
+
+def install_figure_hooks() -> None:
+    """Patch matplotlib now if it is imported (the zygote preimported it), else on import."""
+    if not any(isinstance(finder, FigureHooks) for finder in sys.meta_path):
+        sys.meta_path.insert(0, FigureHooks())
+    for name in ("matplotlib.pyplot", "matplotlib.figure"):
+        if name in sys.modules:
+            patch_figures(sys.modules[name])
+
+
+def patch_figures(module: Any) -> None:
+    """`show` for pyplot, `savefig` for Figure (once each)."""
+    try:
+        if module.__name__ == "matplotlib.pyplot" and not hasattr(module.show, "_sbx"):
+            module.show = _show_function(module)
+        elif module.__name__ == "matplotlib.figure" and not hasattr(module.Figure.savefig, "_sbx"):
+            module.Figure.savefig = _savefig_method(module.Figure.savefig)
+    except Exception as exc:  # matplotlib changed: plots still work, only uncaptured
+        report(f"could not patch {module.__name__}: {type(exc).__name__}")
+
+
+def _show_function(pyplot: Any) -> Callable[..., None]:
+    @functools.wraps(pyplot.show)
+    def show(*args: Any, **kwargs: Any) -> None:
+        """Save every open figure to /output (figure-N.png) and close it."""
+        for number in pyplot.get_fignums():
+            figure = pyplot.figure(number)
+            width, height = figure.get_size_inches()
+            dpi = min(float(figure.dpi), FIGURE_MAX_PIXELS / max(width, height, 0.01))
+            figure.savefig(free_figure_path(), dpi=dpi)
+        pyplot.close("all")
+
+    show._sbx = True  # type: ignore[attr-defined]
+    return show
+
+
+def free_figure_path() -> str:
+    """The first /output/figure-N.png that does not exist yet."""
+    number = 1
+    while os.path.lexists(os.path.join(OUTPUT_DIR, FIGURE_NAME.format(number))):
+        number += 1
+    return os.path.join(OUTPUT_DIR, FIGURE_NAME.format(number))
+
+
+def _savefig_method(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)  # pyplot checks the wrapped method's qualified name
+    def savefig(self: Any, fname: Any, *args: Any, **kwargs: Any) -> Any:
+        """Figure.savefig, with the titles and labels as PNG text when it writes a PNG."""
+        if "metadata" not in kwargs and _writes_png(fname, kwargs.get("format")):
+            kwargs["metadata"] = {FIGURE_META_KEY: describe_figure(self)}
+        return original(self, fname, *args, **kwargs)
+
+    savefig._sbx = True  # type: ignore[attr-defined]
+    return savefig
+
+
+def _writes_png(fname: Any, fmt: Any) -> bool:
+    if fmt is not None:
+        return str(fmt).lower() == "png"
+    return isinstance(fname, (str, os.PathLike)) and os.fspath(fname).lower().endswith(".png")
+
+
+def describe_figure(figure: Any) -> str:
+    """JSON of the figure's suptitle and each axes' title, labels and artist counts."""
+    try:
+        suptitle = figure._suptitle.get_text() if figure._suptitle is not None else ""
+        axes = [
+            {
+                "title": ax.get_title(),
+                "xlabel": ax.get_xlabel(),
+                "ylabel": ax.get_ylabel(),
+                "lines": len(ax.lines),
+                "patches": len(ax.patches),
+                "collections": len(ax.collections),
+                "images": len(ax.images),
+            }
+            for ax in figure.get_axes()[:12]
+        ]
+        text = json.dumps({"suptitle": suptitle, "axes": axes}, ensure_ascii=True)
+    except Exception:
+        return "{}"
+    return text if len(text) <= MAX_FIGURE_META else "{}"
 
 
 def exit_code_of(stop: SystemExit) -> int:
@@ -1147,7 +1295,10 @@ class Supervisor:
         meter: Cgroup | Unmeasured = self.cgroup if request.get("measure", True) else UNMEASURED
         cpu_before, peak_before, oom_before = meter.cpu_seconds(), meter.peak(), meter.oom_kills()
         live = LiveOutput(request["id"], out, err, request.get("stream", True))
-        send_message(kernel.request_w, {"id": request["id"], "code": request["code"]})
+        display = request.get("display", True)
+        send_message(
+            kernel.request_w, {"id": request["id"], "code": request["code"], "display": display}
+        )
         reply, timed_out, sampled_peak = self.pump(kernel, live, request["timeout"], meter)
         killed_signal, state_reset = None, False
         if reply is None:
@@ -1388,7 +1539,7 @@ def validate_request(request: Any) -> None:
     for key, kind in fields.items():
         if not isinstance(request.get(key), kind) or isinstance(request.get(key), bool):
             raise ValueError(f"field {key!r} missing or of the wrong type")
-    for flag in ("measure", "stream"):
+    for flag in ("measure", "stream", "display"):
         if not isinstance(request.get(flag, True), bool):
             raise ValueError(f"field {flag!r} must be true or false")
 

@@ -45,6 +45,7 @@ from sbx.sandbox.engine import Engine
 from sbx.sandbox.files import check_output_dir, data_mounts
 from sbx.sandbox.gc import collect_orphans
 from sbx.sandbox.host_caps import Need
+from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats, WarmEntry
 from sbx.sandbox.pool_session import LeasedSession, Reaper
 from sbx.sandbox.result import ExecutionResult
@@ -140,12 +141,21 @@ class Pool(Closing):
         created.start()
         return created
 
-    def run_fresh(self, code: str | bytes, spec: SessionSpec | None = None) -> ExecutionResult:
-        """Run one program in a container of its own (warm if possible), then discard it."""
+    def run_fresh(
+        self,
+        code: str | bytes,
+        spec: SessionSpec | None = None,
+        *,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Run one program in a container of its own (warm if possible), then discard it.
+
+        `on_output(stream, text)` receives its output while it runs (`Session.run`).
+        """
         spec = replace(spec or SessionSpec(), mode="fresh")
         text = code_text(code, spec.limits)  # refuse bad input before taking a container
         with self.session(spec) as session:
-            return session.run(text)
+            return session.run(text, on_output=on_output)
 
     def idle(self, key: PoolKey | None = None) -> int:
         """Warm containers ready now, for one key or all."""

@@ -132,6 +132,7 @@ def exec_request(
     copy_seconds: float,
     measure: bool = True,
     stream: bool = True,
+    display: bool = True,
 ) -> dict[str, object]:
     """The request line the runner expects for one execution.
 
@@ -142,6 +143,7 @@ def exec_request(
     `measure=False` when the host reads the container's cgroup itself
     (`sandbox.accounting`): the runner then skips its own, forgeable readings.
     `stream=False` keeps all output for the result frame (no `output` frames).
+    `display=False` (one-shot programs) prints no trailing expression's value.
     """
     return {
         "type": "exec",
@@ -157,4 +159,5 @@ def exec_request(
         "copy_seconds": copy_seconds,
         "measure": measure,
         "stream": stream,
+        "display": display,
     }

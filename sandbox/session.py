@@ -57,6 +57,8 @@ what does not fit is refused and listed, never a lost container."""
 COPY_MARGIN_S = 10.0
 """Seconds before the host's deadline at which the runner starts no new artifact: room for
 the one in flight (a default 32 MiB artifact takes about 3 s here) and the result frame."""
+MIN_TIMEOUT_S = 0.5
+"""The shortest execution a caller's `timeout` may ask for: time to report, not to run."""
 
 
 def code_text(code: str | bytes, limits: Limits) -> str:
@@ -144,14 +146,25 @@ class Session(Closing):
             raise
 
     def run(
-        self, code: str | bytes, *, on_output: OutputCallback | None = None
+        self,
+        code: str | bytes,
+        *,
+        on_output: OutputCallback | None = None,
+        timeout: float | None = None,
+        show_values: bool | None = None,
     ) -> ExecutionResult:
         """Execute a program in this session's interpreter and report what happened.
 
         `on_output(stream, text)` receives stdout and stderr while the code runs
         (`sbx.sandbox.live_output`); the result holds the same text, as it always did.
+        `timeout`, when shorter than the limits' own, cuts this execution sooner (the
+        caller's run is running out of time); it never lengthens it. `show_values` prints a
+        trailing expression's value as a notebook does (default: except in fresh mode).
         """
         text = code_text(code, self.limits)
+        limits = self.limits
+        if timeout is not None and timeout < limits.timeout:
+            limits = limits.model_copy(update={"timeout": max(timeout, MIN_TIMEOUT_S)})
         with self._lock:
             if self._channel is None:
                 self.start()
@@ -163,8 +176,9 @@ class Session(Closing):
             exchange: Exchange | None = None
             lost = False
             try:
-                exchange = self._open_exchange(request_id, started, on_output)
-                result = self._converse(exchange, text, started)
+                exchange = self._open_exchange(request_id, started, on_output, limits)
+                shown = self.mode != "fresh" if show_values is None else show_values
+                result = self._converse(exchange, text, started, shown)
             except SandboxBroken as exc:  # the channel closed, timed out or broke a cap
                 lost = True
                 result = self._lost(exc, exchange, started)
@@ -177,7 +191,7 @@ class Session(Closing):
                 # The next run starts from here: the container is idle in between.
                 self._baseline = Baseline(before=after, peak_reset=meter.reset_peak())
             # Derived once, from the final figures: the limits hit first, then how it ended.
-            result.notes = [*resource_notes(result, self.limits), *result.notes]
+            result.notes = [*resource_notes(result, limits), *result.notes]
             if lost:
                 self.close()  # replaced on the next run: the interpreter's state is gone
             return result
@@ -216,7 +230,11 @@ class Session(Closing):
         return Baseline(before=meter.snapshot(), peak_reset=peak_reset)
 
     def _open_exchange(
-        self, request_id: int, started: float, on_output: OutputCallback | None
+        self,
+        request_id: int,
+        started: float,
+        on_output: OutputCallback | None,
+        limits: Limits,
     ) -> Exchange:
         """One execution's caps and absolute deadline, fixed before its request goes out."""
         channel = self._channel
@@ -225,30 +243,33 @@ class Session(Closing):
         return Exchange(
             channel=channel,
             request_id=request_id,
-            limits=self.limits,
+            limits=limits,
             sink=self._artifact_sink(),
-            deadline=started + self.limits.timeout + EXECUTION_GRACE_S,
+            deadline=started + limits.timeout + EXECUTION_GRACE_S,
             run_bytes_left=self.limits.max_run_artifact_bytes - self.artifact_bytes,
             live=LiveOutput(limits=self.limits, started=started, callback=on_output),
         )
 
-    def _converse(self, exchange: Exchange, code: str, started: float) -> ExecutionResult:
+    def _converse(
+        self, exchange: Exchange, code: str, started: float, shown: bool
+    ) -> ExecutionResult:
         """Send one request and collect its artifact frames and result frame."""
         copy_bytes, copy_refusal = copy_budget(self.limits, exchange.run_bytes_left)
         exchange.channel.send(
             exec_request(
                 request_id=exchange.request_id,
                 code=code,
-                timeout=self.limits.timeout,
+                timeout=exchange.limits.timeout,
                 stdout_cap=self.limits.stdout_bytes,
                 stderr_cap=self.limits.stderr_bytes,
                 max_artifact_bytes=self.limits.max_artifact_bytes,
                 max_artifacts=self.limits.max_artifacts,
                 copy_bytes=copy_bytes,
                 copy_refusal=copy_refusal,
-                copy_seconds=self.limits.timeout + EXECUTION_GRACE_S - COPY_MARGIN_S,
+                copy_seconds=exchange.limits.timeout + EXECUTION_GRACE_S - COPY_MARGIN_S,
                 measure=self._meter is None,
                 stream=self.stream_output,
+                display=shown,
             )
         )
         frame = exchange.collect()

@@ -101,3 +101,43 @@ def test_json_output_keeps_the_values_and_loses_the_controls(tmp_path, engine):
     result = json.loads(text)
     assert result["stdout"] == RAW_OUT
     assert any("\\u202e" in item["name"] for item in result["refused_artifacts"])
+
+
+@pytest.mark.docker
+def test_stdout_is_exactly_what_the_program_wrote_not_its_last_value(tmp_path, engine):
+    source = tmp_path / "write.py"
+    source.write_text('import sys\nsys.stdout.write("exact\\n")\n')  # returns 6: not printed
+    done = subprocess.run(
+        [*SBX, "exec", str(source), "--output", str(tmp_path / "o"), "--image", TEST_IMAGE],
+        capture_output=True, timeout=120, env=os.environ,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"exact\n"
+
+
+@pytest.mark.docker
+def test_on_a_terminal_output_shows_live_and_ctrl_c_keeps_what_was_printed(tmp_path, engine):
+    import select
+    import signal
+
+    source = tmp_path / "slow.py"
+    source.write_text('import time\nprint("first \\x1b[2J line", flush=True)\ntime.sleep(120)\n')
+    leader, follower = pty.openpty()
+    args = [*SBX, "exec", str(source), "--output", str(tmp_path / "o"), "--image", TEST_IMAGE]
+    proc = subprocess.Popen(args, stdout=follower, stderr=subprocess.DEVNULL, env=os.environ)
+    os.close(follower)
+    shown = b""
+    try:
+        while b"line" not in shown:  # it arrives while the program still runs
+            ready, _, _ = select.select([leader], [], [], 90)
+            assert ready, f"nothing shown live; so far {shown!r}"
+            shown += os.read(leader, 65536)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=90) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+    text = shown.decode().replace("\r\n", "\n")
+    assert "first \\x1b[2J line" in text and inert(text)  # escaped, and shown before Ctrl-C

@@ -119,3 +119,14 @@ def test_domains_are_normalised(tmp_path) -> None:
         'allowed_domains = ["Data.Example.ORG.", "*.cdn.example"]\n',
     )
     assert load_policy(path).tools.http_get.allowed_domains == ["data.example.org", "*.cdn.example"]
+
+
+def test_a_file_with_only_the_table_to_change_keeps_the_default_tools(tmp_path) -> None:
+    config = load_config(write(tmp_path, '[sandbox]\nmemory = "1g"\n'))
+    default = load_config(None)
+    assert config.limits.memory == 1 << 30
+    assert config.policy == default.policy  # [tools], [quotas], [audit]: the packaged ones
+    assert config.policy.tools.execute_python.enabled is True
+    assert config.settings == default.settings
+    empty = load_config(write(tmp_path, "[tools]\n"))  # a [tools] table given is its own
+    assert empty.policy.tools.execute_python.enabled is False

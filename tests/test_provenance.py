@@ -186,3 +186,30 @@ def test_terminal_escapes_neither_hide_a_printed_number_nor_add_claims():
 def test_within_one_output_a_tie_goes_to_the_later_line():
     result = traced("Growth +12.0%", "South 12.0\nANSWER: South +12.0%")
     assert result.sources[0].line == 2
+
+
+def test_sbx_cut_markers_are_neither_claims_nor_sources():
+    cut = "It is 41.\n[sbx: the answer was cut here: the model wrote 123456 characters, over " \
+          "max_answer_chars of 100000]"
+    assert traced(cut, "41").unsupported == ()  # the answer's marker is sbx's, not the model's
+    result = traced("There were 777 rows", "41\n[... 777 bytes cut ...]\n")
+    assert result.unsupported == ("777",)  # the sandbox's marker printed no 777
+
+
+def test_a_fiscal_year_range_is_not_a_number_to_check():
+    result = traced("In 2024-25 sales were 41", "41")
+    assert result.unsupported == ()
+
+
+def test_earlier_runs_notes_are_not_output():
+    from sbx.agent.provenance.run import earlier_outputs
+
+    observation = "[stdout]\n41\n[notes]\n- killed: memory limit 512 MiB reached\n[resources] 1.2 s"
+    outputs = earlier_outputs([{"role": "tool", "tool_call_id": "c", "content": observation}])
+    assert outputs[0].text == "[stdout]\n41"
+
+
+def test_an_answer_without_numbers_has_no_verdict():
+    assert traced("The data looks clean.", "41").verdict is None
+    assert traced("It is 41.", "41").verdict is True
+    assert traced("It is 43.", "41").verdict is False

@@ -89,6 +89,36 @@ def test_the_highlighter_keeps_the_code_and_marks_its_parts(render_page):
     assert prose == ["text"]
 
 
+MARKDOWN = (
+    "## Result\n\nRevenue grew **41.0%** in *2024*, see `df.sum()`.\n\n"
+    "- North: 10\n- South: 12\n\n1. first\n2. second\n\n"
+    "```python\nprint('<b>x</b>')\n```\n"
+    "<script>window.injected = 1</script><img src=x onerror=\"window.injected=2\"> "
+    "[click](javascript:evil)"
+)
+
+
+@pytest.mark.docker
+def test_the_answer_markdown_is_drawn_as_a_safe_subset(render_page):
+    page = render_page
+    page.evaluate("event => window.view.handle(event)", {
+        "type": "run_end", "status": "completed", "answer": MARKDOWN, "verified": True,
+        "sources": [], "unsupported": [], "message": "The model answered."})
+    answer = page.locator(".answer .markdown")
+    expect(answer.locator("h5")).to_have_text("Result")
+    expect(answer.locator("strong")).to_have_text("41.0%")
+    expect(answer.locator("em")).to_have_text("2024")
+    expect(answer.locator("p code").first).to_have_text("df.sum()")
+    expect(answer.locator("ul li")).to_have_text(["North: 10", "South: 12"])
+    expect(answer.locator("ol li")).to_have_text(["first", "second"])
+    expect(answer.locator("pre.md-code code")).to_have_text("print('<b>x</b>')")
+    expect(answer).to_contain_text("<script>window.injected = 1</script><img src=x")
+    assert answer.locator("script, img, a, b").count() == 0  # raw HTML stays text
+    expect(answer.locator(".md-link")).to_have_text("click (javascript:evil)")
+    assert page.evaluate("window.injected === undefined")
+    assert page.locator(".answer .provenance").count() == 0  # no number checked: no "Verified"
+
+
 @pytest.mark.docker
 def test_a_restored_state_is_one_escaped_line_saying_what_came_back_and_what_differs(
     render_page

@@ -34,7 +34,7 @@ class SubprocessRunner:
         self.timeout = timeout
         self.calls: list[str] = []
 
-    def run(self, code: str, *, on_output=None) -> ExecutionResult:
+    def run(self, code: str, *, on_output=None, timeout=None, show_values=True) -> ExecutionResult:
         self.calls.append(code)
         started = time.perf_counter()
         try:

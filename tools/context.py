@@ -25,11 +25,21 @@ OutputSink = Callable[[str, str, str], None]
 class CodeRunner(Protocol):
     """Runs one program in the run's sandbox and reports what happened (bad code is data)."""
 
-    def run(self, code: str, *, on_output: OutputCallback | None = None) -> ExecutionResult:
+    def run(
+        self,
+        code: str,
+        *,
+        on_output: OutputCallback | None = None,
+        timeout: float | None = None,
+        show_values: bool = True,
+    ) -> ExecutionResult:
         """Execute `code` and return its result; raise only for errors the operator must fix.
 
         `on_output(stream, text)`, when given, receives stdout and stderr while the code
         runs (a runner that cannot stream may ignore it: the result has the output).
+        `timeout`, when given, is the run's time left: the execution must end by then
+        (a runner shortens its own limit to it, never lengthens it). `show_values=False`:
+        print no trailing expression's value (a one-shot program's stdout is its own).
         """
         ...
 
@@ -102,6 +112,15 @@ class ToolContext:
     on_output: OutputSink | None = None
     """Where `execute_python` sends stdout and stderr while the code runs (the conversation
     turns them into `output_chunk` events); None: nowhere, the result alone."""
+    observation_chars: int | None = None
+    """Most characters of one tool result the model reads (`AgentSettings.observation_tokens`
+    times four); longer output is cut to its head and tail with a marker. None: unbounded."""
+    deadline: float | None = None
+    """`time.monotonic()` past which the run's time budget (`--max-time`) is spent: an
+    execution is cut there, as a model request is. None: only the sandbox's own timeout."""
+    show_values: bool = True
+    """Print a program's trailing expression's value, as a notebook does; False for a
+    one-shot program (`sbx exec`, `POST /v1/execute`), whose stdout is exactly its own."""
     plan: PlanBook = field(default_factory=PlanBook)
     """This run's plan revisions, counted (shared by every call's copy of the context)."""
     call_id: str | None = None

@@ -40,13 +40,7 @@ from sbx.tools.audit import AuditError, AuditLog
 from sbx.tools.bounded import CallCancelled, CallTimedOut, run_bounded
 from sbx.tools.breaker import BREAKER_RULE, Breaker, failure_signature, tripped_text
 from sbx.tools.builtin import builtin_tools, check_plan_call
-from sbx.tools.call_records import (
-    CallIds,
-    invalid_arguments,
-    outcome_data,
-    request_data,
-    too_large,
-)
+from sbx.tools.call_records import CallIds, invalid_arguments, outcome_data, request_data, too_large
 from sbx.tools.context import ToolContext
 from sbx.tools.custom import custom_tools
 from sbx.tools.guard import DataGuard
@@ -110,6 +104,10 @@ class ToolGate:
     def run_id(self) -> str:
         """The run this gate serves."""
         return self._context.run_id
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """End every later execution by `deadline` (`time.monotonic()`): the run's time budget."""
+        self._context.deadline = deadline
 
     def enabled_names(self) -> list[str]:
         """Registered tools the policy enables, in registration order."""
@@ -301,7 +299,7 @@ class ToolGate:
         rule: str | None = None
         try:
             returned = self._invoke(tool, args, cancels, ids.reply)
-            text, extra = unpack_return(returned)
+            text, extra = unpack_return(returned, self._context.observation_chars)
         except CallTimedOut:
             seconds, key = call_timeout(self._policy, self._limits, tool.name)
             message = f"the call did not finish within {seconds:g} s ({key}) and was abandoned"

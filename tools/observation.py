@@ -2,8 +2,9 @@
 
 `render_execution` turns an `ExecutionResult` into the `execute_python`
 observation: the error first (type and message), the trimmed traceback, the
-output as the sandbox kept it (its cut markers stay), then resource notes that
-name the limit and the knob. `render_failure` turns every failure that is not
+output as the sandbox kept it (its cut markers stay), cut further to the
+model's observation size when one is given, then resource notes that name the
+limit and the knob. `render_failure` turns every failure that is not
 the tool's own output (unknown tool, invalid arguments, denial, halt, a tool
 error) into text. The gate, the transcript and the audit log all use these
 two functions, so what they show is exactly what the model received.
@@ -18,6 +19,7 @@ from typing import Any
 
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.units import format_size
+from sbx.tools.observation_size import fit_sections
 
 MAX_TRACEBACK_LINES = 40
 FIX_AND_RETRY = "Fix the errors and try again."
@@ -102,20 +104,31 @@ SECTIONS = ("[stdout]", "[stderr]", "[notes]")
 """The headers of an `execute_python` observation's sections, in the order they are written."""
 
 
-def render_execution(result: ExecutionResult) -> str:
-    """The `execute_python` observation: error first, output next, resource notes last."""
-    parts: list[str] = []
+def render_execution(result: ExecutionResult, *, max_chars: int | None = None) -> str:
+    """The `execute_python` observation: error first, output next, resource notes last.
+
+    With `max_chars`, stdout and stderr are cut to their head and tail so the whole
+    observation fits (`sbx.tools.observation_size`); the error, notes and usage stay whole.
+    """
+    head: list[str] = []
     if result.error is not None:
-        parts.append(f"Error: {result.error.type}: {result.error.message}")
+        head.append(f"Error: {result.error.type}: {result.error.message}")
         if result.error.traceback.strip():
-            parts.append(_trim_traceback(result.error.traceback))
-    if result.stdout:
-        parts.append(f"[stdout]\n{result.stdout.rstrip()}")
-    if result.stderr:
-        parts.append(f"[stderr]\n{result.stderr.rstrip()}")
+            head.append(_trim_traceback(result.error.traceback))
+    tail: list[str] = []
     notes = resource_notes(result)
     if notes:
-        parts.append("[notes]\n" + "\n".join(f"- {note}" for note in notes))
+        tail.append("[notes]\n" + "\n".join(f"- {note}" for note in notes))
+    fixed = sum(len(part) + 1 for part in head + tail) + 100
+    stdout, stderr = fit_sections(
+        fixed, result.stdout.rstrip(), result.stderr.rstrip(), max_chars
+    )
+    parts = list(head)
+    if result.stdout:
+        parts.append(f"[stdout]\n{stdout}")
+    if result.stderr:
+        parts.append(f"[stderr]\n{stderr}")
+    parts.extend(tail)
     if not parts:
         parts.append("(no output: the code ran without error; print() what you need to see)")
     parts.append(usage_line(result))

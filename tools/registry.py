@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from sbx.sandbox.result import ExecutionResult
 from sbx.tools.context import ToolContext
+from sbx.tools.observation_size import fit_text
 from sbx.tools.schema import (
     is_strict_compatible,
     parse_docstring,
@@ -204,8 +205,13 @@ def render_value(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
-def unpack_return(returned: object) -> tuple[str, Mapping[str, Any]]:
-    """(observation text, extra audit fields) from a tool's return value."""
+def unpack_return(
+    returned: object, max_chars: int | None = None
+) -> tuple[str, Mapping[str, Any]]:
+    """(observation text, extra audit fields) from a tool's return value.
+
+    The text is bounded to `max_chars` (the model's observation size, head and tail).
+    """
     if isinstance(returned, ToolReturn):
-        return returned.text, returned.audit
-    return render_value(returned), {}
+        return fit_text(returned.text, max_chars), returned.audit
+    return fit_text(render_value(returned), max_chars), {}

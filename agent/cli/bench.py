@@ -51,7 +51,14 @@ class _AnsweringRunner:
     def __init__(self, result: ExecutionResult) -> None:
         self.result = result
 
-    def run(self, code: str, *, on_output: OutputCallback | None = None) -> ExecutionResult:
+    def run(
+        self,
+        code: str,
+        *,
+        on_output: OutputCallback | None = None,
+        timeout: float | None = None,
+        show_values: bool = True,
+    ) -> ExecutionResult:
         return self.result
 
 

@@ -48,7 +48,14 @@ TARGET = 1.5
 class _AnsweringRunner:
     """A `CodeRunner` that returns a fixed result at once: the gate is what is timed."""
 
-    def run(self, code: str, *, on_output: OutputCallback | None = None) -> ExecutionResult:
+    def run(
+        self,
+        code: str,
+        *,
+        on_output: OutputCallback | None = None,
+        timeout: float | None = None,
+        show_values: bool = True,
+    ) -> ExecutionResult:
         return ExecutionResult(stdout="1\n", duration_s=0.0008)
 
 

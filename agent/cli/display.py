@@ -42,6 +42,45 @@ MAX_LIVE_LINES = 200
 _SECTION = re.compile(r"^\[(stdout|stderr|notes)\]$")
 
 
+class ProgramOutput:
+    """A program's own output (`sbx exec`), written as it arrives from the sandbox.
+
+    To a terminal each piece is escaped (`safe_text`), so the program cannot drive it;
+    to a pipe or file it goes as written. What was written stays written when the
+    user presses Ctrl-C. `remaining` is what the result holds beyond what arrived
+    live (the kept tail, the sandbox's cut marker), so nothing is written twice.
+    """
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self._streams = {"stdout": out, "stderr": err}
+        self._written = {"stdout": 0, "stderr": 0}
+
+    def __call__(self, stream: str, text: str) -> None:
+        """The sandbox's live output callback: write `text` to its stream now."""
+        target = self._streams.get(stream)
+        if target is None:
+            return
+        self.write(target, text)
+        self._written[stream] += len(text)
+
+    def relay(self, call_id: str, stream: str, text: str) -> None:
+        """The core's output sink (`on_output(call_id, stream, text)`): one program, any call."""
+        self(stream, text)
+
+    def remaining(self, stream: str, whole: str) -> str:
+        """The part of the result's `whole` stream not written live."""
+        done = self._written.get(stream, 0)
+        return whole[done:] if done <= len(whole) else ""
+
+    @staticmethod
+    def write(target: TextIO, text: str) -> None:
+        """Escaped on a terminal, as written elsewhere; a lone surrogate as `\\udXXX`."""
+        if target.isatty():
+            text = safe_text(text, multiline=True)
+        target.write(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        target.flush()
+
+
 class EventShapeError(ValueError):
     """An event field has the wrong JSON type (a damaged or hand-edited transcript)."""
 
@@ -94,7 +133,10 @@ class Progress:
     def _on_message(self, event: Row) -> None:
         message = _map(event, "message")
         if message.get("role") == "user" and event.get("turn"):
-            self._echo(f"!  {_clip(_text(message.get('content')))}", fg="yellow")
+            content = message.get("content")
+            if isinstance(content, list):  # text parts (an image shown is a text part here)
+                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            self._echo(f"!  {_clip(_text(content))}", fg="yellow")
 
     def _on_model_reply(self, event: Row) -> None:
         tokens = _num(_map(event, "usage"), "total_tokens", "usage")
@@ -268,9 +310,9 @@ def replay(path: Path, stream: TextIO) -> None:
 def verdict_line(event: Row) -> str | None:
     """`verified: ...` or `NOT VERIFIED: ...` for a completed run's end (None before issue 15)."""
     verified = event.get("verified")
-    if verified is None:
-        return None
     traced = len(_list(event, "sources"))
+    if verified is None or (verified and not traced):  # no number checked: nothing to claim
+        return None
     if verified:
         return f"verified: every number checked was printed by an output ({traced} traced)"
     missing = ", ".join(_clip(_text(n)) for n in _list(event, "unsupported")[:20])

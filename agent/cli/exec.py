@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 import click
 
+from sbx.agent.cli.display import ProgramOutput
 from sbx.agent.cli.errors import EXIT_OOM, EXIT_TIMEOUT, fail, operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, opened_core
@@ -41,7 +42,9 @@ def read_code(source: str) -> str:
         fail(f"code is not valid UTF-8 (byte {exc.start})")
 
 
-def print_result(result: ExecutionResult, output: Path) -> None:
+def print_result(
+    result: ExecutionResult, output: Path, live: ProgramOutput | None = None
+) -> None:
     """Program output to our stdout/stderr; artifacts and notes as `sbx:` lines on stderr.
 
     The program's own output is data the user asked for: to a pipe or a file it
@@ -50,9 +53,12 @@ def print_result(result: ExecutionResult, output: Path) -> None:
     the program cannot drive the terminal. Our own `sbx:` lines quote names the
     program chose and are escaped wherever they go.
     """
-    write_program_output(sys.stdout, result.stdout)
+    stdout, stderr = result.stdout, result.stderr
+    if live is not None:  # what arrived live is on the screen already
+        stdout, stderr = live.remaining("stdout", stdout), live.remaining("stderr", stderr)
+    write_program_output(sys.stdout, stdout)
     sys.stdout.flush()
-    write_program_output(sys.stderr, result.stderr)
+    write_program_output(sys.stderr, stderr)
     if result.error is not None:
         write_program_output(sys.stderr, result.error.traceback)
     if result.artifacts:
@@ -133,13 +139,16 @@ def exec_command(
     limits = take_limits(limit_flags)  # a bad flag is reported before stdin is read
     program = ProgramSpec(code=read_code(source), principal=os_principal(), data=tuple(data),
                           output=output, limits=limits)
+    live = None if as_json else ProgramOutput(sys.stdout, sys.stderr)  # Ctrl-C keeps it
     with opened_core(FaceOptions(policy=policy, audit_log=audit_log, image=image)) as app:
-        run = execute_program(app, program)  # a limit above the policy's: one line, exit 2
+        run = execute_program(  # a limit above the policy's: one line, exit 2
+            app, program, on_output=live.relay if live is not None else None
+        )
     result = run.execution
     if result is None:  # refused at the gate (e.g. the policy disables execute_python)
         fail(run.outcome.text.splitlines()[0] if run.outcome.text else run.outcome.status)
     if as_json:
         click.echo(safe_json(result.model_dump_json(indent=2)))
     else:
-        print_result(result, run.output_dir)
+        print_result(result, run.output_dir, live)
     sys.exit(exit_code_for(result))

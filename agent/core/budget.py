@@ -6,9 +6,9 @@ request that would pass the cap is never made). `before_tools` runs after a
 reply asks for tools and before any of them runs: calls per turn, calls per
 run, wall time, tokens. A reply that answers is accepted even if it was the
 one that used the last tokens: the request was allowed, and its answer was
-paid for. Work already in flight (one execution) is bounded by its own
-timeout, not interrupted; a model request, its retries and their waits are
-given only the run's remaining time (`remaining_s`), and `model_ending` turns
+paid for. An execution is given only the run's remaining time (the loop sets
+the gate's deadline, and the sandbox cuts the code there); so are a model
+request, its retries and their waits (`remaining_s`), and `model_ending` turns
 the model client's `OutOfTime` into `time_limit`.
 """
 

@@ -11,7 +11,8 @@ Never shortened: the system prompt (it carries the data preview) and the
 user's question (only `tool` messages are touched at all); the newest failed
 observation (the model is fixing it); the data tools' previews; the newest
 `update_plan` observation (the current plan); and every observation of the
-latest turn (the model has not read them yet). The
+latest turn (the model has not read them yet). Earlier runs' observations (a
+conversation's history) are shortened first. The
 transcript recorded each observation whole when it was appended, so nothing
 is lost, only left out of what the model is sent.
 """
@@ -22,6 +23,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from sbx.agent.core.charts import IMAGE_TOKENS, image_parts, without_images
 from sbx.agent.core.state import RunState
 
 CHARS_PER_TOKEN = 4
@@ -38,34 +40,49 @@ def estimate_tokens(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str
 
 
 def _chars(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> int:
-    return len(json.dumps(list(messages), ensure_ascii=False)) + len(json.dumps(list(tools)))
+    """JSON size; an image part counts `IMAGE_TOKENS`, not its data URL's length."""
+    text = [without_images(message) for message in messages]
+    images = image_parts(messages) * IMAGE_TOKENS * CHARS_PER_TOKEN
+    return len(json.dumps(text, ensure_ascii=False)) + len(json.dumps(list(tools))) + images
 
 
 def shorten_observations(
     state: RunState, *, limit_tokens: int, tools: Sequence[dict[str, Any]]
 ) -> list[int]:
-    """Shorten old observations in place if the context is over the limit; return their indexes."""
+    """Shorten old observations in place if the context is over the limit; return their indexes.
+
+    Earlier runs' observations (the conversation's history) go first, oldest first, then
+    this run's: a follow-up question is never refused for what an earlier answer read.
+    """
     chars = _chars(state.messages, tools)
     if chars // CHARS_PER_TOKEN <= limit_tokens:
         return []
     target = int(limit_tokens * SHRINK_TO) * CHARS_PER_TOKEN
-    keep = protected_indexes(state)
     done: list[int] = []
-    for observation in state.observations:
+    for index in candidates(state):
         if chars <= target:
             break
-        if observation.index in keep:
-            continue
-        message = state.messages[observation.index]
+        message = state.messages[index]
         text = str(message.get("content") or "")
         short = shorten_text(text)
         if short is None:
             continue
-        state.messages[observation.index] = {**message, "content": short}
+        state.messages[index] = {**message, "content": short}
         chars -= len(text) - len(short)
-        done.append(observation.index)
+        done.append(index)
     state.shortened += len(done)
     return done
+
+
+def candidates(state: RunState) -> list[int]:
+    """Indexes of the observations that may be shortened, in the order they are tried."""
+    earlier = [
+        index
+        for index, message in enumerate(state.messages[: state.history])
+        if message.get("role") == "tool"
+    ]
+    keep = protected_indexes(state)
+    return earlier + [o.index for o in state.observations if o.index not in keep]
 
 
 def protected_indexes(state: RunState) -> set[int]:

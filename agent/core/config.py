@@ -12,6 +12,8 @@ layer:
     [service.oidc]             ──▶ OidcSettings: the web page's sign-in through a provider
     [restore]                  ──▶ sbx.agent.core.restore_settings.RestoreSettings (state replay)
 
+A table the file leaves out (`[tools]`, `[sandbox]`, `[agent]`, ...) takes the
+packaged default's, so a file holding only the table to change changes only it.
 Every mistake in the file is a `PolicyError` naming the file, the line and
 the dotted key (`sbx.toml:12: sandbox.memory: ...`); faces report it as an
 operator error. Command-line flags are applied afterwards (`with_flags`), and
@@ -222,6 +224,7 @@ def load_config(path: Path | None = None) -> AppConfig:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{source}: not valid TOML: {exc}") from None
+    data = with_default_tables(data, source)
     sandbox = data.pop("sandbox", {})
     agent = data.pop("agent", {})
     service = data.pop("service", {})
@@ -239,6 +242,20 @@ def load_config(path: Path | None = None) -> AppConfig:
         settings=_validate(AgentSettings, agent, ("agent",), source, text),
         policy=policy,
     )
+
+
+def with_default_tables(data: dict[str, Any], source: Path) -> dict[str, Any]:
+    """`data` with each top-level table it lacks taken whole from the packaged default.
+
+    A file that only sets `[sandbox] memory = "1g"` must not turn every tool off: a
+    table the file leaves out keeps its documented default. A table the file has is
+    its own, whole (`[tools]` with nothing enabled still enables nothing).
+    """
+    default = default_policy_path()
+    if source == default:
+        return data
+    defaults = tomllib.loads(default.read_text(encoding="utf-8"))
+    return {**{key: value for key, value in defaults.items() if key not in data}, **data}
 
 
 def _validate(

@@ -120,7 +120,8 @@ class ExecutionRecord(BaseModel):
     timed_out: bool = False
     oom_killed: bool = False
     state_reset: bool = False
-    """The interpreter was restarted after it (a timeout or OOM kill): variables were lost."""
+    """The interpreter was lost with it (timeout, OOM kill, a lost runner): the next
+    execution started without this one's or any earlier variables."""
     duration_s: float = 0.0
     """Wall-clock seconds of the execution (the host's measure)."""
     cpu_seconds: float | None = None

@@ -91,7 +91,7 @@ def execute_program(
     output = spec.output or OUTPUT_DIR / run_id
     workspace = Workspace(
         spec=WorkspaceSpec(owner_id=run_id, principal=spec.principal, data=spec.data,
-                           output=output),
+                           output=output, one_shot=True),  # stdout exactly the program's
         config=config, audit=app.audit, pool=app.pool, image=app.image,
     )
     with workspace:

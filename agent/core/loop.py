@@ -24,6 +24,7 @@ from typing import Any
 
 from sbx.agent.core.asking import awaiting_input
 from sbx.agent.core.budget import before_request, before_tools, model_ending, remaining_s
+from sbx.agent.core.charts import show_charts
 from sbx.agent.core.compaction import estimate_tokens, shorten_observations
 from sbx.agent.core.cost import Tariff
 from sbx.agent.core.dispatch import ToolDispatcher
@@ -123,6 +124,7 @@ def run(
         add_message(state, {"role": "user", "content": follow_up_notice(plan)}, emit)
     add_message(state, {"role": "user", "content": question}, emit)
     tools = gate.schemas()
+    gate.set_deadline(state.started + settings.budget.max_wall_time)  # running code is cut too
     dispatcher = ToolDispatcher(gate, workers=settings.parallel_tools)
     cancelled = False
     try:
@@ -176,6 +178,7 @@ def take_turn(
                 return ending
             outcomes = dispatcher.run(calls)
             record_outcomes(state, outcomes, emit)
+            show_charts(state, outcomes, settings, model.model, emit)  # or describe them
             return halted(outcomes) or awaiting_input(outcomes)
     raise TypeError(f"Unknown next step for reply {reply!r}")  # pragma: no cover
 
@@ -302,7 +305,7 @@ def finish(
         sandbox=state.sandbox,
         messages=tuple(state.messages),
         question=ending.question if ending.status == "needs_input" else None,
-        verified=traced.verified if traced is not None else None,
+        verified=traced.verdict if traced is not None else None,
         sources=traced.sources if traced is not None else (),
         unsupported=traced.unsupported if traced is not None else (),
         plan=state.plan,

@@ -90,6 +90,19 @@ class AgentSettings(BaseModel):
     context_tokens: int = Field(default=60_000, ge=1_000)
     """Estimated size (4 characters per token) past which older tool observations are
     shortened before a request (`--context-tokens`). Set it well below the model's window."""
+    observation_tokens: int = Field(default=4_000, ge=100, le=1_000_000)
+    """Estimated tokens (4 characters each) of one tool result the model reads: longer
+    stdout and stderr are cut to their head and tail with a marker saying how much was left
+    out. The user, the transcript and provenance keep the whole output. Keep it well below
+    `context_tokens`."""
+    vision_models: list[str] = Field(default_factory=list)
+    """Models (names as sent to the endpoint; `"*"`: any) that are shown the images an
+    execution saved (`plt.show()` included) as image input after the tool results. Other
+    models get a short text description of each (size, titles, axis labels)."""
+    max_images: int = Field(default=2, ge=0, le=16)
+    """Most images shown to a vision model after one turn; the rest are described."""
+    max_image_bytes: Bytes = Field(default=1024 * 1024, le=20 * 1024 * 1024)
+    """Largest image file shown to a vision model; a larger one is described instead."""
     parallel_tools: int = Field(default=4, ge=1, le=32)
     """Tool calls of one reply that may run at once (calls sharing a sandbox still run in order)."""
     max_answer_chars: int = Field(default=100_000, ge=100, le=10_000_000)

@@ -196,7 +196,7 @@ class RunResult:
     """With `needs_input`: what the model asks the user (answer it to continue the run)."""
     verified: bool | None = None
     """Every number the answer states was printed by an output of the run (`agent.provenance`);
-    None without an answer."""
+    None without an answer, or when the answer states no number to check."""
     sources: tuple[Source, ...] = ()
     """Each traced number of the answer, with the execution and output line that printed it."""
     unsupported: tuple[str, ...] = ()

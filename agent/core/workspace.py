@@ -33,6 +33,7 @@ from sbx.sandbox.spec import SessionSpec
 from sbx.tools.audit import AuditLog
 from sbx.tools.context import Operator, OutputSink, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
+from sbx.tools.observation_size import CHARS_PER_TOKEN
 from sbx.tools.registry import Tool
 
 
@@ -58,6 +59,9 @@ class WorkspaceSpec:
     """Who answers `ask_user` at once (a person at a terminal); None: no one now."""
     defer_questions: bool = False
     """Without an operator, `ask_user` ends the run `needs_input` (the face continues it)."""
+    one_shot: bool = False
+    """One program, as a script runs (`execute_program`): its stdout is exactly what it wrote,
+    no trailing expression's value is printed as a notebook would."""
 
 
 def check_data(data: Sequence[Path]) -> None:
@@ -132,6 +136,8 @@ class Workspace(Closing):
             defer_questions=self.spec.defer_questions,
             continues=continues,
             on_output=on_output,
+            observation_chars=self.config.settings.observation_tokens * CHARS_PER_TOKEN,
+            show_values=not self.spec.one_shot,
         )
         return build_gate(
             self.config.policy,
@@ -220,13 +226,22 @@ class _CurrentSandbox:
         self._workspace = workspace
         self._run_id = run_id
 
-    def run(self, code: str, *, on_output: OutputCallback | None = None) -> ExecutionResult:
+    def run(
+        self,
+        code: str,
+        *,
+        on_output: OutputCallback | None = None,
+        timeout: float | None = None,
+        show_values: bool = True,
+    ) -> ExecutionResult:
         """Run `code` in the workspace's current sandbox (opened again after a discard)."""
         session = self._workspace._sandbox(self._run_id)
         if session is None:
             raise SandboxError("no sandbox is available in this workspace")
         try:
-            result = session.run(code, on_output=on_output)
+            result = session.run(
+                code, on_output=on_output, timeout=timeout, show_values=show_values
+            )
             if result.state_reset:
                 self._workspace.lost("a timeout" if result.timed_out else "a kill at a limit")
             return result

@@ -23,6 +23,7 @@ regular files that are PNGs, at most `MAX_IMAGE_BYTES` each.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from sbx.agent.export.code import comment, rewrite_paths
@@ -34,8 +35,17 @@ Format = Literal["ipynb", "py", "md"]
 FORMATS: tuple[Format, ...] = ("ipynb", "py", "md")
 
 
-def export(record: RecordedConversation, fmt: Format) -> str:
-    """The conversation's runs in `fmt`, as text (a notebook is JSON)."""
+def export(
+    record: RecordedConversation,
+    fmt: Format,
+    *,
+    artifact_link: Callable[[str], str | None] | None = None,
+) -> str:
+    """The conversation's runs in `fmt`, as text (a notebook is JSON).
+
+    `artifact_link(host path)` gives the URL a report links a chart by (the service's
+    artifact route; None: only named); without it a report links the local path.
+    """
     if fmt == "ipynb":
         from sbx.agent.export.notebook import to_notebook  # nbformat loads only when asked
 
@@ -43,7 +53,7 @@ def export(record: RecordedConversation, fmt: Format) -> str:
     if fmt == "md":
         from sbx.agent.export.report import to_markdown
 
-        return to_markdown(record)
+        return to_markdown(record, artifact_link=artifact_link)
     return to_script(record)
 
 

@@ -6,7 +6,9 @@ question, one code cell per execution (its code with paths rewritten, its
 execution number as `execution_count`, its recorded outputs), and a markdown
 cell with the answer and where its numbers came from. A cell whose code
 raised in the run carries the `raises-exception` tag, so Run All (and
-`jupyter nbconvert --execute`) goes on past it, as the run did.
+`jupyter nbconvert --execute`) goes on past it, as the run did. Where the
+run's interpreter was reset (a timeout, an OOM kill, a new sandbox between
+questions), a note and a cell that forgets every name come first.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def to_notebook(record: RecordedConversation) -> str:
             cells.extend(_closing(record, last_run))
             cells.append(new_markdown_cell(f"## {markdown_text(_one_line(record, run_index))}"))
             last_run = run_index
+        if execution.reset_before:
+            cells.extend(_reset_cells())
         cells.append(_code_cell(execution, count))
     cells.extend(_closing(record, last_run))
     for index in range(last_run + 1, len(record.runs)):  # runs without executions
@@ -69,6 +73,23 @@ def _closing(record: RecordedConversation, index: int) -> list[Any]:
     if index < 0:
         return []
     return [new_markdown_cell(answer_section(record.runs[index]))]
+
+
+RESET_NOTE = (
+    "*The sandbox's interpreter was reset here in the original run (a timeout, a memory kill "
+    "or a new sandbox): what the cells above defined was gone. The next cell does the same, "
+    "so Run All behaves as the run did.*"
+)
+RESET_CODE = (
+    "for _name in [n for n in globals() if not n.startswith('_') and n not in "
+    "('In', 'Out', 'get_ipython', 'exit', 'quit')]:\n"
+    "    del globals()[_name]"
+)
+
+
+def _reset_cells() -> list[Any]:
+    """A note and a cell that forget every name, where the original run lost its state."""
+    return [new_markdown_cell(RESET_NOTE), new_code_cell(RESET_CODE)]
 
 
 def _code_cell(execution: RecordedExecution, count: int) -> Any:

@@ -5,12 +5,14 @@ it is made inert before it is written: prose through `markdown_text` (no
 HTML, no links or images that a viewer would fetch), code and output in
 fences longer than any run of backticks inside them, table cells with their
 pipes escaped. A plot is shown as an image only when its file is a PNG on
-this machine, by its local path.
+this machine: by its local path from the CLI, by the service's artifact URL
+from the web page (never the server's own path).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +22,18 @@ from sbx.tools.text_safety import safe_text
 
 MAX_OUTPUT_LINES = 200
 """Output lines shown per step; the notebook keeps them all."""
-_SAFE_PATH = re.compile(r"[\w./-]+")
+_SAFE_PATH = re.compile(r"[\w./%~-]+")
 _TASK = {"done": "- [x] {}", "pending": "- [ ] {}", "in_progress": "- [ ] {} (in progress)",
          "dropped": "- ~~{}~~ (dropped)"}
 """A plan step as a markdown task-list item, by status."""
 
 
-def to_markdown(record: RecordedConversation) -> str:
-    """The report for every run of the conversation."""
+Linker = Callable[[str], "str | None"]
+"""Host path of an artifact -> the URL to link it by (None: name it only)."""
+
+
+def to_markdown(record: RecordedConversation, *, artifact_link: Linker | None = None) -> str:
+    """The report for every run of the conversation; charts linked by `artifact_link`."""
     parts = [f"# sbx report: {markdown_text(record.path.name)}"]
     plan = plan_section(record)
     if plan is not None:
@@ -35,7 +41,7 @@ def to_markdown(record: RecordedConversation) -> str:
     for run in record.runs:
         parts.append(_run_header(run))
         for execution in run.executions:
-            parts.append(_step(execution))
+            parts.append(_step(execution, artifact_link))
         parts.append(answer_section(run))
     return "\n\n".join(parts) + "\n"
 
@@ -49,7 +55,7 @@ def _run_header(run: RecordedRun) -> str:
     return "\n".join(lines)
 
 
-def _step(execution: RecordedExecution) -> str:
+def _step(execution: RecordedExecution, link: Linker | None) -> str:
     title = f"### Step {execution.number}"
     if execution.failed:
         title += f" (raised {markdown_text(execution.error_type or 'an error')})"
@@ -64,7 +70,7 @@ def _step(execution: RecordedExecution) -> str:
             lines = [*lines[:MAX_OUTPUT_LINES], f"... ({cut} more lines)"]
         parts += ["Output:", fenced("\n".join(lines), "text")]
     for path in execution.artifacts:
-        parts.append(_image(path))
+        parts.append(_image(path, link))
     return "\n\n".join(parts)
 
 
@@ -90,7 +96,7 @@ def answer_section(run: RecordedRun) -> str:
     if run.answer is None:
         return f"### No answer\n\nThe run ended `{_code_span(str(run.status))}`."
     parts = ["### Answer", markdown_text(run.answer)]
-    if run.verified is True:
+    if run.verified is True and run.sources:  # an answer without numbers is not "verified"
         parts.append("**Verified**: every number checked was printed by the run's code.")
     elif run.verified is False:
         missing = ", ".join(markdown_text(number) for number in run.unsupported)
@@ -127,9 +133,10 @@ def fenced(text: str, info: str) -> str:
     return f"{fence}{info}\n{safe_text(text.rstrip(), multiline=True)}\n{fence}"
 
 
-def _image(path: str) -> str:
-    """A local PNG shown by its path; anything else only named."""
+def _image(path: str, link: Linker | None) -> str:
+    """A PNG shown by its URL (or, from the CLI, its local path); anything else only named."""
     name = markdown_text(Path(path).name)
-    if png_bytes(path) is None or not _SAFE_PATH.fullmatch(path):
+    url = path if link is None else link(path)
+    if url is None or png_bytes(path) is None or not _SAFE_PATH.fullmatch(url):
         return f"(file: {name})"
-    return f"![{name}](<{path}>)"
+    return f"![{name}](<{url}>)"

@@ -16,7 +16,10 @@ Not numbers here, by design:
   European decimal comma (`41,5` is 41 and 5).
 
 Callers strip terminal escape sequences first (`without_controls`): colour
-codes must neither hide a printed number (`ESC[32m41.2`) nor add one.
+codes must neither hide a printed number (`ESC[32m41.2`) nor add one; and
+sbx's own marker lines (`without_sbx_markers`): a cut marker's counts are
+sbx's, not the program's or the model's. Year ranges (`2024-25`) are masked
+like dates.
 
 Scanning is one compiled regex per pass with no nested ambiguous
 quantifiers: linear in the text, whatever the model or the program wrote.
@@ -62,6 +65,7 @@ _MASKS = re.compile(
     https?://\S+                                                   # URLs
   | \b\d{4}-\d{1,2}-\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?\b   # ISO dates
   | \b\d{4}-(?:0[1-9]|1[0-2])\b(?!-)                               # year-month
+  | \b(?:19|20)\d{2}[-\u2013/](?:\d{2}|(?:19|20)\d{2})\b(?![-/]\d)       # 2024-25, 2023/24
   | \b\d{1,2}/\d{1,2}/\d{2,4}\b                                    # 3/4/2024
   | \b\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\b                         # 10:30, 10:30:05
     )
@@ -120,6 +124,19 @@ def without_controls(text: str) -> str:
     The digits of `ESC [ 31 m` or of an OSC 52 sequence are not numbers a reader sees.
     """
     return _CONTROLS.sub("", text)
+
+
+_SBX_MARKERS = re.compile(r"^\[(?:\.\.\. |sbx[:\] ])[^\n]{0,600}\]$", re.MULTILINE)
+"""sbx's own lines inside an output or an answer: the sandbox's and the observation's cut
+markers (`[... 5 bytes cut ...]`), the answer's (`[sbx: the answer was cut here: ...]`)."""
+
+
+def without_sbx_markers(text: str) -> str:
+    """`text` with sbx's own marker lines emptied: their numbers are neither claims nor output.
+
+    The lines stay (empty), so line numbers still count the output's own lines.
+    """
+    return _SBX_MARKERS.sub("", text)
 
 
 def find_numbers(text: str) -> list[Number]:

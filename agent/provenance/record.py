@@ -46,6 +46,9 @@ class RecordedExecution(ExecutionRecord):
     """It raised, timed out or was killed."""
     artifacts: tuple[str, ...] = ()
     """Host paths of the files it left in `/output`."""
+    reset_before: bool = False
+    """It ran in a fresh interpreter: the previous execution reset the state, or the sandbox
+    was replaced before its run began. Re-run and export reset the state here too."""
 
 
 @dataclass(kw_only=True)
@@ -94,18 +97,20 @@ def read_record(path: Path, *, until_run: str | None = None) -> RecordedConversa
     """
     runs: list[RecordedRun] = []
     calls: dict[str, tuple[str, str]] = {}
+    reset = False  # the next execution runs in a fresh interpreter
     for event in read_transcript(path):
         if isinstance(event, RunStart):
             if until_run is not None and runs and runs[-1].run_id == until_run:
                 break
             runs.append(_run(event))
             calls = {}
+            reset = reset or (event.sandbox_reset and len(runs) > 1)
         elif not runs:
             continue
         elif isinstance(event, ModelReplied):
             calls.update(_calls(event.message))
         elif isinstance(event, ToolResult):
-            _add_execution(runs[-1], event, calls)
+            reset = _add_execution(runs[-1], event, calls, reset)
         elif isinstance(event, PlanUpdated):
             runs[-1].plan = [step.model_dump() for step in event.steps]
             runs[-1].plan_revisions += 1
@@ -147,26 +152,40 @@ def code_of(arguments: str) -> str | None:
     return code if isinstance(code, str) else None
 
 
-def _add_execution(run: RecordedRun, event: ToolResult, calls: dict[str, tuple[str, str]]) -> None:
+def _add_execution(
+    run: RecordedRun, event: ToolResult, calls: dict[str, tuple[str, str]], reset: bool
+) -> bool:
+    """Append the execution `event` records, if it ran; return whether the state reset since."""
     if event.name != "execute_python" or event.status != "ok":
-        return
+        return reset
     name, arguments = calls.get(event.call_id, ("", ""))
     code = code_of(arguments) if name == "execute_python" else None
     if code is None:
-        return
+        return reset
     record = event.execution
     if record is None:  # an older transcript: the observation is all there is
         record = ExecutionRecord(
             stdout=section_of(event.content, "[stdout]"),
             stderr=section_of(event.content, "[stderr]"),
             error_type=error_type_of(event.content),
+            state_reset=_says_reset(event.content),
         )
+    lost = record.state_reset or record.timed_out or record.oom_killed
     run.executions.append(
         RecordedExecution(
-            **record.model_dump(), number=len(run.executions) + 1, call_id=event.call_id,
-            code=code, failed=event.failed, artifacts=tuple(event.artifacts),
+            **record.model_dump(exclude={"state_reset"}), number=len(run.executions) + 1,
+            call_id=event.call_id, code=code, failed=event.failed,
+            artifacts=tuple(event.artifacts), state_reset=lost, reset_before=reset,
         )
     )
+    return lost
+
+
+def _says_reset(observation: str) -> bool:
+    """An older observation's notes say the interpreter was lost (`sandbox.outcome`'s words)."""
+    return "variables were reset" in observation or "- state reset:" in observation
+
+
 def _end(run: RecordedRun, event: RunEnd) -> None:
     run.status = event.status
     run.answer = event.answer

@@ -61,17 +61,23 @@ def note_output(state: RunState, outcome: ToolOutcome) -> None:
 def earlier_outputs(messages: Sequence[dict[str, Any]]) -> list[Output]:
     """Observations of a conversation's earlier runs, as the model received them.
 
-    Their `[resources]` lines (timings) are left out: they are sbx's figures, not output.
+    Their `[notes]` sections and `[resources]` lines are left out: limits, sizes and
+    timings there are sbx's figures, not output (cut markers are dropped when traced).
     """
     found = []
     for message in messages:
         content = message.get("content")
         if message.get("role") != "tool" or not isinstance(content, str):
             continue
-        kept = "\n".join(
-            line for line in content.splitlines() if not line.startswith("[resources] ")
-        )
-        found.append(Output(tool=EARLIER_RUN, call_id=str(message.get("tool_call_id")), text=kept))
+        kept, in_notes = [], False
+        for line in content.splitlines():
+            if line in ("[stdout]", "[stderr]", "[notes]"):
+                in_notes = line == "[notes]"
+            if in_notes or line.startswith("[resources] "):
+                continue
+            kept.append(line)
+        text = "\n".join(kept)
+        found.append(Output(tool=EARLIER_RUN, call_id=str(message.get("tool_call_id")), text=text))
     return found
 
 

@@ -30,7 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sbx.agent.provenance.numbers import Number, find_numbers, printed_values, without_controls
+from sbx.agent.provenance.numbers import (
+    Number,
+    find_numbers,
+    printed_values,
+    without_controls,
+    without_sbx_markers,
+)
 
 MAX_OUTPUT_NUMBERS = 200_000
 """Most output numbers indexed for one answer (newest outputs first); the rest are not read."""
@@ -111,8 +117,18 @@ class Provenance:
 
     @property
     def verified(self) -> bool:
-        """Every checked number was printed by an output."""
+        """Every checked number was printed by an output (vacuously, when none was checked)."""
         return not self.unsupported
+
+    @property
+    def verdict(self) -> bool | None:
+        """What a face shows: None when the answer states no number to check, else `verified`.
+
+        An answer without numbers is not "Verified".
+        """
+        if not self.sources and not self.unsupported:
+            return None
+        return self.verified
 
 
 @dataclass(frozen=True)
@@ -136,7 +152,7 @@ class OutputIndex:
         self._texts: dict[int, str] = {}
         entries: list[tuple[float, int, int]] = []
         for order in range(len(outputs) - 1, -1, -1):  # newest first, under the cap
-            self._texts[order] = without_controls(outputs[order].text)
+            self._texts[order] = without_sbx_markers(without_controls(outputs[order].text))
             for magnitude, percent, offset in printed_values(self._texts[order]):
                 entries.append((magnitude, order, offset))
                 if percent:  # `41%` printed is also the fraction 0.41
@@ -182,7 +198,7 @@ class OutputIndex:
 
 def trace_numbers(answer: str, outputs: Sequence[Output], *, question: str = "") -> Provenance:
     """Trace every number of `answer` to `outputs` (see the module's docstring)."""
-    answer = without_controls(answer)
+    answer = without_sbx_markers(without_controls(answer))
     index = OutputIndex(outputs)
     given = [n for n in find_numbers(question) if n.masked is None]
     code = [(m.start(), m.end()) for m in _PYTHON_FENCE.finditer(answer)]
@@ -215,11 +231,18 @@ def skip_reason(number: Number, given: Sequence[Number]) -> str | None:
         return "ordinal"
     if any(_same(number, other) for other in given):
         return "in the question"
-    if number.bare_integer and YEARS[0] <= number.value <= YEARS[1] and len(number.text) == 4:
+    if is_year(number):
         return "year"
     if number.bare_integer and number.value <= SMALL_COUNT:
         return "small count"
     return None
+
+
+def is_year(number: Number) -> bool:
+    """A bare four-digit integer in `YEARS`: read as a year."""
+    return bool(
+        number.bare_integer and YEARS[0] <= number.value <= YEARS[1] and len(number.text) == 4
+    )
 
 
 def _same(number: Number, other: Number) -> bool:

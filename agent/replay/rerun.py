@@ -104,7 +104,7 @@ def rerun(
         for index, run in enumerate(record.runs, start=1):
             gate = workspace.open_gate(f"{report.rerun_id}-r{index}")
             try:
-                for check in _run_checks(gate, run):
+                for check in _run_checks(gate, run, workspace.discard):
                     report.checks.append(check)
                     on_check(check)
             finally:
@@ -112,9 +112,14 @@ def rerun(
     return report
 
 
-def _run_checks(gate: ToolGate, run: RecordedRun) -> list[ExecutionCheck]:
+def _run_checks(
+    gate: ToolGate, run: RecordedRun, reset: Callable[[], None]
+) -> list[ExecutionCheck]:
+    """Each execution again, in order; where the original's state was reset, so is ours."""
     checks = []
     for execution in run.executions:
+        if execution.reset_before:  # a timeout, OOM kill or new sandbox came before it
+            reset()
         comparison = _again(gate, execution)
         checks.append(
             ExecutionCheck(

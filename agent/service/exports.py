@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import select
 from starlette.responses import Response
@@ -51,7 +52,10 @@ def export_conversation(call: Call) -> Response:
         raise Problem(409, "nothing-to-export", "no run of this conversation has ended yet")
     path = _transcript(call, ident)
     try:
-        text = export(read_record(path, until_run=last), chosen)
+        text = export(
+            read_record(path, until_run=last), chosen,
+            artifact_link=lambda host: artifact_url(path.parent / "output", host),
+        )
     except (TranscriptError, RecordError) as exc:
         raise Problem(409, "transcript-unreadable", f"the transcript cannot be exported: "
                       f"{str(exc).replace(str(path), 'transcript')[:300]}") from None
@@ -76,6 +80,21 @@ def download_transcript(call: Call) -> Response:
         lines.append(json.dumps(view, ensure_ascii=False))
     text = "\n".join(lines) + ("\n" if lines else "")
     return _attachment(call, text, f"{ident}.jsonl", "application/x-ndjson")
+
+
+def artifact_url(output_root: Path, host_path: str) -> str | None:
+    """The artifact route of a file under the conversation's output root (None elsewhere).
+
+    The report is read away from the server: it links charts by the API's URL, never by
+    the server's own path.
+    """
+    try:
+        run_id, *name = Path(host_path).relative_to(output_root).parts
+    except ValueError:
+        return None
+    if not name:
+        return None
+    return f"/v1/runs/{quote(run_id, safe='')}/artifacts/{quote('/'.join(name))}"
 
 
 def _last_ended_run(call: Call) -> tuple[str, str | None]:

@@ -8,6 +8,7 @@ the one renderer, `render_execution`. All calls share the sequential key
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from sbx.sandbox.live_output import OutputCallback
@@ -17,6 +18,8 @@ from sbx.tools.observation import render_execution
 from sbx.tools.registry import Tool, ToolFailure, ToolReturn, build_tool
 
 SESSION_KEY = "sandbox-session"
+DEADLINE_SLACK_S = 1.0
+"""A timeout this close to the run's deadline is the run's time budget running out."""
 
 
 def make_execute_python() -> Tool:
@@ -35,15 +38,40 @@ def make_execute_python() -> Tool:
         """
         if ctx.runner is None:
             raise ToolFailure("no sandbox is available in this run")
-        callback = live_output(ctx)
-        if callback is None:  # the call a runner written before live output understands too
-            result = ctx.runner.run(code)
-        else:
-            result = ctx.runner.run(code, on_output=callback)
-        text = render_execution(result)
+        result = ctx.runner.run(code, **run_options(ctx))
+        if result.timed_out and out_of_time(ctx):
+            result.notes = [*result.notes, OUT_OF_TIME_NOTE]
+        text = render_execution(result, max_chars=ctx.observation_chars)
         return ToolReturn(text=text, execution=result, audit=audit_fields(result))
 
     return build_tool(execute_python, sequential=SESSION_KEY)
+
+
+OUT_OF_TIME_NOTE = (
+    "the run's time budget (max_wall_time, --max-time) ran out while this code ran, so it "
+    "was stopped: the run ends now"
+)
+
+
+def run_options(ctx: ToolContext) -> dict[str, Any]:
+    """The runner's options: live output, the run's time left, whether values are shown.
+
+    An option not needed is left out, so a runner written before it still works.
+    """
+    options: dict[str, Any] = {}
+    callback = live_output(ctx)
+    if callback is not None:
+        options["on_output"] = callback
+    if ctx.deadline is not None:
+        options["timeout"] = max(0.0, ctx.deadline - time.monotonic())
+    if not ctx.show_values:
+        options["show_values"] = False
+    return options
+
+
+def out_of_time(ctx: ToolContext) -> bool:
+    """The run's deadline (nearly) passed: a timeout then is the run's, not the sandbox's."""
+    return ctx.deadline is not None and time.monotonic() >= ctx.deadline - DEADLINE_SLACK_S
 
 
 def live_output(ctx: ToolContext) -> OutputCallback | None:

@@ -8,6 +8,7 @@
 
 import { el, append, clear, encodePath, formatSize, setText } from "./dom.js";
 import { highlight } from "./highlight.js";
+import { renderMarkdown } from "./markdown.js";
 import { PlanView } from "./plan.js";
 import { splitOutput } from "./tables.js";
 
@@ -127,7 +128,9 @@ export class RunView {
   message(event) {
     const message = event.message ?? {};
     if (message.role !== "user" || event.turn === 0) return;  // system prompt, the question
-    this.note(`Note to the model: ${message.content ?? ""}`);
+    const content = Array.isArray(message.content)  // text parts (an image shown is a part too)
+      ? message.content.map((part) => String(part?.text ?? "")).join("\n") : message.content;
+    this.note(`Note to the model: ${content ?? ""}`);
   }
 
   note(text) {
@@ -259,9 +262,9 @@ export class RunView {
 
   answer(event) {
     const box = el("section", { class: "answer", "aria-label": "Answer" },
-      el("h3", {}, "Answer"), el("p", { class: "answer-text" }, event.answer),
+      el("h3", {}, "Answer"), renderMarkdown(event.answer),
       PlanView.pendingNote(event));
-    if (event.verified === true) {
+    if (event.verified === true && (event.sources ?? []).length) {  // no number: no claim
       append(box, el("p", { class: "provenance verified" },
         "✓ Verified: every number in the answer was printed by the code."));
     } else if (event.verified === false) {
