@@ -1,11 +1,10 @@
 """Human-readable progress: the same renderer for a live run (stderr) and `sbx replay` (stdout).
 
 It reads the events the core emits (see `sbx.agent.core.events`), never the loop's
-state, so a transcript file re-renders exactly as the run looked. One line
-per happening: the turn and its tokens, each tool call with its code, a
-one-line outcome, notices, and the ending; while an execution runs, its live
-output (dimmed, a bounded number of lines). Colour only on a terminal (click
-strips it elsewhere).
+state, so a transcript file re-renders exactly as the run looked. One line per
+happening: the turn and its tokens, each tool call with its code, a one-line outcome,
+notices, and the ending; while an execution runs, its live output (dimmed, a bounded
+number of lines). Colour only on a terminal (click strips it elsewhere).
 
 Nearly every value here comes from the model, the sandboxed program or a
 file: each one passes `safe_text` before it reaches the terminal, so an ESC,
@@ -23,11 +22,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import click
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from sbx.agent.core.events import Event, StateRestored
+from sbx.agent.cli.display_restored import render_restored
+from sbx.agent.core.events import Event
 from sbx.agent.core.plan import pending_note
-from sbx.agent.core.restore_text import summary
 from sbx.agent.core.transcript import TranscriptError, numbered_events
 from sbx.tools.builtin.plan import MARKS as PLAN_MARKS
 from sbx.tools.text_safety import safe_text
@@ -279,16 +278,7 @@ class Progress:
             f"peak memory {_num(sandbox, 'peak_memory_bytes', 'sandbox') / 2**20:.0f} MiB"
         )
 
-    def _on_state_restored(self, event: Row) -> None:
-        try:
-            restored = StateRestored.model_validate(event)
-        except ValidationError as exc:
-            raise EventShapeError(f"state_restored: {exc.error_count()} bad field(s)") from None
-        colour = "red" if restored.status == "not_restored" else "cyan"
-        self._echo(f"~  {_clip(summary(restored))}", fg=colour)
-        for item in (*restored.differed, *restored.failed):
-            self._echo(f"   {_clip(item.call_id)}: {_clip(item.detail)}", dim=True)
-
+    _on_state_restored = render_restored  # display_restored.py: this module is at its budget
     def _on_run_error(self, event: Row) -> None:
         self._echo(f"== error: {_clip(_text(event.get('error')))}", fg="red", bold=True)
 
