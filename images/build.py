@@ -95,22 +95,29 @@ class ImageInfo:
         return self.recipe_hash is not None and self.recipe_hash == self.current_hash
 
 
-def current_recipe() -> Recipe:
-    """The recipe from the installed files; a missing file is an ImageBuildError."""
+def current_recipe(images_dir: Path | None = None) -> Recipe:
+    """The recipe from the installed files (or `images_dir`); a missing file: ImageBuildError."""
     try:
-        return load_recipe()
+        return load_recipe(images_dir) if images_dir is not None else load_recipe()
     except FileNotFoundError as exc:
         raise ImageBuildError(f"image recipe incomplete: {exc.filename} is missing") from None
 
 
 def build_image(
-    client: docker.DockerClient, *, progress: Callable[[str], None], force: bool = False
+    client: docker.DockerClient, *, progress: Callable[[str], None], force: bool = False,
+    images_dir: Path | None = None, tag: str | None = None,
 ) -> BuildResult:
-    """Ensure `sbx-python:latest` is the image of the current recipe; build what is missing."""
+    """Ensure `sbx-python:latest` is the image of the current recipe; build what is missing.
+
+    `images_dir` builds another copy of the recipe; `tag` (`repo:name`) tags the result
+    there instead of `sbx-python:latest` (its recipe tag in `repo` too), and prunes
+    nothing: a trial build (`sbx packages add --tag`) never touches the shared image.
+    """
     started = time.monotonic()
-    recipe = current_recipe()
+    recipe = current_recipe(images_dir)
     recipe_hash, base_hash = recipe.recipe_hash(), recipe.base_hash()
-    tags = (f"{REPOSITORY}:latest", f"{REPOSITORY}:r-{recipe_hash[:12]}")
+    repository = tag.rsplit(":", 1)[0] if tag else REPOSITORY
+    tags = (tag or f"{REPOSITORY}:latest", f"{repository}:r-{recipe_hash[:12]}")
 
     def result(image_id: str, *, reused: bool) -> BuildResult:
         engine.retag(client, image_id, list(tags))
@@ -135,6 +142,8 @@ def build_image(
             labels={IMAGE_LABEL: "true", RECIPE_LABEL: recipe_hash},
         )
     built = result(image_id, reused=False)
+    if tag is not None:
+        return built
     engine.prune(client, repository=REPOSITORY, label=RECIPE_LABEL, keep=recipe_hash,
                  progress=progress)
     engine.prune(client, repository=BASE_REPOSITORY, label=BASE_LABEL, keep=base_hash,

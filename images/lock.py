@@ -64,11 +64,18 @@ def _locked(item: dict[str, object]) -> LockedWheel:
                        sha256=str(sha256), filename=filename)
 
 
+def relock(images_dir: Path = IMAGES_DIR) -> list[LockedWheel]:
+    """Resolve `requirements.in` and write `requirements.lock` beside it (every wheel hashed)."""
+    wheels = resolve(images_dir / "requirements.in")
+    target = images_dir / "requirements.lock"
+    target.write_text(render_lock(wheels, header=HEADER), encoding="utf-8")
+    return wheels
+
+
 def main() -> int:
     """Resolve requirements.in and write requirements.lock next to it."""
-    wheels = resolve(IMAGES_DIR / "requirements.in")
+    wheels = relock()
     target = IMAGES_DIR / "requirements.lock"
-    target.write_text(render_lock(wheels, header=HEADER), encoding="utf-8")
     for wheel in sorted(wheels, key=lambda w: w.name.lower()):
         print(f"{wheel.name}=={wheel.version}")
     print(f"wrote {len(wheels)} pinned wheels to {target}", file=sys.stderr)

@@ -22,11 +22,12 @@ import logging
 import select
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from sbx.sandbox.capacity import HostCapacity, Lease
 from sbx.sandbox.config import DATA_TARGET, DataMount
 from sbx.sandbox.datadir import DataDir, Delivery, NotDeliverable
+from sbx.sandbox.datadrop import write_whole
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.host_caps import Need
 from sbx.sandbox.session import Session
@@ -169,6 +170,22 @@ class LeasedSession(Session):
         delivery = self.data_dir.fill(mounts, max_copy_bytes=self.max_copy_bytes)
         self.delivered = mounts
         return delivery
+
+    def show_file(self, source: Path) -> None:
+        """A file just added to a data directory (a `DropDir`): copied into this `/data` too.
+
+        Only a warm container needs it (its `/data` holds copies); where the directory is
+        bind-mounted the file is there already, and a container that never received the
+        directory is left alone.
+        """
+        data_dir = self.data_dir
+        if data_dir is None:
+            return
+        directory = source.parent.resolve()
+        for mount in self.delivered:
+            if mount.source == directory:
+                shown = data_dir.path / PurePosixPath(mount.target).name
+                write_whole(shown, source.name, source.read_bytes())
 
     def take_data(self, mounts: tuple[DataMount, ...]) -> bool:
         """Deliver the run's data (if any); False, and this container discarded, past a bound."""

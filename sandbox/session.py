@@ -196,6 +196,13 @@ class Session(Closing):
                 self.close()  # replaced on the next run: the interpreter's state is gone
             return result
 
+    def show_file(self, source: Path) -> None:
+        """A file just added to one of this session's data directories: nothing to do here.
+
+        A created container bind-mounts each data directory, so the file is visible
+        already; a pooled one with its own `/data` copy overrides this (`LeasedSession`).
+        """
+
     def _lost(
         self, exc: SandboxBroken, exchange: Exchange | None, started: float
     ) -> ExecutionResult:

@@ -44,6 +44,18 @@ class CodeRunner(Protocol):
         ...
 
 
+class DataDrop(Protocol):
+    """Where a host-side tool leaves a file for the run's sandbox: its `/data`, while it runs."""
+
+    def put(self, name: str, data: bytes) -> str:
+        """Keep `data` as file `name` (a plain, checked name) and return its path in the sandbox.
+
+        A file of that name from an earlier call is replaced; the running sandbox sees the
+        new file at once, and a sandbox that replaces it later sees it too.
+        """
+        ...
+
+
 class Operator(Protocol):
     """A person the face can ask now (at a terminal); `ask_user` goes to them."""
 
@@ -123,6 +135,9 @@ class ToolContext:
     one-shot program (`sbx exec`, `POST /v1/execute`), whose stdout is exactly its own."""
     plan: PlanBook = field(default_factory=PlanBook)
     """This run's plan revisions, counted (shared by every call's copy of the context)."""
+    data_drop: DataDrop | None = None
+    """Where `query_sql` writes its results (the workspace's `/data/queries`); None: no
+    sandbox in this run, so no query result has anywhere to go."""
     call_id: str | None = None
     """The call being served: the gate sets it on the copy each call receives (`for_call`)."""
 

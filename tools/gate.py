@@ -243,7 +243,7 @@ class ToolGate:
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_context=False, include_input=False)
             return self._refuse("invalid", invalid_arguments(name, [dict(e) for e in errors]))
-        denied_or_none = check_arguments(self._policy, self._limits, name, args)
+        denied_or_none = check_arguments(self._policy, self._limits, name, args, self._context)
         denied_or_none = denied_or_none or check_plan_call(self._policy, self._context, name, args)
         denied_or_none = denied_or_none or self._quota.take(name)
         if denied_or_none is None:

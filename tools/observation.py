@@ -19,6 +19,7 @@ from typing import Any
 
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.units import format_size
+from sbx.tools.hints import execution_hint
 from sbx.tools.observation_size import fit_sections
 
 MAX_TRACEBACK_LINES = 40
@@ -119,7 +120,8 @@ def render_execution(result: ExecutionResult, *, max_chars: int | None = None) -
     notes = resource_notes(result)
     if notes:
         tail.append("[notes]\n" + "\n".join(f"- {note}" for note in notes))
-    fixed = sum(len(part) + 1 for part in head + tail) + 100
+    hint = execution_hint(result)  # the last line: a removed API's replacement, a missing module
+    fixed = sum(len(part) + 1 for part in head + tail) + len(hint or "") + 100
     stdout, stderr = fit_sections(
         fixed, result.stdout.rstrip(), result.stderr.rstrip(), max_chars
     )
@@ -132,6 +134,8 @@ def render_execution(result: ExecutionResult, *, max_chars: int | None = None) -
     if not parts:
         parts.append("(no output: the code ran without error; print() what you need to see)")
     parts.append(usage_line(result))
+    if hint is not None:
+        parts.append(hint)
     return "\n".join(parts)
 
 

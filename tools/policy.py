@@ -34,10 +34,11 @@ from sbx.sandbox.limits import Seconds as Seconds
 from sbx.sandbox.units import at_most_seconds as at_most_seconds
 from sbx.sandbox.units import parse_size
 from sbx.tools.guard_policy import GuardPolicy
+from sbx.tools.sql_policy import QuerySqlRule
 
 BUILTIN_TOOLS = (
     "execute_python", "calculate", "list_data_files", "preview_data_file", "http_get", "ask_user",
-    "upload_dataset", "update_plan",
+    "upload_dataset", "update_plan", "query_sql",
 )
 DEFAULT_CALL_TIMEOUT_S = 30.0
 """`[tools] timeout`: seconds one tool call may take at the gate, unless its own rule says."""
@@ -195,6 +196,8 @@ class ToolsPolicy(BaseModel):
     """Store a file sent in a tool call as the caller's dataset (`sbx serve`'s `/mcp` only)."""
     update_plan: PlanRule = PlanRule()
     """The model's plan: its steps and their status, revised as results arrive."""
+    query_sql: QuerySqlRule = QuerySqlRule()
+    """Read-only SQL against the operator's named sources; results land in `/data/queries`."""
     custom: dict[str, CustomToolRule] = Field(default_factory=dict)
     """Tools loaded from `entry` or registered by the embedding program; each must exist when
     the gate is built."""

@@ -16,9 +16,11 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel
 
 from sbx.sandbox.limits import Limits
+from sbx.tools.context import ToolContext
 from sbx.tools.netguard import host_matches
 from sbx.tools.observation import Denied
 from sbx.tools.policy import BUILTIN_TOOLS, Policy, Quotas
+from sbx.tools.sql_policy import QuerySqlRule
 
 SELF_BOUND_GRACE_S = 5.0
 """Beyond the own `timeout` of a tool that bounds itself (`calculate`, `http_get`,
@@ -42,17 +44,27 @@ def call_timeout(policy: Policy, limits: Limits, name: str) -> tuple[float, str]
         seconds, key = rules.timeout, "tools.timeout"
     else:
         seconds, key = rule.timeout, f"{section}.timeout"
-    if name in ("calculate", "http_get", "ask_user"):
+    if name == "query_sql" and rule is not None and rule.timeout is None:
+        seconds, key = policy.tools.query_sql.statement_timeout, "tools.query_sql.statement_timeout"
+    if name in ("calculate", "http_get", "ask_user", "query_sql"):
         seconds += SELF_BOUND_GRACE_S
     if name == "execute_python" and seconds < limits.timeout + SANDBOX_GRACE_S:
         seconds, key = limits.timeout + SANDBOX_GRACE_S, "sandbox.timeout"
     return seconds, key
 
 
-def check_arguments(policy: Policy, limits: Limits, name: str, args: BaseModel) -> Denied | None:
-    """The per-tool argument rules of the policy (and the sandbox's code size), per built-in."""
+def check_arguments(
+    policy: Policy, limits: Limits, name: str, args: BaseModel, context: ToolContext | None = None
+) -> Denied | None:
+    """The per-tool argument rules of the policy (and the sandbox's code size), per built-in.
+
+    `context` gives the principal, for the rules that depend on who asks (`query_sql`).
+    """
     values: dict[str, Any] = dict(args)
     match name:
+        case "query_sql":
+            principal = context.principal if context is not None else ""
+            return check_query(policy.tools.query_sql, values, principal)
         case "http_get":
             return _check_url(policy, str(values.get("url", "")))
         case "calculate":
@@ -71,6 +83,23 @@ def check_arguments(policy: Policy, limits: Limits, name: str, args: BaseModel) 
             if len(str(values.get("code", "")).encode()) > limit:
                 reason = f"the program is larger than {limit} bytes"
                 return Denied(tool=name, rule="sandbox.max_code_bytes", reason=reason)
+    return None
+
+
+def check_query(rule: QuerySqlRule, values: dict[str, Any], principal: str) -> Denied | None:
+    """The source must be one the principal may query, the SQL within its length."""
+    source = str(values.get("source", ""))
+    allowed = sorted(rule.sources_for(principal))
+    if source not in allowed:
+        known = ", ".join(allowed) or "(none)"
+        reason = f"source {source!r} is not one you may query (yours: {known})"
+        rule_key = "tools.query_sql.sources"
+        if source in rule.sources:
+            rule_key = f"tools.query_sql.sources.{source}.principals"
+        return Denied(tool="query_sql", rule=rule_key, reason=reason)
+    if len(str(values.get("sql", ""))) > rule.max_sql_chars:
+        reason = f"the query is longer than {rule.max_sql_chars} characters"
+        return Denied(tool="query_sql", rule="tools.query_sql.max_sql_chars", reason=reason)
     return None
 
 

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -27,6 +28,7 @@ from sbx.agent.cli.errors import operator_errors
 from sbx.agent.core.config import load_config
 from sbx.agent.service.bench import ServeBenchOptions, run_serve_bench
 from sbx.sandbox.bench import ds1000
+from sbx.sandbox.bench.ds1000_hints import measure_hints
 from sbx.sandbox.bench.render import render
 from sbx.sandbox.bench.run import BenchOptions, run_bench
 from sbx.sandbox.bench.stats import BenchReport, Summary, Target
@@ -172,10 +174,14 @@ def bench_command(
 @click.option("--id", "ids", type=click.IntRange(0), multiple=True, help="Run this problem id.")
 @click.option("--jobs", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Programs run at once (each in its own container).")
+@click.option("--hints", is_flag=True,
+              help="Also match each failure to a removed-API hint and re-run it with the "
+                   "hint applied (images/removed_apis.toml).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @operator_errors
 def ds1000_command(
-    problems: Path, image: str, limit: int | None, ids: tuple[int, ...], jobs: int, as_json: bool
+    problems: Path, image: str, limit: int | None, ids: tuple[int, ...], jobs: int,
+    hints: bool, as_json: bool,
 ) -> None:
     """Run DS-1000's reference solutions in fresh sandboxes: what the image's stack still runs.
 
@@ -191,7 +197,25 @@ def ds1000_command(
         chosen, image=image, jobs=jobs,
         progress=lambda message: click.echo(f"sbx bench ds1000: {message}", err=True),
     )
-    click.echo(json.dumps(report.as_json(), indent=2) if as_json else ds1000.render(report))
+    hinted = measure_hints(report, chosen, image=image, jobs=jobs) if hints else None
+    if as_json:
+        data = report.as_json()
+        if hinted is not None:
+            data["hints"] = hinted.as_json()
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(ds1000.render(report))
+    if hinted is not None:
+        click.echo("\n" + hinted.render())
+
+
+def ds1000_with_hints(problems: Path, *, image: str, jobs: int,
+                      progress: Callable[[str], None]) -> str:
+    """`sbx bench ds1000 PROBLEMS --hints` on `image`, rendered (`sbx packages add` runs it)."""
+    chosen = ds1000.load_problems(problems)
+    report = ds1000.run_ds1000(chosen, image=image, jobs=jobs, progress=progress)
+    hinted = measure_hints(report, chosen, image=image, jobs=jobs)
+    return ds1000.render(report) + "\n\n" + hinted.render()
 
 
 @bench_command.command("serve")

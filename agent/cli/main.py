@@ -49,6 +49,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "bench_command",
         "Measure sbx against its floors and a hardened docker run.",
     ),
+    "packages": ("packages", "packages", "Modules the image lacked, and adding a package."),
     "gc": ("doctor", "gc_command", "Remove sandbox containers left behind by a crashed process."),
 }
 """Command name -> (module of `sbx.agent.cli`, attribute, one-line help for `sbx --help`)."""

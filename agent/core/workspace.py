@@ -23,6 +23,7 @@ from pathlib import Path
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.settings import SettingsError
 from sbx.sandbox.closing import Closing
+from sbx.sandbox.datadrop import DropDir
 from sbx.sandbox.errors import InvalidInput, SandboxError
 from sbx.sandbox.files import data_mounts
 from sbx.sandbox.live_output import OutputCallback
@@ -35,6 +36,9 @@ from sbx.tools.context import Operator, OutputSink, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.observation_size import CHARS_PER_TOKEN
 from sbx.tools.registry import Tool
+
+QUERY_DIR = "queries"
+"""The name of the query drop in the sandbox: `query_sql` results are `/data/queries/NAME`."""
 
 
 class WorkspaceClosed(SandboxError):
@@ -101,6 +105,7 @@ class Workspace(Closing):
         """The sandbox was removed since it was last used: its variables are gone."""
         self.used = False
         """Code has run in the current sandbox (a reset then loses something)."""
+        self._drop: DropDir | None = None
         self._lost = ""
         """Why the interpreter's state was last lost (restore tells the model); "" if kept."""
 
@@ -129,7 +134,8 @@ class Workspace(Closing):
         context = ToolContext(
             run_id=run_id,
             runner=_CurrentSandbox(self, run_id) if opened is not None else None,
-            data_paths=list(self.spec.data),
+            data_paths=list(self._data()),
+            data_drop=_QueryDrop(self) if self._drop is not None else None,
             principal=self.spec.principal,
             conversation_id=self.spec.owner_id,
             operator=self.spec.operator,
@@ -189,7 +195,22 @@ class Workspace(Closing):
         """Remove the sandbox for good (idempotent): a gate still held opens no new one."""
         with self._lock:
             self._closed = True
-        self.discard()
+        try:
+            self.discard()
+        finally:
+            drop, self._drop = self._drop, None
+            if drop is not None:
+                drop.remove()
+
+    def _data(self) -> tuple[Path, ...]:
+        """The data paths of every sandbox: the caller's, then the query drop (if any)."""
+        drop = self._drop
+        return (*self.spec.data, drop.path) if drop is not None else self.spec.data
+
+    def _wants_drop(self) -> bool:
+        """Whether `query_sql` is offered here: enabled, with a source for the principal."""
+        rule = self.config.policy.tools.query_sql
+        return rule.enabled and bool(rule.sources_for(self.spec.principal))
 
     def _sandbox(self, run_id: str) -> Session | None:
         """The workspace's session, opened at first use, its output set for `run_id`."""
@@ -199,11 +220,13 @@ class Workspace(Closing):
             if self._closed:
                 raise WorkspaceClosed(f"the workspace of {self.spec.owner_id} is closed")
             if self._session is None:
+                if self._drop is None and self._wants_drop():
+                    self._drop = DropDir.create(self._pool.data_root, QUERY_DIR)
                 self._session = self._pool.session(
                     SessionSpec(
                         limits=self.config.limits,
                         image=self.image,
-                        data=tuple(self.spec.data),
+                        data=self._data(),
                         output_dir=self.output_dir(run_id),
                         run_id=run_id,
                     )
@@ -211,6 +234,26 @@ class Workspace(Closing):
             self._session.output_dir = self.output_dir(run_id)
             self.used = True
             return self._session
+
+
+class _QueryDrop:
+    """The workspace's query drop as the tools see it (`DataDrop`): `/data/queries/NAME`."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self._workspace = workspace
+
+    def put(self, name: str, data: bytes) -> str:
+        """Write the file, show it in the sandbox running now, return its sandbox path."""
+        workspace = self._workspace
+        drop = workspace._drop
+        if drop is None:
+            raise WorkspaceClosed(f"the workspace of {workspace.spec.owner_id} is closed")
+        path = drop.put(name, data)
+        with workspace._lock:
+            session = workspace._session
+        if session is not None:
+            session.show_file(path)
+        return f"/data/{QUERY_DIR}/{name}"
 
 
 class _CurrentSandbox:

@@ -43,6 +43,7 @@ from sbx.agent.mcp.artifacts import (
     read_artifact,
 )
 from sbx.agent.mcp.describe import data_names, describe
+from sbx.agent.mcp.query import register_query
 from sbx.agent.mcp.sessions import McpSessions
 from sbx.agent.mcp.tools import SessionKey, register_tools
 from sbx.sandbox.errors import InvalidInput
@@ -165,6 +166,7 @@ def build_server(app: App, face: Face) -> SbxServer:
         log_level="WARNING",
     )
     register_tools(server, sessions, face.caller, texts)
+    register_query(server, sessions, face.caller)
     for register in face.extra_tools:
         register(server, sessions, face.caller)
     return server

@@ -19,6 +19,8 @@ across replicas in the query.
     sbx_http_requests_total{method,route,status}     route: the template, never the path
     sbx_http_request_duration_seconds{method,route}
     sbx_quota_rejections_total{quota}
+    sbx_package_requests_total{package}              executions that imported a module the
+                                                     image lacks (at most 100 names, then other)
     sbx_pool_containers{state}                       idle, building, removing, in_use
     sbx_runs_in_progress                             queued or running here
 
@@ -46,6 +48,7 @@ from starlette.responses import Response
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.outcomes import UNMATCHED, Observer
 from sbx.agent.service.problems import Problem
+from sbx.tools.hints import module_from_error
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service
@@ -58,6 +61,8 @@ REGISTERED = frozenset({"ok", "error", "cancelled", "denied", "invalid"})
 REFUSED = frozenset({"denied", "invalid", "unknown", "halted"})
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 MEMORY = tuple(float(2**n) for n in range(22, 35))  # 4 MiB .. 16 GiB
+MAX_PACKAGE_LABELS = 100
+"""Distinct module names counted by name; the model chooses them, so the rest are `other`."""
 POOL_STATES = ("idle", "building", "removing", "in_use")
 
 
@@ -129,6 +134,9 @@ class Metrics(Observer):
             "until it ends)", ["method", "route"], buckets=SECONDS, registry=r)
         self.quota_rejections = Counter("sbx_quota_rejections", "Requests refused by a "
                                         "per-principal quota", ["quota"], registry=r)
+        self.package_requests = Counter("sbx_package_requests", "Executions that imported a "
+                                        "module the image lacks", ["package"], registry=r)
+        self._packages: set[str] = set()
 
     def watch(self, source: Callable[[], Mapping[str, Any]]) -> None:
         """Read the live gauges from `source` at each scrape (see `live_figures`)."""
@@ -177,7 +185,8 @@ class Metrics(Observer):
         record = None
         if execution is not None:
             error = execution.get("error") or {}
-            record = {**execution, "error_type": error.get("type") if error else None}
+            record = {**execution, "error_type": error.get("type") if error else None,
+                      "error_message": error.get("message") if error else None}
         self.count_call("execute_python", status, record)
 
     def count_call(self, name: str, status: str, execution: Mapping[str, Any] | None) -> None:
@@ -191,6 +200,9 @@ class Metrics(Observer):
         self.executions.labels(outcome, self.runtime).inc()
         if execution is None:
             return
+        package = module_from_error(execution.get("error_type"), execution.get("error_message"))
+        if package is not None:
+            self.package_requests.labels(self._package_label(package)).inc()
         self.execution_duration.labels(self.runtime).observe(
             _count(execution.get("duration_s")))
         if execution.get("cpu_seconds") is not None:
@@ -199,6 +211,14 @@ class Metrics(Observer):
         if execution.get("peak_memory_bytes") is not None:
             self.execution_memory.labels(self.runtime).observe(
                 _count(execution.get("peak_memory_bytes")))
+
+    def _package_label(self, name: str) -> str:
+        """The module's name as a label: at most `MAX_PACKAGE_LABELS` names, then `other`."""
+        label = word(name.lower())
+        if label not in self._packages and len(self._packages) >= MAX_PACKAGE_LABELS:
+            return "other"
+        self._packages.add(label)
+        return label
 
 
 def execution_outcome(status: str, execution: Mapping[str, Any] | None) -> str | None:

@@ -7,8 +7,10 @@
     http_get           allowlisted domains, public addresses only    http_get.py, http_fetch.py
     ask_user           the operator, now or when the run continues   ask_user.py
     update_plan        the model's plan, checked and echoed          plan.py
+    query_sql          the operator's read-only SQL sources, host    query_sql.py, sql_engine.py
 
-Every built-in is registered (`ask_user` only where someone can answer); the
+Every built-in is registered (`ask_user` only where someone can answer, `query_sql`
+only where a sandbox receives its results and the principal has a source); the
 policy decides which are enabled.
 """
 
@@ -20,6 +22,7 @@ from sbx.tools.builtin.data_files import make_list_data_files, make_preview_data
 from sbx.tools.builtin.execute_python import make_execute_python
 from sbx.tools.builtin.http_get import make_http_get
 from sbx.tools.builtin.plan import check_plan_call, make_update_plan
+from sbx.tools.builtin.query_sql import make_query_sql
 from sbx.tools.context import ToolContext
 from sbx.tools.guard import DataGuard
 from sbx.tools.policy import Policy
@@ -46,4 +49,7 @@ def builtin_tools(policy: Policy, context: ToolContext | None = None) -> list[To
     ]
     if context is not None and answerable(context):
         tools.append(make_ask_user(rules.ask_user))
+    if context is not None and context.data_drop is not None:
+        if rules.query_sql.sources_for(context.principal):
+            tools.append(make_query_sql(rules.query_sql, context.principal, guard))
     return tools

@@ -14,6 +14,7 @@ from typing import Any
 from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.result import ExecutionResult
 from sbx.tools.context import ToolContext
+from sbx.tools.hints import missing_module
 from sbx.tools.observation import render_execution
 from sbx.tools.registry import Tool, ToolFailure, ToolReturn, build_tool
 
@@ -42,7 +43,11 @@ def make_execute_python() -> Tool:
         if result.timed_out and out_of_time(ctx):
             result.notes = [*result.notes, OUT_OF_TIME_NOTE]
         text = render_execution(result, max_chars=ctx.observation_chars)
-        return ToolReturn(text=text, execution=result, audit=audit_fields(result))
+        audit = audit_fields(result)
+        module = missing_module(result)
+        if module is not None:  # counted by `sbx packages` (with who needed it)
+            audit |= {"missing_module": module, "principal": ctx.principal}
+        return ToolReturn(text=text, execution=result, audit=audit)
 
     return build_tool(execute_python, sequential=SESSION_KEY)
 

@@ -1,0 +1,212 @@
+"""Issue 24 item 3: `query_sql` reads the operator's databases, read-only, into `/data`.
+
+A real SQLite file and a real PostgreSQL cluster (the throwaway one of
+`service_support`), the real gate and audit log, and the real drop directory
+the workspace uses. The walls: a write attempt is refused (and the data is
+intact), a slow query is cut by the statement timeout, a huge result is capped
+by rows and by bytes, and a source is offered only to the principals it lists.
+The end-to-end runs are in `test_query_sql_sandbox.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from pydantic import ValidationError
+
+import service_support
+from sbx.sandbox.datadrop import DropDir
+from sbx.tools.context import ToolContext
+from sbx.tools.gate import ToolGate, build_gate
+from sbx.tools.policy import Policy
+from tools_support import events, open_log
+
+pg_cluster = service_support.pg_cluster
+
+
+class Drop:
+    """The workspace's drop adapter, minus the sandbox: files land in a real `DropDir`."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = DropDir.create(root, "queries")
+
+    def put(self, name: str, data: bytes) -> str:
+        self.dir.put(name, data)
+        return f"/data/queries/{name}"
+
+
+def sqlite_db(tmp_path: Path) -> Path:
+    path = tmp_path / "shop.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE sales (region TEXT, amount INTEGER)")
+        conn.executemany("INSERT INTO sales VALUES (?, ?)",
+                         [("north", 3), ("south", 4), ("north", 5)])
+    return path
+
+
+def pg_db(cluster: service_support.PgCluster) -> str:
+    url = cluster.new_database()
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE sales (region text, amount int)")
+        conn.exec_driver_sql("INSERT INTO sales VALUES ('north', 3), ('south', 4), ('north', 5)")
+    engine.dispose()
+    return url
+
+
+def policy(sources: dict[str, Any], **rule: Any) -> Policy:
+    return Policy.model_validate(
+        {"tools": {"query_sql": {"enabled": True, "sources": sources, **rule}}}
+    )
+
+
+def gate_for(tmp_path: Path, pol: Policy, principal: str = "alice") -> tuple[ToolGate, Drop]:
+    drop = Drop(tmp_path / "data-root")
+    context = ToolContext(run_id="run-sql", runner=None, principal=principal, data_drop=drop)
+    gate = build_gate(pol, context=context, audit=open_log(tmp_path / "audit.jsonl"))
+    return gate, drop
+
+
+def query(gate: ToolGate, source: str, sql: str, **more: Any) -> Any:
+    arguments = json.dumps({"source": source, "sql": sql, **more})
+    return gate.call(name="query_sql", arguments=arguments, call_id="c1")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def source_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{sqlite_db(tmp_path)}"
+    return pg_db(request.getfixturevalue("pg_cluster"))
+
+
+def test_a_query_lands_as_parquet_and_is_audited_with_its_sql_and_rows(tmp_path, source_url):
+    gate, drop = gate_for(tmp_path, policy({"shop": {"url": source_url, "principals": ["*"]}}))
+    sql = "SELECT region, SUM(amount) AS total FROM sales GROUP BY region ORDER BY region"
+    outcome = query(gate, "shop", sql, name="totals")
+    gate.close()
+    assert outcome.status == "ok", outcome.text
+    assert "2 rows x 2 columns" in outcome.text and "/data/queries/totals.parquet" in outcome.text
+    assert "region: string" in outcome.text
+    table = pq.read_table(drop.dir.path / "totals.parquet")
+    assert table.to_pydict() == {"region": ["north", "south"], "total": [8, 4]}
+    [done] = events(tmp_path / "audit.jsonl", "outcome")
+    assert (done["sql"], done["rows"], done["principal"], done["source"]) == (
+        sql, 2, "alice", "shop")
+    assert source_url not in (tmp_path / "audit.jsonl").read_text()  # the URL is never logged
+
+
+WRITES = [
+    "DELETE FROM sales",
+    "INSERT INTO sales VALUES ('east', 1)",
+    "SELECT 1; DELETE FROM sales",
+    "UPDATE sales SET amount = 0",
+    "DROP TABLE sales",
+]
+
+
+@pytest.mark.parametrize("sql", WRITES)
+def test_a_write_attempt_is_refused_and_the_data_is_intact(tmp_path, source_url, sql):
+    gate, _ = gate_for(tmp_path, policy({"shop": {"url": source_url, "principals": ["*"]}}))
+    refused = query(gate, "shop", sql)
+    after = query(gate, "shop", "SELECT COUNT(*) AS n FROM sales")
+    gate.close()
+    assert refused.status == "error" and "read-only SELECT" in refused.text
+    assert after.status == "ok" and "\n  3\n" in after.text + "\n", after.text
+
+
+def test_sqlite_refuses_attach_and_pragma(tmp_path):
+    url = f"sqlite:///{sqlite_db(tmp_path)}"
+    gate, _ = gate_for(tmp_path, policy({"shop": {"url": url, "principals": ["*"]}}))
+    attach = query(gate, "shop", f"ATTACH DATABASE '{tmp_path / 'new.db'}' AS other")
+    pragma = query(gate, "shop", "PRAGMA writable_schema = ON")
+    gate.close()
+    assert attach.status == pragma.status == "error"
+    assert "not authorized" in attach.text and not (tmp_path / "new.db").exists()
+
+
+def test_postgresql_refuses_a_data_modifying_cte_and_turning_read_only_off(tmp_path, pg_cluster):
+    url = pg_db(pg_cluster)
+    gate, _ = gate_for(tmp_path, policy({"pg": {"url": url, "principals": ["*"]}}))
+    cte = query(gate, "pg", "WITH gone AS (DELETE FROM sales RETURNING *) SELECT * FROM gone")
+    flip = query(gate, "pg", "SELECT set_config('transaction_read_only', 'off', false)")
+    after = query(gate, "pg", "SELECT COUNT(*) AS n FROM sales")
+    gate.close()
+    assert cte.status == flip.status == "error"
+    assert "data-modifying" in cte.text and "read-write" in flip.text
+    assert "\n  3" in after.text
+
+
+SLOW = {
+    "sqlite": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+              "SELECT MAX(x) FROM (SELECT x FROM c LIMIT 100000000000)",
+    "postgresql": "SELECT pg_sleep(30)",
+}
+
+
+def test_a_slow_query_is_cut_by_the_statement_timeout(tmp_path, source_url):
+    kind = "sqlite" if source_url.startswith("sqlite") else "postgresql"
+    pol = policy({"shop": {"url": source_url, "principals": ["*"]}}, statement_timeout="1s")
+    gate, _ = gate_for(tmp_path, pol)
+    outcome = query(gate, "shop", SLOW[kind])
+    gate.close()
+    assert outcome.status == "error"
+    assert ("statement timeout" if kind == "postgresql" else "interrupted") in outcome.text
+    assert outcome.duration_s < 25  # cut by the database's own bound, far before the query ends
+
+
+HUGE = {
+    "sqlite": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+              "SELECT x, printf('%.200c', 'x') AS pad FROM c",
+    # generate_series in the select list streams; in FROM it would be materialized first
+    "postgresql": "SELECT x, repeat('x', 200) AS pad "
+                  "FROM (SELECT generate_series(1, 100000000) AS x) AS s",
+}
+
+
+@pytest.mark.parametrize(("cap", "key"), [({"max_rows": 1000}, "max_rows"),
+                                          ({"max_bytes": "64k"}, "max_bytes")])
+def test_a_huge_result_is_capped(tmp_path, source_url, cap, key):
+    kind = "sqlite" if source_url.startswith("sqlite") else "postgresql"
+    gate, drop = gate_for(tmp_path, policy({"shop": {"url": source_url, "principals": ["*"]}},
+                                           **cap))
+    outcome = query(gate, "shop", HUGE[kind], name="big")
+    gate.close()
+    assert outcome.status == "ok", outcome.text
+    assert "cut at" in outcome.text and f"tools.query_sql.{key}" in outcome.text
+    rows = pq.read_table(drop.dir.path / "big.parquet").num_rows
+    assert rows == 1000 if key == "max_rows" else 0 < rows < 64 * 1024 // 200
+    [done] = events(tmp_path / "audit.jsonl", "outcome")
+    assert (done["rows"], done["cut"]) == (rows, f"tools.query_sql.{key}")
+
+
+def test_sources_follow_the_principal(tmp_path):
+    url = f"sqlite:///{sqlite_db(tmp_path)}"
+    pol = policy({"shop": {"url": url, "principals": ["alice"]},
+                  "hr": {"url": url, "principals": ["carol"]}})
+    alice, _ = gate_for(tmp_path / "a", pol, principal="alice")
+    bob, _ = gate_for(tmp_path / "b", pol, principal="bob")
+    schema = next(s for s in alice.schemas() if s["function"]["name"] == "query_sql")
+    denied = query(alice, "hr", "SELECT 1")
+    alice.close()
+    offered_to_bob = bob.enabled_names()
+    bob.close()
+    assert "- shop: SQLite" in schema["function"]["description"]
+    assert "hr" not in schema["function"]["description"]
+    assert denied.status == "denied" and denied.rule == "tools.query_sql.sources.hr.principals"
+    assert "query_sql" not in offered_to_bob
+
+
+def test_the_policy_refuses_what_it_cannot_wall():
+    with pytest.raises(ValidationError, match="names no sources"):
+        policy({})
+    with pytest.raises(ValidationError, match="not supported"):
+        policy({"db": {"url": "mysql://root@localhost/x", "principals": ["*"]}})
+    with pytest.raises(ValidationError, match="exactly one of url or url_env"):
+        policy({"db": {"principals": ["*"]}})
