@@ -51,7 +51,7 @@ def audit_records(server: Server) -> list[dict[str, Any]]:
 def session_ids(server: Server, principal: str | None = None) -> list[str]:
     """MCP sessions' ids in the order they opened a gate (`run_start`), of one principal."""
     return [r["run_id"] for r in audit_records(server) if r["event"] == "run_start"
-            and r["run_id"].startswith("mcp-")
+            and r["run_id"].startswith("mcp-") and not r["run_id"].endswith("-restore")
             and (principal is None or r["data"]["principal"] == principal)]
 
 

@@ -54,8 +54,10 @@ def audit_records(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def session_ids(tmp_path: Path) -> list[str]:
-    """The MCP sessions' ids, in order: each opened one gate (`run_start`)."""
-    return [r["run_id"] for r in audit_records(tmp_path) if r["event"] == "run_start"]
+    """The MCP sessions' ids, in order: each opened one gate (`run_start`; a replay's
+    `<id>-restore` run is not a session)."""
+    return [r["run_id"] for r in audit_records(tmp_path) if r["event"] == "run_start"
+            and not r["run_id"].endswith("-restore")]
 
 
 def containers_of(engine: Engine, session_id: str) -> list[str]:

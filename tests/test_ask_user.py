@@ -19,18 +19,18 @@ from test_cli_chat import Terminal
 import scripted_llm
 from conftest import TEST_IMAGE
 from sbx.agent.cli.main import cli
-from sbx.agent.core.conversation import RESET_NOTE
 from sbx.agent.testing.scripted_model import ScriptedRequest, assistant, tool_call
 from sbx.tools.audit_verify import verify_log
 from sbx.tools.context import ToolContext
 from sbx.tools.gate import build_gate
 from scripted_llm import FAKE_KEY
-from tools_support import events, make_gate, open_log, policy_from
+from tools_support import events, make_gate, open_log, policy_from, records
 
 llm = scripted_llm.llm
 no_real_model = scripted_llm.no_real_model
 
 ASK_ONLY = "[tools.ask_user]\nenabled = true\n[tools.calculate]\nenabled = true\n"
+RESTORED = "[sbx] The sandbox was replaced since the previous question"
 QUESTION = "Should the total count refunds?"
 
 
@@ -72,7 +72,8 @@ def test_without_a_terminal_the_run_needs_input_and_continue_completes_it(
 
     def check_told(request: ScriptedRequest):
         last = request.messages[-1]["content"]
-        assert last.startswith(RESET_NOTE)  # a new sandbox: `df` is gone, and the model knows
+        assert last.startswith(RESTORED)  # a new sandbox, `df` rebuilt by replay (issue 21)
+        assert "restored 1 cells" in last and "the previous process ended" in last
         assert f"The user answered your question ({QUESTION!r}):\n\nNo, leave refunds out." in last
         code = "import pandas as pd\ndf = pd.read_csv('/data/sales.csv')\n"
         return tool_call("execute_python", code=code + "print(df[df.refund == 0].amount.sum())")
@@ -100,7 +101,10 @@ def test_without_a_terminal_the_run_needs_input_and_continue_completes_it(
 
     audit = tmp_path / "audit.jsonl"
     assert verify_log(audit, key=None).ok
-    audit_starts = events(audit, "run_start")
+    every_start = [r for r in records(audit) if r["event"] == "run_start"]
+    audit_starts = [r["data"] for r in every_start if not r["run_id"].endswith("-restore")]
+    [restoring] = [r for r in every_start if r["run_id"] == f"{done['run_id']}-restore"]
+    assert restoring["data"]["principal"] == audit_starts[0]["principal"]  # replayed as its own
     assert [s.get("continues") for s in audit_starts] == [None, paused["run_id"]]
     assert {s["conversation_id"] for s in audit_starts} == {paused["conversation_id"]}
     asked = [o for o in events(audit, "outcome") if o["tool"] == "ask_user"]
@@ -108,7 +112,9 @@ def test_without_a_terminal_the_run_needs_input_and_continue_completes_it(
     [answer] = events(audit, "user_answer")
     assert answer == {**answer, "continues": paused["run_id"], "question": QUESTION,
                       "answer": "No, leave refunds out."}
-    assert [e["reason"] for e in events(audit, "run_end")] == ["needs_input", "completed"]
+    ends = [r for r in records(audit) if r["event"] == "run_end"]
+    assert [e["data"]["reason"] for e in ends if not e["run_id"].endswith("-restore")] == [
+        "needs_input", "completed"]
 
 
 def test_a_run_that_did_not_ask_cannot_be_continued(llm, tmp_path):

@@ -27,7 +27,8 @@ SANDBOX_VALUE_TYPES = (
 )
 """What a face may import from `sandbox/`: values (limits, sizes, results, errors), `Closing`."""
 SANDBOX_COMMANDS = {
-    "agent/cli/bench.py", "agent/cli/bench_gate.py", "agent/cli/image.py",
+    "agent/cli/bench.py", "agent/cli/bench_gate.py", "agent/cli/bench_restore.py",
+    "agent/cli/image.py",
     "agent/cli/selftest.py", "agent/cli/doctor.py", "agent/cli/gc.py",
     "agent/service/bench.py", "agent/service/bench_phases.py",
 }

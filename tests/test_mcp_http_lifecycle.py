@@ -30,6 +30,7 @@ serve = service_support.serve
 llm = service_support.llm
 
 RESET = "[sbx] The sandbox was reset before this call"
+RESTORED = "[sbx] The sandbox was replaced since the previous question"
 
 
 @pytest.fixture
@@ -95,16 +96,18 @@ def test_cancelling_a_busy_loop_kills_it_and_the_next_call_says_state_was_reset(
 
     assert seen.progress and "time limit 60 s" in seen.progress[0]
     text = text_of(seen.after)
-    assert text.startswith(RESET) and "cancelled" in text.splitlines()[0]
-    assert "NameError: name 'kept' is not defined" in text
+    assert text.startswith(RESTORED) and "cancelled" in text.splitlines()[0]
+    assert "restored 1 cells" in text.splitlines()[0]  # `kept = 1` replayed, never the loop
+    assert "NameError" not in text  # the state came back (issue 21)
     assert "[stdout]\nalive" in text
     assert len(busy_containers) == 1 and len(now) == 1 and busy_containers != now
-    outcomes = [r["data"]["status"] for r in audit_records(server) if r["event"] == "outcome"]
+    outcomes = [r["data"]["status"] for r in audit_records(server) if r["event"] == "outcome"
+                and not r["run_id"].endswith("-restore")]
     assert outcomes == ["ok", "cancelled", "ok"]
 
 
 @pytest.mark.docker
-def test_an_idle_session_ends_and_the_next_call_with_its_name_says_so(sqlite, serve, engine):
+def test_an_idle_session_ends_and_the_next_call_with_its_name_restores_it(sqlite, serve, engine):
     server = serve(sqlite, policy={"service": {"idle_timeout": "1s"}})
     key = server.key("ann")
 
@@ -115,14 +118,14 @@ def test_an_idle_session_ends_and_the_next_call_with_its_name_says_so(sqlite, se
             wait_for(lambda: not containers_of(engine, first), what="the idle sandbox's removal")
             wait_for(lambda: {c["id"]: c["status"] for c in _conversations(server, key)}
                      .get(first) == "closed", what="the idle session's end")
-            after = await client.call_tool("execute_python", {"code": "kept"})
+            after = await client.call_tool("execute_python", {"code": "print(kept + 1)"})
         return first, after
 
     first, after = anyio.run(scenario)
 
     text = text_of(after)
-    assert text.startswith(RESET) and "idle for more than 1 s" in text.splitlines()[0]
-    assert "NameError: name 'kept' is not defined" in text
+    assert text.startswith(RESTORED) and "idle for more than 1 s" in text.splitlines()[0]
+    assert "restored 1 cells" in text.splitlines()[0] and "[stdout]\n2" in text
     assert session_ids(server)[0] == first and len(session_ids(server)) == 2
 
 

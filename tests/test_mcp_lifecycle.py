@@ -31,6 +31,7 @@ from mcp_support import (
 )
 
 RESET = "[sbx] The sandbox was reset before this call"
+RESTORED = "[sbx] The sandbox was replaced since the previous question"
 
 
 @pytest.mark.docker
@@ -48,32 +49,40 @@ def test_cancelling_a_busy_loop_kills_it_and_the_next_call_says_state_was_reset(
 
     assert seen.progress and "time limit 30 s" in seen.progress[0]
     text = text_of(seen.after)
-    assert text.startswith(RESET) and "cancelled" in text.splitlines()[0]
-    assert "NameError: name 'kept' is not defined" in text  # the state really went
+    assert text.startswith(RESTORED) and "cancelled" in text.splitlines()[0]
+    assert "restored 1 cells" in text.splitlines()[0]  # `kept = 1` replayed, never the loop
+    assert "NameError" not in text  # the state came back (issue 21)
     assert "[stdout]\nalive" in text  # and the session goes on in a fresh sandbox
     assert len(busy_containers) == 1 and len(now) == 1
     assert busy_containers != now  # the container that ran the loop was removed
-    outcomes = [r["data"]["status"] for r in audit_records(tmp_path) if r["event"] == "outcome"]
+    outcomes = [r["data"]["status"] for r in audit_records(tmp_path) if r["event"] == "outcome"
+                and not r["run_id"].endswith("-restore")]
     assert outcomes == ["ok", "cancelled", "ok"]  # the gate ran it; the code raised
     resets = [r["data"]["reason"] for r in audit_records(tmp_path) if r["event"] == "sandbox_reset"]
     assert resets == ["the previous call was cancelled, which stopped its code"]
 
 
 @pytest.mark.docker
-def test_an_idle_sandbox_is_removed_and_the_next_call_says_so(tmp_path, engine):
-    async def scenario() -> tuple[list[str], CallToolResult]:
+def test_an_idle_sandbox_is_removed_and_the_next_call_restores_its_state(tmp_path, engine):
+    async def scenario() -> tuple[list[str], CallToolResult, CallToolResult]:
         async with mcp_client(tmp_path, "--idle-timeout", "1s") as client:
             await client.call_tool("execute_python", {"code": "kept = 1"})
             left = wait_until_gone(engine, session_ids(tmp_path)[0])
-            after = await client.call_tool("execute_python", {"code": "kept"})
-        return left, after
+            after = await client.call_tool("execute_python", {"code": "print(kept + 1)"})
+            await client.call_tool("reset_sandbox", {})  # asked for: nothing comes back
+            cleared = await client.call_tool("execute_python", {"code": "print(kept)"})
+        return left, after, cleared
 
-    left, after = anyio.run(scenario)
+    left, after, cleared = anyio.run(scenario)
 
     assert left == []  # removed while the session was still open
     text = text_of(after)
-    assert text.startswith(RESET) and "idle for more than 1 s" in text.splitlines()[0]
-    assert "NameError: name 'kept' is not defined" in text
+    first = text.splitlines()[0]
+    assert text.startswith(RESTORED) and "idle for more than 1 s" in first
+    assert "restored 1 cells" in first and "[stdout]\n2" in text
+    restoring = [r for r in audit_records(tmp_path) if r["run_id"].endswith("-restore")]
+    assert [r["data"]["status"] for r in restoring if r["event"] == "outcome"] == ["ok"]
+    assert "NameError: name 'kept' is not defined" in text_of(cleared)
 
 
 def _send(process: subprocess.Popen[bytes], message: dict) -> None:

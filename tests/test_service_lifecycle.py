@@ -1,5 +1,5 @@
-"""Acceptance 4 and the sandbox's lifecycle: SIGTERM drains, kill -9 leaves `interrupted`, idle
-conversations give their sandbox back.
+"""Acceptance 4 and the sandbox's lifecycle: SIGTERM drains, kill -9 leaves the run `interrupted`
+(the conversation kept for restore), idle conversations give their sandbox back.
 
 Every wait is on an event: a stream's event, a process exit, a container
 gone, a status changed.
@@ -13,7 +13,6 @@ import subprocess
 import pytest
 
 import service_support
-from sbx.agent.core.conversation import RESET_NOTE
 from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.models import Conversation, Run
 from sbx.agent.testing.scripted_model import assistant, tool_call
@@ -98,7 +97,8 @@ def test_sigterm_lets_the_run_finish_within_the_grace_or_cancels_it(
 
     stored = _stored(server.database, Run, run)
     assert stored.status == ending, stored.message
-    assert _stored(server.database, Conversation, conversation).status == "interrupted"
+    kept = _stored(server.database, Conversation, conversation)
+    assert (kept.status, kept.sandbox) == ("active", "lost")  # the next question restores it
     assert managed_containers(engine, f"{RUN_ID_LABEL}={run}") == []
     assert server_containers(engine, server) == []
     _verify(server.audit_log)
@@ -124,21 +124,23 @@ def test_kill_9_then_a_restart_leaves_the_run_interrupted_and_no_container(
     assert found["status"] == "interrupted"
     assert "restarted" in found["message"]
     assert stream(reader, run)[-1]["data"]["status"] == "interrupted"  # the stream ends too
-    assert reader.get(f"/v1/conversations/{conversation}").json()["status"] == "interrupted"
+    kept = reader.get(f"/v1/conversations/{conversation}").json()
+    assert (kept["status"], kept["sandbox"]) == ("active", "lost")
+    assert "the next question rebuilds its state" in kept["message"]
     wait_for(lambda: not managed_containers(engine, f"{RUN_ID_LABEL}={run}"),
              what="the killed server's sandbox to be removed")
     _verify(again.audit_log)
 
 
 @pytest.mark.docker
-def test_an_idle_conversation_releases_its_sandbox_and_the_next_question_is_told(
+def test_an_idle_conversation_releases_its_sandbox_and_the_next_question_restores_it(
     store, serve, llm, engine
 ):
     server = serve(store, policy={"service": {"idle_timeout": "1s"}})
     client = server.client(server.key("lena"))
     conversation = client.post("/v1/conversations", json={}).json()["id"]
     llm.script([tool_call("execute_python", code="x = 41"), assistant("Set."),
-                tool_call("execute_python", code="print(x + 1)"), assistant("Gone.")])
+                tool_call("execute_python", code="print(x + 1)"), assistant("42.")])
     first = client.post(f"/v1/conversations/{conversation}/questions",
                         json={"question": "Set x."}).json()["run_id"]
     assert stream(client, first)[-1]["data"]["status"] == "completed"
@@ -152,10 +154,13 @@ def test_an_idle_conversation_releases_its_sandbox_and_the_next_question_is_told
                          json={"question": "Print x + 1."}).json()["run_id"]
     events = stream(client, second)
     assert events[0]["data"]["sandbox_reset"] is True
+    [restored] = [e["data"] for e in events if e["event"] == "state_restored"]
+    assert (restored["status"], restored["replayed"]) == ("restored", 1)
     assert events[-1]["data"]["status"] == "completed"
     asked = llm.requests[-2]
-    assert asked.messages[-1]["content"].startswith(RESET_NOTE)
-    assert "NameError" in llm.requests[-1].last_tool_message
+    assert "(an idle release); sbx restored its state: restored 1 cells" in asked.messages[-1][
+        "content"]
+    assert llm.requests[-1].last_tool_message.startswith("[stdout]\n42\n")  # x came back
 
 
 @pytest.mark.docker

@@ -62,9 +62,10 @@ def test_a_question_for_another_replicas_conversation_is_redirected_there(postgr
 
 
 @pytest.mark.docker
-def test_a_conversation_whose_replica_died_is_interrupted_with_a_message(postgres, serve):
-    one = serve(postgres)
-    two = serve(postgres)
+def test_without_restore_a_conversation_whose_replica_died_is_interrupted(postgres, serve):
+    off = {"restore": {"enabled": False}}  # with restore on, test_restore_service adopts it
+    one = serve(postgres, policy=off)
+    two = serve(postgres, policy=off)
     key = one.key("ivan")
     conversation = one.client(key).post("/v1/conversations", json={}).json()["id"]
     assert one.stop(signal.SIGKILL) == -signal.SIGKILL

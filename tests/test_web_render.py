@@ -117,3 +117,26 @@ def test_the_answer_markdown_is_drawn_as_a_safe_subset(render_page):
     expect(answer.locator(".md-link")).to_have_text("click (javascript:evil)")
     assert page.evaluate("window.injected === undefined")
     assert page.locator(".answer .provenance").count() == 0  # no number checked: no "Verified"
+
+
+@pytest.mark.docker
+def test_a_restored_state_is_one_escaped_line_saying_what_came_back_and_what_differs(
+    render_page
+):
+    page = render_page
+    feed = "events => events.forEach((event) => window.view.handle(event))"
+    page.evaluate(feed, [
+        {"type": "run_start", "question": "q?", "sandbox_reset": True},
+        {"type": "state_restored", "status": "partial", "cells": 3, "replayed": 3,
+         "reason": "an idle release", "variables": ["<img src=x onerror=alert(1)>", "luck"],
+         "differed": [{"call_id": "call_2", "detail": "line 1: 0.1 recorded, <b>0.7</b> now",
+                       "variables": ["luck"]}], "failed": []},
+    ])
+    line = page.locator(".steps li.note.restored")
+    expect(line).to_contain_text("state restored: restored 3 cells (an idle release). "
+                                 "1 differ, 0 could not be restored.")
+    expect(line).to_contain_text("These variables may differ: <img src=x onerror=alert(1)>, luck.")
+    expect(line.locator(".restored-cells li")).to_have_text(
+        ["call_2: line 1: 0.1 recorded, <b>0.7</b> now"])
+    assert page.locator(".steps img, .steps b").count() == 0  # text, never markup
+    expect(page.locator(".steps li.note")).to_have_count(1)  # the "gone" note was replaced

@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from sbx.agent.cli.bench_gate import add_gate_concurrency
+from sbx.agent.cli.bench_restore import run_restore_bench
 from sbx.agent.cli.errors import operator_errors
 from sbx.agent.core.config import load_config
 from sbx.agent.service.bench import ServeBenchOptions, run_serve_bench
@@ -245,6 +246,32 @@ def serve_bench_command(conversations: int, questions: int, rounds: int, image: 
     click.echo(json.dumps(report.as_json(), indent=2) if as_json else report.render())
     if not report.ok:
         sys.exit(1)
+
+
+@bench_command.command("restore")
+@click.option("--cells", type=click.IntRange(1, 100), default=10, show_default=True,
+              help="Executions that build the state a restore replays.")
+@click.option("--rounds", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="Times each of live, restored and cold is measured (medians shown).")
+@click.option("--idle", type=click.IntRange(0, 500), default=100, show_default=True,
+              help="Idle conversations whose memory is measured held, then released (0: skip).")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@operator_errors
+def restore_bench_command(cells: int, rounds: int, idle: int, image: str, as_json: bool) -> None:
+    """Measure restore by replay: first answer live, after a restore, cold; idle memory.
+
+    \b
+    With the scripted model and the real sandbox: the time to the first answer
+    of a question that uses `--cells` executions' state in a live session,
+    after the sandbox was released and restored, and as a cold start without
+    restore; then the memory `--idle` conversations with the data stack hold
+    with their sandboxes kept, and after the idle release.
+    """
+    report = run_restore_bench(
+        image=image, cells_count=cells, rounds=rounds, idle=idle,
+        progress=lambda message: click.echo(f"sbx bench restore: {message}", err=True))
+    click.echo(json.dumps(report.as_json(), indent=2) if as_json else report.render())
 
 
 def register(cli: click.Group) -> None:

@@ -24,11 +24,12 @@ from typing import Any
 import click
 
 from sbx.agent.cli.display import Progress
-from sbx.agent.cli.errors import EXIT_INTERRUPTED, operator_errors
+from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.prompting import terminal_operator
 from sbx.agent.core.conversation import Conversation
+from sbx.agent.core.restore_resume import read_resumable, resume
 from sbx.agent.core.state import RunResult
 from sbx.tools.text_safety import safe_text
 
@@ -47,13 +48,16 @@ class _Signals:
               help="File or directory the code can read at /data/<name>. Repeatable.")
 @run_options
 @click.option("--quiet", "-q", is_flag=True, help="No step-by-step progress on stderr.")
+@click.option("--resume", "resume_from", type=click.Path(path_type=Path, dir_okay=False),
+              help="Take up the conversation of this transcript: its messages and data; its "
+                   "variables are rebuilt by replaying its code (policy [restore]).")
 @model_options
 @limit_options
 @operator_errors
 def chat_command(
     data: tuple[Path, ...], output: Path | None, policy: Path | None, audit_log: Path | None,
-    transcript: Path | None, image: str, quiet: bool, base_url: str | None,
-    api_key: str | None, model: str | None, **flags: Any,
+    transcript: Path | None, image: str, quiet: bool, resume_from: Path | None,
+    base_url: str | None, api_key: str | None, model: str | None, **flags: Any,
 ) -> None:
     """Talk with the agent about your data: each question can build on the last.
 
@@ -66,6 +70,7 @@ def chat_command(
       sbx chat --data examples/sales.csv
       you> Which region grew fastest in 2024?
       you> And in 2023?
+      sbx chat --resume sbx-runs/conv-1a2b3c4d5e6f.jsonl
     """
     limits = take_limits(flags)
     options = FaceOptions(
@@ -75,10 +80,15 @@ def chat_command(
     progress = None if quiet else Progress(sys.stderr)
     operator = terminal_operator()
     spec = replace(options.spec(), operator=operator, defer_questions=operator is None)
+    if resume_from is not None and (data or transcript):
+        fail("--resume: the conversation keeps its own data and transcript (drop --data and "
+             "--transcript)", 2)
     with opened_app(options) as (app, endpoint):
-        with app.conversation(
-            spec, endpoint=endpoint, transcript=options.transcript
-        ) as conversation:
+        if resume_from is not None:
+            opened = resume(app, read_resumable(resume_from), spec=spec, endpoint=endpoint)
+        else:
+            opened = app.conversation(spec, endpoint=endpoint, transcript=options.transcript)
+        with opened as conversation:
             if progress is not None:
                 conversation.subscribe(progress)
             click.echo(f"sbx chat: conversation {conversation.id}. {HELP}", err=True)

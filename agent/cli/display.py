@@ -1,11 +1,10 @@
 """Human-readable progress: the same renderer for a live run (stderr) and `sbx replay` (stdout).
 
 It reads the events the core emits (see `sbx.agent.core.events`), never the loop's
-state, so a transcript file re-renders exactly as the run looked. One line
-per happening: the turn and its tokens, each tool call with its code, a
-one-line outcome, notices, and the ending; while an execution runs, its live
-output (dimmed, a bounded number of lines). Colour only on a terminal (click
-strips it elsewhere).
+state, so a transcript file re-renders exactly as the run looked. One line per
+happening: the turn and its tokens, each tool call with its code, a one-line outcome,
+notices, and the ending; while an execution runs, its live output (dimmed, a bounded
+number of lines). Colour only on a terminal (click strips it elsewhere).
 
 Nearly every value here comes from the model, the sandboxed program or a
 file: each one passes `safe_text` before it reaches the terminal, so an ESC,
@@ -25,6 +24,7 @@ from typing import Any, TextIO
 import click
 from pydantic import BaseModel
 
+from sbx.agent.cli.display_restored import render_restored
 from sbx.agent.core.events import Event
 from sbx.agent.core.plan import pending_note
 from sbx.agent.core.transcript import TranscriptError, numbered_events
@@ -278,6 +278,7 @@ class Progress:
             f"peak memory {_num(sandbox, 'peak_memory_bytes', 'sandbox') / 2**20:.0f} MiB"
         )
 
+    _on_state_restored = render_restored  # display_restored.py: this module is at its budget
     def _on_run_error(self, event: Row) -> None:
         self._echo(f"== error: {_clip(_text(event.get('error')))}", fg="red", bold=True)
 

@@ -143,14 +143,19 @@ class App(Closing):
         return conversation
 
     def reopen(self, spec: ConversationSpec, *, endpoint: Endpoint, transcript: Path,
-               next_seq: int) -> Conversation:
+               next_seq: int, limits: LimitsRequest | None = None) -> Conversation:
         """A conversation taken up from its transcript (appended from line `next_seq` on)."""
         check_data(spec.data)
         if spec.conversation_id is None:
             raise SettingsError("a conversation is reopened under its own id")
+        limited = self.config.limited(limits or LimitsRequest()).limits
         record = Transcript.reopen(transcript, conversation_id=spec.conversation_id,
                                    next_seq=next_seq)
-        return self._conversation(spec, endpoint, record, None)
+        try:
+            return self._conversation(spec, endpoint, record, limited)
+        except BaseException:
+            record.close()
+            raise
 
     def workspace(self, spec: ConversationSpec, *, extra_tools: tuple[Tool, ...] = (),
                   limits: LimitsRequest | None = None) -> Workspace:

@@ -10,6 +10,7 @@ layer:
     [agent] [agent.budget]     ──▶ sbx.agent.core.settings.AgentSettings (the loop)
     [service] [service.quotas] ──▶ ServiceSettings (below)            (`sbx serve` only)
     [service.oidc]             ──▶ OidcSettings: the web page's sign-in through a provider
+    [restore]                  ──▶ sbx.agent.core.restore_settings.RestoreSettings (state replay)
 
 A table the file leaves out (`[tools]`, `[sandbox]`, `[agent]`, ...) takes the
 packaged default's, so a file holding only the table to change changes only it.
@@ -33,6 +34,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sbx.agent.core.restore_settings import RestoreSettings
 from sbx.agent.core.settings import FLAG_NAMES, AgentSettings, SettingsError, apply_flags
 from sbx.sandbox.limits import Bytes, Limits, Seconds
 from sbx.tools.custom import custom_tools
@@ -125,9 +127,9 @@ class ServiceSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    idle_timeout: Seconds = 600.0
-    """Seconds a conversation with no run keeps its sandbox; the next question gets a fresh
-    one and is told that earlier variables are gone."""
+    idle_timeout: Seconds = 120.0
+    """Seconds a conversation with no run keeps its sandbox; the next question restores its
+    state by replay (`[restore]`), or starts empty and is told so."""
     max_running: int = Field(default=8, ge=1, le=1024)
     """Runs executing at once in one replica (each holds a worker thread)."""
     max_queued: int = Field(default=64, ge=0, le=100_000)
@@ -178,6 +180,8 @@ class AppConfig:
     """The sandbox's resource and isolation limits: the container's part (flags applied)."""
     service: ServiceSettings = ServiceSettings()
     """`sbx serve`'s sizes, timeouts and per-principal quota defaults (other faces ignore it)."""
+    restore: RestoreSettings = RestoreSettings()
+    """Whether and within which bounds a lost sandbox's state is rebuilt by replay."""
 
     def digest(self) -> str:
         """SHA-256 of the effective configuration (canonical JSON), recorded at each run."""
@@ -224,6 +228,7 @@ def load_config(path: Path | None = None) -> AppConfig:
     sandbox = data.pop("sandbox", {})
     agent = data.pop("agent", {})
     service = data.pop("service", {})
+    restore = data.pop("restore", {})
     policy = _validate(Policy, data, (), source, text)
     try:
         custom_tools(policy)  # a bad `entry` is the operator's error now, not at the first call
@@ -233,6 +238,7 @@ def load_config(path: Path | None = None) -> AppConfig:
         source=source,
         service=_validate(ServiceSettings, service, ("service",), source, text),
         limits=_validate(Limits, sandbox, ("sandbox",), source, text),
+        restore=_validate(RestoreSettings, restore, ("restore",), source, text),
         settings=_validate(AgentSettings, agent, ("agent",), source, text),
         policy=policy,
     )

@@ -37,13 +37,9 @@ from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, 
 from sbx.agent.core.loop import run
 from sbx.agent.core.plan import plan_from_messages
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
-from sbx.agent.core.run_recorder import (
-    NoRecorder,
-    RunRecorder,
-    RunTicket,
-    recorded,
-    result_outcome,
-)
+from sbx.agent.core.restore import forgotten, prior_cells, replace_killed, restore_workspace
+from sbx.agent.core.restore_text import note
+from sbx.agent.core.run_recorder import NoRecorder, RunRecorder, RunTicket, recorded, result_outcome
 from sbx.agent.core.state import RunResult, SandboxUsage
 from sbx.agent.core.transcript import Transcript
 from sbx.agent.core.workspace import RESET_NOTE as RESET_NOTE
@@ -135,10 +131,9 @@ class Conversation(Closing):
             ) -> RunResult:
         """Answer one question, continuing the conversation; one question at a time.
 
-        Returns a `RunResult` for every ending, Ctrl-C and a fired `cancel`
-        included (`cancelled`); raises only for operator errors (the sandbox or
-        the audit log failed), after recording a `run_error` event. `recorder`
-        (an admitted run's) hears it start and end.
+        A `RunResult` for every ending, Ctrl-C and a fired `cancel` included
+        (`cancelled`); raises only for operator errors (sandbox, audit log), after a
+        `run_error` event. `recorder` (an admitted run's) hears it start and end.
         """
         with self._lock:
             self.pending = None
@@ -149,10 +144,9 @@ class Conversation(Closing):
                ) -> RunResult:
         """Continue the run that ended `needs_input` with the user's answer: a new run.
 
-        The sandbox is the same one if it is still alive (variables kept), else a
-        fresh one and the model is told (`RESET_NOTE`). The new run's records
-        (transcript `run_start`, audit `run_start` and `user_answer`) name the run
-        it continues. Raises `ValueError` when no run is waiting for an answer.
+        The same sandbox if alive, else a fresh one and the model is told (`RESET_NOTE`);
+        the new run's records (`run_start`, audit `user_answer`) name the run it
+        continues. `ValueError` when no run is waiting for an answer.
         """
         with self._lock:
             pending = self.pending
@@ -184,7 +178,9 @@ class Conversation(Closing):
         self.runs.append(result)
         return result
 
-    def restore(self, messages: list[dict[str, Any]], pending: PendingInput, *, lost: bool) -> None:
+    def restore(
+        self, messages: list[dict[str, Any]], pending: PendingInput | None, *, lost: bool
+    ) -> None:
         """Take up a conversation from its record (a new process): its messages, its question.
 
         `lost`: code ran in the sandbox that is gone now, so the model is told.
@@ -193,21 +189,24 @@ class Conversation(Closing):
             self._messages = list(messages)
             self.pending = pending
             self.workspace.reset_pending = lost
+            if lost:
+                self.workspace.lost("the previous process ended")
 
     def cancel(self) -> None:
         """Cancel the run in progress from another thread: its sandbox is removed."""
-        token = self._cancel
-        if token is not None:
-            token.cancel()
+        if self._cancel is not None:
+            self._cancel.cancel()
         else:
-            self.workspace.discard()
+            self.workspace.discard(reason="the run was cancelled")
 
     def reset(self) -> None:
         """Forget the messages and replace the sandbox: the next question starts afresh."""
         with self._lock:
             self.workspace.discard()
             self.workspace.take_reset()  # a fresh start needs no note
+            self.workspace.lost_reason()
             self._messages = []
+            self.emit(forgotten())  # a later restore replays nothing from before
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -234,6 +233,7 @@ class Conversation(Closing):
         """
         self.pending = None
         cancel.check()
+        replace_killed(self.workspace, self.config.restore)
         live = LiveRelay(run_id, self._publish)
         gate = self.workspace.open_gate(
             run_id, continues=continues.run_id if continues else None, on_output=live
@@ -244,6 +244,7 @@ class Conversation(Closing):
         try:
             prompt = self._system_prompt(gate)
             reset = self.workspace.take_reset() and bool(self._messages)
+            cells = prior_cells(self.transcript.path, self.config.restore, reset=reset)
             asked = f"{reset_note(RESET_REASON)}\n\n{question}" if reset else question
             start = self._run_start(run_id, question, prompt, gate, reset=reset)
             if continues is not None:
@@ -251,6 +252,11 @@ class Conversation(Closing):
                 gate.record_answer(continues=continues.run_id, question=continues.question,
                                    answer=answer or "")
             self.emit(start)
+            if cells is not None:
+                restored = restore_workspace(self.workspace, cells, self.config.restore,
+                                             run_id=run_id, reason=self.workspace.lost_reason())
+                self.emit(restored)
+                asked = f"{note(restored)}\n\n{question}"
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
@@ -272,15 +278,14 @@ class Conversation(Closing):
             live.close()
             if reason == "cancelled":
                 gate.cancel()
-                self.workspace.discard()
+                self.workspace.discard(reason="the run was cancelled")
             self._gate = None
             gate.close(reason=reason)
         return result
 
-    def _stop(self, gate: ToolGate) -> None:
-        """The token fired: the running call ends `cancelled`, its sandbox is removed."""
+    def _stop(self, gate: ToolGate) -> None:  # the token fired: the call ends, the sandbox goes
         gate.cancel()
-        self.workspace.discard()
+        self.workspace.discard(reason="the run was cancelled")
 
     def _system_prompt(self, gate: ToolGate) -> SystemPrompt:
         """Built once per conversation: later runs continue the messages it began."""

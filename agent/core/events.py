@@ -20,6 +20,8 @@ transcript line back into the same types (what `sbx replay` renders).
     run_end             how the run ended, the answer (completed only), totals, and whether
                         the answer's numbers were printed by an output (verified, sources)
     run_error           an operator error stopped the run (engine, audit log)
+    state_restored      a lost sandbox's state was rebuilt by replaying earlier executions
+                        (or could not be): how many, what differed, which variables may differ
 
 Events keep unknown keys (`extra="allow"`), so a newer transcript still
 replays here and a field added by one emitter is never silently dropped.
@@ -270,6 +272,42 @@ class RunEnd(_Event):
     """What the run cost by the policy's price table (`agent.core.cost.Cost.as_dict`)."""
 
 
+class CellDifference(BaseModel):
+    """One replayed execution that did not come back as recorded."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    call_id: str
+    """The recorded call's id (the model's)."""
+    detail: str
+    """What differs, in words (`line 1: 1.7e9 recorded, 1.7e9 now`), or why it failed."""
+    variables: list[str] = Field(default_factory=list)
+    """Names the execution assigns: their values may differ from the conversation's."""
+
+
+class StateRestored(_Event):
+    """A lost sandbox's state, rebuilt (or not) by replaying the conversation's executions."""
+
+    type: Literal["state_restored"] = "state_restored"
+    status: Literal["restored", "partial", "not_restored"]
+    """`restored`: every cell as recorded; `partial`: some differ or failed; `not_restored`:
+    a bound or the engine stopped it (the sandbox is fresh, as without restore)."""
+    cells: int = 0
+    """Executions the replay had to re-run."""
+    replayed: int = 0
+    """Executions re-run, in order, before it ended."""
+    differed: list[CellDifference] = Field(default_factory=list)
+    """Re-run without error, but their output differs from the record."""
+    failed: list[CellDifference] = Field(default_factory=list)
+    """Raised, timed out or were refused now although they succeeded then."""
+    variables: list[str] = Field(default_factory=list)
+    """Every variable whose value may differ (from `differed` and `failed`)."""
+    reason: str = ""
+    """Why it was lost (`idle release`, `timeout`...) and, when not restored, why not."""
+    duration_s: float = 0.0
+    cpu_seconds: float = 0.0
+
+
 class RunError(_Event):
     """An error the operator must fix stopped the run."""
 
@@ -287,7 +325,8 @@ Event = Annotated[
     | PlanUpdated
     | Compaction
     | RunEnd
-    | RunError,
+    | RunError
+    | StateRestored,
     Field(discriminator="type"),
 ]
 EventSink = Callable[[Event], None]
@@ -296,7 +335,7 @@ KNOWN_TYPES = frozenset(
     str(model.model_fields["type"].default)
     for model in (
         ConversationStart, RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult,
-        PlanUpdated, Compaction, RunEnd, RunError,
+        PlanUpdated, Compaction, RunEnd, RunError, StateRestored,
     )
 )
 

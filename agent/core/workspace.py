@@ -128,6 +128,8 @@ class Workspace(Closing):
         self.used = False
         """Code has run in the current sandbox (a reset then loses something)."""
         self._drop: DropDir | None = None
+        self._lost = ""
+        """Why the interpreter's state was last lost (restore tells the model); "" if kept."""
 
     @property
     def enabled(self) -> bool:
@@ -174,18 +176,39 @@ class Workspace(Closing):
             max_argument_bytes=self.config.settings.max_argument_bytes,
         )
 
+    def prepare(self, run_id: str) -> None:
+        """Open the sandbox now, labelled with `run_id`, if it is not open (restore first)."""
+        self._sandbox(run_id)
+
     def take_reset(self) -> bool:
         """Whether the sandbox was reset since the last look (and forget it)."""
         with self._lock:
             pending, self.reset_pending = self.reset_pending, False
             return pending
 
-    def discard(self) -> None:
+    def lost(self, reason: str) -> None:
+        """The interpreter lost its state in place (a timeout or OOM kill restarted it)."""
+        with self._lock:
+            self._lost = reason
+
+    @property
+    def state_lost(self) -> str:
+        """Why the state was lost since the last `lost_reason()` ("" when it was not)."""
+        return self._lost
+
+    def lost_reason(self) -> str:
+        """Why the state was lost, for the model's note (and forget it)."""
+        with self._lock:
+            reason, self._lost = self._lost, ""
+        return reason or "the sandbox was removed"
+
+    def discard(self, *, reason: str = "the sandbox was removed") -> None:
         """Remove the sandbox (any running code dies with it); the next use opens a new one."""
         with self._lock:
             session, self._session = self._session, None
             if session is not None and self.used:
                 self.reset_pending = True
+                self._lost = reason
             self.used = False
         if session is not None:
             session.close()
@@ -281,9 +304,12 @@ class _CurrentSandbox:
         if session is None:
             raise SandboxError("no sandbox is available in this workspace")
         try:
-            return session.run(
+            result = session.run(
                 code, on_output=on_output, timeout=timeout, show_values=show_values
             )
+            if result.state_reset:
+                self._workspace.lost("a timeout" if result.timed_out else "a kill at a limit")
+            return result
         finally:
             with self._workspace._lock:
                 current = self._workspace._session is session

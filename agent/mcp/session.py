@@ -16,6 +16,9 @@ after an idle timeout; the session's end removes it for good and tells the
 face's `Admission`. Each execution is a run of its own for the face's
 `RunRecorder` (its quotas and store; `Refused` before it starts), with a
 `Cancellation` token that the face's drain may fire like any run's.
+After a reset the client did not ask for (a cancel, an idle release), the
+session's successful executions are replayed into the new sandbox before the
+next one (`sbx.agent.core.restore`) and the client is told what came back.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from typing import Any
 
 import anyio
 
+from sbx.agent.core.restore import Cell, cell_of, restore_workspace
+from sbx.agent.core.restore_text import note as restore_note
 from sbx.agent.core.run_recorder import RunRecorder, RunTicket, new_run_id, recorded_call
 from sbx.agent.core.workspace import Workspace, reset_note
 from sbx.agent.mcp.admission import Admission, Caller
@@ -82,7 +87,7 @@ class McpSession(Closing):
 
     def __init__(
         self, *, session_id: str, workspace: Workspace, caller: Caller, admission: Admission,
-        recorder: RunRecorder, reset_reason: str | None = None,
+        recorder: RunRecorder, reset_reason: str | None = None, journal: tuple[Cell, ...] = (),
     ) -> None:
         self.id = session_id
         self.workspace = workspace
@@ -101,9 +106,12 @@ class McpSession(Closing):
         self._busy = 0
         self._last_used = time.monotonic()
         self._reset_reason = reset_reason
+        self._last_reason: str | None = None
         """Told at the next execution: set by a discard, or given by an earlier session of
         the same key that ended idle (its state is gone, and the client should know)."""
         self._artifacts: dict[str, Artifact] = {}
+        self._journal: list[Cell] = list(journal)
+        """The executions that built the sandbox's state, replayed after a reset (issue 21)."""
         self.live = LiveTail()
         """The running execution's newest output line, for progress notifications."""
         self.turn = anyio.Lock()
@@ -131,9 +139,12 @@ class McpSession(Closing):
             nonlocal note
             gate = self._open_gate()
             if name == "execute_python":
-                note = self._take_reset_note()
+                note = self._restored(self._take_reset_note())
             call_id = "call-" + uuid.uuid4().hex[:12]
-            return gate.call(name=name, arguments=json.dumps(arguments), call_id=call_id)
+            outcome = gate.call(name=name, arguments=json.dumps(arguments), call_id=call_id)
+            if name == "execute_python":
+                self._journal_add(cell_of(call_id, arguments.get("code"), outcome))
+            return outcome
 
         try:
             if name == "execute_python":
@@ -163,6 +174,11 @@ class McpSession(Closing):
         finally:
             unhook()
 
+    def journal(self) -> tuple[Cell, ...]:
+        """The executions a later session of the same key replays (this one ended idle)."""
+        with self._lock:
+            return tuple(self._journal)
+
     def artifact(self, name: str) -> Artifact | None:
         """The latest artifact this session's code left under `name`, if any."""
         with self._lock:
@@ -175,10 +191,15 @@ class McpSession(Closing):
             gate.cancel(halt=False)
         self.discard("the previous call was cancelled, which stopped its code")
 
-    def discard(self, reason: str) -> bool:
-        """Remove the sandbox now; True when code had run in it (its state was lost)."""
+    def discard(self, reason: str, *, forget: bool = False) -> bool:
+        """Remove the sandbox now; True when code had run in it (its state was lost).
+
+        `forget` (the client asked for a clean sandbox): nothing is restored later.
+        """
         with self._lock:
             lost = self._discard_locked(reason)
+            if forget:
+                self._journal.clear()
         if lost:
             self._record_reset(reason)
         return lost
@@ -255,9 +276,30 @@ class McpSession(Closing):
         pending = self.workspace.take_reset()
         with self._lock:
             reason, self._reset_reason = self._reset_reason, None
+            self._last_reason = reason
         if not pending and reason is None:
             return None
         return reset_note(reason or "its sandbox was replaced")
+
+    def _restored(self, note: str | None) -> str | None:
+        """After a reset, the journal replayed into the new sandbox; what the client is told."""
+        settings = self.workspace.config.restore
+        with self._lock:
+            cells, reason = list(self._journal), self._last_reason
+        if note is None or not cells or not settings.enabled:
+            return note
+        event = restore_workspace(self.workspace, cells, settings, run_id=self.id,
+                                  reason=reason or "its sandbox was replaced")
+        if event.status == "not_restored":
+            with self._lock:
+                self._journal.clear()
+        return restore_note(event)
+
+    def _journal_add(self, cell: Cell | None) -> None:
+        settings = self.workspace.config.restore
+        with self._lock:
+            if cell is not None and len(self._journal) <= settings.max_cells:
+                self._journal.append(cell)
 
     def _add_data(self, path: Path) -> str:
         """A file just uploaded joins the session's data: mounted by its next sandbox.

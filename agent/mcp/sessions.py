@@ -10,8 +10,9 @@ connection is the session).
 
 A session that ended idle leaves a note under its key, so that the next call
 with that key (a new session: a sessionless HTTP client has no other way to
-learn it) says that earlier variables are gone. At most
-`MAX_IDLE_NOTES` notes are kept, the oldest dropped first.
+learn it) restores its state by replaying the ended session's executions (the
+newest `MAX_IDLE_JOURNALS` keys), or says that earlier variables are gone. At
+most `MAX_IDLE_NOTES` notes are kept, the oldest dropped first.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from sbx.agent.core.app import App
+from sbx.agent.core.restore import Cell
 from sbx.agent.core.workspace import ConversationSpec
 from sbx.agent.mcp.admission import Admission, Caller, FixedData
 from sbx.agent.mcp.session import McpSession, SessionClosed, new_session_id
@@ -32,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 MAX_IDLE_NOTES = 10_000
 """Keys of sessions that ended idle, remembered to tell their next call."""
+MAX_IDLE_JOURNALS = 100
+"""Of those, the newest whose executions are kept for the next session to replay (each is
+bounded by `[restore] max_cells`); older ones are told their state is gone."""
 
 
 class McpSessions(Closing):
@@ -49,6 +54,7 @@ class McpSessions(Closing):
         self._opening = threading.Lock()
         self._sessions: dict[str, McpSession] = {}
         self._idle_notes: OrderedDict[str, str] = OrderedDict()
+        self._journals: OrderedDict[str, tuple[Cell, ...]] = OrderedDict()
         self._closed = False
 
     def get(self, caller: Caller) -> McpSession:
@@ -69,12 +75,13 @@ class McpSessions(Closing):
                 if session is not None:
                     return session
                 reason = self._idle_notes.pop(caller.key, None)
+                journal = self._journals.pop(caller.key, ())
             try:
-                opened = self._open(caller, reason)
+                opened = self._open(caller, reason, journal)
             except BaseException:
                 if reason is not None:  # still to be told, by the session that does open
                     with self._lock:
-                        self._remember_idle(caller.key, reason)
+                        self._remember_idle(caller.key, reason, journal)
                 raise
             with self._lock:
                 if not self._closed:
@@ -116,7 +123,8 @@ class McpSessions(Closing):
                 key = session.caller.key
                 if self._sessions.get(key) is session and session.end_if_idle(idle_s, now):
                     del self._sessions[key]
-                    self._remember_idle(key, f"it was idle for more than {idle_s:g} s")
+                    self._remember_idle(key, f"it was idle for more than {idle_s:g} s",
+                                        session.journal())
                     ended.append(session)
         for session in ended:
             try:
@@ -144,12 +152,17 @@ class McpSessions(Closing):
         if self._closed:
             raise SessionClosed("the MCP server is shutting down")
 
-    def _remember_idle(self, key: str, reason: str) -> None:
+    def _remember_idle(self, key: str, reason: str, journal: tuple[Cell, ...]) -> None:
         self._idle_notes[key] = reason
         while len(self._idle_notes) > MAX_IDLE_NOTES:
             self._idle_notes.popitem(last=False)
+        if journal:
+            self._journals[key] = journal
+            while len(self._journals) > MAX_IDLE_JOURNALS:
+                self._journals.popitem(last=False)
 
-    def _open(self, caller: Caller, reset_reason: str | None) -> McpSession:
+    def _open(self, caller: Caller, reset_reason: str | None,
+              journal: tuple[Cell, ...] = ()) -> McpSession:
         """A new session for `caller`, with what its face's `Admission` allows."""
         session_id = new_session_id()
         opened = self.admission.open(caller, session_id)
@@ -163,4 +176,5 @@ class McpSessions(Closing):
         return McpSession(
             session_id=session_id, workspace=workspace, caller=caller,
             admission=self.admission, recorder=opened.recorder, reset_reason=reset_reason,
+            journal=journal,
         )

@@ -90,7 +90,7 @@ def register_tools(
     async def reset_sandbox(ctx: Context[Any, Any]) -> CallToolResult:
         session = sessions.get(key(ctx))
         async with session.turn:
-            reset = partial(session.discard, "the client called reset_sandbox")
+            reset = partial(session.discard, "the client called reset_sandbox", forget=True)
             lost = await anyio.to_thread.run_sync(reset)
         if not lost:
             return text_result("Nothing to reset: no code has run in this session's sandbox yet.")

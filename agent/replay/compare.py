@@ -38,8 +38,12 @@ class Comparison:
     """`12 numbers on 5 lines match`, or the first difference and how many lines differ."""
 
 
-def compare(recorded: Observed, now: Observed) -> Comparison:
-    """Compare a recorded execution with its re-run (see the module)."""
+def compare(recorded: Observed, now: Observed, *, relative: float = 1e-9) -> Comparison:
+    """Compare a recorded execution with its re-run (see the module).
+
+    `relative` is the float noise tolerated on top of the printed precision;
+    restore passes a tighter one, so a printed clock (`time.time()`) differs.
+    """
     failure = _failure_difference(recorded, now)
     old_lines = without_controls(recorded.stdout).splitlines()
     new_lines = without_controls(now.stdout).splitlines()
@@ -48,7 +52,7 @@ def compare(recorded: Observed, now: Observed) -> Comparison:
     for index in range(max(len(old_lines), len(new_lines))):
         old = old_lines[index] if index < len(old_lines) else None
         new = new_lines[index] if index < len(new_lines) else None
-        difference, count = _line_difference(old, new)
+        difference, count = _line_difference(old, new, relative)
         numbers += count
         if difference is not None:
             differences.append(f"line {index + 1}: {difference}")
@@ -75,7 +79,9 @@ def _failure_difference(recorded: Observed, now: Observed) -> str | None:
     return f"{before} when recorded, raises {said} now"
 
 
-def _line_difference(old: str | None, new: str | None) -> tuple[str | None, int]:
+def _line_difference(
+    old: str | None, new: str | None, relative: float = 1e-9
+) -> tuple[str | None, int]:
     """The difference between two lines (None when they match) and the numbers compared."""
     if old is None or new is None:
         if old is None:
@@ -87,15 +93,16 @@ def _line_difference(old: str | None, new: str | None) -> tuple[str | None, int]
     ):
         return f"{_excerpt(old)!r} recorded, {_excerpt(new)!r} now", 0
     for before, after in zip(old_numbers, new_numbers, strict=True):
-        if not close(before, after):
+        if not close(before, after, relative):
             return f"{before.text} recorded, {after.text} now", len(old_numbers)
     return None, len(old_numbers)
 
 
-def close(a: Number, b: Number) -> bool:
-    """Equal at the coarser printed precision (with a relative 1e-9 for float noise)."""
+def close(a: Number, b: Number, relative: float = 1e-9) -> bool:
+    """Equal at the coarser printed precision (with a `relative` tolerance for float noise)."""
     allowed = max(a.resolution, b.resolution) / 2
-    return abs(a.value - b.value) <= allowed * (1 + 1e-9) + 1e-9 * max(abs(a.value), abs(b.value))
+    bound = allowed * (1 + relative) + relative * max(abs(a.value), abs(b.value))
+    return abs(a.value - b.value) <= bound
 
 
 def _skeleton(line: str, numbers: list[Number]) -> str:

@@ -2,13 +2,16 @@
 
 A conversation is held by the replica that created it: its sandbox and its
 messages live in that process. Changes to it (a question, a delete) that
-reach another replica are redirected there (307; send the key again), or,
-when that replica is dead, answered 409 with the conversation marked
-`interrupted`. Reads come from the shared store on any replica.
+reach another replica are redirected there (307; send the key again). When
+that replica is gone (or this one restarted), the conversation is adopted
+here and its state restored by replay (`adopt`); with `[restore]` off it is
+answered 409 with the conversation marked `interrupted`. Reads come from the
+shared store on any replica.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import replace
 
@@ -17,6 +20,7 @@ from starlette.responses import RedirectResponse, Response
 
 from sbx.agent.core.conversation import ConversationSpec, new_conversation_id
 from sbx.agent.core.run_recorder import RunTicket, new_run_id
+from sbx.agent.service.adopt import NotAdopted, adopt
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
 from sbx.agent.service.problems import Problem
@@ -35,6 +39,7 @@ from sbx.agent.service.store.models import Conversation, Run
 from sbx.agent.service.tenancy import dataset_paths, limited, owned
 
 LIST_LIMIT = 200
+logger = logging.getLogger(__name__)
 
 
 @api("POST", "/v1/conversations", body=CreateConversation, response=ConversationOut, status=201)
@@ -169,20 +174,43 @@ def _held(call: Call, *, allow_inactive: bool = False) -> Live | Response | None
         if live is not None:
             return live
         message = "this replica no longer holds the conversation (it restarted)"
+        lost = "a restart of the server"
     else:
         owner = service.replicas.owner(replica_id)
         if owner is not None:
-            url = call.request.url
-            target = owner.advertise_url.rstrip("/") + url.path + (f"?{url.query}" if url.query
-                                                                   else "")
-            return RedirectResponse(target, status_code=307)
+            return _redirect(call, owner.advertise_url)
         message = (f"the replica {replica_id!r} that held this conversation's sandbox is gone; "
                    "its variables and messages are lost: start a new conversation")
+        lost = f"the replica {replica_id!r} that held it stopped"
+    adopted = _adopted(call, row.id, lost)
+    if adopted is not None:
+        return adopted
     service.replicas.interrupt_conversation(row.id, message)
     if allow_inactive:
         return None
     raise Problem(409, "conversation-interrupted", f"the conversation is interrupted: {message}",
                   conversation_status="interrupted")
+
+
+def _adopted(call: Call, conversation_id: str, lost: str) -> Live | Response | None:
+    """Take the conversation up here (restore by replay); None when it cannot be."""
+    try:
+        live = adopt(call.service, conversation_id, reason=lost)
+    except NotAdopted as exc:
+        logger.info("conversation %s not adopted: %s", conversation_id, exc)
+        return None
+    if live is not None:
+        return live
+    with call.service.db.read() as session:  # another replica adopted it first
+        row = session.get(Conversation, conversation_id)
+        owner = call.service.replicas.owner(row.replica_id) if row is not None else None
+    return _redirect(call, owner.advertise_url) if owner is not None else None
+
+
+def _redirect(call: Call, base: str) -> Response:
+    url = call.request.url
+    target = base.rstrip("/") + url.path + (f"?{url.query}" if url.query else "")
+    return RedirectResponse(target, status_code=307)
 
 
 def _close_row(service: Service, conversation_id: str, message: str) -> None:

@@ -161,7 +161,8 @@ class Service:
             db.migrate()
             replicas = Replicas(db, Identity(id=options.replica_id,
                                              advertise_url=options.advertise_url),
-                                stale_after=config.service.stale_after)
+                                stale_after=config.service.stale_after,
+                                restore=config.restore.enabled)
             replicas.register()
             recovered = replicas.recover_own()
             if recovered:

@@ -6,10 +6,12 @@ default `<hostname>:<port>`) and the URL other replicas send clients to
 conversation lives on the replica that created it (its sandbox and messages
 are in that process); a request for it reaching another replica is
 redirected there (307). A replica whose heartbeat is older than
-`stale_after` is dead: every replica's housekeeping marks its active
-conversations and unfinished runs `interrupted`, with a message that says
-so, and appends a `run_end` event so that streams end. At start, a replica
-does the same for whatever its own previous life left (a crash, kill -9).
+`stale_after` is dead: every replica's housekeeping marks its unfinished
+runs `interrupted`, with a message that says so, and appends a `run_end`
+event so that streams end; its conversations stay `active` with their
+sandbox `lost` (with `[restore]` on; `interrupted` when off), and the next
+question on any replica adopts and restores them. At start, a replica does
+the same for whatever its own previous life left (a crash, kill -9).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from sbx.agent.service.store.db import Database, StoreError
 from sbx.agent.service.store.models import Conversation, EventRow, Replica, Run
 
 UNFINISHED = ("queued", "running")
+LOST = "lost"
+"""`Conversation.sandbox` of a kept conversation whose replica is gone."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,11 +48,15 @@ class Identity:
 class Replicas:
     """Registration, heartbeat, liveness and recovery, against the shared store."""
 
-    def __init__(self, db: Database, me: Identity, *, stale_after: float) -> None:
+    def __init__(self, db: Database, me: Identity, *, stale_after: float,
+                 restore: bool = False) -> None:
         self.db = db
         self.me = me
         self.stale_after = stale_after
         self.hostname = socket.gethostname()
+        self.restore = restore
+        """A gone replica's conversations stay `active` (sandbox `lost`): the next question on
+        any replica adopts and restores it (`agent.service.adopt`); else `interrupted`."""
 
     def register(self) -> None:
         """Claim the id; refuse when a live process elsewhere already serves under it."""
@@ -135,14 +143,24 @@ class Replicas:
             for run in runs:
                 _interrupt_run(session, run, message)
             conversations = session.scalars(select(Conversation).where(
-                Conversation.replica_id.in_(replica_ids), Conversation.status == "active"
+                Conversation.replica_id.in_(replica_ids), Conversation.status == "active",
+                Conversation.sandbox != LOST,
             ).with_for_update()).all()
             for conversation in conversations:
-                _interrupt_conversation(conversation, message)
+                if self.restore:  # kept: the next question restores it anywhere
+                    conversation.sandbox, conversation.message = LOST, _kept(message)
+                else:
+                    _interrupt_conversation(conversation, message)
             return len(runs) + len(conversations)
 
     def _alive(self, row: Replica, now: float) -> bool:
         return now - row.heartbeat_at < self.stale_after
+
+
+def _kept(message: str) -> str:
+    """An interruption's message, for a conversation that restore keeps."""
+    lost = message.split(";")[0].split(":")[0]
+    return f"{lost}; the next question rebuilds its state on any replica (restore by replay)"
 
 
 def _interrupt_conversation(conversation: Conversation, message: str) -> None:

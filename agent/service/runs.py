@@ -122,7 +122,7 @@ class RunManager:
                 continue
             try:
                 if live.run_id is None and live.holds_sandbox:
-                    live.conversation.workspace.discard()
+                    live.conversation.workspace.discard(reason="an idle release")
                     live.holds_sandbox = False
                     released.append(live.id)
             finally:

@@ -2,7 +2,7 @@
 //
 // RunView.handle(event) takes the run's events in order, as the server streams
 // them (run_start, message, model_reply, output_chunk, tool_result, plan, compaction,
-// run_end, run_error); an event type it does not know is ignored. Everything
+// run_end, run_error, state_restored); an event type it does not know is ignored. Everything
 // shown is built with el() from dom.js: model text, code, output and names are
 // text, never markup. A run that ended needs_input (the model asked with
 // ask_user) shows the question and a field to answer it; `onAnswer(text)`, set
@@ -93,6 +93,7 @@ export class RunView {
       compaction: () => this.note("Older outputs were shortened to keep the model's context small."),
       run_end: () => this.end(event),
       run_error: () => this.error(event),
+      state_restored: () => this.restored(event),
     }[event.type];
     if (handler) handler();
   }
@@ -102,8 +103,31 @@ export class RunView {
     else setText(this.question, event.question ?? "");
     this.status.textContent = "Running…";
     if (event.sandbox_reset) {
-      this.note("The sandbox was started again: variables from earlier questions are gone.");
+      this.resetNote = this.note(
+        "The sandbox was started again: variables from earlier questions are gone.");
     }
+  }
+
+  /** The sandbox's state rebuilt by replaying earlier code (issue 21): what came back, what differs. */
+  restored(event) {
+    if (this.resetNote) this.resetNote.remove();
+    const text = (value) => String(value ?? "");
+    const count = Number.isInteger(event.replayed) ? event.replayed : 0;
+    const differed = Array.isArray(event.differed) ? event.differed : [];
+    const failed = Array.isArray(event.failed) ? event.failed : [];
+    const names = Array.isArray(event.variables) ? event.variables.map(text) : [];
+    let line = event.status === "not_restored"
+      ? `The sandbox was started again; state not restored (${text(event.reason)}).`
+      : `The sandbox was started again; state restored: restored ${count} cells (${text(event.reason)}).`;
+    if (differed.length || failed.length) {
+      line += ` ${differed.length} differ, ${failed.length} could not be restored.`;
+    }
+    if (names.length) line += ` These variables may differ: ${names.join(", ")}.`;
+    const node = el("li", { class: "note restored", "data-status": text(event.status) }, line);
+    const details = [...differed, ...failed].map((item) => el("li", {},
+      `${text(item?.call_id)}: ${text(item?.detail)}`));
+    if (details.length) append(node, el("ul", { class: "restored-cells" }, details));
+    append(this.stepList, node);
   }
 
   message(event) {
@@ -115,7 +139,9 @@ export class RunView {
   }
 
   note(text) {
-    append(this.stepList, el("li", { class: "note" }, text));
+    const node = el("li", { class: "note" }, text);
+    append(this.stepList, node);
+    return node;
   }
 
   reply(event) {

@@ -1,0 +1,319 @@
+"""Restore by replay: a conversation whose sandbox is gone gets its interpreter's state back.
+
+A conversation's record (its transcript: every execution, in order, with its
+output) outlives its sandbox. When the sandbox is gone (an idle release, a
+timeout or out-of-memory kill, a cancelled run, a restart, a drain, a dead
+replica) and the conversation asks again, the core re-runs, in the fresh
+sandbox and before the question, the executions that built the state:
+
+- which: every `execute_python` call that ran and succeeded (no exception,
+  no timeout, no kill), in order, since the conversation last lost its state
+  without getting it back ("not restored"). A call that failed (the killer of
+  a timeout or OOM, a traceback) is never re-run;
+- how: each through a gate of its own run (`<run_id>-restore`), so it is
+  checked by the policy and audited like any other call, under the
+  conversation's principal, within the sandbox's limits;
+- "the same": stdout compared line by line with numbers equal at their printed
+  precision (`sbx.agent.replay.compare`: `0.30000000000000004` matches `0.3`)
+  and a relative noise of 1e-12 at most,
+  the same exception type (none), and every recorded artifact written again
+  (by name; by SHA-256 where the recorded file is still on this host). A cell
+  that prints the clock or an unseeded random number differs; the names it
+  assigns are reported as variables that may differ;
+- bounds (`[restore]`): the number of cells, then CPU seconds and wall time
+  checked after each cell. Past one, or when the engine fails, the sandbox is
+  replaced by an empty one and the model is told "state not restored", as
+  without restore. An engine that fails is the operator's error, as in any run.
+
+The outcome is one `state_restored` event (transcript, subscribers, the
+service's stream) and a note put before the question the model reads.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from sbx.agent.core.events import (
+    CellDifference,
+    Event,
+    ModelReplied,
+    RunStart,
+    StateRestored,
+    ToolResult,
+)
+from sbx.agent.core.restore_settings import RestoreSettings
+from sbx.agent.core.transcript import TranscriptError, read_transcript
+from sbx.agent.core.workspace import Workspace
+from sbx.agent.provenance.record import code_of
+from sbx.agent.replay.compare import Comparison, Observed, compare
+from sbx.tools.gate import ToolGate
+from sbx.tools.outcome import ToolOutcome
+
+logger = logging.getLogger(__name__)
+
+RELATIVE_NOISE = 1e-12
+"""Float noise tolerated beyond the printed precision: a printed `time.time()` (about 1.7e9)
+differs after a millisecond, where `sbx replay --rerun`'s 1e-9 would allow 1.7 seconds."""
+MAX_NAMES = 20
+"""Most variable names one notice lists (a cell may assign hundreds)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """One recorded execution that built the conversation's state."""
+
+    call_id: str
+    """The recorded call's id (the model's); the replay's audit call id is `restore-<it>`."""
+    code: str
+    """The program as it ran."""
+    stdout: str = ""
+    """What it printed then: the re-run must print the same (see the module)."""
+    error_type: str | None = None
+    """Always None for a cell that built state (failed calls are not replayed)."""
+    artifacts: tuple[str, ...] = ()
+    """Host paths of the files it left in `/output` when it ran."""
+
+
+def cells_of(events: Iterable[Event]) -> list[Cell]:
+    """The executions a replay must re-run, from a conversation's events (see the module).
+
+    A run that began with `sandbox_reset` lost what came before unless its
+    `state_restored` says it was restored (fully or partly).
+    """
+    cells: list[Cell] = []
+    held: list[Cell] = []
+    calls: dict[str, str] = {}
+    for event in events:
+        if isinstance(event, RunStart):
+            calls = {}
+            if event.sandbox_reset:
+                held, cells = cells, []
+        elif isinstance(event, StateRestored):
+            cells = held + cells if event.status != "not_restored" else []
+            held = []
+        elif isinstance(event, ModelReplied):
+            calls.update(_codes(event.message))
+        elif isinstance(event, ToolResult):
+            cell = _cell(event, calls)
+            if cell is not None:
+                cells.append(cell)
+    return cells
+
+
+def _codes(message: dict[str, object]) -> dict[str, str]:
+    """`{call id: code}` of the `execute_python` calls of one assistant message."""
+    found: dict[str, str] = {}
+    for call in message.get("tool_calls") or []:  # type: ignore[attr-defined]
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and function.get("name") == "execute_python":
+            code = code_of(str(function.get("arguments")))
+            if code is not None:
+                found[str(call.get("id"))] = code
+    return found
+
+
+def _cell(event: ToolResult, calls: dict[str, str]) -> Cell | None:
+    record = event.execution
+    code = calls.get(event.call_id)
+    if event.name != "execute_python" or event.status != "ok" or event.failed:
+        return None
+    if record is None or code is None or record.error_type or record.timed_out:
+        return None
+    if record.oom_killed or record.state_reset:
+        return None
+    return Cell(call_id=event.call_id, code=code, stdout=record.stdout,
+                artifacts=tuple(event.artifacts))
+
+
+def assigned_names(code: str) -> list[str]:
+    """The top-level names a program binds (assignments, imports, defs, loop targets)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.append(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.append(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.extend((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return list(dict.fromkeys(name for name in names if name != "_"))
+
+
+@dataclass(kw_only=True)
+class _Tally:
+    """A replay in progress: what it has spent and found."""
+
+    started: float
+    cpu: float = 0.0
+    replayed: int = 0
+
+
+def replay(
+    gate: ToolGate, cells: list[Cell], settings: RestoreSettings, *, reason: str
+) -> StateRestored:
+    """Re-run `cells` through `gate`, in order, within the bounds; what came of it."""
+    base: dict[str, object] = {"cells": len(cells)}
+    if len(cells) > settings.max_cells:
+        return StateRestored(status="not_restored", cells=len(cells),
+                             reason=f"{reason}; {len(cells)} cells exceed the replay bound "
+                                    f"of {settings.max_cells} cells")
+    tally = _Tally(started=time.monotonic())
+    differed: list[CellDifference] = []
+    failed: list[CellDifference] = []
+    for cell in cells:
+        outcome = gate.call(name="execute_python", arguments=json.dumps({"code": cell.code}),
+                            call_id=f"restore-{cell.call_id}"[:128])
+        tally.replayed += 1
+        result = outcome.execution
+        if result is None:
+            first = outcome.text.splitlines()[0] if outcome.text else outcome.status
+            failed.append(_difference(cell, f"not re-run ({outcome.status}): {first}"))
+            continue
+        tally.cpu += result.cpu_seconds if result.cpu_seconds is not None else result.duration_s
+        verdict = _verdict(cell, outcome)
+        if not result.ok:
+            failed.append(_difference(cell, verdict.detail))
+        elif not verdict.matches:
+            differed.append(_difference(cell, verdict.detail))
+        over = _over_bound(tally, settings)
+        if over is not None:
+            return _ended(tally, base, "not_restored", [], [], f"{reason}; {over}")
+    status: Literal["restored", "partial"] = "partial" if differed or failed else "restored"
+    return _ended(tally, base, status, differed, failed, reason)
+
+
+def _verdict(cell: Cell, outcome: ToolOutcome) -> Comparison:
+    """Does the re-run match the record: stdout, exception, artifacts (see the module)."""
+    result = outcome.execution
+    if result is None:
+        return Comparison(matches=False, detail=f"not re-run ({outcome.status})")
+    error = result.error
+    now = Observed(stdout=result.stdout, error_type=error.type if error else None,
+                   error_message=error.message if error else None, timed_out=result.timed_out)
+    verdict = compare(Observed(stdout=cell.stdout, error_type=cell.error_type), now,
+                      relative=RELATIVE_NOISE)
+    if result.oom_killed:
+        return Comparison(matches=False, detail="killed at the memory limit now")
+    missing = _artifact_difference(cell, {Path(a.path).name: a.sha256 for a in result.artifacts})
+    if verdict.matches and missing:
+        return Comparison(matches=False, detail=missing)
+    return verdict
+
+
+def _artifact_difference(cell: Cell, written: dict[str, str]) -> str | None:
+    """The first recorded artifact not written again, or written with other content."""
+    for recorded in cell.artifacts:
+        name = Path(recorded).name
+        if name not in written:
+            return f"artifact {name!r} was not written again"
+        then = _sha256(Path(recorded))
+        if then is not None and then != written[name]:
+            return f"artifact {name!r} differs (sha256 {then[:12]} then, {written[name][:12]} now)"
+    return None
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        with path.open("rb") as stream:
+            return hashlib.file_digest(stream, "sha256").hexdigest()
+    except OSError:  # on another host, or removed since: compared by name alone
+        return None
+
+
+def _over_bound(tally: _Tally, settings: RestoreSettings) -> str | None:
+    if tally.cpu > settings.cpu_seconds:
+        return (f"the replay used {tally.cpu:.1f} CPU seconds, past its bound of "
+                f"{settings.cpu_seconds:g}")
+    elapsed = time.monotonic() - tally.started
+    if elapsed > settings.wall_time:
+        return f"the replay took {elapsed:.1f} s, past its bound of {settings.wall_time:g} s"
+    return None
+
+
+def _difference(cell: Cell, detail: str) -> CellDifference:
+    return CellDifference(call_id=cell.call_id, detail=detail,
+                          variables=assigned_names(cell.code)[:MAX_NAMES])
+
+
+def _ended(tally: _Tally, base: dict[str, object], status: str, differed: list[CellDifference],
+           failed: list[CellDifference], reason: str) -> StateRestored:
+    names = [name for item in (*differed, *failed) for name in item.variables]
+    return StateRestored.model_validate({
+        **base, "status": status, "replayed": tally.replayed, "differed": differed,
+        "failed": failed, "variables": list(dict.fromkeys(names))[:MAX_NAMES],
+        "reason": reason, "duration_s": round(time.monotonic() - tally.started, 3),
+        "cpu_seconds": round(tally.cpu, 3),
+    })
+
+
+def restore_workspace(
+    workspace: Workspace, cells: list[Cell], settings: RestoreSettings, *, run_id: str,
+    reason: str,
+) -> StateRestored:
+    """Replay `cells` into `workspace`'s sandbox, through a gate of their own.
+
+    Their audit run id is `<run_id>-restore`; a replay that does not finish
+    leaves an empty sandbox behind (the note then says "state not restored").
+    """
+    workspace.prepare(run_id)  # the sandbox carries the owner's run id, not the replay's
+    gate = workspace.open_gate(f"{run_id}-restore")
+    outcome = "error"  # the engine failed: the run's own handling reports it
+    try:
+        event = replay(gate, cells, settings, reason=reason)
+        outcome = "completed"
+    finally:
+        gate.close(reason=outcome)
+    if event.status == "not_restored" and event.replayed:
+        workspace.discard()  # half a state is worse than none: start empty, as the note says
+        workspace.take_reset()
+    return event.model_copy(update={"run_id": run_id})
+
+
+def prior_cells(path: Path, settings: RestoreSettings, *, reset: bool) -> list[Cell] | None:
+    """The cells to replay before a run that starts after a reset (None: no restore).
+
+    Read from the transcript before the run's own `run_start` is written; a
+    transcript that cannot be read restores nothing (the model is told as before).
+    """
+    if not reset or not settings.enabled:
+        return None
+    try:
+        return cells_of(read_transcript(path))
+    except TranscriptError as exc:
+        logger.warning("no restore: %s", exc)
+        return None
+
+
+def replace_killed(workspace: Workspace, settings: RestoreSettings) -> None:
+    """After a timeout or OOM kill reset the interpreter in place, replace the sandbox.
+
+    The next run then restores into a fresh one (the killer is never replayed).
+    """
+    reason = workspace.state_lost
+    if settings.enabled and reason and not workspace.reset_pending:
+        workspace.discard(reason=reason)
+
+
+def forgotten() -> StateRestored:
+    """The event of a conversation reset on purpose: nothing before it is replayed later."""
+    return StateRestored(status="not_restored", reason="the conversation was reset")
+
+
+def cell_of(call_id: str, code: object, outcome: ToolOutcome) -> Cell | None:
+    """A live execution as a cell to replay later (a face without a transcript: MCP)."""
+    result = outcome.execution
+    if outcome.status != "ok" or result is None or not result.ok or not isinstance(code, str):
+        return None
+    return Cell(call_id=call_id, code=code, stdout=result.stdout,
+                artifacts=tuple(artifact.path for artifact in result.artifacts))
