@@ -29,7 +29,7 @@ from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.prompting import terminal_operator
 from sbx.agent.core.conversation import Conversation
-from sbx.agent.core.restore_resume import read_resumable, resume
+from sbx.agent.core.resume import read_resumable, resume
 from sbx.agent.core.state import RunResult
 from sbx.tools.text_safety import safe_text
 

@@ -1,20 +1,23 @@
-"""Continue a run that ended `needs_input`, from its transcript, in a new process.
+"""Take up a conversation from its transcript in a new process (or on another replica).
 
-`sbx ask --continue RUN_ID "answer"` (and later the service) takes the run up
-where it paused: the conversation's messages rebuilt from the transcript (each
-event is there, so nothing else is needed), the same data (the paths the
-conversation was opened with), the same conversation id, and the answer. The
-sandbox of the paused run died with its process, so the continuation gets a
-fresh one and the model is told its variables are gone (when code had run).
-The continuation is appended to the same transcript, so the file shows both
-parts; its `run_start` (transcript and audit) names the run it continues, and
-the audit log keeps the answer (`user_answer`).
+    read_resumable   the conversation's id, data and messages, and the question its last
+                     run asked the user when it ended `needs_input`
+    resume           reopen it (`sbx chat --resume`, a restarted server, a replica
+                     adopting one that drained or died); its first run restores the
+                     sandbox's state by replay (`sbx.agent.core.restore`)
+    read_paused      the same, checked to be a run waiting for an answer, and
+    continue_paused  answer it (`sbx ask --continue RUN_ID "answer"`)
+
+The sandbox died with the process that held it, so the model is told when its
+variables are gone or were rebuilt. New events are appended to the same
+transcript; a continuation's `run_start` (transcript and audit) names the run it
+continues, and the audit log keeps the answer (`user_answer`).
 
 A transcript is a file anyone may have edited: every line is validated as its
-event type (`sbx.agent.core.transcript`), and only the last run of the file, ended
-`needs_input`, can be continued, once.
+event type (`sbx.agent.core.transcript`); only the last run of the file, ended
+`needs_input`, can be continued; its code only ever runs in the sandbox, through
+the gate, under the principal of the face that resumes it.
 """
-
 from __future__ import annotations
 
 import json
@@ -24,7 +27,7 @@ from typing import Any
 
 from sbx.agent.core.app import Answer, App
 from sbx.agent.core.asking import PendingInput
-from sbx.agent.core.conversation import ConversationSpec, settle
+from sbx.agent.core.conversation import Conversation, ConversationSpec, settle
 from sbx.agent.core.events import (
     ConversationStart,
     EventSink,
@@ -34,6 +37,7 @@ from sbx.agent.core.events import (
     RunStart,
     ToolResult,
 )
+from sbx.agent.core.limits_request import LimitsRequest
 from sbx.agent.core.settings import Endpoint, SettingsError
 from sbx.agent.core.transcript import TranscriptError, numbered_events
 
@@ -42,23 +46,27 @@ MAX_SCANNED = 10_000
 
 
 @dataclass(frozen=True, kw_only=True)
-class Paused:
-    """A conversation whose last run waits for the user's answer, read from its transcript."""
+class Resumable:
+    """A conversation read back from its transcript."""
 
     path: Path
-    """The transcript."""
+    """The transcript; the resumed conversation appends to it."""
     conversation_id: str
-    """The conversation the continuation joins."""
+    """The id it keeps (transcript, audit, sandbox labels)."""
     data: tuple[Path, ...]
-    """The data the conversation was opened with."""
+    """The data the conversation was opened with (host paths)."""
     messages: list[dict[str, Any]]
-    """The conversation as the model saw it, the paused run's question to the user included."""
-    pending: PendingInput
-    """The run and its question."""
+    """The conversation as the model last saw it, every tool call answered."""
+    pending: PendingInput | None
+    """The question the last run asked the user (it ended `needs_input`), else None."""
     executions: int
-    """Programs the conversation ran (its sandbox is gone: the model must be told)."""
+    """Programs the conversation ran (its sandbox is gone: they are replayed)."""
     next_seq: int
     """The `seq` of the next transcript line."""
+    last_run: str | None = None
+    """The last run's id (its `run_start`), None before any run."""
+    last_status: str | None = None
+    """How the last run ended (its `run_end`), None when it has no end (its process died)."""
 
 
 def find_transcript(run_id: str, runs_dir: Path) -> Path:
@@ -81,15 +89,15 @@ def find_transcript(run_id: str, runs_dir: Path) -> Path:
     raise SettingsError(f"no transcript of run {run_id} in {runs_dir}/ (pass --transcript FILE)")
 
 
-def read_paused(path: Path, run_id: str) -> Paused:
-    """The conversation of `path`, whose last run must be `run_id`, ended `needs_input`."""
+def read_resumable(path: Path) -> Resumable:
+    """The conversation of the transcript at `path` (a `TranscriptError` names a bad line)."""
     conversation_id: str | None = None
     data: tuple[Path, ...] = ()
     messages: list[dict[str, Any]] = []
-    last_start: str | None = None
-    end: RunEnd | None = None
-    executions = 0
-    count = 0
+    pending: PendingInput | None = None
+    last_run: str | None = None
+    last_status: str | None = None
+    executions = count = 0
     for _, event in numbered_events(path):
         count += 1
         match event:
@@ -97,7 +105,7 @@ def read_paused(path: Path, run_id: str) -> Paused:
                 conversation_id = event.conversation_id
                 data = tuple(Path(item) for item in event.data)
             case RunStart():
-                last_start, end = event.run_id, None
+                last_run, last_status, pending = event.run_id, None, None
             case MessageAdded() | ModelReplied():
                 messages.append(dict(event.message))
             case ToolResult():
@@ -105,25 +113,35 @@ def read_paused(path: Path, run_id: str) -> Paused:
                                  "content": event.content})
                 executions += event.name == "execute_python"
             case RunEnd():
-                end = event
+                last_status = event.status
                 messages = settle(messages, event.status)
+                question = getattr(event, "question", None)
+                asked = event.status == "needs_input" and isinstance(question, str)
+                pending = PendingInput(run_id=event.run_id or "", question=str(question)
+                                       ) if asked else None
     if conversation_id is None:
         raise TranscriptError(f"{path}: no conversation_start: not a transcript of sbx ask/chat")
-    if last_start != run_id or end is None or end.run_id != run_id:
+    messages = settle(messages, "interrupted")  # a run its process died in has no run_end
+    return Resumable(path=path, conversation_id=conversation_id, data=data, messages=messages,
+                     pending=pending, executions=executions, next_seq=count,
+                     last_run=last_run, last_status=last_status)
+
+
+def read_paused(path: Path, run_id: str) -> Resumable:
+    """The conversation of `path`, whose last run must be `run_id`, ended `needs_input`."""
+    record = read_resumable(path)
+    if record.last_run != run_id or record.last_status is None:
         raise SettingsError(f"run {run_id} is not the last run of {path}: it cannot be continued")
-    question = getattr(end, "question", None)
-    if end.status != "needs_input" or not isinstance(question, str):
-        raise SettingsError(f"run {run_id} ended {end.status}, not needs_input: nothing to answer")
-    return Paused(
-        path=path, conversation_id=conversation_id, data=data, messages=messages,
-        pending=PendingInput(run_id=run_id, question=question), executions=executions,
-        next_seq=count,
-    )
+    if record.last_status != "needs_input" or record.pending is None:
+        raise SettingsError(
+            f"run {run_id} ended {record.last_status}, not needs_input: nothing to answer"
+        )
+    return record
 
 
 def continue_paused(
     app: App,
-    paused: Paused,
+    paused: Resumable,
     answer: str,
     *,
     spec: ConversationSpec,
@@ -148,3 +166,20 @@ def continue_paused(
         result=result, conversation_id=conversation.id, transcript=paused.path,
         audit_log=app.audit_path, output_dir=output,
     )
+
+
+def resume(
+    app: App, record: Resumable, *, spec: ConversationSpec, endpoint: Endpoint,
+    data: tuple[Path, ...] | None = None, limits: LimitsRequest | None = None,
+) -> Conversation:
+    """Reopen the conversation of `record`: its id, its data, its messages; restore at first use.
+
+    `spec` gives the face's principal, output and operator; `data` replaces the
+    recorded paths (a replica has its own copy of the datasets).
+    """
+    paths = record.data if data is None else data
+    spec = replace(spec, conversation_id=record.conversation_id, data=paths)
+    conversation = app.reopen(spec, endpoint=endpoint, transcript=record.path,
+                              next_seq=record.next_seq, limits=limits)
+    conversation.restore(record.messages, record.pending, lost=record.executions > 0)
+    return conversation

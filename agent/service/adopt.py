@@ -22,7 +22,7 @@ from typing import Any
 
 from sbx.agent.core.conversation import ConversationSpec
 from sbx.agent.core.limits_request import LimitsRequest
-from sbx.agent.core.restore_resume import Resumable, read_resumable, resume
+from sbx.agent.core.resume import Resumable, read_resumable, resume
 from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.service.core import Service
 from sbx.agent.service.runs import Live
