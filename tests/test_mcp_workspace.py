@@ -19,7 +19,7 @@ from mcp_support import containers_of
 from sbx.agent.core.app import App
 from sbx.agent.core.config import load_config
 from sbx.agent.core.workspace import ConversationSpec, Workspace, WorkspaceClosed
-from sbx.agent.mcp.session import new_session_id
+from sbx.agent.mcp.tool_session import new_session_id
 
 
 @contextmanager

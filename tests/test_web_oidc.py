@@ -19,7 +19,7 @@ import oidc_support
 import service_support
 import web_support
 from oidc_support import OIDC_ENV, oidc_policy
-from sbx.agent.service.web.sessions import COOKIE
+from sbx.agent.service.web.signin_sessions import COOKIE
 from web_support import watch
 
 serve = service_support.serve

@@ -32,7 +32,7 @@ from sbx.agent.service.store.db import Database
 from sbx.agent.service.store.keys import revoke_key
 from sbx.agent.service.store.models import WebSession
 from sbx.agent.service.web.headers import PAGE_CSP
-from sbx.agent.service.web.sessions import COOKIE
+from sbx.agent.service.web.signin_sessions import COOKIE
 from web_support import sign_in, watch
 
 serve = service_support.serve

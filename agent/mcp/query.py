@@ -15,7 +15,7 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from sbx.agent.mcp.sessions import McpSessions
+from sbx.agent.mcp.tool_sessions import McpSessions
 from sbx.agent.mcp.tools import SessionKey, call_host_tool, reported, result_of
 
 DESCRIPTION = (

@@ -45,7 +45,7 @@ from sbx.agent.mcp.artifacts import (
 )
 from sbx.agent.mcp.describe import data_names, describe
 from sbx.agent.mcp.query import register_query
-from sbx.agent.mcp.sessions import McpSessions
+from sbx.agent.mcp.tool_sessions import McpSessions
 from sbx.agent.mcp.tools import SessionKey, register_tools
 
 logger = logging.getLogger(__name__)

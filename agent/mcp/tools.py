@@ -34,8 +34,8 @@ from pydantic import Field
 from sbx.agent.mcp.admission import Caller, Refused
 from sbx.agent.mcp.artifacts import artifact_blocks
 from sbx.agent.mcp.describe import Descriptions
-from sbx.agent.mcp.session import CallReport, McpSession, SessionClosed
-from sbx.agent.mcp.sessions import McpSessions
+from sbx.agent.mcp.tool_session import CallReport, McpSession, SessionClosed
+from sbx.agent.mcp.tool_sessions import McpSessions
 from sbx.sandbox.errors import SandboxError
 from sbx.tools.audit import AuditError
 

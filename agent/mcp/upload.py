@@ -32,8 +32,8 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from sbx.agent.mcp.admission import Caller
-from sbx.agent.mcp.session import UPLOAD_TOOL
-from sbx.agent.mcp.sessions import McpSessions
+from sbx.agent.mcp.tool_session import UPLOAD_TOOL
+from sbx.agent.mcp.tool_sessions import McpSessions
 from sbx.agent.mcp.tools import SessionKey, reported, result_of
 from sbx.sandbox.units import format_size
 from sbx.tools.context import ToolContext

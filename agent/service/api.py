@@ -7,7 +7,7 @@
 Each declared route, in this order: the bearer key is looked up (401 when it
 is missing, unknown or revoked; the principal comes from the key and only
 from it), or, without one, the web page's session cookie (a change made with
-the cookie must also pass its Origin and CSRF checks: `web/sessions.py`);
+the cookie must also pass its Origin and CSRF checks: `web/signin_sessions.py`);
 the JSON body is read (bounded by the gateway), parsed and validated against
 the declared model (400 malformed, 415 not JSON, 422 invalid, unknown keys
 included); then the handler runs, a plain function on
@@ -38,7 +38,7 @@ from starlette.routing import Route
 from sbx.agent.service.admission import Held
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.store.keys import KeyInfo, lookup_key
-from sbx.agent.service.web.sessions import cookie_key
+from sbx.agent.service.web.signin_sessions import cookie_key
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sbx.agent.mcp.session import McpSession
-    from sbx.agent.mcp.sessions import McpSessions
+    from sbx.agent.mcp.tool_session import McpSession
+    from sbx.agent.mcp.tool_sessions import McpSessions
     from sbx.agent.service.core import Service
 
 logger = logging.getLogger(__name__)

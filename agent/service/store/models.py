@@ -150,7 +150,7 @@ class Replica(Base):
 
 
 class WebSession(Base):
-    """A browser signed in to the web page with an API key (`sbx.agent.service.web.sessions`).
+    """A browser signed in to the web page (`sbx.agent.service.web.signin_sessions`).
 
     Only a SHA-256 of the cookie is kept, as for keys; the session acts as its key
     and stops when the key is revoked, when it expires, or at sign-out.

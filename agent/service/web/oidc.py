@@ -15,7 +15,7 @@ callback URL carried to another browser signs nobody in. A signed cookie alone w
 other choice: it would need a signing key shared by every replica, and still a record
 on the server to make its state good only once; the store gives both. Signing out is the page's
 usual `DELETE /web/session`: it ends either kind of session. The session itself is the
-same cookie as an API-key session (`web/sessions.py`); its principal is `oidc:<claim>`.
+same cookie as an API-key session (`web/signin_sessions.py`); its principal is `oidc:<claim>`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from sbx.agent.service.api import Call, api
 from sbx.agent.service.oidc_client import OidcClient, OidcError, principal_and_role
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.store.identities import LOGIN_TTL_S, begin_login, finish_login, sign_in
-from sbx.agent.service.web.sessions import (
+from sbx.agent.service.web.signin_sessions import (
     SESSION_TTL_S,
     cookie_token,
     end_session,

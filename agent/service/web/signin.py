@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.store.keys import lookup_key
-from sbx.agent.service.web.sessions import (
+from sbx.agent.service.web.signin_sessions import (
     check_csrf,
     check_origin,
     clear_cookie_header,

@@ -27,7 +27,7 @@ from sbx.agent.core.app import App
 from sbx.agent.core.restore import Cell
 from sbx.agent.core.workspace import ConversationSpec
 from sbx.agent.mcp.admission import Admission, Caller, FixedData
-from sbx.agent.mcp.session import McpSession, SessionClosed, new_session_id
+from sbx.agent.mcp.tool_session import McpSession, SessionClosed, new_session_id
 from sbx.sandbox.closing import Closing
 
 logger = logging.getLogger(__name__)
