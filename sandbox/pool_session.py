@@ -54,13 +54,16 @@ class Reaper:
         """Queue a removal; after `close()` it runs on the caller's thread instead."""
         if container_id is None and lease is None and data_dir is None:
             return
+        future: Future[None] | None = None
         with self._lock:
             if not self._closed:
                 future = self._executor.submit(self._reap, container_id, lease, data_dir)
                 self._pending.add(future)
-                future.add_done_callback(self._done)
-                return
-        self._reap(container_id, lease, data_dir)
+        if future is None:
+            self._reap(container_id, lease, data_dir)
+            return
+        # Outside the lock: a future already done runs `_done` here, which takes the lock.
+        future.add_done_callback(self._done)
 
     def _done(self, future: Future[None]) -> None:
         with self._lock:
