@@ -84,9 +84,24 @@ def _fix_text(request: ScriptedRequest) -> Reply:
     return assistant(fenced(SECOND_PROGRAM, "A list has no .mean(); fixing that."))
 
 
+def _since_last_reply(request: ScriptedRequest) -> str:
+    """The text of every message after the model's last reply.
+
+    In text format the observation is a user message, and a chart's description may follow it.
+    """
+    texts: list[str] = []
+    for message in reversed(request.messages):
+        if message.get("role") == "assistant":
+            break
+        content = message.get("content")
+        parts = content if isinstance(content, list) else [{"text": content}]
+        texts += [str(part.get("text") or "") for part in parts if isinstance(part, dict)]
+    return "\n".join(reversed(texts))
+
+
 def _answer(request: ScriptedRequest) -> Reply:
     """Turn 3: quote the sandbox's `ANSWER:` line, so every number shown was computed."""
-    observation = request.last_tool_message or str(request.messages[-1].get("content") or "")
+    observation = request.last_tool_message or _since_last_reply(request)
     found = [line for line in observation.splitlines() if line.startswith("ANSWER:")]
     if not found:
         return assistant(
