@@ -11,6 +11,12 @@ On PostgreSQL the lock is a row lock (`SELECT ... FOR UPDATE` on the
 principal's key row); on SQLite a write transaction starts with `BEGIN
 IMMEDIATE`, which takes the database's single write lock at once (SQLite has
 no row locks, and a deferred transaction could read, then fail to upgrade).
+Writers of one process first queue on a lock of their own (`_gate`, one per
+database file): SQLite's busy handler polls with sleeps of up to 100 ms, so
+32 runs storing events at once waited far longer than the lock was held; a
+thread lock wakes the next writer as soon as the last one commits, and keeps
+the waiting writers from holding pooled connections. Other processes on the
+same file still meet the busy timeout.
 
 Migrations (Alembic, `agent/service/migrations/`) are applied at start under
 a lock (`pg_advisory_xact_lock` on PostgreSQL, the write lock on SQLite), so
@@ -20,6 +26,7 @@ replicas starting together migrate once.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +46,8 @@ DATA_DIR_ENV = "SBX_DATA_DIR"
 MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
 _MIGRATE_LOCK = 0x5B7_5E7E  # any constant: the advisory lock id of "sbx migrations"
 _WRITE = "sbx_write"
+_GATES: dict[str, threading.RLock] = {}
+_GATES_LOCK = threading.Lock()
 
 
 class StoreError(Exception):
@@ -68,6 +77,8 @@ class Database:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.sqlite = engine.dialect.name == "sqlite"
+        self._gate = _gate(engine) if self.sqlite else None
+        """This process's queue for SQLite's write lock (none on PostgreSQL: row locks)."""
         self._read = sessionmaker(bind=engine, expire_on_commit=False)
         self._write = sessionmaker(
             bind=engine.execution_options(**{_WRITE: True}), expire_on_commit=False
@@ -118,7 +129,7 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Session]:
         """A session in a write transaction (SQLite: `BEGIN IMMEDIATE`), committed at the end."""
-        with self._write.begin() as session:
+        with self._queued(), self._write.begin() as session:
             yield session
 
     def session_factories(self) -> tuple[sessionmaker[Session], ...]:
@@ -140,8 +151,25 @@ class Database:
 
     @contextmanager
     def _write_connection(self) -> Iterator[Connection]:
-        with self.engine.execution_options(**{_WRITE: True}).begin() as connection:
+        with self._queued(), self.engine.execution_options(**{_WRITE: True}).begin() as connection:
             yield connection
+
+    @contextmanager
+    def _queued(self) -> Iterator[None]:
+        """This process's turn at SQLite's write lock (see the module docstring)."""
+        if self._gate is None:
+            yield
+            return
+        with self._gate:  # reentrant: a nested write meets SQLite's own lock, as before
+            yield
+
+
+def _gate(engine: Engine) -> threading.RLock:
+    """One lock per SQLite file in this process (every `Database` on it shares it)."""
+    path = engine.url.database or ""
+    key = str(Path(path).resolve()) if path and path != ":memory:" else f"memory:{id(engine)}"
+    with _GATES_LOCK:
+        return _GATES.setdefault(key, threading.RLock())
 
 
 def lock_principal(session: Session, principal: str) -> None:
