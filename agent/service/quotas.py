@@ -130,14 +130,19 @@ def storage_used(session: Session, principal: str) -> int:
     """Bytes the principal stores: datasets, artifacts, and its runs' stored events.
 
     An event counts as the length of its stored JSON text (characters, which is bytes for
-    the ASCII most events are made of).
+    the ASCII most events are made of). One statement (it runs before every run, inside
+    the write transaction); artifacts are found through their runs, by indexed columns.
     """
-    artifacts = session.scalar(select(func.coalesce(func.sum(ArtifactRow.size), 0))
-                               .where(ArtifactRow.principal == principal))
-    events = session.scalar(select(func.coalesce(func.sum(func.length(EventRow.data)), 0))
-                            .join(Run, Run.id == EventRow.run_id)
-                            .where(Run.principal == principal))
-    return stored_bytes(session, principal) + int(artifacts or 0) + int(events or 0)
+    datasets = (select(func.coalesce(func.sum(Dataset.size), 0))
+                .where(Dataset.principal == principal).scalar_subquery())
+    artifacts = (select(func.coalesce(func.sum(ArtifactRow.size), 0))
+                 .join(Run, Run.id == ArtifactRow.run_id)
+                 .where(Run.principal == principal).scalar_subquery())
+    events = (select(func.coalesce(func.sum(func.length(EventRow.data)), 0))
+              .join(Run, Run.id == EventRow.run_id)
+              .where(Run.principal == principal).scalar_subquery())
+    total = session.scalar(select(datasets + artifacts + events))
+    return int(total or 0)
 
 
 def check_storage(session: Session, principal: str, quotas: ServiceQuotas, adding: int = 0

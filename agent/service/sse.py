@@ -6,10 +6,10 @@
 
 Each event's `id` is its `seq` in the run (1, 2, 3, ...). A client that
 reconnects with `Last-Event-ID: 7` (or `?after=7`) gets every event after 7,
-read from the store. The stream reads the run's status *before* its events,
-and a run's events are all stored before its final status, so once a read
-finds the run ended, the events read with it are the last ones: the stream
-then closes. A comment line every `KEEPALIVE_S` keeps proxies from closing
+read from the store. The stream reads the run's status and its events in one
+statement (one snapshot), and a run's events are all stored before its final
+status, so once a read finds the run ended, the events read with it are the
+last ones: the stream then closes. A comment line every `KEEPALIVE_S` keeps proxies from closing
 an idle stream. Each read returns at most `BATCH` events.
 """
 
@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
+from sqlalchemy import and_, select
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
@@ -70,13 +70,18 @@ async def event_stream(service: Service, run_id: str, after: int) -> AsyncIterat
 
 
 def _read(service: Service, run_id: str, after: int) -> tuple[bool, list[tuple[int, str, str]]]:
-    """(the run had ended before this read, the next events after `after`)."""
-    with service.db.read() as session:
-        status = session.scalar(select(Run.status).where(Run.id == run_id))
-        rows = session.execute(
-            select(EventRow.seq, EventRow.type, EventRow.data)
-            .where(EventRow.run_id == run_id, EventRow.seq > after)
-            .order_by(EventRow.seq).limit(BATCH)
-        ).all()
+    """(the run had ended before this read, the next events after `after`).
+
+    One statement: the run's status on every row (one row with no event when there is
+    none after `after`, none when the run is gone), read in the same snapshot as the
+    events, so a status that says ended comes with every event stored before it.
+    """
+    query = (select(Run.status, EventRow.seq, EventRow.type, EventRow.data).select_from(Run)
+             .outerjoin(EventRow, and_(EventRow.run_id == Run.id, EventRow.seq > after))
+             .where(Run.id == run_id).order_by(EventRow.seq).limit(BATCH))
+    with service.db.reading() as connection:
+        rows = connection.execute(query).all()
+    status = rows[0][0] if rows else None
     ended = status is None or status not in UNFINISHED
-    return ended, [(int(seq), str(kind), str(data)) for seq, kind, data in rows]
+    return ended, [(int(seq), str(kind), str(data)) for _, seq, kind, data in rows
+                   if seq is not None]

@@ -132,6 +132,16 @@ class Database:
         with self._queued(), self._write.begin() as session:
             yield session
 
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection in a plain transaction, for a hot read path that needs no ORM session.
+
+        A session costs several times the query it runs (the event stream reads once
+        per stored event of every run it follows).
+        """
+        with self.engine.connect() as connection, connection.begin():
+            yield connection
+
     def session_factories(self) -> tuple[sessionmaker[Session], ...]:
         """The factories of every session it hands out (to hook what is written)."""
         return (self._read, self._write)
@@ -178,8 +188,11 @@ def lock_principal(session: Session, principal: str) -> None:
     PostgreSQL: a row lock on the principal's key (or, for a person signed in
     through the OpenID Connect provider, their identity row), held to the end of
     the transaction. SQLite: the write transaction already holds the database's
-    write lock.
+    write lock (its first statement, whichever it is, begins it `IMMEDIATE`), so
+    nothing is sent.
     """
+    if session.get_bind().dialect.name == "sqlite":
+        return
     if principal.startswith("oidc:"):
         session.execute(select(OidcIdentity.principal).where(
             OidcIdentity.principal == principal).with_for_update())

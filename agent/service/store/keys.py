@@ -108,14 +108,16 @@ def lookup_key(db: Database, key: str) -> KeyInfo | None:
     """The live key a bearer token stands for, or None (unknown, malformed or revoked)."""
     if not key.startswith(KEY_PREFIX) or len(key) > 128:
         return None
-    with db.read() as session:
-        row = session.scalars(select(ApiKey).where(ApiKey.key_hash == hash_key(key))).first()
-        if row is None or row.revoked_at is not None:
-            return None
-        return _info(row)
+    with db.reading() as connection:  # every request asks: no ORM session
+        row = connection.execute(select(*ApiKey.__table__.columns)
+                                 .where(ApiKey.key_hash == hash_key(key))).first()
+    if row is None or row.revoked_at is not None:
+        return None
+    return _info(row)
 
 
-def _info(row: ApiKey) -> KeyInfo:
+def _info(row: Any) -> KeyInfo:
+    """The key's view from its `ApiKey` row (an ORM object or a plain row: same names)."""
     overrides = {f: getattr(row, f) for f in QUOTA_FIELDS if getattr(row, f) is not None}
     role: Role = "admin" if row.role == "admin" else "user"
     return KeyInfo(
