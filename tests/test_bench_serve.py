@@ -69,3 +69,6 @@ def test_a_tiny_real_run_loses_no_event_and_leaves_no_container(engine):
     assert report["audit"]["server"].startswith("verifies (")
     assert report["audit"]["core"].startswith("verifies (")
     assert set(report["latency_ms"]) == {"core", "serve", "added"}
+    assert set(report["latency_ms"]["serve"]) == {"p50", "p90", "p99"}
+    cpu = report["cpu_ms_per_question"]
+    assert cpu["serve"]["process"] > 0 and cpu["core"]["process"] > 0  # both sides measured

@@ -10,11 +10,14 @@ previous question's variable, then an answer), run twice per round:
 
 Rounds alternate the order (serve, core, core, serve, ...) so that drift on a
 shared host falls on both sides. A question's latency is from asking to the
-run's end (over HTTP: the `run_end` event received). Reported: p50 and p99 of
-each side and the difference (what the service adds: HTTP, the store, the
-event stream, the run queue); events lost (each run's stored events that its
-live stream did not deliver: must be 0); containers left (of the server and
-of this process, after both closed: must be 0); the audit logs' verification.
+run's end (over HTTP: the `run_end` event received). Reported: p50, p90 and
+p99 of each side and the difference (what the service adds: HTTP, the store,
+the event stream, the run queue); CPU per question of each side (the server
+process, or this process for the core; and the whole host, engine and
+containers included, other work on a shared host too); events lost (each
+run's stored events that its live stream did not deliver: must be 0);
+containers left (of the server and of this process, after both closed: must
+be 0); the audit logs' verification.
 Nothing leaves the machine: the model and the server listen on 127.0.0.1.
 """
 
@@ -39,7 +42,9 @@ from sbx.agent.service.bench_phases import (
     Sample,
     ServerProcess,
     core_phase,
+    host_busy_s,
     http_phase,
+    process_cpu_s,
     respond,
 )
 from sbx.agent.service.store.db import Database
@@ -72,6 +77,9 @@ class ServeBenchReport:
     core_s: list[float] = field(default_factory=list)
     serve_s: list[float] = field(default_factory=list)
     statuses: Counter[str] = field(default_factory=Counter)
+    cpu_s: dict[str, dict[str, float]] = field(default_factory=lambda: {
+        side: {"process": 0.0, "host": 0.0} for side in ("core", "serve")})
+    """CPU seconds of each side's phases: its process's ("process") and the host's ("host")."""
     events_received: int = 0
     events_stored: int = 0
     events_lost: int = 0
@@ -102,18 +110,25 @@ class ServeBenchReport:
             self.problems.append(f"sbx serve exited {self.server_exit} after SIGTERM")
 
     def latency_ms(self) -> dict[str, dict[str, float]]:
-        """p50 and p99 of each side, and the service's difference."""
-        core = {"p50": percentile(self.core_s, 50), "p99": percentile(self.core_s, 99)}
-        serve = {"p50": percentile(self.serve_s, 50), "p99": percentile(self.serve_s, 99)}
+        """p50, p90 and p99 of each side, and the service's difference."""
+        core = {f"p{q}": percentile(self.core_s, q) for q in QUANTILES}
+        serve = {f"p{q}": percentile(self.serve_s, q) for q in QUANTILES}
         added = {key: serve[key] - core[key] for key in core}
         return {name: {key: round(value * 1000, 1) for key, value in side.items()}
                 for name, side in (("core", core), ("serve", serve), ("added", added))}
+
+    def cpu_ms(self) -> dict[str, dict[str, float]]:
+        """CPU milliseconds per question of each side: its process's and the host's."""
+        counts = {"core": len(self.core_s), "serve": len(self.serve_s)}
+        return {side: {kind: round(1000 * self.cpu_s[side][kind] / max(1, counts[side]), 1)
+                       for kind in ("process", "host")} for side in ("core", "serve")}
 
     def as_json(self) -> dict[str, Any]:
         """Everything, for `--json`."""
         return {
             "options": asdict(self.options), "questions_per_side": len(self.core_s),
-            "latency_ms": self.latency_ms(), "statuses": dict(self.statuses),
+            "latency_ms": self.latency_ms(), "cpu_ms_per_question": self.cpu_ms(),
+            "statuses": dict(self.statuses),
             "events": {"received": self.events_received, "stored": self.events_stored,
                        "lost": self.events_lost, "unexpected": self.events_unexpected},
             "containers_left": self.containers_left, "audit": self.audit,
@@ -122,15 +137,19 @@ class ServeBenchReport:
 
     def render(self) -> str:
         """The report as text."""
-        o, latency = self.options, self.latency_ms()
+        o, latency, cpu = self.options, self.latency_ms(), self.cpu_ms()
         lines = [
             f"{o.conversations} conversations x {o.questions} questions at once, {o.rounds} "
             f"round(s), scripted model; {len(self.serve_s)} questions per side",
-            "latency per question, ms    p50        p99",
+            "latency per question, ms    p50        p90        p99",
         ]
         for label, key in (("in-process core", "core"), ("sbx serve (HTTP + SSE)", "serve"),
                            ("added by the service", "added")):
-            lines.append(f"  {label:<24}  {latency[key]['p50']:>8}  {latency[key]['p99']:>9}")
+            lines.append(f"  {label:<24}  {latency[key]['p50']:>8}  {latency[key]['p90']:>9}"
+                         f"  {latency[key]['p99']:>9}")
+        lines.append("CPU per question, ms        process    host")
+        for label, key in (("in-process core", "core"), ("sbx serve (the server)", "serve")):
+            lines.append(f"  {label:<24}  {cpu[key]['process']:>8}  {cpu[key]['host']:>9}")
         lines += [
             f"events: {self.events_received} received live over SSE, {self.events_stored} "
             f"stored, {self.events_lost} lost, {self.events_unexpected} unexpected",
@@ -140,6 +159,9 @@ class ServeBenchReport:
             "ok" if self.ok else "FAILED: " + "; ".join(self.problems),
         ]
         return "\n".join(lines)
+
+
+QUANTILES = (50, 90, 99)
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -205,10 +227,15 @@ def _rounds(report: ServeBenchReport, root: Path, server: ServerProcess, llm: Sc
             for side in order:
                 progress(f"round {index + 1}/{o.rounds}: {side}")
                 llm.script([respond] * turns)
+                pid = server.proc.pid if side == "serve" else None
+                before = process_cpu_s(pid), host_busy_s()
                 if side == "serve":
                     batches = http_phase(server, keys, o.questions)
                 else:
                     batches = core_phase(app, endpoint, root, o.conversations, o.questions)
+                used = report.cpu_s[side]
+                used["process"] += process_cpu_s(pid) - before[0]
+                used["host"] += host_busy_s() - before[1]
                 samples = [sample for batch in batches for sample in batch]
                 (report.serve_s if side == "serve" else report.core_s).extend(
                     sample.seconds for sample in samples)

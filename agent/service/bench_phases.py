@@ -2,6 +2,8 @@
 
     ServerProcess   a real `sbx serve` on 127.0.0.1 (port 0), its own data dir and SQLite
                     store, the scripted model; stopped with SIGTERM, which must exit 0
+    process_cpu_s   CPU seconds of a process (the server's, or this one's for the core)
+    host_busy_s     CPU seconds the whole host was busy (the engine and containers too)
     http_phase      N concurrent conversations (one API key each), Q questions in turn;
                     each question: POST, then its Server-Sent Events until the run's end
     core_phase      the same N x Q through `App` / `Conversation` in this process
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import resource
 import signal
 import socket
 import subprocess
@@ -128,6 +131,22 @@ class ServerProcess:
             return self.proc.wait(EXIT_TIMEOUT_S)
         finally:
             self._pump.join(10)
+
+
+def process_cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system) a process has used: this one, or `pid` (Linux `/proc`)."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def host_busy_s() -> float:
+    """CPU seconds every core of the host has been busy (not idle or waiting for I/O)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(value) for value in stat.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def run_concurrently(count: int, work: Callable[[int], list[Sample]]) -> list[list[Sample]]:
