@@ -37,9 +37,9 @@ from sbx.agent.service.problems import Problem
 from sbx.agent.service.replicas import Identity, Replicas
 from sbx.agent.service.runs import RunManager
 from sbx.agent.service.sandbox_share import SandboxShare
-from sbx.agent.service.store.db import Database, database_url
 from sbx.agent.service.tenant_view import TenantView, install
 from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
+from sbx.agent.store.db import Database, database_url
 from sbx.tools.audit import PATH_ENV
 from sbx.tools.redact import Redactor
 

@@ -31,8 +31,6 @@ from sbx.agent.service.quotas import (
     upload_too_large,
 )
 from sbx.agent.service.schemas import DatasetOut, Listing
-from sbx.agent.service.store.db import lock_principal
-from sbx.agent.service.store.models import Dataset
 from sbx.agent.service.tenancy import owned
 from sbx.agent.service.uploads import (
     Upload,
@@ -41,6 +39,8 @@ from sbx.agent.service.uploads import (
     receive_upload,
     safe_name,
 )
+from sbx.agent.store.db import lock_principal
+from sbx.agent.store.models import Dataset
 from sbx.sandbox.units import format_size
 from sbx.tools.builtin.data_summary import summarize_data
 

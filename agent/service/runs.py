@@ -34,10 +34,10 @@ from sbx.agent.core.events import Event, RunEnd, RunError
 from sbx.agent.core.run_recorder import RunOutcome, RunRecorder, RunTicket, failed_outcome
 from sbx.agent.service.eventlog import EventLog, artifact_name, public_event
 from sbx.agent.service.problems import unavailable
-from sbx.agent.service.store.db import Database
-from sbx.agent.service.store.models import ArtifactRow
-from sbx.agent.service.store.models import Conversation as ConversationRow
 from sbx.agent.service.tenant_view import incident
+from sbx.agent.store.db import Database
+from sbx.agent.store.models import ArtifactRow
+from sbx.agent.store.models import Conversation as ConversationRow
 
 logger = logging.getLogger(__name__)
 
