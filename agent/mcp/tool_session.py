@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ import anyio
 from sbx.agent.core.restore import Cell, cell_of, restore_workspace
 from sbx.agent.core.restore_text import note as restore_note
 from sbx.agent.core.run_recorder import RunRecorder, RunTicket, new_run_id, recorded_call
-from sbx.agent.core.workspace import Workspace, reset_note
+from sbx.agent.core.workspace import Workspace, idle_reason, reset_note
 from sbx.agent.mcp.admission import Admission, Caller
 from sbx.agent.mcp.live_tail import LiveTail
 from sbx.sandbox.closing import Closing
@@ -103,8 +103,6 @@ class McpSession(Closing):
         self._closing = False
         self._holds_state = False
         """Code has run in the current sandbox (replacing it would lose variables)."""
-        self._busy = 0
-        self._last_used = time.monotonic()
         self._reset_reason = reset_reason
         self._last_reason: str | None = None
         """Told at the next execution: set by a discard, or given by an earlier session of
@@ -129,10 +127,6 @@ class McpSession(Closing):
         An execution is a run of the face's `RunRecorder` (its quotas); a refusal
         raises `Refused` and leaves the session as it was.
         """
-        with self._lock:
-            if self._closed:
-                raise SessionClosed(f"MCP session {self.id} has ended")
-            self._busy += 1
         note: str | None = None
 
         def through_gate() -> ToolOutcome:
@@ -146,7 +140,11 @@ class McpSession(Closing):
                 self._journal_add(cell_of(call_id, arguments.get("code"), outcome))
             return outcome
 
-        try:
+        with ExitStack() as using:
+            with self._lock:  # an idle end cannot slip between this check and the use
+                if self._closed:
+                    raise SessionClosed(f"MCP session {self.id} has ended")
+                using.enter_context(self.workspace.in_use())
             if name == "execute_python":
                 outcome = self._execution(through_gate)
             else:
@@ -159,10 +157,6 @@ class McpSession(Closing):
             if name == UPLOAD_TOOL and outcome.status == "ok" and isinstance(outcome.value, Path):
                 footer = self._add_data(outcome.value)
             return CallReport(outcome=outcome, reset_note=note, footer=footer)
-        finally:
-            with self._lock:
-                self._busy -= 1
-                self._last_used = time.monotonic()
 
     def _execution(self, call: Callable[[], ToolOutcome]) -> ToolOutcome:
         """One execution as a run: recorded, and cancelled (the drain) through its token."""
@@ -204,18 +198,16 @@ class McpSession(Closing):
             self._record_reset(reason)
         return lost
 
-    @property
-    def holder(self) -> tuple[bool, bool, float]:
-        """(holds a sandbox, a call runs, when the last call came): for sharing the host."""
-        with self._lock:
-            return self.workspace.used, self._busy > 0, self._last_used
+    def discard_if_idle(self, idle_s: float, reason: str | None = None) -> bool:
+        """Remove the sandbox when no call has come for `idle_s` seconds (and none runs).
 
-    def discard_if_idle(self, idle_s: float, now: float) -> bool:
-        """Remove the sandbox when no call has come for `idle_s` seconds (and none runs)."""
-        reason = f"it was idle for more than {idle_s:g} s"
-        with self._lock:  # no call can start while the idle sandbox is removed
-            idle = not self._closed and self._busy == 0 and now - self._last_used >= idle_s
-            lost = idle and self.workspace.used and self._discard_locked(reason)
+        True when code had run in it (its state was lost; the next call is told).
+        """
+        reason = reason or idle_reason(idle_s)
+        with self._lock:
+            if self._closed or not self.workspace.discard_if_idle(idle_s, reason=reason):
+                return False
+            lost = self._reset_locked(reason)
         if lost:
             self._record_reset(reason)
         return lost
@@ -226,7 +218,8 @@ class McpSession(Closing):
         True: the caller must `close()` it; a call arriving from now on is refused.
         """
         with self._lock:
-            if self._closed or self._busy or now - self._last_used < idle_s:
+            idle = self.workspace.idle_for(now)
+            if self._closed or idle is None or idle < idle_s:
                 return False
             self._closed = True
             return True
@@ -240,7 +233,7 @@ class McpSession(Closing):
             if self._closing:
                 return
             self._closed = self._closing = True
-            busy = self._busy
+            busy = self.workspace.busy
         gate = self._gate
         if gate is not None and busy:
             gate.cancel()  # a call still running ends `cancelled`, and nothing runs after it
@@ -265,8 +258,12 @@ class McpSession(Closing):
             return self._gate
 
     def _discard_locked(self, reason: str) -> bool:
-        self._holds_state = False
         self.workspace.discard()
+        return self._reset_locked(reason)
+
+    def _reset_locked(self, reason: str) -> bool:
+        """After the sandbox went: whether state was lost, and the reason kept for the note."""
+        self._holds_state = False
         lost = self.workspace.take_reset()
         if lost:
             self._reset_reason = reason
