@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 APPLICATION_LAYER = {
     "agent/core/app.py", "agent/core/config.py", "agent/core/conversation.py",
     "agent/core/workspace.py", "agent/core/run_recorder.py", "agent/core/artifacts.py",
-    "agent/core/limits_request.py", "agent/core/execute_program.py",
+    "agent/core/limits_request.py", "agent/core/execute_program.py", "agent/core/tool_session.py",
 }
 FACES = ("agent/cli/", "agent/mcp/", "agent/service/")
 SANDBOX_VALUE_TYPES = (
