@@ -9,9 +9,14 @@ processes, variables) can reach the next run, because there is no next run.
 
 The pool is keyed by everything that shapes a container (`PoolKey`: image and
 `Limits`, the runtime included). Only keys named with `warm()` are kept
-filled. A request for a warmed key with no idle container waits for a build
-already in flight (it is further along than a new create); a request for any
-other key gets a container created on the spot. Runs with `/data` inputs are
+filled: to `config.size`, or, with `config.max_size`, to a target that follows
+demand (`sandbox.pool_demand`: leases taken lately and sessions announced with
+`expect()`, within the memory budget and the host's caps), removing idle
+containers above it when demand falls. A request for a warmed key with no idle
+container waits for a build already in flight only if no earlier waiter has
+claimed it (it is further along than a new create); otherwise, and for any
+other key, it gets a container created on the spot. Builds run on the pool's
+own threads, never on a caller's. Runs with `/data` inputs are
 served warm too: each pooled container mounts an empty directory of its own
 read-only at `/data`, and the run's files are linked (or copied) into it on
 the host before the first execution (`sandbox.datadir`), never sent through
@@ -47,7 +52,9 @@ from sbx.sandbox.gc import collect_orphans
 from sbx.sandbox.host_caps import Need
 from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats, WarmEntry
+from sbx.sandbox.pool_demand import ArrivalRate
 from sbx.sandbox.pool_session import LeasedSession, Reaper
+from sbx.sandbox.pool_sizing import retarget
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session, code_text
 from sbx.sandbox.spec import DEFAULT_OUTPUT_ROOT, SessionSpec
@@ -106,12 +113,25 @@ class Pool(Closing):
         return pool
 
     def warm(self, key: PoolKey) -> None:
-        """Keep `config.size` containers of this key ready from now on."""
+        """Keep containers of this key ready from now on (`config.size`, or as demand says)."""
         self.engine.require_image(key.image)
         self.engine.require_runtime(key.limits.runtime)
         with self._wake:
-            self._slots.setdefault(key, KeySlot())
+            self._slot(key)
             self._wake.notify()
+
+    def expect(self, key: PoolKey, sessions: int) -> None:
+        """Announce `sessions` coming for a warmed key (replaces the last figure; demand sizing).
+
+        The service calls it with its open conversations that hold no sandbox, so
+        the pool warms for them before their questions arrive. Ignored for a key
+        not warmed.
+        """
+        with self._wake:
+            slot = self._slots.get(key)
+            if slot is not None and slot.expected != max(0, sessions):
+                slot.expected = max(0, sessions)
+                self._wake.notify()
 
     def session(self, spec: SessionSpec | None = None) -> Session:
         """A started session for one run: a warm container if one fits, else a new one.
@@ -175,12 +195,16 @@ class Pool(Closing):
         want = self.config.size if count is None else count
         return self._wait_for(key, lambda slot: len(slot.idle) >= want, timeout)
 
+    def wait_idle_at_most(self, key: PoolKey, count: int, timeout: float = 60.0) -> bool:
+        """Block until at most `count` containers of `key` are idle or building (a shrink)."""
+        return self._wait_for(key, lambda slot: len(slot.idle) + slot.building <= count, timeout)
+
     def settle(self, key: PoolKey, timeout: float = 60.0) -> bool:
         """Block until no build of `key` is in flight and the pool is full or out of room."""
 
         def settled(slot: KeySlot) -> bool:
             stuck = slot.starved or time.monotonic() < slot.retry_at
-            return slot.building == 0 and (len(slot.idle) >= self.config.size or stuck)
+            return slot.building == 0 and (len(slot.idle) >= slot.target or stuck)
 
         return self._wait_for(key, settled, timeout)
 
@@ -220,6 +244,7 @@ class Pool(Closing):
             stats = PoolStats(**vars(self.stats))
             stats.idle = sum(len(slot.idle) for slot in self._slots.values())
             stats.building = sum(slot.building for slot in self._slots.values())
+            stats.target = sum(slot.target for slot in self._slots.values())
         return stats
 
     # ------------------------------------------------------------ internals
@@ -241,10 +266,12 @@ class Pool(Closing):
         """The oldest usable warm container of `key`; dead ones go to the reaper."""
         dead: list[LeasedSession] = []
         found: LeasedSession | None = None
+        claimed = False
         with self._wake:
             slot = self._slots.get(key)
             if slot is not None:
                 slot.starved = False  # settle() now waits for the next refill attempt
+                slot.rate.add(time.monotonic())
             deadline = time.monotonic() + BUILD_WAIT_S
             while slot is not None and found is None:
                 if slot.idle:
@@ -255,10 +282,18 @@ class Pool(Closing):
                         dead.append(candidate)
                     continue
                 remaining = deadline - time.monotonic()
-                if slot.building == 0 or self._closing or remaining <= 0:
+                # wait only for a build no earlier waiter has claimed: never behind one it
+                # will not get (a miss then creates its own container at once)
+                spare = slot.building - slot.claims + (1 if claimed else 0)
+                if spare <= 0 or self._closing or remaining <= 0:
                     break
+                if not claimed:
+                    slot.claims += 1
+                    claimed = True
                 self._wake.notify()
                 self._wake.wait(remaining)  # a build in flight is further along than a new one
+            if claimed and slot is not None:
+                slot.claims -= 1
             self._wake.notify()  # refill now, not at the next tick
         for session in dead:
             session.close()
@@ -290,6 +325,8 @@ class Pool(Closing):
                 while slot.idle and now - slot.idle[0].born > self.config.max_age_s:
                     discard.append(slot.idle.popleft().session)
                     self.stats.expired += 1
+            discard.extend(retarget(self._slots, self.config, self.capacity.caps,
+                                    self.stats, now))
             keys = list(self._slots)
         queued = self.capacity.waiting() > 0
         if queued:
@@ -303,6 +340,14 @@ class Pool(Closing):
         if not queued:
             for key in keys:
                 self._refill(key, now)
+
+    def _slot(self, key: PoolKey) -> KeySlot:
+        """The slot of `key`, made on first use (under the lock)."""
+        slot = self._slots.get(key)
+        if slot is None:
+            rate = ArrivalRate(self.config.window_s)
+            slot = self._slots[key] = KeySlot(rate=rate, target=self.config.size)
+        return slot
 
     def _shed_one(self) -> list[LeasedSession]:
         """The oldest idle container of any key, to free its lease for a queued caller."""
@@ -324,7 +369,7 @@ class Pool(Closing):
                 slot = self._slots[key]
                 if self._closing or now < slot.retry_at:
                     return
-                if len(slot.idle) + slot.building >= self.config.size:
+                if len(slot.idle) + slot.building >= slot.target:
                     return
             lease = self.capacity.try_acquire(need)
             with self._wake:
