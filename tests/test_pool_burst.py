@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from test_pool import GIB, KEY, capacity, ours, wait_until
 
 from conftest import TEST_IMAGE
 from sbx.sandbox.pool import Pool, PoolConfig, PoolKey
 from sbx.sandbox.session import Session
 from sbx.sandbox.spec import SessionSpec
-from test_pool import GIB, KEY, capacity, ours, wait_until
 
 pytestmark = pytest.mark.docker
 
