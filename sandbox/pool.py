@@ -54,7 +54,7 @@ from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats, WarmEntry
 from sbx.sandbox.pool_demand import ArrivalRate
 from sbx.sandbox.pool_session import LeasedSession, Reaper
-from sbx.sandbox.pool_sizing import retarget
+from sbx.sandbox.pool_slots import retarget, take_idle
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session, code_text
 from sbx.sandbox.spec import DEFAULT_OUTPUT_ROOT, SessionSpec
@@ -63,8 +63,6 @@ __all__ = ["POOL_MODE", "Pool", "PoolConfig", "PoolKey", "PoolStats"]
 
 logger = logging.getLogger(__name__)
 
-BUILD_WAIT_S = 10.0
-"""Seconds a caller waits for a build already in flight for its key before creating its own."""
 POOL_MODE = "pool"
 """`sbx.mode` label of a container created for the pool (it keeps it after the hand-over)."""
 
@@ -123,9 +121,8 @@ class Pool(Closing):
     def expect(self, key: PoolKey, sessions: int) -> None:
         """Announce `sessions` coming for a warmed key (replaces the last figure; demand sizing).
 
-        The service calls it with its open conversations that hold no sandbox, so
-        the pool warms for them before their questions arrive. Ignored for a key
-        not warmed.
+        `sbx serve` passes its open conversations without a sandbox, so the pool
+        warms for them before they ask. Ignored for a key not warmed.
         """
         with self._wake:
             slot = self._slots.get(key)
@@ -263,38 +260,12 @@ class Pool(Closing):
         )
 
     def _take(self, key: PoolKey) -> LeasedSession | None:
-        """The oldest usable warm container of `key`; dead ones go to the reaper."""
-        dead: list[LeasedSession] = []
-        found: LeasedSession | None = None
-        claimed = False
-        with self._wake:
+        """The oldest usable warm container of `key` (`take_idle`); dead ones go to the reaper."""
+        with self._lock:
             slot = self._slots.get(key)
-            if slot is not None:
-                slot.starved = False  # settle() now waits for the next refill attempt
-                slot.rate.add(time.monotonic())
-            deadline = time.monotonic() + BUILD_WAIT_S
-            while slot is not None and found is None:
-                if slot.idle:
-                    candidate = slot.idle.popleft().session
-                    if candidate.usable():
-                        found = candidate
-                    else:
-                        dead.append(candidate)
-                    continue
-                remaining = deadline - time.monotonic()
-                # wait only for a build no earlier waiter has claimed: never behind one it
-                # will not get (a miss then creates its own container at once)
-                spare = slot.building - slot.claims + (1 if claimed else 0)
-                if spare <= 0 or self._closing or remaining <= 0:
-                    break
-                if not claimed:
-                    slot.claims += 1
-                    claimed = True
-                self._wake.notify()
-                self._wake.wait(remaining)  # a build in flight is further along than a new one
-            if claimed and slot is not None:
-                slot.claims -= 1
-            self._wake.notify()  # refill now, not at the next tick
+        if slot is None:
+            return None
+        found, dead = take_idle(slot, self._wake, lambda: self._closing)
         for session in dead:
             session.close()
         return found

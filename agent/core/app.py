@@ -35,6 +35,7 @@ from sbx.agent.core.config import AppConfig
 from sbx.agent.core.conversation import Conversation, ConversationSpec, new_conversation_id
 from sbx.agent.core.events import ConversationStart, EventSink
 from sbx.agent.core.limits_request import LimitsRequest
+from sbx.agent.core.pool_settings import PoolSettings
 from sbx.agent.core.settings import Endpoint, SettingsError
 from sbx.agent.core.state import RunResult
 from sbx.agent.core.transcript import Transcript
@@ -111,7 +112,7 @@ class App(Closing):
         pool: Pool | None = None
         try:
             if config.policy.tools.execute_python.enabled:
-                pool = Pool.start(config=pool_config or config.pool.pool_config())
+                pool = Pool.start(config=pool_config or _pool_config(config.pool))
         except BaseException:
             audit.close()
             raise
@@ -250,6 +251,12 @@ class App(Closing):
                 pool.close()
         finally:
             self.audit.close()
+
+
+def _pool_config(settings: PoolSettings) -> PoolConfig:
+    """The sandbox layer's configuration for the operator's `[pool]` knobs."""
+    return PoolConfig(size=settings.size, max_size=settings.max_size, window_s=settings.window,
+                      memory_budget=settings.memory_budget)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,7 @@
 """`[pool]`: how many warm containers the application core keeps, and how far demand may grow it.
 
 Read once by `sbx.agent.core.config` and turned into the sandbox layer's
-`PoolConfig` by `App.open`. The defaults keep no warm container (every
+`PoolConfig` by `App.open` (`pool_config`). The defaults keep no warm container (every
 conversation creates its own, as before); with `max_size` the pool's size
 follows demand (`sbx.sandbox.pool_demand`), within `memory_budget` and the
 host's caps (`SBX_MAX_SANDBOXES`, `SBX_MAX_MEMORY`).
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sbx.sandbox.limits import Bytes, Seconds
-from sbx.sandbox.pool_config import PoolConfig
+from sbx.tools.policy import Bytes, Seconds
 
 
 class PoolSettings(BaseModel):
@@ -36,8 +35,3 @@ class PoolSettings(BaseModel):
     def keeps_warm(self) -> bool:
         """Whether any container is kept warm at all (a key to warm is needed)."""
         return self.size > 0 or self.max_size > 0
-
-    def pool_config(self) -> PoolConfig:
-        """The sandbox layer's configuration for these knobs."""
-        return PoolConfig(size=self.size, max_size=self.max_size, window_s=self.window,
-                          memory_budget=self.memory_budget)
