@@ -34,15 +34,16 @@ def test_arrivals_raise_the_target_and_the_next_burst_is_served_warm(engine, tmp
                     warm=[KEY]) as pool:
         assert pool.settle(KEY) and pool.snapshot().target == 0  # no demand yet: nothing warm
         assert pool.snapshot().built == 0
-        for session in burst(pool, 2, tmp_path):  # the rise: two arrivals, both created
+        for session in burst(pool, 2, tmp_path):  # the rise: two arrivals, nothing warm
             session.close()
-        assert pool.snapshot().misses == 2
+        rise = pool.snapshot()  # the second may have waited for the build the first started
+        assert rise.misses >= 1 and rise.hits + rise.misses == 2
         assert pool.wait_warm(KEY, count=2, timeout=120)  # the rate now asks for two
         assert pool.snapshot().target == 2
         for session in burst(pool, 2, tmp_path):
             session.close()
         stats = pool.snapshot()
-        assert (stats.hits, stats.misses) == (2, 2)
+        assert (stats.hits - rise.hits, stats.misses - rise.misses) == (2, 0)
 
 
 def test_announced_demand_warms_ahead_and_the_pool_shrinks_when_it_falls(
