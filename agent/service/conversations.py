@@ -35,8 +35,8 @@ from sbx.agent.service.schemas import (
     Listing,
     RunAccepted,
 )
-from sbx.agent.service.store.models import Conversation, Run
 from sbx.agent.service.tenancy import dataset_paths, limited, owned
+from sbx.agent.store.models import Conversation, Run
 
 LIST_LIMIT = 200
 logger = logging.getLogger(__name__)

@@ -28,8 +28,8 @@ from sbx.agent.service.quotas import effective_quotas
 from sbx.agent.service.recorder import StoreRecorder
 from sbx.agent.service.runs_api import artifact_out
 from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
-from sbx.agent.service.store.models import ArtifactRow
 from sbx.agent.service.tenancy import dataset_paths, limited
+from sbx.agent.store.models import ArtifactRow
 from sbx.sandbox.errors import HostBusy
 from sbx.tools.context import OutputSink
 
