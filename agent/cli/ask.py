@@ -53,6 +53,7 @@ _EXIT: dict[Status, int] = {
     "token_limit": EXIT_BUDGET,
     "tool_limit": EXIT_BUDGET,
     "cost_limit": EXIT_BUDGET,
+    "budget_exceeded": EXIT_BUDGET,
     "gate_halt": EXIT_GATE_HALT,
     "truncated": EXIT_MODEL_ERROR,
     "needs_input": EXIT_NEEDS_INPUT,

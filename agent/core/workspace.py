@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.settings import SettingsError
+from sbx.agent.core.spend import SpendLimit
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.datadrop import DropDir
 from sbx.sandbox.errors import InvalidInput, SandboxError
@@ -67,6 +68,11 @@ class ConversationSpec:
 
     principal: str
     """Who asks, as the face authenticated them; it reaches every audit record."""
+    team: str | None = None
+    """The principal's team (the service's key or sign-in says which); audited beside it."""
+    spend: SpendLimit | None = None
+    """The budgets above each run (the key's, the team's), from the face's store; None: the
+    per-run `max_cost` alone (the CLI)."""
     data: tuple[Path, ...] = ()
     """Files and directories mounted read-only at `/data/<name>`."""
     output: Path | None = None
@@ -159,6 +165,7 @@ class Workspace(Closing):
             data_paths=list(self._data()),
             data_drop=_QueryDrop(self) if self._drop is not None else None,
             principal=self.spec.principal,
+            team=self.spec.team,
             conversation_id=self.owner_id,
             operator=self.spec.operator,
             defer_questions=self.spec.defer_questions,
