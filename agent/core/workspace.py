@@ -36,6 +36,7 @@ from sbx.tools.audit import AuditLog
 from sbx.tools.context import Operator, OutputSink, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.observation_size import CHARS_PER_TOKEN
+from sbx.tools.policy import BUILTIN_TOOLS, Policy
 from sbx.tools.registry import Tool
 
 RESET_NOTE = "[sbx] The sandbox was reset"
@@ -73,6 +74,8 @@ class ConversationSpec:
     spend: SpendLimit | None = None
     """The budgets above each run (the key's, the team's), from the face's store; None: the
     per-run `max_cost` alone (the CLI)."""
+    withheld_tools: tuple[str, ...] = ()
+    """Tools the policy enables that this principal's team is not offered (off at its gate)."""
     data: tuple[Path, ...] = ()
     """Files and directories mounted read-only at `/data/<name>`."""
     output: Path | None = None
@@ -175,7 +178,7 @@ class Workspace(Closing):
             show_values=not self.spec.one_shot,
         )
         return build_gate(
-            self.config.policy,
+            withhold(self.config.policy, self.spec.withheld_tools),
             limits=self.config.limits,
             context=context,
             audit=self.audit,
@@ -322,3 +325,16 @@ class _CurrentSandbox:
                 current = self._workspace._session is session
             if not current:  # discarded while it ran: remove whatever it restarted
                 session.close()
+
+
+def withhold(policy: Policy, names: Sequence[str]) -> Policy:
+    """`policy` with the tools `names` disabled (a team's `disabled_tools`); the rest as is."""
+    if not names:
+        return policy
+    tools = policy.tools
+    builtin = {name: getattr(tools, name).model_copy(update={"enabled": False})
+               for name in names if name in BUILTIN_TOOLS}
+    custom = {name: rule.model_copy(update={"enabled": False}) if name in names else rule
+              for name, rule in tools.custom.items()}
+    return policy.model_copy(update={"tools": tools.model_copy(update={**builtin,
+                                                                      "custom": custom})})

@@ -14,8 +14,9 @@ from sqlalchemy import func, select
 from starlette.responses import Response
 
 from sbx.agent.service.api import Call, api, json_response
-from sbx.agent.service.quotas import DAY_S, HOUR_S, effective_quotas, storage_used, stored_bytes
+from sbx.agent.service.quotas import DAY_S, HOUR_S, storage_used, stored_bytes
 from sbx.agent.service.store.models import Conversation, Run
+from sbx.agent.service.teams import effective_quotas
 
 
 class UsageOut(BaseModel):
@@ -34,7 +35,7 @@ class UsageOut(BaseModel):
 @api("GET", "/v1/usage", response=UsageOut)
 def usage(call: Call) -> Response:
     """Your quotas and how much of each you use now."""
-    quotas = effective_quotas(call.service.settings.quotas, call.key)
+    quotas = effective_quotas(call.service.settings, call.key)
     now = time.time()
     with call.service.db.read() as session:
         conversations = session.scalar(select(func.count()).select_from(Conversation).where(

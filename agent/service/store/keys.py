@@ -46,6 +46,8 @@ class KeyInfo:
     """When it was revoked (it then authenticates nobody)."""
     overrides: dict[str, Any]
     """Per-key quota values that replace the policy's `[service.quotas]` defaults."""
+    team: str | None = None
+    """The team the key (or the signed-in person) belongs to; None: no team."""
 
     @property
     def principal(self) -> str:
@@ -64,12 +66,16 @@ def hash_key(key: str) -> str:
 
 
 def create_key(
-    db: Database, name: str, *, role: Role = "user", overrides: dict[str, Any] | None = None
+    db: Database, name: str, *, role: Role = "user", overrides: dict[str, Any] | None = None,
+    team: str | None = None,
 ) -> str:
-    """Store a new key named `name` and return it (the only time it is seen)."""
+    """Store a new key named `name` (in `team`, if given) and return it (seen only now)."""
     if not NAME_PATTERN.match(name):
         raise KeyAdminError(f"key name {name!r}: use 1-63 of a-z, 0-9, '.', '_', '-' "
                         "(starting with a letter or digit)")
+    if team is not None and not NAME_PATTERN.match(team):
+        raise KeyAdminError(f"team {team!r}: use 1-63 of a-z, 0-9, '.', '_', '-' "
+                            "(starting with a letter or digit)")
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     unknown = set(given) - set(QUOTA_FIELDS)
     if unknown:
@@ -77,7 +83,8 @@ def create_key(
         raise KeyAdminError(f"unknown quota {sorted(unknown)[0]!r} (known: {known})")
     ServiceQuotas.model_validate(given)  # the same bounds as the policy file's
     key = KEY_PREFIX + secrets.token_urlsafe(32)
-    row = ApiKey(name=name, key_hash=hash_key(key), role=role, created_at=time.time(), **given)
+    row = ApiKey(name=name, key_hash=hash_key(key), role=role, created_at=time.time(),
+                 team=team, **given)
     try:
         with db.write() as session:
             session.add(row)
@@ -115,10 +122,17 @@ def lookup_key(db: Database, key: str) -> KeyInfo | None:
         return _info(row)
 
 
+def key_named(db: Database, name: str) -> KeyInfo | None:
+    """The key called `name`, revoked or not (None if there is none)."""
+    with db.read() as session:
+        row = session.get(ApiKey, name)
+        return _info(row) if row is not None else None
+
+
 def _info(row: ApiKey) -> KeyInfo:
     overrides = {f: getattr(row, f) for f in QUOTA_FIELDS if getattr(row, f) is not None}
     role: Role = "admin" if row.role == "admin" else "user"
     return KeyInfo(
         name=row.name, role=role, created_at=row.created_at, revoked_at=row.revoked_at,
-        overrides=overrides,
+        overrides=overrides, team=row.team,
     )
