@@ -85,6 +85,8 @@ class RunOutcome:
     """CPU seconds the sandbox used (the daily quota counts them)."""
     cost: float = 0.0
     """What the run cost in the price table's currency (the money budgets count it)."""
+    cost_estimated: bool = False
+    """Some token count behind `cost` was estimated (the endpoint sent none)."""
     artifacts: tuple[str, ...] = ()
     """Host paths of the artifacts copied out."""
     holds_sandbox: bool = False
@@ -179,6 +181,7 @@ def result_outcome(result: RunResult) -> RunOutcome:
         status=result.status, message=result.message[:MAX_MESSAGE_CHARS], answer=result.answer,
         question=result.question, result=summary, cpu_seconds=result.sandbox.cpu_seconds,
         cost=float((result.cost or {}).get("total") or 0.0),
+        cost_estimated=bool((result.cost or {}).get("estimated")),
         artifacts=result.artifacts, holds_sandbox=result.status != "cancelled",
     )
 

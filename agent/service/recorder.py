@@ -108,7 +108,7 @@ class StoreRecorder:
                     row.status, row.message = outcome.status, outcome.message
                     row.answer, row.result = outcome.answer, _result(outcome)
                     row.cpu_seconds, row.ended_at = outcome.cpu_seconds, time.time()
-                    row.cost = outcome.cost
+                    row.cost, row.cost_estimated = outcome.cost, outcome.cost_estimated
                 if ticket.output_dir is not None:
                     for path in outcome.artifacts:
                         artifact = artifact_row(path, ticket.output_dir, ticket.run_id,

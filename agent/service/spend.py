@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.config import ServiceQuotas
@@ -59,6 +59,8 @@ class BudgetState:
     """The budget (None: no cap, shown for what was spent)."""
     spent: float
     """Stored costs of the runs admitted in the period."""
+    estimated: bool
+    """Some of those costs rest on estimated token counts (the endpoint sent none)."""
     resets_at: float
     """The next UTC midnight, or the first of next month."""
 
@@ -70,16 +72,21 @@ class BudgetState:
     def as_dict(self) -> dict[str, Any]:
         """For `/v1/usage` and problem documents."""
         return {"scope": self.scope, "name": self.name, "period": self.period,
-                "limit": self.limit, "spent": round(self.spent, 6),
+                "limit": self.limit, "spent": round(self.spent, 6), "estimated": self.estimated,
                 "resets_at": iso_utc(self.resets_at)}
 
 
-def spent_since(session: Session, scope: Scope, name: str, since: float) -> float:
-    """Stored costs of the principal's (or the team's) runs admitted since `since`."""
+def spent_since(session: Session, scope: Scope, name: str, since: float) -> tuple[float, bool]:
+    """Stored costs of the principal's (or the team's) runs admitted since `since`.
+
+    With them, whether any of those costs was estimated.
+    """
     column = Run.team if scope == "team" else Run.principal
-    total = session.scalar(select(func.coalesce(func.sum(Run.cost), 0.0))
-                           .where(column == name, Run.created_at >= since))
-    return float(total or 0.0)
+    total, estimated = session.execute(
+        select(func.coalesce(func.sum(Run.cost), 0.0), func.max(case((Run.cost_estimated, 1),
+                                                                     else_=0)))
+        .where(column == name, Run.created_at >= since)).one()
+    return float(total or 0.0), bool(estimated)
 
 
 def budget_states(session: Session, *, principal: str, team: str | None, quotas: ServiceQuotas,
@@ -96,9 +103,9 @@ def budget_states(session: Session, *, principal: str, team: str | None, quotas:
     states = []
     for scope, name, period, limit in wanted:
         start, reset = period_bounds(period, now)
+        spent, estimated = spent_since(session, scope, name, start)
         states.append(BudgetState(scope=scope, name=name, period=period, limit=limit,
-                                  spent=spent_since(session, scope, name, start),
-                                  resets_at=reset))
+                                  spent=spent, estimated=estimated, resets_at=reset))
     return states
 
 

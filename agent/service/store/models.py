@@ -24,7 +24,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Float, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -108,6 +119,8 @@ class Run(Base):
     cpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     cost: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     """What the run cost in `[agent.prices]`' currency (the money budgets sum it)."""
+    cost_estimated: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """Some of its token counts were estimated (the endpoint sent none)."""
     team: Mapped[str | None] = mapped_column(String(64), default=None)
     """The principal's team when the run was admitted (the team's budget counts it)."""
     created_at: Mapped[float] = mapped_column(Float)

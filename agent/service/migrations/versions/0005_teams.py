@@ -17,13 +17,15 @@ depends_on = None
 
 
 def upgrade() -> None:
-    """Add `api_keys.team`, the key's money budgets, `oidc_identities.team`, `runs.team|cost`."""
+    """Add the key's team and money budgets, the identity's team, the run's team and cost."""
     op.add_column("api_keys", sa.Column("team", sa.String(64), nullable=True))
     op.add_column("api_keys", sa.Column("cost_per_day", sa.Float, nullable=True))
     op.add_column("api_keys", sa.Column("cost_per_month", sa.Float, nullable=True))
     op.add_column("oidc_identities", sa.Column("team", sa.String(64), nullable=True))
     op.add_column("runs", sa.Column("team", sa.String(64), nullable=True))
     op.add_column("runs", sa.Column("cost", sa.Float, nullable=False, server_default="0"))
+    op.add_column("runs", sa.Column("cost_estimated", sa.Boolean, nullable=False,
+                                    server_default=sa.false()))
     op.create_index("ix_runs_team_created", "runs", ["team", "created_at"])
 
 
@@ -31,6 +33,7 @@ def downgrade() -> None:
     """Drop what `upgrade` added."""
     op.drop_index("ix_runs_team_created", table_name="runs")
     with op.batch_alter_table("runs") as runs:
+        runs.drop_column("cost_estimated")
         runs.drop_column("cost")
         runs.drop_column("team")
     with op.batch_alter_table("oidc_identities") as identities:
