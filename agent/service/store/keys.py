@@ -98,7 +98,7 @@ def list_keys(db: Database) -> list[KeyInfo]:
     """Every key, revoked ones included, by name."""
     with db.read() as session:
         rows = session.scalars(select(ApiKey).order_by(ApiKey.name)).all()
-        return [_info(row) for row in rows]
+        return [key_info(row) for row in rows]
 
 
 def revoke_key(db: Database, name: str) -> None:
@@ -119,17 +119,18 @@ def lookup_key(db: Database, key: str) -> KeyInfo | None:
         row = session.scalars(select(ApiKey).where(ApiKey.key_hash == hash_key(key))).first()
         if row is None or row.revoked_at is not None:
             return None
-        return _info(row)
+        return key_info(row)
 
 
 def key_named(db: Database, name: str) -> KeyInfo | None:
     """The key called `name`, revoked or not (None if there is none)."""
     with db.read() as session:
         row = session.get(ApiKey, name)
-        return _info(row) if row is not None else None
+        return key_info(row) if row is not None else None
 
 
-def _info(row: ApiKey) -> KeyInfo:
+def key_info(row: ApiKey) -> KeyInfo:
+    """A stored key as `KeyInfo`: the one place a row becomes a caller (role, team, quotas)."""
     overrides = {f: getattr(row, f) for f in QUOTA_FIELDS if getattr(row, f) is not None}
     role: Role = "admin" if row.role == "admin" else "user"
     return KeyInfo(
