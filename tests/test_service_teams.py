@@ -36,7 +36,7 @@ POLICY = {
     "agent.prices": {"currency": "EUR"},
     "agent.prices.models.scripted": {"input": 1.0, "output": 2000.0},
     "service.teams.small": {"cost_per_day": 0.5},
-    "service.teams.big": {"cost_per_month": 1000.0},
+    "service.teams.big": {"cost_per_month": 1000.0, "disabled_tools": ["list_data_files"]},
 }
 
 
@@ -99,6 +99,10 @@ def test_a_team_at_its_budget_stops_and_is_refused_while_another_team_runs_on(
     other = bo.post("/v1/conversations", json={}).json()["id"]
     llm.script([assistant("Fine.", usage=(1000, 100))])
     assert _ask(bo, other, "hello?")["status"] == "completed"
+    offered = [[t["function"]["name"] for t in request.body.get("tools", [])]
+               for request in llm.requests]
+    assert "list_data_files" in offered[0] and "list_data_files" not in offered[-1]
+    assert "execute_python" in offered[-1]  # the big team withholds only what it names
     executed = bo.post("/v1/execute", json={"code": "print(6 * 7)"})
     assert executed.status_code == 200, executed.text
     assert executed.json()["execution"]["stdout"] == "42\n"
