@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import TEST_IMAGE
+from sbx.agent.bench import gate as bench_gate
 from sbx.agent.cli import bench as cli_bench
-from sbx.agent.cli import bench_gate as cli_bench_gate
 from sbx.sandbox.bench.live import FIRST_CHUNK, SESSION_BUFFERED
 from sbx.sandbox.bench.render import render
 from sbx.sandbox.bench.run import BenchOptions, _engine_ceiling, host_busy_seconds, run_bench
@@ -132,7 +132,7 @@ def test_host_busy_seconds_counts_every_state_but_idle_and_steal(tmp_path) -> No
 def test_gate_overhead_is_measured_through_the_real_gate(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SBX_AUDIT_LOG", raising=False)
-    figures = cli_bench.measure_gate(samples=5)
+    figures = bench_gate.measure_gate(samples=5)
     assert figures["gate_call"].samples == 5 and figures["audit_append"].median_s > 0
     assert list(tmp_path.iterdir()) == []  # the scratch audit log is gone
 
@@ -143,7 +143,7 @@ def test_gate_concurrency_runs_callers_at_once_through_the_real_gate(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SBX_AUDIT_LOG", raising=False)
     report = BenchReport()
-    cli_bench_gate.add_gate_concurrency(report, calls=3)
+    bench_gate.add_gate_concurrency(report, calls=3)
     assert set(report.gate["concurrency"]) == {"1", "4", "16"}
     assert report.gate["concurrency"]["16"]["samples"] == 16 * 3 * 3  # callers x calls x rounds
     assert report.gate["concurrency"]["1"]["appends_per_fsync"] == 1.0  # nobody to share with

@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import TEST_IMAGE
+from sbx.agent.bench.serve import ServeBenchOptions, ServeBenchReport, percentile
 from sbx.agent.cli import bench as cli_bench
-from sbx.agent.service.bench import ServeBenchOptions, ServeBenchReport, percentile
 from service_support import SBX
 
 

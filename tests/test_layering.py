@@ -1,12 +1,13 @@
 """The architecture holds: data flows one way, and modules stay small.
 
 DESIGN.md: `sandbox` knows nothing of agents or tools, `tools` nothing of
-models; inside `agent/` only the application layer and the faces talk to
-`sandbox`; the runner in `images/` imports nothing of ours. The faces go
-through the one front door (issue 19): they import only the sandbox's value
-types (the commands about the sandbox itself excepted), never build a
-`Workspace` or a `Conversation`, never reach the app's audit log, pool or
-image, and nothing outside the CLI imports the CLI.
+models; inside `agent/` only the application layer, the faces and the
+benchmark harnesses (`agent/bench/`) talk to `sandbox`; the runner in
+`images/` imports nothing of ours. The faces go through the one front door
+(issue 19): they import only the sandbox's value types (the commands about
+the sandbox itself excepted), never build a `Workspace` or a `Conversation`,
+never reach the app's audit log, pool or image, and nothing outside the CLI
+imports the CLI.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 APPLICATION_LAYER = {
     "agent/core/app.py", "agent/core/config.py", "agent/core/conversation.py",
     "agent/core/workspace.py", "agent/core/run_recorder.py", "agent/core/artifacts.py",
-    "agent/core/limits_request.py", "agent/core/execute_program.py",
+    "agent/core/limits_request.py", "agent/core/execute_program.py", "agent/core/tool_session.py",
 }
 FACES = ("agent/cli/", "agent/mcp/", "agent/service/")
 SANDBOX_VALUE_TYPES = (
@@ -27,10 +28,10 @@ SANDBOX_VALUE_TYPES = (
 )
 """What a face may import from `sandbox/`: values (limits, sizes, results, errors), `Closing`."""
 SANDBOX_COMMANDS = {
-    "agent/cli/bench.py", "agent/cli/bench_gate.py", "agent/cli/bench_restore.py",
+    "agent/cli/bench.py", "agent/bench/gate.py", "agent/bench/restore.py",
     "agent/cli/image.py",
     "agent/cli/selftest.py", "agent/cli/doctor.py", "agent/cli/gc.py",
-    "agent/service/bench.py", "agent/service/bench_phases.py",
+    "agent/bench/serve.py", "agent/bench/serve_phases.py",
 }
 """`doctor`, `gc`, `selftest`, `bench`, `image`: the commands about the sandbox itself."""
 BUILT_BY_THE_CORE = {
@@ -76,9 +77,9 @@ def test_tools_and_sandbox_never_import_the_agent() -> None:
     assert _offenders("sandbox", ("sbx.agent", "sbx.tools")) == []
 
 
-def test_inside_agent_only_the_application_layer_and_faces_import_sandbox() -> None:
+def test_inside_agent_only_the_application_layer_faces_and_benchmarks_import_sandbox() -> None:
     def allowed(rel: str) -> bool:
-        return rel in APPLICATION_LAYER or rel.startswith(FACES)
+        return rel in APPLICATION_LAYER or rel.startswith(FACES) or rel in SANDBOX_COMMANDS
 
     assert _offenders("agent", ("sbx.sandbox",), allowed) == []
 
@@ -196,7 +197,7 @@ def test_the_face_checks_fail_on_a_face_that_does_what_they_forbid() -> None:
         "from sbx.sandbox.limits import Limits\n"
         "from sbx.agent.core.workspace import Workspace as W\n"
         "from sbx.agent.core import conversation\n"
-        "from sbx.agent.service.store.models import Conversation\n"
+        "from sbx.agent.store.models import Conversation\n"
         "w = W(spec=None, config=None, audit=app.audit, pool=service.app.pool, image=app.image)\n"
         "c = conversation.Conversation()\n"
         "row = Conversation(id='conv-1')\n"

@@ -68,3 +68,28 @@ def test_a_gate_used_after_its_workspace_closed_opens_no_sandbox(tmp_path, engin
         left = containers_of(engine, run_id)
 
     assert left == []
+
+
+@pytest.mark.docker
+def test_the_one_idle_release_never_takes_a_sandbox_in_use(tmp_path, engine):
+    """`Workspace.discard_if_idle` is every face's idle release (issue 19): a run or call
+    holding `in_use()` keeps its sandbox; once it ends and the time passes, it goes, noted."""
+    with session_workspace(tmp_path) as (app, workspace, run_id):
+        gate = workspace.open_gate(run_id)
+        with workspace.in_use():
+            gate.call(name="execute_python", arguments=json.dumps({"code": "x = 1"}),
+                      call_id="c1")
+            assert workspace.idle_for() is None
+            assert not workspace.discard_if_idle(0.0)  # in use: kept, whatever the clock
+            assert containers_of(engine, run_id)
+        ended = workspace.last_used
+        assert not workspace.discard_if_idle(60.0, now=ended + 59.0)  # not idle long enough
+        assert workspace.holds_sandbox
+        assert workspace.discard_if_idle(60.0, now=ended + 60.0)
+        assert not workspace.holds_sandbox and workspace.take_reset()
+        assert workspace.lost_reason() == "it was idle for more than 60 s"
+        assert not workspace.discard_if_idle(0.0)  # nothing left to release
+        gate.close()
+        workspace.close()
+        assert app.pool is not None and app.pool.reaper.wait_idle(timeout=60)
+        assert containers_of(engine, run_id) == []

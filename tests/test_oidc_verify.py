@@ -29,8 +29,8 @@ from sbx.agent.service.oidc_client import (
     principal_and_role,
 )
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.store.db import Database
-from sbx.agent.service.store.identities import begin_login, finish_login, oidc_session, sign_in
+from sbx.agent.service.web.identities import begin_login, finish_login, oidc_session, sign_in
+from sbx.agent.store.db import Database
 from sbx.tools.policy import PolicyError
 
 CLIENT = "sbx-web"

@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 import service_support
-from sbx.agent.service.store.db import Database
-from sbx.agent.service.store.models import Conversation, Run
+from sbx.agent.store.db import Database
+from sbx.agent.store.models import Conversation, Run
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.sandbox.config import RUN_ID_LABEL
 from service_support import (
@@ -158,8 +158,8 @@ def test_an_idle_conversation_releases_its_sandbox_and_the_next_question_restore
     assert (restored["status"], restored["replayed"]) == ("restored", 1)
     assert events[-1]["data"]["status"] == "completed"
     asked = llm.requests[-2]
-    assert "(an idle release); sbx restored its state: restored 1 cells" in asked.messages[-1][
-        "content"]
+    assert ("(it was idle for more than 1 s); sbx restored its state: restored 1 cells"
+            in asked.messages[-1]["content"])
     assert llm.requests[-1].last_tool_message.startswith("[stdout]\n42\n")  # x came back
 
 

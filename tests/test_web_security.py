@@ -28,11 +28,11 @@ from playwright.sync_api import expect
 
 import service_support
 import web_support
-from sbx.agent.service.store.db import Database
-from sbx.agent.service.store.keys import revoke_key
-from sbx.agent.service.store.models import WebSession
 from sbx.agent.service.web.headers import PAGE_CSP
 from sbx.agent.service.web.signin_sessions import COOKIE
+from sbx.agent.store.db import Database
+from sbx.agent.store.keys import revoke_key
+from sbx.agent.store.models import WebSession
 from web_support import sign_in, watch
 
 serve = service_support.serve

@@ -1,117 +1,29 @@
 """`sbx bench`: measure sandboxed execution against its floors and `docker run`, in one run.
 
-The sandbox figures come from `sbx.sandbox.bench`. The gate and audit overhead
-per tool call is measured here, because only this top layer may import both
-`tools` and `sandbox`: `ToolGate.call` of `execute_python` with a runner that
-answers at once (the answer of a real `print(1)`), so what is timed is
-validation, policy, quotas, two fsync'd audit appends and rendering. The
-audit file lives, for the run, in the directory of the configured audit log,
-so its fsync costs what production's does.
+The sandbox figures come from `sbx.sandbox.bench`, the gate's from
+`sbx.agent.bench.gate`, the service's and the restore's from the other
+harnesses of `sbx.agent.bench`; this module only parses options and renders.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from tempfile import TemporaryDirectory
 from typing import Any
 
 import click
 
-from sbx.agent.cli.bench_gate import add_gate_concurrency
-from sbx.agent.cli.bench_restore import run_restore_bench
-from sbx.agent.cli.errors import operator_errors
-from sbx.agent.core.config import load_config
-from sbx.agent.service.bench import ServeBenchOptions, run_serve_bench
+from sbx.agent.bench.gate import GateRefused, add_gate, add_gate_concurrency
+from sbx.agent.bench.restore import run_restore_bench
+from sbx.agent.bench.serve import ServeBenchOptions, run_serve_bench
+from sbx.agent.cli.errors import fail, operator_errors
 from sbx.sandbox.bench import ds1000
 from sbx.sandbox.bench.ds1000_hints import measure_hints
 from sbx.sandbox.bench.render import render
 from sbx.sandbox.bench.run import BenchOptions, run_bench
-from sbx.sandbox.bench.stats import BenchReport, Summary, Target
-from sbx.sandbox.bench.targets import SESSION
-from sbx.sandbox.bench.workloads import PRINT_ONE
 from sbx.sandbox.config import DEFAULT_IMAGE
-from sbx.sandbox.live_output import OutputCallback
-from sbx.sandbox.result import ExecutionResult
-from sbx.tools.audit import AuditLog, resolve_audit_path
-from sbx.tools.context import ToolContext
-from sbx.tools.gate import build_gate
-from sbx.tools.policy import Quotas
-from sbx.tools.redact import Redactor
-
-GATE_TARGET = 0.05
-"""Target 5: gate + audit overhead at most 5% of a session execution of `print(1)`."""
-
-
-class _AnsweringRunner:
-    """A `CodeRunner` that returns a fixed result at once: the gate is what is timed."""
-
-    def __init__(self, result: ExecutionResult) -> None:
-        self.result = result
-
-    def run(
-        self,
-        code: str,
-        *,
-        on_output: OutputCallback | None = None,
-        timeout: float | None = None,
-        show_values: bool = True,
-    ) -> ExecutionResult:
-        return self.result
-
-
-def measure_gate(samples: int) -> dict[str, Summary]:
-    """Time `gate.call("execute_python")` and a bare audit append, each `samples` times."""
-    unlimited = Quotas(per_tool={}, max_denied=None)
-    config = load_config(None)
-    policy = config.policy.model_copy(update={"quotas": unlimited})
-    directory = resolve_audit_path(None, policy.audit.path, os.environ).resolve().parent
-    answer = ExecutionResult(stdout="1\n", duration_s=0.0008)
-    arguments = json.dumps({"code": "print(1)"})
-    with TemporaryDirectory(prefix=".sbx-bench-", dir=directory) as scratch:
-        audit = AuditLog.open(Path(scratch) / "audit.jsonl", key=None, redact=Redactor.build())
-        with audit:
-            context = ToolContext(run_id="bench-gate", runner=_AnsweringRunner(answer))
-            gate = build_gate(policy, limits=config.limits, context=context, audit=audit)
-            calls, appends = [], []
-            for index in range(samples + 5):
-                started = time.perf_counter()
-                outcome = gate.call(name="execute_python", arguments=arguments, call_id=f"c{index}")
-                calls.append(time.perf_counter() - started)
-                if outcome.status != "ok":
-                    raise click.ClickException(f"bench: the gate refused: {outcome.text}")
-                started = time.perf_counter()
-                audit.record("bench-gate", "bench", {"n": index})
-                appends.append(time.perf_counter() - started)
-            gate.close()
-    return {"gate_call": Summary.of(calls[5:]), "audit_append": Summary.of(appends[5:])}
-
-
-def add_gate(report: BenchReport, samples: int) -> None:
-    """Put the gate figures and target 5 into the report."""
-    figures = measure_gate(samples)
-    call = figures["gate_call"]
-    session = report.median(PRINT_ONE.name, SESSION)
-    share = call.median_s / session if session else None
-    report.gate = {name: summary.as_json() for name, summary in figures.items()}
-    report.gate["share_of_session_print1"] = None if share is None else round(share, 4)
-    report.gate["summary"] = (
-        f"{call.median_s * 1000:.3f} ms median (p90 {call.p90_s * 1000:.3f}); "
-        f"one fsync'd audit append alone {figures['audit_append'].median_s * 1000:.3f} ms"
-        + ("" if share is None else f"; {share:.1%} of a session print(1)")
-    )
-    report.targets.append(
-        Target(
-            name="gate + audit per tool call vs session print(1)",
-            limit="<= 5%",
-            measured="n/a" if share is None else f"{share:.1%}",
-            met=None if share is None else share <= GATE_TARGET,
-        )
-    )
 
 
 @click.group("bench", invoke_without_command=True)
@@ -156,10 +68,13 @@ def bench_command(
         click.echo(f"sbx bench: {message}", err=True)
 
     report = run_bench(options, progress=progress)
-    progress("gate and audit overhead")
-    add_gate(report, samples=max(50, options.reps * 20))
-    progress("gate and audit at 1, 4 and 16 callers")
-    add_gate_concurrency(report, calls=max(20, options.reps * 4))
+    try:
+        progress("gate and audit overhead")
+        add_gate(report, samples=max(50, options.reps * 20))
+        progress("gate and audit at 1, 4 and 16 callers")
+        add_gate_concurrency(report, calls=max(20, options.reps * 4))
+    except GateRefused as refused:
+        fail(str(refused))
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=2))
     else:

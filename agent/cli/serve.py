@@ -31,7 +31,7 @@ from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.service.access_log import AccessLog
 from sbx.agent.service.core import ServeOptions, Service
 from sbx.agent.service.server import bind_listener, serve_forever
-from sbx.agent.service.store.db import StoreError, data_dir
+from sbx.agent.store.db import StoreError, data_dir
 from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.units import parse_duration
 from sbx.tools.audit import AuditError

@@ -173,7 +173,8 @@ class Conversation(Closing):
                 return self._cancelled(run_id, token)
 
         try:
-            result = recorded(recorder or NoRecorder(), ticket, work, result_outcome)
+            with self.workspace.in_use():
+                result = recorded(recorder or NoRecorder(), ticket, work, result_outcome)
         finally:
             self._cancel = None
         self.runs.append(result)

@@ -8,6 +8,10 @@ pool, holding a host lease), kept between calls so variables persist, and
 removed by `discard()` (the code in it dies with it; the next call gets a
 fresh one and `reset_pending` says so) or `close()`.
 
+Whoever drives it (a conversation's run, a tool session's call) holds
+`in_use()`; an idle sandbox, nobody using it for `idle_timeout`, is removed by
+`discard_if_idle`, the one idle release every face's housekeeping calls.
+
 The principal and the owner's id (a conversation's, an MCP session's) reach
 every audit record through the gate's `ToolContext`; the caller never
 chooses them from model or client input.
@@ -16,7 +20,9 @@ chooses them from model or client input.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +47,11 @@ from sbx.tools.registry import Tool
 
 RESET_NOTE = "[sbx] The sandbox was reset"
 """How every note of a reset begins (`reset_note`), for the model and for tests."""
+
+
+def idle_reason(idle_s: float) -> str:
+    """Why an idle release removed a sandbox (the model's and the client's note)."""
+    return f"it was idle for more than {idle_s:g} s"
 
 
 def reset_note(reason: str, *, before: str = "before this call") -> str:
@@ -139,6 +150,9 @@ class Workspace(Closing):
         self._drop: DropDir | None = None
         self._lost = ""
         """Why the interpreter's state was last lost (restore tells the model); "" if kept."""
+        self._users = 0
+        self.last_used = time.monotonic()
+        """When the last run or call holding `in_use()` ended (monotonic seconds)."""
 
     @property
     def enabled(self) -> bool:
@@ -212,16 +226,71 @@ class Workspace(Closing):
             reason, self._lost = self._lost, ""
         return reason or "the sandbox was removed"
 
+    @contextmanager
+    def in_use(self) -> Iterator[None]:
+        """Held around a run or a call: the workspace is not idle meanwhile."""
+        with self._lock:
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                self.last_used = time.monotonic()
+
+    @property
+    def busy(self) -> bool:
+        """A run or a call holds `in_use()` now."""
+        return self._users > 0
+
+    @property
+    def holds_sandbox(self) -> bool:
+        """A sandbox is open here (in use, or kept for the next call)."""
+        return self._session is not None
+
+    def idle_for(self, now: float | None = None) -> float | None:
+        """Seconds since the last use ended; None while in use.
+
+        Read without the lock, which a sandbox being opened holds while it waits
+        for the host: housekeeping must never wait behind that.
+        """
+        return None if self._users else (now or time.monotonic()) - self.last_used
+
     def discard(self, *, reason: str = "the sandbox was removed") -> None:
         """Remove the sandbox (any running code dies with it); the next use opens a new one."""
         with self._lock:
-            session, self._session = self._session, None
-            if session is not None and self.used:
-                self.reset_pending = True
-                self._lost = reason
-            self.used = False
+            session = self._take_session(reason)
         if session is not None:
             session.close()
+
+    def discard_if_idle(self, idle_s: float, *, now: float | None = None,
+                        reason: str | None = None) -> bool:
+        """Remove the sandbox if nobody has used it for `idle_s` s; whether it was removed.
+
+        Checked and taken under the lock, so a run or call starting now finds no
+        sandbox (and opens a fresh one) rather than losing it halfway. A lock held
+        elsewhere means a use (a sandbox opening, maybe waiting for the host): not idle.
+        """
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            idle = not self._users and (now or time.monotonic()) - self.last_used >= idle_s
+            session = self._take_session(reason or idle_reason(idle_s)) if idle else None
+        finally:
+            self._lock.release()
+        if session is None:
+            return False
+        session.close()
+        return True
+
+    def _take_session(self, reason: str) -> Session | None:
+        """Under the lock: the open sandbox, no longer this workspace's; the reset noted."""
+        session, self._session = self._session, None
+        if session is not None and self.used:
+            self.reset_pending = True
+            self._lost = reason
+        self.used = False
+        return session
 
     def close(self) -> None:
         """Remove the sandbox for good (idempotent): a gate still held opens no new one."""

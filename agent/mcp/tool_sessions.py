@@ -25,9 +25,10 @@ from pathlib import Path
 
 from sbx.agent.core.app import App
 from sbx.agent.core.restore import Cell
-from sbx.agent.core.workspace import ConversationSpec
+from sbx.agent.core.tool_session import SessionClosed
+from sbx.agent.core.workspace import ConversationSpec, idle_reason
 from sbx.agent.mcp.admission import Admission, Caller, FixedData
-from sbx.agent.mcp.tool_session import McpSession, SessionClosed, new_session_id
+from sbx.agent.mcp.tool_session import McpSession, new_session_id
 from sbx.sandbox.closing import Closing
 
 logger = logging.getLogger(__name__)
@@ -116,15 +117,14 @@ class McpSessions(Closing):
             sessions = list(self._sessions.values())
         now = time.monotonic()
         if not self.idle_ends_session:
-            return sum(session.discard_if_idle(idle_s, now) for session in sessions)
+            return sum(session.discard_if_idle(idle_s) for session in sessions)
         ended = []
         with self._lock:
             for session in sessions:
                 key = session.caller.key
                 if self._sessions.get(key) is session and session.end_if_idle(idle_s, now):
                     del self._sessions[key]
-                    self._remember_idle(key, f"it was idle for more than {idle_s:g} s",
-                                        session.journal())
+                    self._remember_idle(key, idle_reason(idle_s), session.journal())
                     ended.append(session)
         for session in ended:
             try:

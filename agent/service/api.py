@@ -37,8 +37,8 @@ from starlette.routing import Route
 
 from sbx.agent.service.admission import Held
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.store.keys import KeyInfo, lookup_key
 from sbx.agent.service.web.signin_sessions import cookie_key
+from sbx.agent.store.keys import KeyInfo, lookup_key
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service

@@ -35,9 +35,10 @@ from sbx.agent.service.schemas import (
     Listing,
     RunAccepted,
 )
-from sbx.agent.service.store.models import Conversation, Run
+from sbx.agent.store.models import Conversation, Run
 from sbx.agent.service.teams import tenant_of
 from sbx.agent.service.tenancy import dataset_paths, limited, owned
+from sbx.agent.store.models import Conversation, Run
 
 LIST_LIMIT = 200
 logger = logging.getLogger(__name__)

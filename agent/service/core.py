@@ -34,12 +34,12 @@ from sbx.agent.service.middleware import GatewayState
 from sbx.agent.service.oidc_client import OidcClient, open_client
 from sbx.agent.service.outcomes import Observer, Observers
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.replicas import Identity, Replicas
 from sbx.agent.service.runs import RunManager
 from sbx.agent.service.sandbox_share import SandboxShare
-from sbx.agent.service.store.db import Database, database_url
 from sbx.agent.service.tenant_view import TenantView, install
 from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
+from sbx.agent.store.db import Database, database_url
+from sbx.agent.store.replicas import Identity, Replicas
 from sbx.tools.audit import PATH_ENV
 from sbx.tools.redact import Redactor
 

@@ -21,7 +21,6 @@ from starlette.responses import Response
 from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
-from sbx.agent.service.datasets_held import dataset_user
 from sbx.agent.service.problems import Problem, quota_exceeded
 from sbx.agent.service.quotas import (
     reserve_dataset_bytes,
@@ -30,8 +29,8 @@ from sbx.agent.service.quotas import (
     upload_too_large,
 )
 from sbx.agent.service.schemas import DatasetOut, Listing
-from sbx.agent.service.store.db import lock_principal
-from sbx.agent.service.store.models import Dataset
+from sbx.agent.store.db import lock_principal
+from sbx.agent.store.models import Dataset
 from sbx.agent.service.teams import effective_quotas
 from sbx.agent.service.tenancy import owned
 from sbx.agent.service.uploads import (
@@ -41,6 +40,9 @@ from sbx.agent.service.uploads import (
     receive_upload,
     safe_name,
 )
+from sbx.agent.store.datasets_held import dataset_user
+from sbx.agent.store.db import lock_principal
+from sbx.agent.store.models import Dataset
 from sbx.sandbox.units import format_size
 from sbx.tools.builtin.data_summary import summarize_data
 

@@ -24,8 +24,8 @@ from sqlalchemy import func, select
 
 from sbx.agent.core.events import Event
 from sbx.agent.service.outcomes import Observer, notify
-from sbx.agent.service.store.db import Database
-from sbx.agent.service.store.models import EventRow
+from sbx.agent.store.db import Database
+from sbx.agent.store.models import EventRow
 
 POLL_S = 1.0
 """Seconds between a stream's reads of the store when no local wake-up comes."""

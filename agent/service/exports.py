@@ -29,8 +29,8 @@ from sbx.agent.service.api import Call, api
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.eventlog import public_event
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.store.models import Conversation, Run
 from sbx.agent.service.tenancy import owned
+from sbx.agent.store.models import Conversation, Run
 
 MEDIA_TYPES = {
     "ipynb": "application/x-ipynb+json",

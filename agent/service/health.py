@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from starlette.responses import JSONResponse, Response
 
 from sbx.agent.service.api import Call, api
-from sbx.agent.service.store.db import StoreError
+from sbx.agent.store.db import StoreError
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service

@@ -57,8 +57,8 @@ from sbx.agent.service.api import authenticate
 from sbx.agent.service.core import Service
 from sbx.agent.service.mcp_tenancy import ServiceAdmission
 from sbx.agent.service.problems import Problem, quota_exceeded
-from sbx.agent.service.store.keys import KeyInfo
 from sbx.agent.service.tenancy import limited
+from sbx.agent.store.keys import KeyInfo
 
 logger = logging.getLogger(__name__)
 

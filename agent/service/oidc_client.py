@@ -14,7 +14,7 @@ Discovery, the authorization URL, the code exchange and the ID token's verificat
 
 Every fetch has a timeout and a size cap; every failure is an `OidcError` with a slug and a
 sentence for the person signing in. Nothing here touches the store: the web face keeps the
-pending logins and sessions (`sbx.agent.service.store.identities`).
+pending logins and sessions (`sbx.agent.service.web.identities`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import httpx2
 import jwt
 
 from sbx.agent.core.config import OidcSettings
-from sbx.agent.service.store.keys import Role
+from sbx.agent.store.keys import Role
 from sbx.tools.policy import PolicyError
 
 ALGORITHMS: Final = ("RS256", "ES256")

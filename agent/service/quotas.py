@@ -32,8 +32,8 @@ from sqlalchemy.orm import Session
 
 from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.service.problems import Problem, quota_exceeded
-from sbx.agent.service.store.db import lock_principal
-from sbx.agent.service.store.models import ArtifactRow, Conversation, Dataset, EventRow, Run
+from sbx.agent.store.db import lock_principal
+from sbx.agent.store.models import ArtifactRow, Conversation, Dataset, EventRow, Run
 from sbx.sandbox.units import format_size
 
 HOUR_S = 3600.0

@@ -12,8 +12,9 @@ A posted question is handed to a bounded pool of `max_running` workers; a
 worker calls `Conversation.ask` (or `answer`, continuing a run that ended
 `needs_input`), one question at a time per conversation, with the store's
 recorder, and stores every event as it comes (`EventLog`). A conversation idle
-for `idle_timeout` releases its sandbox (`release_idle`); its next question
-gets a fresh one and is told so.
+for `idle_timeout` releases its sandbox (`release_idle`, the core's
+`Workspace.discard_if_idle`); its next question restores its state in a fresh
+one and is told so.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import mimetypes
 import os
 import stat
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,10 +34,10 @@ from sbx.agent.core.events import Event, RunEnd, RunError
 from sbx.agent.core.run_recorder import RunOutcome, RunRecorder, RunTicket, failed_outcome
 from sbx.agent.service.eventlog import EventLog, artifact_name, public_event
 from sbx.agent.service.problems import unavailable
-from sbx.agent.service.store.db import Database
-from sbx.agent.service.store.models import ArtifactRow
-from sbx.agent.service.store.models import Conversation as ConversationRow
 from sbx.agent.service.tenant_view import incident
+from sbx.agent.store.db import Database
+from sbx.agent.store.models import ArtifactRow
+from sbx.agent.store.models import Conversation as ConversationRow
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +57,6 @@ class Live:
     """The run executing now."""
     terminal_seen: bool = False
     """The running run's `run_end` or `run_error` event was stored."""
-    holds_sandbox: bool = False
-    last_used: float = field(default_factory=time.monotonic)
 
 
 class RunManager:
@@ -106,27 +104,17 @@ class RunManager:
     def holders(self) -> list[Live]:
         """The conversations here that hold a sandbox (running or idle): `sandbox_share`."""
         with self._lock:
-            return [live for live in self._live.values() if live.holds_sandbox or live.run_id]
+            return [live for live in self._live.values()
+                    if live.conversation.workspace.holds_sandbox or live.run_id]
 
-    def release_idle(self, idle_s: float, only: frozenset[str] | None = None) -> list[str]:
+    def release_idle(self, idle_s: float, only: frozenset[str] | None = None,
+                     reason: str | None = None) -> list[str]:
         """Remove the sandboxes of conversations idle for `idle_s` (of `only`); their ids."""
-        released = []
-        now = time.monotonic()
         with self._lock:
             candidates = [live for live in self._live.values()
-                          if live.holds_sandbox and live.run_id is None
-                          and now - live.last_used >= idle_s
-                          and (only is None or live.id in only)]
-        for live in candidates:
-            if not live.lock.acquire(blocking=False):
-                continue
-            try:
-                if live.run_id is None and live.holds_sandbox:
-                    live.conversation.workspace.discard(reason="an idle release")
-                    live.holds_sandbox = False
-                    released.append(live.id)
-            finally:
-                live.lock.release()
+                          if only is None or live.id in only]
+        released = [live.id for live in candidates
+                    if live.conversation.workspace.discard_if_idle(idle_s, reason=reason)]
         if released:
             with self.db.write() as session:
                 for conversation_id in released:
@@ -182,7 +170,8 @@ class RunManager:
     def sandboxes_held(self) -> int:
         """Conversations here whose sandbox is in use or kept for their next question."""
         with self._lock:
-            return sum(1 for live in self._live.values() if live.holds_sandbox or live.run_id)
+            return sum(1 for live in self._live.values()
+                       if live.conversation.workspace.holds_sandbox or live.run_id)
 
     @property
     def busy(self) -> int:
@@ -225,7 +214,6 @@ class RunManager:
                         heard.finished(ticket, failed_outcome(exc))
                 finally:
                     live.run_id = None
-                    live.last_used = time.monotonic()
         except Exception:
             logger.exception("run %s could not be recorded", ticket.run_id)
         finally:
@@ -278,7 +266,6 @@ class _Relay:
                             RunEnd(run_id=ticket.run_id, status=outcome.status,
                                    message=outcome.message))
             self.manager._on_event(live, event, run_id=ticket.run_id)
-        live.holds_sandbox = outcome.holds_sandbox
         self.done = True
         self.inner.finished(ticket, outcome)
 

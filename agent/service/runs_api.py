@@ -32,8 +32,8 @@ from sbx.agent.service.problems import Problem, not_found
 from sbx.agent.service.retention import delete_runs, run_directory
 from sbx.agent.service.schemas import ArtifactOut, Listing, PlanStepOut, RunOut
 from sbx.agent.service.sse import event_stream, last_event_id
-from sbx.agent.service.store.models import ArtifactRow, EventRow, Run
 from sbx.agent.service.tenancy import owned
+from sbx.agent.store.models import ArtifactRow, EventRow, Run
 
 UNFINISHED = ("queued", "running")
 INLINE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}

@@ -12,35 +12,38 @@ another sbx process's), `SandboxShare.tick` releases idle sandboxes:
              key at or under its share loses nothing
     count    at most one per waiting caller per tick
 
-A released conversation or MCP session stays open: its next call gets a fresh
-sandbox and is told that earlier variables are gone, as after `idle_timeout`.
+A released conversation or MCP session stays open: its next call restores its
+state in a fresh sandbox and is told so, as after `idle_timeout`. Idle means
+what it means everywhere: nobody holds the core's `Workspace.in_use()`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sbx.agent.mcp.tool_session import McpSession
     from sbx.agent.mcp.tool_sessions import McpSessions
     from sbx.agent.service.core import Service
+    from sbx.agent.service.runs import RunManager
 
 logger = logging.getLogger(__name__)
 
+RELEASE_REASON = "it was idle while other keys waited for the host"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Held:
-    """One sandbox held here: whose, whether it is idle, since when."""
+    """One sandbox held here: whose, how long idle (None: in use), how to release it."""
 
     principal: str
-    idle: bool
-    last_used: float
-    conversation: str | None = None
-    """The conversation holding it (else an MCP session)."""
-    session: McpSession | None = None
-    """The MCP session holding it (else a conversation)."""
+    idle_for: float | None
+    release: Callable[[], bool]
+    """Removes it if it is still idle; whether it did."""
 
 
 class SandboxShare:
@@ -53,14 +56,15 @@ class SandboxShare:
 
     def held(self) -> list[Held]:
         """Every sandbox this replica holds for a conversation or an MCP session."""
-        held = [Held(principal=live.principal, idle=live.run_id is None,
-                     last_used=live.last_used, conversation=live.id)
-                for live in self.service.runs.holders()]
+        runs = self.service.runs
+        held = [Held(principal=live.principal, idle_for=live.conversation.workspace.idle_for(),
+                     release=partial(_release_conversation, runs, live.id))
+                for live in runs.holders()]
         for session in self.mcp.live() if self.mcp is not None else []:
-            holds, busy, last_used = session.holder
-            if holds:
-                held.append(Held(principal=session.caller.principal, idle=not busy,
-                                 last_used=last_used, session=session))
+            if session.workspace.holds_sandbox:
+                held.append(Held(principal=session.caller.principal,
+                                 idle_for=session.workspace.idle_for(),
+                                 release=partial(session.discard_if_idle, 0.0, RELEASE_REASON)))
         return held
 
     def tick(self) -> int:
@@ -72,13 +76,13 @@ class SandboxShare:
         held = self.held()
         counts = Counter(item.principal for item in held)
         share = max(1, cap // (len(counts) + 1))
-        candidates = sorted((item for item in held if item.idle),
-                            key=lambda item: (-counts[item.principal], item.last_used))
+        candidates = sorted((item for item in held if item.idle_for is not None),
+                            key=lambda item: (-counts[item.principal], -(item.idle_for or 0.0)))
         released = 0
         for item in candidates:
             if released >= waiting:
                 break
-            if counts[item.principal] <= share or not self._release(item):
+            if counts[item.principal] <= share or not item.release():
                 continue
             counts[item.principal] -= 1
             released += 1
@@ -86,10 +90,6 @@ class SandboxShare:
                         item.principal, share)
         return released
 
-    def _release(self, item: Held) -> bool:
-        if item.session is not None:
-            return item.session.discard_if_idle(0.0, item.last_used)
-        if item.conversation is None:  # pragma: no cover - every Held names its holder
-            return False
-        only = frozenset({item.conversation})
-        return bool(self.service.runs.release_idle(0.0, only=only))
+
+def _release_conversation(runs: RunManager, conversation_id: str) -> bool:
+    return bool(runs.release_idle(0.0, only=frozenset({conversation_id}), reason=RELEASE_REASON))

@@ -26,8 +26,8 @@ from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.core.spend import Allowance, iso_utc
 from sbx.agent.core.teams import TeamSettings
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.store.db import Database
-from sbx.agent.service.store.models import Run
+from sbx.agent.store.db import Database
+from sbx.agent.store.models import Run
 
 Period = Literal["day", "month"]
 Scope = Literal["key", "team"]

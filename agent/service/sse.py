@@ -27,7 +27,7 @@ from starlette.requests import Request
 
 from sbx.agent.service.eventlog import POLL_S
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.store.models import EventRow, Run
+from sbx.agent.store.models import EventRow, Run
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service

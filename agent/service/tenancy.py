@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.limits_request import LimitRefused, LimitsRequest
 from sbx.agent.service.problems import Problem, not_found
-from sbx.agent.service.store.models import Conversation, Dataset, Run
+from sbx.agent.store.models import Conversation, Dataset, Run
 from sbx.sandbox.limits import Limits
 
 _ID_SHAPES = {

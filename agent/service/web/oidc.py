@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.oidc_client import OidcClient, OidcError, principal_and_role, team_of
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.store.identities import LOGIN_TTL_S, begin_login, finish_login, sign_in
+from sbx.agent.service.web.identities import LOGIN_TTL_S, begin_login, finish_login, sign_in
 from sbx.agent.service.web.signin_sessions import (
     SESSION_TTL_S,
     cookie_token,

@@ -18,7 +18,6 @@ from starlette.responses import JSONResponse, Response
 
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.store.keys import lookup_key
 from sbx.agent.service.web.signin_sessions import (
     check_csrf,
     check_origin,
@@ -30,6 +29,7 @@ from sbx.agent.service.web.signin_sessions import (
     set_cookie_header,
     start_session,
 )
+from sbx.agent.store.keys import lookup_key
 
 PATH = "/web/session"
 

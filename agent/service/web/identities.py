@@ -24,9 +24,9 @@ from typing import Final
 from sqlalchemy import delete, func, select
 
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.store.db import Database
-from sbx.agent.service.store.keys import KeyInfo, Role, hash_key
-from sbx.agent.service.store.models import OidcIdentity, OidcLogin, OidcSession
+from sbx.agent.store.db import Database
+from sbx.agent.store.keys import KeyInfo, Role, hash_key
+from sbx.agent.store.models import OidcIdentity, OidcLogin, OidcSession
 
 LOGIN_TTL_S: Final = 600.0
 """Seconds a person has to finish signing in at the provider."""

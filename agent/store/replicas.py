@@ -27,8 +27,8 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.app import owner_alive
-from sbx.agent.service.store.db import Database, StoreError
-from sbx.agent.service.store.models import Conversation, EventRow, Replica, Run
+from sbx.agent.store.db import Database, StoreError
+from sbx.agent.store.models import Conversation, EventRow, Replica, Run
 
 UNFINISHED = ("queued", "running")
 LOST = "lost"

@@ -30,10 +30,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from sbx.agent.core.app import App
-from sbx.agent.core.config import load_config
-from sbx.agent.core.settings import Endpoint
-from sbx.agent.service.bench_phases import (
+from sbx.agent.bench.serve_phases import (
     FAKE_KEY,
     MODEL,
     Sample,
@@ -42,9 +39,12 @@ from sbx.agent.service.bench_phases import (
     http_phase,
     respond,
 )
-from sbx.agent.service.store.db import Database
-from sbx.agent.service.store.keys import create_key
-from sbx.agent.service.store.models import EventRow
+from sbx.agent.core.app import App
+from sbx.agent.core.config import load_config
+from sbx.agent.core.settings import Endpoint
+from sbx.agent.store.db import Database
+from sbx.agent.store.keys import create_key
+from sbx.agent.store.models import EventRow
 from sbx.agent.testing.scripted_model import ScriptedLLM
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine

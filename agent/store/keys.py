@@ -19,8 +19,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from sbx.agent.core.config import ServiceQuotas
-from sbx.agent.service.store.db import Database
-from sbx.agent.service.store.models import ApiKey
+from sbx.agent.store.db import Database
+from sbx.agent.store.models import ApiKey
 
 Role = Literal["admin", "user"]
 KEY_PREFIX = "sbx_"

@@ -12,7 +12,7 @@ principal's key row); on SQLite a write transaction starts with `BEGIN
 IMMEDIATE`, which takes the database's single write lock at once (SQLite has
 no row locks, and a deferred transaction could read, then fail to upgrade).
 
-Migrations (Alembic, `agent/service/migrations/`) are applied at start under
+Migrations (Alembic, `agent/store/migrations/`) are applied at start under
 a lock (`pg_advisory_xact_lock` on PostgreSQL, the write lock on SQLite), so
 replicas starting together migrate once.
 """
@@ -32,11 +32,11 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from sbx.agent.service.store.models import ApiKey, OidcIdentity
+from sbx.agent.store.models import ApiKey, OidcIdentity
 
 DATABASE_ENV = "SBX_DATABASE_URL"
 DATA_DIR_ENV = "SBX_DATA_DIR"
-MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _MIGRATE_LOCK = 0x5B7_5E7E  # any constant: the advisory lock id of "sbx migrations"
 _WRITE = "sbx_write"
 
