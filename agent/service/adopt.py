@@ -26,7 +26,6 @@ from sbx.agent.core.resume import Resumable, read_resumable, resume
 from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.service.core import Service
 from sbx.agent.service.runs import Live
-from sbx.agent.store.models import Conversation
 from sbx.agent.service.teams import tenant_of_principal
 from sbx.agent.service.tenancy import dataset_paths
 from sbx.agent.store.models import Conversation

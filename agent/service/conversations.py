@@ -35,7 +35,6 @@ from sbx.agent.service.schemas import (
     Listing,
     RunAccepted,
 )
-from sbx.agent.store.models import Conversation, Run
 from sbx.agent.service.teams import tenant_of
 from sbx.agent.service.tenancy import dataset_paths, limited, owned
 from sbx.agent.store.models import Conversation, Run

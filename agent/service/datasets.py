@@ -29,8 +29,6 @@ from sbx.agent.service.quotas import (
     upload_too_large,
 )
 from sbx.agent.service.schemas import DatasetOut, Listing
-from sbx.agent.store.db import lock_principal
-from sbx.agent.store.models import Dataset
 from sbx.agent.service.teams import effective_quotas
 from sbx.agent.service.tenancy import owned
 from sbx.agent.service.uploads import (

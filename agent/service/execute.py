@@ -27,7 +27,6 @@ from sbx.agent.service.problems import Problem, unavailable
 from sbx.agent.service.recorder import StoreRecorder
 from sbx.agent.service.runs_api import artifact_out
 from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
-from sbx.agent.store.models import ArtifactRow
 from sbx.agent.service.teams import tenant_of
 from sbx.agent.service.tenancy import dataset_paths, limited
 from sbx.agent.store.models import ArtifactRow

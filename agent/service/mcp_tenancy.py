@@ -48,8 +48,6 @@ from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.quotas import reserve_conversation, upload_too_large
 from sbx.agent.service.recorder import StoreRecorder
-from sbx.agent.store.keys import KeyInfo
-from sbx.agent.store.models import Conversation, Dataset
 from sbx.agent.service.teams import Tenant, effective_quotas, tenant_of
 from sbx.agent.service.uploads import HEAD_BYTES, Upload, format_of, safe_name
 from sbx.agent.store.keys import KeyInfo

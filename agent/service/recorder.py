@@ -30,7 +30,6 @@ from sqlalchemy.orm import Session
 
 from sbx.agent.core.run_recorder import RunOutcome, RunTicket
 from sbx.agent.core.teams import metrics_team
-from sbx.agent.store.datasets_held import datasets_held
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.quotas import reserve_run

@@ -16,8 +16,8 @@ from starlette.responses import Response
 
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.quotas import DAY_S, HOUR_S, storage_used, stored_bytes
-from sbx.agent.store.models import Conversation, Run
 from sbx.agent.service.teams import tenant_of
+from sbx.agent.store.models import Conversation, Run
 
 
 class UsageOut(BaseModel):

@@ -40,8 +40,8 @@ from sqlalchemy import delete, select
 from starlette.requests import Request
 
 from sbx.agent.service.problems import Problem
-from sbx.agent.store.db import Database
 from sbx.agent.service.web.identities import oidc_session
+from sbx.agent.store.db import Database
 from sbx.agent.store.keys import KeyInfo, hash_key, key_info
 from sbx.agent.store.models import ApiKey, OidcSession, WebSession
 
