@@ -18,7 +18,7 @@ from sbx.agent.core.config import load_config
 from sbx.agent.core.cost import ModelPrice, Prices
 from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.spend import Allowance
-from sbx.agent.core.workspace import withhold
+from sbx.agent.core.teams import withhold
 from sbx.agent.model.client import ModelClient
 from sbx.agent.testing.scripted_model import Reply, assistant, call
 from sbx.tools.context import ToolContext

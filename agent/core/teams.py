@@ -16,9 +16,12 @@ with no budget or rule of its own; `/metrics` labels it `none`.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from sbx.tools.policy import BUILTIN_TOOLS, Policy
 
 TEAM_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 """What a team's name may be (the same shape as a key's name)."""
@@ -55,3 +58,15 @@ def metrics_team(team: str | None, teams: dict[str, TeamSettings]) -> str:
     """The team's `/metrics` label: its name if the policy names it, else `none` (bounded)."""
     return team if team is not None and team in teams else NO_TEAM
 
+
+def withhold(policy: Policy, names: Sequence[str]) -> Policy:
+    """`policy` with the tools `names` disabled (a team's `disabled_tools`); the rest as is."""
+    if not names:
+        return policy
+    tools = policy.tools
+    builtin = {name: getattr(tools, name).model_copy(update={"enabled": False})
+               for name in names if name in BUILTIN_TOOLS}
+    custom = {name: rule.model_copy(update={"enabled": False}) if name in names else rule
+              for name, rule in tools.custom.items()}
+    return policy.model_copy(update={"tools": tools.model_copy(update={**builtin,
+                                                                      "custom": custom})})

@@ -29,6 +29,7 @@ from pathlib import Path
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.core.spend import SpendLimit
+from sbx.agent.core.teams import withhold
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.datadrop import DropDir
 from sbx.sandbox.errors import InvalidInput, SandboxError
@@ -42,7 +43,6 @@ from sbx.tools.audit import AuditLog
 from sbx.tools.context import Operator, OutputSink, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.observation_size import CHARS_PER_TOKEN
-from sbx.tools.policy import BUILTIN_TOOLS, Policy
 from sbx.tools.registry import Tool
 
 RESET_NOTE = "[sbx] The sandbox was reset"
@@ -395,15 +395,3 @@ class _CurrentSandbox:
             if not current:  # discarded while it ran: remove whatever it restarted
                 session.close()
 
-
-def withhold(policy: Policy, names: Sequence[str]) -> Policy:
-    """`policy` with the tools `names` disabled (a team's `disabled_tools`); the rest as is."""
-    if not names:
-        return policy
-    tools = policy.tools
-    builtin = {name: getattr(tools, name).model_copy(update={"enabled": False})
-               for name in names if name in BUILTIN_TOOLS}
-    custom = {name: rule.model_copy(update={"enabled": False}) if name in names else rule
-              for name, rule in tools.custom.items()}
-    return policy.model_copy(update={"tools": tools.model_copy(update={**builtin,
-                                                                      "custom": custom})})
