@@ -36,6 +36,7 @@ POLICY = {
     "agent.prices": {"currency": "EUR"},
     "agent.prices.models.scripted": {"input": 1.0, "output": 2000.0},
     "service.teams.small": {"cost_per_day": 0.5},
+    "service.teams.small.quotas": {"max_conversations": 3},
     "service.teams.big": {"cost_per_month": 1000.0, "disabled_tools": ["list_data_files"]},
 }
 
@@ -113,6 +114,8 @@ def test_a_team_at_its_budget_stops_and_is_refused_while_another_team_runs_on(
                     if (b["scope"], b["period"]) == ("team", "day"))
     assert team_day["limit"] == 0.5 and team_day["spent"] == pytest.approx(0.602)
     assert team_day["estimated"] is False and team_day["resets_at"] == body["resets_at"]
+    assert usage["quotas"]["max_conversations"] == 3  # the team's quota for its members
+    assert bo.get("/v1/usage").json()["quotas"]["max_conversations"] == 4  # the default
 
     metrics = root.get("/metrics").text
     assert _sample(metrics, 'sbx_spend_total{currency="EUR",team="small"}') == \
