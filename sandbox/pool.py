@@ -9,9 +9,14 @@ processes, variables) can reach the next run, because there is no next run.
 
 The pool is keyed by everything that shapes a container (`PoolKey`: image and
 `Limits`, the runtime included). Only keys named with `warm()` are kept
-filled. A request for a warmed key with no idle container waits for a build
-already in flight (it is further along than a new create); a request for any
-other key gets a container created on the spot. Runs with `/data` inputs are
+filled: to `config.size`, or, with `config.max_size`, to a target that follows
+demand (`sandbox.pool_demand`: leases taken lately and sessions announced with
+`expect()`, within the memory budget and the host's caps), removing idle
+containers above it when demand falls. A request for a warmed key with no idle
+container waits for a build already in flight only if no earlier waiter has
+claimed it (it is further along than a new create); otherwise, and for any
+other key, it gets a container created on the spot. Builds run on the pool's
+own threads, never on a caller's. Runs with `/data` inputs are
 served warm too: each pooled container mounts an empty directory of its own
 read-only at `/data`, and the run's files are linked (or copied) into it on
 the host before the first execution (`sandbox.datadir`), never sent through
@@ -47,7 +52,9 @@ from sbx.sandbox.gc import collect_orphans
 from sbx.sandbox.host_caps import Need
 from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats, WarmEntry
+from sbx.sandbox.pool_demand import ArrivalRate
 from sbx.sandbox.pool_session import LeasedSession, Reaper
+from sbx.sandbox.pool_slots import retarget, take_idle
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session, code_text
 from sbx.sandbox.spec import DEFAULT_OUTPUT_ROOT, SessionSpec
@@ -56,8 +63,6 @@ __all__ = ["POOL_MODE", "Pool", "PoolConfig", "PoolKey", "PoolStats"]
 
 logger = logging.getLogger(__name__)
 
-BUILD_WAIT_S = 10.0
-"""Seconds a caller waits for a build already in flight for its key before creating its own."""
 POOL_MODE = "pool"
 """`sbx.mode` label of a container created for the pool (it keeps it after the hand-over)."""
 
@@ -106,12 +111,24 @@ class Pool(Closing):
         return pool
 
     def warm(self, key: PoolKey) -> None:
-        """Keep `config.size` containers of this key ready from now on."""
+        """Keep containers of this key ready from now on (`config.size`, or as demand says)."""
         self.engine.require_image(key.image)
         self.engine.require_runtime(key.limits.runtime)
         with self._wake:
-            self._slots.setdefault(key, KeySlot())
+            self._slot(key)
             self._wake.notify()
+
+    def expect(self, key: PoolKey, sessions: int) -> None:
+        """Announce `sessions` coming for a warmed key (replaces the last figure; demand sizing).
+
+        `sbx serve` passes its open conversations without a sandbox, so the pool
+        warms for them before they ask. Ignored for a key not warmed.
+        """
+        with self._wake:
+            slot = self._slots.get(key)
+            if slot is not None and slot.expected != max(0, sessions):
+                slot.expected = max(0, sessions)
+                self._wake.notify()
 
     def session(self, spec: SessionSpec | None = None) -> Session:
         """A started session for one run: a warm container if one fits, else a new one.
@@ -175,12 +192,16 @@ class Pool(Closing):
         want = self.config.size if count is None else count
         return self._wait_for(key, lambda slot: len(slot.idle) >= want, timeout)
 
+    def wait_idle_at_most(self, key: PoolKey, count: int, timeout: float = 60.0) -> bool:
+        """Block until at most `count` containers of `key` are idle or building (a shrink)."""
+        return self._wait_for(key, lambda slot: len(slot.idle) + slot.building <= count, timeout)
+
     def settle(self, key: PoolKey, timeout: float = 60.0) -> bool:
         """Block until no build of `key` is in flight and the pool is full or out of room."""
 
         def settled(slot: KeySlot) -> bool:
             stuck = slot.starved or time.monotonic() < slot.retry_at
-            return slot.building == 0 and (len(slot.idle) >= self.config.size or stuck)
+            return slot.building == 0 and (len(slot.idle) >= slot.target or stuck)
 
         return self._wait_for(key, settled, timeout)
 
@@ -220,6 +241,7 @@ class Pool(Closing):
             stats = PoolStats(**vars(self.stats))
             stats.idle = sum(len(slot.idle) for slot in self._slots.values())
             stats.building = sum(slot.building for slot in self._slots.values())
+            stats.target = sum(slot.target for slot in self._slots.values())
         return stats
 
     # ------------------------------------------------------------ internals
@@ -238,28 +260,12 @@ class Pool(Closing):
         )
 
     def _take(self, key: PoolKey) -> LeasedSession | None:
-        """The oldest usable warm container of `key`; dead ones go to the reaper."""
-        dead: list[LeasedSession] = []
-        found: LeasedSession | None = None
-        with self._wake:
+        """The oldest usable warm container of `key` (`take_idle`); dead ones go to the reaper."""
+        with self._lock:
             slot = self._slots.get(key)
-            if slot is not None:
-                slot.starved = False  # settle() now waits for the next refill attempt
-            deadline = time.monotonic() + BUILD_WAIT_S
-            while slot is not None and found is None:
-                if slot.idle:
-                    candidate = slot.idle.popleft().session
-                    if candidate.usable():
-                        found = candidate
-                    else:
-                        dead.append(candidate)
-                    continue
-                remaining = deadline - time.monotonic()
-                if slot.building == 0 or self._closing or remaining <= 0:
-                    break
-                self._wake.notify()
-                self._wake.wait(remaining)  # a build in flight is further along than a new one
-            self._wake.notify()  # refill now, not at the next tick
+        if slot is None:
+            return None
+        found, dead = take_idle(slot, self._wake, lambda: self._closing)
         for session in dead:
             session.close()
         return found
@@ -290,6 +296,8 @@ class Pool(Closing):
                 while slot.idle and now - slot.idle[0].born > self.config.max_age_s:
                     discard.append(slot.idle.popleft().session)
                     self.stats.expired += 1
+            discard.extend(retarget(self._slots, self.config, self.capacity.caps,
+                                    self.stats, now))
             keys = list(self._slots)
         queued = self.capacity.waiting() > 0
         if queued:
@@ -303,6 +311,14 @@ class Pool(Closing):
         if not queued:
             for key in keys:
                 self._refill(key, now)
+
+    def _slot(self, key: PoolKey) -> KeySlot:
+        """The slot of `key`, made on first use (under the lock)."""
+        slot = self._slots.get(key)
+        if slot is None:
+            rate = ArrivalRate(self.config.window_s)
+            slot = self._slots[key] = KeySlot(rate=rate, target=self.config.size)
+        return slot
 
     def _shed_one(self) -> list[LeasedSession]:
         """The oldest idle container of any key, to free its lease for a queued caller."""
@@ -324,7 +340,7 @@ class Pool(Closing):
                 slot = self._slots[key]
                 if self._closing or now < slot.retry_at:
                     return
-                if len(slot.idle) + slot.building >= self.config.size:
+                if len(slot.idle) + slot.building >= slot.target:
                     return
             lease = self.capacity.try_acquire(need)
             with self._wake:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.limits import Limits
+from sbx.sandbox.pool_demand import ArrivalRate
 from sbx.sandbox.pool_session import LeasedSession
 
 
@@ -30,7 +31,17 @@ class PoolConfig:
     """How many warm containers to keep and how the pool maintains them."""
 
     size: int = 2
-    """Warm containers kept per warmed key (0: no warm containers, only capped creates)."""
+    """Warm containers kept per warmed key: the fixed size when `max_size` is 0, else the
+    least kept with no demand (0: none, only capped creates)."""
+    max_size: int = 0
+    """Most warm containers per warmed key when the size follows demand (`sandbox.pool_demand`:
+    recent leases and announced sessions); 0: a fixed pool of `size`."""
+    window_s: float = 60.0
+    """Seconds of demand the pool keeps warm containers for (the arrival rate's time
+    constant): a burst lifts the target at once, and it decays over about this long."""
+    memory_budget: int = 2 << 30
+    """Bytes of memory limits all warm containers may reserve together (demand sizing only;
+    the host's caps bound it as well)."""
     max_age_s: float = 600.0
     """Seconds an idle container may wait before it is replaced by a new one."""
     refill_workers: int = 2
@@ -57,6 +68,8 @@ class PoolStats:
     """Warm containers ready now (all keys)."""
     building: int = 0
     """Containers being created for the pool."""
+    target: int = 0
+    """Warm containers (idle plus building) the pool aims at now, all keys."""
     hits: int = 0
     """Requests served by a warm container."""
     misses: int = 0
@@ -72,6 +85,8 @@ class PoolStats:
     """Idle containers removed early to make room for queued callers."""
     expired: int = 0
     """Idle containers replaced for reaching `max_age_s`."""
+    trimmed: int = 0
+    """Idle containers removed because demand fell below what the pool held."""
     failures: int = 0
     """Builds that failed."""
     last_error: str = ""
@@ -90,8 +105,16 @@ class WarmEntry:
 class KeySlot:
     """The warm containers of one key and the builds in flight for it (internal to `Pool`)."""
 
+    rate: ArrivalRate
+    """Leases taken for this key lately (hits and misses)."""
     idle: deque[WarmEntry] = field(default_factory=deque)
     building: int = 0
+    claims: int = 0
+    """Callers waiting for one of the builds in flight (each waits only for a build of its own)."""
+    expected: int = 0
+    """Sessions announced ahead (`Pool.expect`)."""
+    target: int = 0
+    """What the last maintenance pass aimed at (idle plus building)."""
     retry_at: float = 0.0
     backoff: float = 0.0
     starved: bool = False

@@ -130,3 +130,18 @@ def test_a_file_with_only_the_table_to_change_keeps_the_default_tools(tmp_path) 
     assert config.settings == default.settings
     empty = load_config(write(tmp_path, "[tools]\n"))  # a [tools] table given is its own
     assert empty.policy.tools.execute_python.enabled is False
+
+
+def test_the_pool_table_becomes_the_pools_config_and_defaults_keep_none_warm(tmp_path) -> None:
+    default = load_config(None).pool
+    assert (default.size, default.max_size, default.keeps_warm) == (0, 0, False)
+    path = write(tmp_path, '[pool]\nmax_size = 6\nwindow = "30s"\nmemory_budget = "3g"\n')
+    config = load_config(path).pool
+    assert (config.size, config.max_size, config.window) == (0, 6, 30.0)
+    assert config.memory_budget == 3 << 30
+    path = write(tmp_path, '[pool]\nmax_size = 2\nmemory_budget = "plenty"\n')
+    with pytest.raises(PolicyError, match=r"sbx.toml:3: pool.memory_budget: .*not a size"):
+        load_config(path)
+    path = write(tmp_path, "[pool]\nmax_size = -1\n")
+    with pytest.raises(PolicyError, match=r"sbx.toml:2: pool.max_size: "):
+        load_config(path)

@@ -121,6 +121,10 @@ def test_metrics_parse_and_move_as_executions_happen(tmp_path, serve, llm):
                   route="/v1/runs/{run_id}/events", status="200") == 1
     assert not any(run_id in json.dumps(labels) for _, labels in after)  # templates, not paths
     assert _value(after, "sbx_pool_containers", state="in_use") == 1  # the conversation's
+    # no [pool] warming by default: the conversation's and /v1/execute's sandboxes were created
+    assert _moved(before, after, "sbx_pool_takes_total", result="miss") == 2
+    assert _moved(before, after, "sbx_pool_takes_total", result="hit") == 0
+    assert _value(after, "sbx_pool_target") == 0
     assert _value(after, "sbx_runs_in_progress") == 0
 
     lines = _access_lines(server)

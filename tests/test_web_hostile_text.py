@@ -17,30 +17,15 @@ from playwright.sync_api import expect
 
 import service_support
 import web_support
-from web_support import watch
 
 serve = service_support.serve
 llm = service_support.llm
 browser = web_support.browser
+render_page = web_support.render_page
 
 RLO, PDF, ZWSP = "\u202e", "\u202c", "\u200b"
 CALL = {"id": "c1", "function": {"name": "execute_python",
                                  "arguments": json.dumps({"code": f"x = 1{ZWSP}\nprint(x)"})}}
-
-
-@pytest.fixture
-def render_page(serve, browser, tmp_path):
-    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
-    page = browser.new_page()
-    seen = watch(page)
-    page.goto(server.url + "/")
-    page.evaluate("""async () => {
-        const { RunView } = await import('/static/run.js');
-        window.view = new RunView('run-0123456789ab', 'q?');
-        document.body.append(window.view.root);
-    }""")
-    yield page
-    seen.assert_clean()
 
 
 @pytest.mark.docker

@@ -127,3 +127,19 @@ def screenshot(page: Any, name: str, tmp_path: Path, *, full_page: bool = False)
     page.screenshot(path=str(path), full_page=full_page)
     assert path.read_bytes().startswith(b"\x89PNG"), path
     return path
+
+
+@pytest.fixture
+def render_page(serve: Any, browser: Any, tmp_path: Path) -> Iterator[Any]:
+    """A page of a real `sbx serve` with one `RunView` in it (`window.view`) to feed events."""
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
+    page = browser.new_page()
+    seen = watch(page)
+    page.goto(server.url + "/")
+    page.evaluate("""async () => {
+        const { RunView } = await import('/static/run.js');
+        window.view = new RunView('run-0123456789ab', 'q?');
+        document.body.append(window.view.root);
+    }""")
+    yield page
+    seen.assert_clean()

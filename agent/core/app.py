@@ -35,6 +35,7 @@ from sbx.agent.core.config import AppConfig
 from sbx.agent.core.conversation import Conversation, ConversationSpec, new_conversation_id
 from sbx.agent.core.events import ConversationStart, EventSink
 from sbx.agent.core.limits_request import LimitsRequest
+from sbx.agent.core.pool_settings import PoolSettings
 from sbx.agent.core.settings import Endpoint, SettingsError
 from sbx.agent.core.state import RunResult
 from sbx.agent.core.transcript import Transcript
@@ -47,7 +48,7 @@ from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.gc import owner_alive as owner_alive
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.pool import Pool
-from sbx.sandbox.pool_config import PoolConfig
+from sbx.sandbox.pool_config import PoolConfig, PoolKey
 from sbx.sandbox.session import new_run_id
 from sbx.tools.audit import AuditLog, open_audit_log
 from sbx.tools.registry import Tool
@@ -84,6 +85,8 @@ class App(Closing):
         self.audit = audit
         self.pool = pool
         self.image = image
+        self.warm_key = PoolKey(image=image, limits=config.limits)
+        """The containers the pool keeps warm: the policy's own limits (`[pool]`)."""
 
     @classmethod
     def open(
@@ -98,6 +101,8 @@ class App(Closing):
     ) -> App:
         """Open the audit log, then the pool when the policy lets code run at all.
 
+        `[pool]` sizes the pool unless a face passes `pool_config` (the benchmarks);
+        when it keeps any warm, the policy's limits are warmed (`warm_key`).
         `secrets` (API keys) are redacted wherever they would reach the audit log.
         """
         audit = open_audit_log(
@@ -107,11 +112,18 @@ class App(Closing):
         pool: Pool | None = None
         try:
             if config.policy.tools.execute_python.enabled:
-                pool = Pool.start(config=pool_config or PoolConfig(size=0))
+                pool = Pool.start(config=pool_config or _pool_config(config.pool))
         except BaseException:
             audit.close()
             raise
-        return cls(config=config, audit=audit, pool=pool, image=image)
+        app = cls(config=config, audit=audit, pool=pool, image=image)
+        if pool is not None and pool_config is None and config.pool.keeps_warm:
+            try:
+                pool.warm(app.warm_key)
+            except BaseException:
+                app.close()
+                raise
+        return app
 
     def conversation(
         self,
@@ -190,12 +202,22 @@ class App(Closing):
         return "ok"
 
     def sandbox_figures(self) -> dict[str, int]:
-        """The pool's containers by state now (none without a pool), for the metrics."""
+        """The pool's containers by state, its target and its hits and misses (metrics)."""
         if self.pool is None:
             return {}
         stats = self.pool.snapshot()
         return {"idle": stats.idle, "building": stats.building,
-                "removing": self.pool.reaper.pending()}
+                "removing": self.pool.reaper.pending(), "target": stats.target,
+                "hits": stats.hits, "misses": stats.misses}
+
+    def expect_sessions(self, count: int) -> None:
+        """Tell the pool `count` sandboxes will be asked for soon (demand sizing).
+
+        `sbx serve` passes its open conversations that hold no sandbox; the pool
+        warms for them when `[pool] max_size` allows.
+        """
+        if self.pool is not None:
+            self.pool.expect(self.warm_key, count)
 
     def host_demand(self) -> tuple[int, int] | None:
         """Callers waiting for the host's sandbox cap now, and the cap (None without a pool)."""
@@ -229,6 +251,12 @@ class App(Closing):
                 pool.close()
         finally:
             self.audit.close()
+
+
+def _pool_config(settings: PoolSettings) -> PoolConfig:
+    """The sandbox layer's configuration for the operator's `[pool]` knobs."""
+    return PoolConfig(size=settings.size, max_size=settings.max_size, window_s=settings.window,
+                      memory_budget=settings.memory_budget)
 
 
 @dataclass(frozen=True, kw_only=True)

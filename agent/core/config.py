@@ -11,6 +11,7 @@ layer:
     [service] [service.quotas] ──▶ ServiceSettings (below)            (`sbx serve` only)
     [service.oidc]             ──▶ OidcSettings: the web page's sign-in through a provider
     [restore]                  ──▶ sbx.agent.core.restore_settings.RestoreSettings (state replay)
+    [pool]                     ──▶ sbx.agent.core.pool_settings.PoolSettings (warm containers)
 
 A table the file leaves out (`[tools]`, `[sandbox]`, `[agent]`, ...) takes the
 packaged default's, so a file holding only the table to change changes only it.
@@ -42,6 +43,7 @@ from pydantic import (
     model_validator,
 )
 
+from sbx.agent.core.pool_settings import PoolSettings
 from sbx.agent.core.restore_settings import RestoreSettings
 from sbx.agent.core.settings import FLAG_NAMES, AgentSettings, SettingsError, apply_flags
 from sbx.agent.core.teams import TeamSettings, check_team_names
@@ -219,6 +221,8 @@ class AppConfig:
     """`sbx serve`'s sizes, timeouts and per-principal quota defaults (other faces ignore it)."""
     restore: RestoreSettings = RestoreSettings()
     """Whether and within which bounds a lost sandbox's state is rebuilt by replay."""
+    pool: PoolSettings = PoolSettings()
+    """How many warm containers the core keeps, and how far demand may grow them."""
 
     def digest(self) -> str:
         """SHA-256 of the effective configuration (canonical JSON), recorded at each run."""
@@ -266,6 +270,7 @@ def load_config(path: Path | None = None) -> AppConfig:
     agent = data.pop("agent", {})
     service = data.pop("service", {})
     restore = data.pop("restore", {})
+    pool = data.pop("pool", {})
     policy = _validate(Policy, data, (), source, text)
     try:
         custom_tools(policy)  # a bad `entry` is the operator's error now, not at the first call
@@ -282,6 +287,7 @@ def load_config(path: Path | None = None) -> AppConfig:
         service=settings,
         limits=_validate(Limits, sandbox, ("sandbox",), source, text),
         restore=_validate(RestoreSettings, restore, ("restore",), source, text),
+        pool=_validate(PoolSettings, pool, ("pool",), source, text),
         settings=_validate(AgentSettings, agent, ("agent",), source, text),
         policy=policy,
     )

@@ -6,7 +6,8 @@ runs of replicas whose heartbeat went stale (`Replicas.sweep`); release the
 sandboxes of conversations idle for `idle_timeout` (`RunManager.release_idle`);
 delete runs that ended more than `retention` ago (`retention.expire_runs`);
 while callers wait for the host, release the idle sandboxes of keys over their
-share (`SandboxShare.tick`).
+share (`SandboxShare.tick`); tell the pool how many sandboxes the open conversations
+without one will ask for (`SandboxShare.expected`, `[pool] max_size`).
 A failing duty is logged and retried at the next tick; it never stops the
 others. Start-up recovery and the SIGTERM drain are `Service.open` and
 `Service.begin_drain`.
@@ -55,6 +56,7 @@ class Housekeeper:
             ("sweep", service.replicas.sweep),
             ("idle release", lambda: service.runs.release_idle(service.settings.idle_timeout)),
             ("host share", service.share.tick),
+            ("pool demand", lambda: service.app.expect_sessions(service.share.expected())),
             ("retention", lambda: expire_runs(service)),
         ):
             try:

@@ -24,6 +24,8 @@ across replicas in the query.
     sbx_package_requests_total{package}              executions that imported a module the
                                                      image lacks (at most 100 names, then other)
     sbx_pool_containers{state}                       idle, building, removing, in_use
+    sbx_pool_target                                  warm containers the pool aims at now
+    sbx_pool_takes_total{result}                     hit (a warm container), miss (created)
     sbx_runs_in_progress                             queued or running here
 
 Every label value is bounded: the model names tools, so a tool that is not
@@ -42,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 from starlette.responses import Response
@@ -95,7 +97,15 @@ class LiveGauges(Collector):
         runs = GaugeMetricFamily("sbx_runs_in_progress", "Runs (and /v1/execute calls) queued "
                                  "or running on this replica",
                                  value=float(figures.get("runs", 0)))
-        return [pool, runs]
+        target = GaugeMetricFamily("sbx_pool_target", "Warm containers (idle and building) "
+                                   "the pool aims at now ([pool])",
+                                   value=float(figures.get("target", 0)))
+        takes = CounterMetricFamily("sbx_pool_takes", "Sandboxes taken from the pool: a warm "
+                                    "container (hit) or one created on the spot (miss)",
+                                    labels=["result"])
+        takes.add_metric(["hit"], float(figures.get("hits", 0)))
+        takes.add_metric(["miss"], float(figures.get("misses", 0)))
+        return [pool, runs, target, takes]
 
 
 class Metrics(Observer):

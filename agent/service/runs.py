@@ -107,6 +107,12 @@ class RunManager:
             return [live for live in self._live.values()
                     if live.conversation.workspace.holds_sandbox or live.run_id]
 
+    def without_sandbox(self) -> list[str]:
+        """The principals of conversations here with no sandbox and no run: coming demand."""
+        with self._lock:
+            return [live.principal for live in self._live.values()
+                    if not live.conversation.workspace.holds_sandbox and live.run_id is None]
+
     def release_idle(self, idle_s: float, only: frozenset[str] | None = None,
                      reason: str | None = None) -> list[str]:
         """Remove the sandboxes of conversations idle for `idle_s` (of `only`); their ids."""

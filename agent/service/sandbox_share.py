@@ -15,6 +15,11 @@ another sbx process's), `SandboxShare.tick` releases idle sandboxes:
 A released conversation or MCP session stays open: its next call restores its
 state in a fresh sandbox and is told so, as after `idle_timeout`. Idle means
 what it means everywhere: nobody holds the core's `Workspace.in_use()`.
+
+The same share bounds the demand the pool is told of (`SandboxShare.expected`):
+open conversations that hold no sandbox will ask for one, so the pool may warm
+for them (`[pool] max_size`), but each key counts for at most its share, so one
+key opening hundreds of conversations cannot make the pool warm for it alone.
 """
 
 from __future__ import annotations
@@ -66,6 +71,16 @@ class SandboxShare:
                                  idle_for=session.workspace.idle_for(),
                                  release=partial(session.discard_if_idle, 0.0, RELEASE_REASON)))
         return held
+
+    def expected(self) -> int:
+        """Sandboxes this replica's open conversations will ask for, each key within its share."""
+        demand = self.service.app.host_demand()
+        if demand is None:
+            return 0
+        waiting = Counter(self.service.runs.without_sandbox())
+        held = Counter(item.principal for item in self.held())
+        share = max(1, demand[1] // (len(waiting | held) + 1))
+        return sum(min(count, max(0, share - held[key])) for key, count in waiting.items())
 
     def tick(self) -> int:
         """Release what the module docstring says; how many sandboxes were released."""

@@ -1,0 +1,96 @@
+"""What the pool does with one key's slot under its lock: size it from demand, take from it.
+
+Kept apart from `sandbox.pool` so the pool's machinery stays readable; the
+sizing rule itself is `sandbox.pool_demand.pool_target`, a pure function.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from sbx.sandbox.host_caps import HostCaps
+from sbx.sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats
+from sbx.sandbox.pool_demand import Demand, SizingCaps, pool_target
+from sbx.sandbox.pool_session import LeasedSession
+
+BUILD_WAIT_S = 10.0
+"""Seconds a caller waits for a build already in flight for its key before creating its own."""
+
+
+def retarget(
+    slots: Mapping[PoolKey, KeySlot],
+    config: PoolConfig,
+    caps: HostCaps,
+    stats: PoolStats,
+    now: float,
+) -> list[LeasedSession]:
+    """Set each slot's target; take out the idle containers above it (call under the pool's lock).
+
+    With `max_size` 0 the target is the fixed `size`, as before demand sizing.
+    The memory budget is shared: a key's room is what the other keys' idle and
+    building containers leave of it. The caller closes what is returned (off
+    the lock); each counts in `stats.trimmed`.
+    """
+    trim: list[LeasedSession] = []
+    held = {key: (len(slot.idle) + slot.building) * key.limits.memory
+            for key, slot in slots.items()}
+    for key, slot in slots.items():
+        if config.max_size <= 0:
+            slot.target = config.size
+            continue
+        slot.target = pool_target(
+            Demand(arrivals_per_min=slot.rate.per_minute(now), expected=slot.expected),
+            SizingCaps(
+                min_size=config.size, max_size=config.max_size, window_s=config.window_s,
+                memory_budget=config.memory_budget,
+                memory_held=sum(held.values()) - held[key], need_memory=key.limits.memory,
+                host_sandboxes=caps.sandboxes, host_memory=caps.memory,
+            ),
+        )
+        while slot.idle and len(slot.idle) + slot.building > slot.target:
+            trim.append(slot.idle.popleft().session)
+            held[key] -= key.limits.memory
+            stats.trimmed += 1
+    return trim
+
+
+def take_idle(
+    slot: KeySlot, wake: threading.Condition, closing: Callable[[], bool]
+) -> tuple[LeasedSession | None, list[LeasedSession]]:
+    """The oldest usable idle container of the slot, and the dead ones met on the way.
+
+    With none idle, the caller waits for a build in flight only if no earlier
+    waiter has claimed that build (it is further along than a new create), so
+    nobody waits behind a refill it will not get: a miss creates its own
+    container at once. Every take counts as an arrival (`KeySlot.rate`).
+    """
+    dead: list[LeasedSession] = []
+    found: LeasedSession | None = None
+    claimed = False
+    with wake:
+        slot.starved = False  # settle() now waits for the next refill attempt
+        slot.rate.add(time.monotonic())
+        deadline = time.monotonic() + BUILD_WAIT_S
+        while found is None:
+            if slot.idle:
+                candidate = slot.idle.popleft().session
+                if candidate.usable():
+                    found = candidate
+                else:
+                    dead.append(candidate)
+                continue
+            remaining = deadline - time.monotonic()
+            spare = slot.building - slot.claims + (1 if claimed else 0)
+            if spare <= 0 or closing() or remaining <= 0:
+                break
+            if not claimed:
+                slot.claims += 1
+                claimed = True
+            wake.notify()
+            wake.wait(remaining)
+        if claimed:
+            slot.claims -= 1
+        wake.notify()  # refill now, not at the next tick
+    return found, dead

@@ -1,0 +1,74 @@
+"""The demand sizing rule (pure) and the decayed arrival rate it reads: no Docker needed."""
+
+from __future__ import annotations
+
+import math
+
+from sbx.sandbox.pool_demand import ArrivalRate, Demand, SizingCaps, pool_target
+
+GIB = 1 << 30
+MIB = 1 << 20
+ROOMY = SizingCaps(max_size=16, window_s=60.0, memory_budget=64 * GIB, need_memory=512 * MIB,
+                   host_sandboxes=32, host_memory=64 * GIB)
+
+
+def target(arrivals: float = 0.0, expected: int = 0, **caps: int | float) -> int:
+    fields = {**vars(ROOMY), **caps}
+    return pool_target(Demand(arrivals_per_min=arrivals, expected=expected), SizingCaps(**fields))
+
+
+def test_no_demand_keeps_the_floor_only() -> None:
+    assert target() == 0
+    assert target(min_size=2) == 2
+
+
+def test_arrivals_over_the_window_set_the_target() -> None:
+    assert target(arrivals=6.0) == 6  # six a minute, a minute ahead
+    assert target(arrivals=6.0, window_s=30.0) == 3
+    assert target(arrivals=0.4) == 0  # a trickle rounds down: no container held for it
+    assert target(arrivals=0.6) == 1
+
+
+def test_announced_conversations_add_to_the_arrivals() -> None:
+    assert target(arrivals=2.0, expected=5) == 7
+    assert target(expected=-3) == 0  # a bad figure never lowers below nothing
+
+
+def test_max_size_budget_and_host_caps_each_bound_the_target() -> None:
+    assert target(arrivals=100.0) == 16  # max_size
+    assert target(arrivals=100.0, max_size=0, min_size=4) == 0  # max_size 0: nothing
+    assert target(arrivals=100.0, memory_budget=2 * GIB) == 4  # 2 GiB / 512 MiB
+    assert target(arrivals=100.0, memory_budget=2 * GIB, memory_held=GIB + 1) == 1
+    assert target(arrivals=100.0, memory_budget=GIB, memory_held=2 * GIB) == 0
+    assert target(arrivals=100.0, host_sandboxes=3) == 3
+    assert target(arrivals=100.0, host_memory=GIB) == 2
+    assert target(min_size=8, memory_budget=GIB) == 2  # the floor is bounded too
+
+
+def test_the_rate_rises_at_once_and_decays_with_its_window() -> None:
+    rate = ArrivalRate(window_s=10.0)
+    for _ in range(10):
+        rate.add(100.0)
+    assert rate.count(100.0) == 10.0
+    assert rate.per_minute(100.0) == 60.0  # ten in a 10 s window
+    assert math.isclose(rate.count(110.0), 10.0 / math.e)
+    assert rate.count(150.0) < 0.1
+    rate.add(150.0)
+    assert 1.0 < rate.count(150.0) < 1.1
+    assert rate.count(90.0) == rate.count(150.0)  # time never runs backwards
+
+
+def test_a_burst_then_silence_lifts_then_releases_the_target() -> None:
+    rate = ArrivalRate(window_s=60.0)
+    caps = SizingCaps(max_size=8, window_s=60.0, memory_budget=4 * GIB, need_memory=512 * MIB,
+                      host_sandboxes=32, host_memory=64 * GIB)
+
+    def now_target(at: float) -> int:
+        return pool_target(Demand(arrivals_per_min=rate.per_minute(at)), caps)
+
+    assert now_target(0.0) == 0
+    for _ in range(5):
+        rate.add(1.0)
+    assert now_target(1.0) == 5
+    assert now_target(61.0) == 2  # 5/e
+    assert now_target(301.0) == 0  # demand gone: the pool shrinks to its floor
