@@ -110,6 +110,9 @@ class ToolContext:
     principal: str = "local"
     """Who asked, as the face authenticated them (the OS user on the CLI, the API key's
     principal over HTTP); written into every audit record. The model never sets it."""
+    team: str | None = None
+    """The principal's team (a key's, or a signed-in person's from the provider's claim);
+    written into every audit record beside the principal. The model never sets it."""
     conversation_id: str | None = None
     """The conversation this run belongs to (follow-up questions share one)."""
     operator: Operator | None = None
@@ -140,6 +143,10 @@ class ToolContext:
     sandbox in this run, so no query result has anywhere to go."""
     call_id: str | None = None
     """The call being served: the gate sets it on the copy each call receives (`for_call`)."""
+
+    def who(self) -> dict[str, str]:
+        """The principal, and the team when there is one: what every audit record names."""
+        return {"principal": self.principal, **({"team": self.team} if self.team else {})}
 
     def for_call(self, call_id: str) -> ToolContext:
         """This context for one call: the same run, `stop` event and sinks, and its call id."""

@@ -87,7 +87,7 @@ class ToolGate:
         self._tools = dict(tools)
         self._context = context
         self._audit = audit
-        self.guard = DataGuard(policy.guard.for_principal(context.principal))  # model-bound text
+        self.guard = DataGuard(policy.guard.for_principal(context.principal, context.team))
         self._quota = QuotaCounter(policy.quotas)
         self._breaker = Breaker(policy.quotas.max_identical_failures)
         self._lock = threading.Lock()
@@ -159,7 +159,7 @@ class ToolGate:
 
     def _record(self, kind: str, data: Mapping[str, Any]) -> None:
         """One audit record, always with the principal the face authenticated (never the model)."""
-        self._audit.record(self.run_id, kind, {**data, "principal": self._context.principal})
+        self._audit.record(self.run_id, kind, {**data, **self._context.who()})
 
     def cancel(self, *, halt: bool = True) -> None:
         """Calls running now end `cancelled`; with `halt`, no later call runs either.
@@ -281,7 +281,7 @@ class ToolGate:
             decision["rule"] = decided.rule
             decision["text"] = render_failure(decided.failure)
         try:
-            principal = {"principal": self._context.principal}
+            principal = self._context.who()
             self._audit.record_many(
                 self.run_id,
                 [("request", {**request, **principal}), ("decision", {**decision, **principal})],

@@ -5,10 +5,13 @@
       emails, phones, ibans          off by default: the operator turns them on
       mask_columns, drop_columns     column-name patterns (fnmatch, case-insensitive)
       schema_only                    previews and summaries show columns, never rows
-    [guard.principals."PATTERN"]     overrides for principals (or teams) matching PATTERN
+    [guard.teams.NAME]               overrides for the principals of team NAME
+    [guard.principals."PATTERN"]     overrides for principals matching PATTERN
 
-Overrides apply in the file's order, each over the last, for every pattern the
-principal matches (`fnmatch`, so `key:team-a-*` or `os:*`).
+The team's override applies first (a key's team, or a signed-in person's from the
+provider's claim: `sbx serve` only), then principal overrides in the file's order,
+each over the last, for every pattern the principal matches (`fnmatch`, so
+`key:team-a-*` or `os:*`): a principal's own rule beats its team's.
 """
 
 from __future__ import annotations
@@ -72,12 +75,16 @@ class GuardPolicy(GuardRules):
 
     principals: dict[str, GuardOverride] = Field(default_factory=dict)
     """Overrides for the principals (`key:...`, `os:...`, `oidc:...`) matching each pattern."""
+    teams: dict[str, GuardOverride] = Field(default_factory=dict)
+    """Overrides for the principals of each team (by the team's exact name)."""
 
-    def for_principal(self, principal: str) -> GuardRules:
-        """The rules for `principal`: the table, then each matching override in order."""
+    def for_principal(self, principal: str, team: str | None = None) -> GuardRules:
+        """The rules for `principal` of `team`: the table, the team's, then matching patterns."""
         values = GuardRules.model_validate(
-            self.model_dump(exclude={"principals"})
+            self.model_dump(exclude={"principals", "teams"})
         ).model_dump()
+        if team is not None and team in self.teams:
+            values.update(self.teams[team].model_dump(exclude_none=True))
         for pattern, override in self.principals.items():
             if fnmatchcase(principal.lower(), pattern.lower()):
                 values.update(override.model_dump(exclude_none=True))
@@ -88,5 +95,8 @@ class GuardPolicy(GuardRules):
         off = [name for name in ("cards", "secrets") if not getattr(self, name)]
         for pattern, override in self.principals.items():
             off += [f"{name} for {pattern!r}" for name in ("cards", "secrets")
+                    if getattr(override, name) is False]
+        for team, override in self.teams.items():
+            off += [f"{name} for team {team!r}" for name in ("cards", "secrets")
                     if getattr(override, name) is False]
         return off

@@ -6,7 +6,7 @@ JSON document with `--json`. Exit status:
 
     0    completed: the model answered
     3    a budget ended the run (step_limit, time_limit, token_limit, tool_limit,
-         cost_limit); no answer
+         cost_limit, budget_exceeded); no answer
     4    model_error: the endpoint failed after retries, or replied unusably;
          truncated: the answer was cut off (finish_reason length or content_filter)
     5    gate_halt: the tool gate halted the run (e.g. too many denied calls); see the audit log
@@ -53,6 +53,7 @@ _EXIT: dict[Status, int] = {
     "token_limit": EXIT_BUDGET,
     "tool_limit": EXIT_BUDGET,
     "cost_limit": EXIT_BUDGET,
+    "budget_exceeded": EXIT_BUDGET,
     "gate_halt": EXIT_GATE_HALT,
     "truncated": EXIT_MODEL_ERROR,
     "needs_input": EXIT_NEEDS_INPUT,

@@ -3,6 +3,10 @@
 `sbx doctor` checks the engine, the image, the runtimes and that the limits
 really bite, with the limit flags applied over the defaults (it probes the
 host as the operator would configure it; it starts no run under a policy).
+It also reads the policy (`--policy`, default the packaged one) and warns, one
+line each, about every default-on data-guard detector (cards, secrets) the
+policy turns off, for everyone, a principal pattern or a team: a warning, not a
+failure (an operator may mean it), so it never changes the exit status.
 `sbx gc` removes containers a crashed process left behind, found by label.
 """
 
@@ -10,12 +14,14 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
 from sbx.agent.cli.errors import operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
+from sbx.agent.core.config import load_config
 from sbx.sandbox.checks.doctor import run_checks
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine
@@ -26,10 +32,16 @@ from sbx.tools.text_safety import safe_text
 
 @click.command("doctor")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image to check.")
+@click.option("--policy", type=click.Path(path_type=Path, dir_okay=False),
+              help="Policy file whose data guard is checked. [default: the packaged sbx.toml]")
 @limit_options
 @operator_errors
-def doctor_command(image: str, **limit_flags: Any) -> None:
+def doctor_command(image: str, policy: Path | None, **limit_flags: Any) -> None:
     """Check the engine, the image, the runtimes, and that the limits are really enforced."""
+    for weakened in load_config(policy).policy.guard.weakened():
+        mark = click.style("warn", fg="yellow")
+        click.echo(f"[{mark}] {'data guard':<24} {safe_text(weakened)} is turned off: those "
+                   "values reach the model provider unmasked ([guard] in the policy)")
     checks = run_checks(take_limits(limit_flags).over(Limits()), image)
     for check in checks:
         mark = click.style(" ok ", fg="green") if check.passed else click.style("FAIL", fg="red")

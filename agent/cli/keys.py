@@ -72,15 +72,22 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
 @click.option("--upload-bytes", callback=_size, help="Largest single upload, e.g. 200m.")
 @click.option("--storage-bytes", callback=_size,
               help="Bytes stored: datasets, artifacts and events, e.g. 5g.")
+@click.option("--cost-per-day", type=click.FloatRange(0),
+              help="Money this key's runs may cost per UTC day ([agent.prices] currency).")
+@click.option("--cost-per-month", type=click.FloatRange(0),
+              help="Money this key's runs may cost per UTC month.")
+@click.option("--team", metavar="TEAM", help="The team the key belongs to ([service.teams]).")
 @_store_options
-def create(name: str, role: str, database: str | None, data_dir: Path | None,
-           **quotas: Any) -> None:
+def create(name: str, role: str, team: str | None, database: str | None,
+           data_dir: Path | None, **quotas: Any) -> None:
     """Create key NAME (principal key:NAME) and print it once."""
     with _store(database, data_dir) as db:
-        key = create_key(db, name, role="admin" if role == "admin" else "user", overrides=quotas)
+        key = create_key(db, name, role="admin" if role == "admin" else "user", overrides=quotas,
+                         team=team)
     click.echo(key)
-    click.echo(f"sbx: created key {name!r} (principal key:{name}, role {role}); it is shown "
-               "only this once", err=True)
+    member = f", team {team}" if team else ""
+    click.echo(f"sbx: created key {name!r} (principal key:{name}, role {role}{member}); it is "
+               "shown only this once", err=True)
 
 
 @keys.command("list")
@@ -93,7 +100,9 @@ def list_command(database: str | None, data_dir: Path | None) -> None:
         created = datetime.fromtimestamp(info.created_at, UTC).strftime("%Y-%m-%d %H:%M")
         state = "revoked" if info.revoked_at else "active"
         quotas = " ".join(f"{k}={v}" for k, v in info.overrides.items())
-        click.echo(f"{info.name}\t{info.role}\t{state}\tcreated {created}\t{quotas}".rstrip())
+        team = f"team={info.team}" if info.team else "team=-"
+        click.echo(f"{info.name}\t{info.role}\t{state}\t{team}\tcreated {created}\t{quotas}"
+                   .rstrip())
     if not rows:
         click.echo("(no keys; create one with `sbx keys create NAME`)", err=True)
 

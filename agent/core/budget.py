@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from sbx.agent.core.cost import Tariff
 from sbx.agent.core.settings import Budget
+from sbx.agent.core.spend import SpendLimit, spend_ending
 from sbx.agent.core.state import Ending, RunState
 from sbx.agent.model.client import ModelError, OutOfTime
 
@@ -79,9 +80,12 @@ def cost_ending(
 
 def before_request(
     state: RunState, budget: Budget, *, now: float, prompt_estimate: int,
-    tariff: Tariff | None = None,
+    tariff: Tariff | None = None, spend: SpendLimit | None = None,
 ) -> Ending | None:
-    """The ending the next model request would cause, or None when it may be made."""
+    """The ending the next model request would cause, or None when it may be made.
+
+    `spend` is the budget above the run (a key's or team's), asked last: `budget_exceeded`.
+    """
     if state.turns >= budget.max_turns:
         return Ending(
             status="step_limit",
@@ -100,11 +104,13 @@ def before_request(
             ),
         )
     next_cost = tariff.prompt(prompt_estimate) if tariff is not None else 0.0
-    return cost_ending(state, budget, tariff, next_cost=next_cost)
+    return (cost_ending(state, budget, tariff, next_cost=next_cost)
+            or spend_ending(state, tariff, spend, next_cost=next_cost))
 
 
 def before_tools(
-    state: RunState, budget: Budget, *, now: float, calls: int, tariff: Tariff | None = None
+    state: RunState, budget: Budget, *, now: float, calls: int, tariff: Tariff | None = None,
+    spend: SpendLimit | None = None,
 ) -> Ending | None:
     """The ending running `calls` more tool calls would cause, or None when they may run."""
     if calls > budget.max_tool_calls_per_turn:
@@ -134,4 +140,4 @@ def before_tools(
                 f"{budget.max_total_tokens} (--max-tokens)"
             ),
         )
-    return cost_ending(state, budget, tariff)
+    return cost_ending(state, budget, tariff) or spend_ending(state, tariff, spend)

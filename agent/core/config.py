@@ -30,14 +30,23 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sbx.agent.core.pool_settings import PoolSettings
 from sbx.agent.core.restore_settings import RestoreSettings
 from sbx.agent.core.settings import FLAG_NAMES, AgentSettings, SettingsError, apply_flags
+from sbx.agent.core.teams import TeamSettings, check_team_names
 from sbx.sandbox.limits import Bytes, Limits, Seconds
 from sbx.tools.custom import custom_tools
 from sbx.tools.policy import Policy, PolicyError, default_policy_path
@@ -72,6 +81,11 @@ class ServiceQuotas(BaseModel):
     storage_bytes: Bytes = 5 * 1024**3
     """Bytes stored at once: datasets, run artifacts and stored run events together; past
     it new runs and uploads are refused (429) until runs or datasets are deleted."""
+    cost_per_day: float | None = Field(default=None, ge=0)
+    """Money one principal's runs may cost per UTC day, in `[agent.prices]`' currency (None:
+    no cap); a run that would pass it stops `budget_exceeded`, the next is refused (429)."""
+    cost_per_month: float | None = Field(default=None, ge=0)
+    """Money one principal's runs may cost per UTC calendar month (None: no cap)."""
 
 
 class OidcSettings(BaseModel):
@@ -97,6 +111,9 @@ class OidcSettings(BaseModel):
     """A claim (a string or a list, e.g. `groups`) whose values can grant the admin role."""
     admin_values: list[str] = Field(default_factory=list, max_length=100)
     """Values of `role_claim` that make the person an admin; anyone else is a user."""
+    team_claim: str | None = Field(default=None, min_length=1, max_length=64)
+    """A claim (a string or a list, e.g. `groups`) whose first value naming a team of
+    `[service.teams]` makes the person a member of it; none matching: no team."""
     redirect_url: str | None = Field(default=None, max_length=512)
     """The callback URL registered at the provider (default: this server's own URL, from
     `--advertise-url` or the request, + `/web/oidc/callback`)."""
@@ -166,6 +183,26 @@ class ServiceSettings(BaseModel):
     """Per-principal defaults; `sbx keys create --max-conversations ...` overrides per key."""
     oidc: OidcSettings | None = None
     """Sign-in through an OpenID Connect provider for the web page (none: API keys only)."""
+    teams: Annotated[dict[str, TeamSettings], AfterValidator(check_team_names)] = Field(
+        default_factory=dict)
+    """Teams by name: shared money budgets, tools withheld, members' quota defaults."""
+
+    @model_validator(mode="after")
+    def _team_quotas(self) -> ServiceSettings:
+        for name, team in self.teams.items():
+            try:
+                ServiceQuotas.model_validate({**self.quotas.model_dump(), **team.quotas})
+            except ValidationError as exc:
+                raise ValueError(f"teams.{name}.quotas: "
+                                 f"{describe_validation_error(exc)}") from None
+        return self
+
+    def team_quotas(self, team: str | None) -> ServiceQuotas:
+        """The per-principal quota defaults for a member of `team` (the policy's otherwise)."""
+        found = self.teams.get(team) if team is not None else None
+        if found is None or not found.quotas:
+            return self.quotas
+        return ServiceQuotas.model_validate({**self.quotas.model_dump(), **found.quotas})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,9 +276,15 @@ def load_config(path: Path | None = None) -> AppConfig:
         custom_tools(policy)  # a bad `entry` is the operator's error now, not at the first call
     except PolicyError as exc:
         raise PolicyError(f"{source}: {exc}") from None
+    settings = _validate(ServiceSettings, service, ("service",), source, text)
+    for name, team in settings.teams.items():  # the tools it withholds must exist
+        unknown = [tool for tool in team.disabled_tools if policy.tools.rule(tool) is None]
+        if unknown:
+            raise PolicyError(f"{source}: service.teams.{name}.disabled_tools: unknown tool "
+                              f"{unknown[0]!r} (known: {', '.join(policy.tools.known_names())})")
     return AppConfig(
         source=source,
-        service=_validate(ServiceSettings, service, ("service",), source, text),
+        service=settings,
         limits=_validate(Limits, sandbox, ("sandbox",), source, text),
         restore=_validate(RestoreSettings, restore, ("restore",), source, text),
         pool=_validate(PoolSettings, pool, ("pool",), source, text),

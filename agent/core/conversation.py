@@ -161,8 +161,8 @@ class Conversation(Closing):
                   answer: str | None = None) -> RunResult:
         """One run under the lock: its token, its recorder, its result kept."""
         token = self._cancel = cancel or Cancellation()
-        ticket = RunTicket(run_id=run_id, kind="question", principal=self.spec.principal,
-                           conversation_id=self.id, question=answer or question,
+        ticket = RunTicket(kind="question", principal=self.spec.principal, team=self.spec.team,
+                           run_id=run_id, conversation_id=self.id, question=answer or question,
                            output_dir=self.workspace.output_dir(run_id), cancel=token)
 
         def work() -> RunResult:
@@ -261,7 +261,7 @@ class Conversation(Closing):
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
-                cancel=cancel,
+                cancel=cancel, spend=self.spec.spend,
                 **last_plan(self.runs, self._messages),
             )
             reason = result.status

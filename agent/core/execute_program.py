@@ -51,6 +51,8 @@ class ProgramSpec:
     """Python source; the gate refuses more than the limits' `max_code_bytes`."""
     principal: str
     """Who runs it, as the face authenticated them (the OS user, an API key's principal)."""
+    team: str | None = None
+    """The principal's team (audited beside it, and the run's cost counts toward it)."""
     data: tuple[Path, ...] = ()
     """Files and directories mounted read-only at `/data/<name>`."""
     output: Path | None = None
@@ -102,14 +104,15 @@ def execute_program(
     run_id = spec.run_id or new_run_id()
     output = spec.output or OUTPUT_DIR / run_id
     workspace = app.workspace(
-        ConversationSpec(conversation_id=run_id, principal=spec.principal, data=spec.data,
+        ConversationSpec(conversation_id=run_id, principal=spec.principal, team=spec.team,
+                         data=spec.data,
                          output=output, one_shot=True),  # stdout exactly the program's
         limits=spec.limits,
     )
     limits = workspace.config.limits
     token = cancel or Cancellation()
     ticket = RunTicket(run_id=run_id, kind="execute", principal=spec.principal,
-                       output_dir=output, cancel=token)
+                       team=spec.team, output_dir=output, cancel=token)
 
     def work() -> ToolOutcome:
         with workspace:
@@ -132,5 +135,6 @@ def execute_program(
                 unhook()
                 gate.close(reason=reason)
 
-    outcome = recorded_call(recorder or NoRecorder(), ticket, work)
+    tariff = workspace.config.settings.prices.tariff("")  # no model: sandbox time alone
+    outcome = recorded_call(recorder or NoRecorder(), ticket, work, tariff)
     return ProgramRun(run_id=run_id, outcome=outcome, limits=limits, output_dir=output)

@@ -42,6 +42,7 @@ from sbx.agent.core.events import (
 from sbx.agent.core.feedback import artifact_paths, count_execution, repeated_failure_notices
 from sbx.agent.core.plan import follow_up_notice, note_plan, pending_steps
 from sbx.agent.core.settings import AgentSettings
+from sbx.agent.core.spend import SpendLimit
 from sbx.agent.core.state import Ending, Observation, RunResult, RunState
 from sbx.agent.core.tracing import traced_complete, traced_run
 from sbx.agent.model.client import ModelClient, ModelError, ModelReply, ToolCallRequest
@@ -103,6 +104,7 @@ def run(
     cancel: Cancellation | None = None,
     plan: Sequence[PlanStep] = (),
     plan_revision: int = 0,
+    spend: SpendLimit | None = None,
 ) -> RunResult:
     """Answer `question` with the model and the gate's tools, within `settings.budget`.
 
@@ -112,7 +114,8 @@ def run(
     starts from it and the model is shown it before the question. Returns a
     `RunResult` for every ending, Ctrl-C and a fired `cancel` token included
     (`cancelled`); raises only for operator errors from the gate (the sandbox
-    or the audit log failed).
+    or the audit log failed). `spend` is the budget above the run (a key's or team's,
+    from the face's store): asked before every request and tool batch (`budget_exceeded`).
     """
     state = RunState(
         run_id=gate.run_id, started=time.monotonic(), messages=list(history), question=question,
@@ -130,7 +133,7 @@ def run(
     cancel = cancel or Cancellation()
     try:
         while True:
-            ending = take_turn(state, model, dispatcher, tools, settings, emit, cancel)
+            ending = take_turn(state, model, dispatcher, tools, settings, emit, cancel, spend)
             if ending is not None:
                 break
     except (KeyboardInterrupt, Cancelled):
@@ -149,6 +152,7 @@ def take_turn(
     settings: AgentSettings,
     emit: EventSink,
     cancel: Cancellation,
+    spend: SpendLimit | None = None,
 ) -> Ending | None:
     """One model request and its tool calls; an `Ending` when the run must stop here.
 
@@ -159,7 +163,7 @@ def take_turn(
     compact(state, settings, tools, emit)
     estimate = estimate_tokens(state.messages, tools)
     ending = before_request(state, budget, now=time.monotonic(), prompt_estimate=estimate,
-                            tariff=tariff)
+                            tariff=tariff, spend=spend)
     if ending is not None:
         return ending
     timeout = remaining_s(state, budget, time.monotonic())  # retries included
@@ -180,7 +184,7 @@ def take_turn(
             return Ending(status="model_error", message=message)
         case RunTools(calls=calls):
             ending = before_tools(state, budget, now=time.monotonic(), calls=len(calls),
-                                  tariff=tariff)
+                                  tariff=tariff, spend=spend)
             if ending is not None:
                 return ending
             outcomes = dispatcher.run(calls)

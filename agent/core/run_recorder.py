@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 from sbx.agent.core.cancellation import Cancellation
-from sbx.agent.core.state import RunResult
+from sbx.agent.core.cost import Tariff
+from sbx.agent.core.state import RunResult, SandboxUsage
+from sbx.agent.model.reply import TokenUsage
 from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.session import new_run_id as new_run_id
 from sbx.tools.outcome import ToolOutcome
@@ -52,6 +54,8 @@ class RunTicket:
     """Which of the three kinds it is."""
     principal: str
     """Who runs it, as the face authenticated them."""
+    team: str | None = None
+    """The principal's team, when the face's authentication gives one."""
     conversation_id: str | None = None
     """The conversation or MCP session it belongs to; None for one program."""
     question: str = ""
@@ -79,6 +83,10 @@ class RunOutcome:
     """Totals (questions) or the execution's record (programs), as JSON."""
     cpu_seconds: float = 0.0
     """CPU seconds the sandbox used (the daily quota counts them)."""
+    cost: float = 0.0
+    """What the run cost in the price table's currency (the money budgets count it)."""
+    cost_estimated: bool = False
+    """Some token count behind `cost` was estimated (the endpoint sent none)."""
     artifacts: tuple[str, ...] = ()
     """Host paths of the artifacts copied out."""
     holds_sandbox: bool = False
@@ -149,10 +157,13 @@ def recorded(recorder: RunRecorder, ticket: RunTicket, work: Callable[[], T],
 
 
 def recorded_call(recorder: RunRecorder, ticket: RunTicket,
-                  call: Callable[[], ToolOutcome]) -> ToolOutcome:
-    """One program's whole life: admitted, started, then finished or withdrawn."""
+                  call: Callable[[], ToolOutcome], tariff: Tariff | None = None) -> ToolOutcome:
+    """One program's whole life: admitted, started, then finished or withdrawn.
+
+    `tariff` prices its sandbox time (CPU seconds, GB-seconds) as the run's cost.
+    """
     recorder.admitted(ticket)
-    return recorded(recorder, ticket, call, call_outcome)
+    return recorded(recorder, ticket, call, lambda outcome: call_outcome(outcome, tariff))
 
 
 def failed_outcome(exc: BaseException) -> RunOutcome:
@@ -165,15 +176,17 @@ def result_outcome(result: RunResult) -> RunOutcome:
     """A conversation run's outcome from its `RunResult`."""
     data = result.as_dict()
     summary = {key: data[key] for key in ("turns", "tool_calls", "usage", "duration_s", "sandbox")}
-    summary.update({key: data[key] for key in ("plan", "plan_pending") if key in data})
+    summary.update({key: data[key] for key in ("plan", "plan_pending", "cost") if key in data})
     return RunOutcome(
         status=result.status, message=result.message[:MAX_MESSAGE_CHARS], answer=result.answer,
         question=result.question, result=summary, cpu_seconds=result.sandbox.cpu_seconds,
+        cost=float((result.cost or {}).get("total") or 0.0),
+        cost_estimated=bool((result.cost or {}).get("estimated")),
         artifacts=result.artifacts, holds_sandbox=result.status != "cancelled",
     )
 
 
-def call_outcome(outcome: ToolOutcome) -> RunOutcome | None:
+def call_outcome(outcome: ToolOutcome, tariff: Tariff | None = None) -> RunOutcome | None:
     """One program's outcome from the gate's; None when the gate refused it (nothing ran)."""
     if outcome.execution is None and outcome.status in NOTHING_RAN:
         return None
@@ -181,9 +194,17 @@ def call_outcome(outcome: ToolOutcome) -> RunOutcome | None:
     execution = outcome.execution.model_dump(mode="json") if outcome.execution else None
     cpu = float((execution or {}).get("cpu_seconds") or 0.0)
     message = outcome.text.splitlines()[0] if outcome.text else ""
+    result: dict[str, Any] | None = {"execution": execution} if execution is not None else None
+    cost = 0.0
+    if tariff is not None and outcome.execution is not None:
+        used = SandboxUsage()
+        ran = outcome.execution
+        used.add(ran.duration_s, ran.cpu_seconds, ran.peak_memory_bytes)
+        priced = tariff.cost(TokenUsage(), used)
+        cost, result = priced.total, {**(result or {}), "cost": priced.as_dict()}
     return RunOutcome(
-        status=status, message=message[:MAX_MESSAGE_CHARS],
-        result={"execution": execution} if execution is not None else None, cpu_seconds=cpu,
+        status=status, message=message[:MAX_MESSAGE_CHARS], result=result, cpu_seconds=cpu,
+        cost=cost,
         artifacts=tuple(artifact.path for artifact in outcome.artifacts), holds_sandbox=True,
     )
 

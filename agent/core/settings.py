@@ -65,7 +65,8 @@ class Budget(BaseModel):
     max_cost: float | None = Field(default=None, ge=0)
     """Most money the run may cost, in `[agent.prices]`'s currency (None: no cap); checked
     before each model request (with the prompt's estimated price) and each tool call:
-    `cost_limit`. The service also caps it by what the key's or team's budget has left."""
+    `cost_limit`. The service's key and team budgets are checked beside it, at the same
+    points, and end a run `budget_exceeded` (`sbx.agent.core.spend`)."""
 
 
 class AgentSettings(BaseModel):

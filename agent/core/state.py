@@ -39,6 +39,7 @@ Status = Literal[
     "token_limit",
     "tool_limit",
     "cost_limit",
+    "budget_exceeded",
     "gate_halt",
     "truncated",
     "needs_input",

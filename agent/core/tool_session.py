@@ -157,10 +157,12 @@ class ToolSession(Closing):
     def _execution(self, call: Callable[[], ToolOutcome]) -> ToolOutcome:
         """One execution as a run: recorded, and cancelled (the drain) through its token."""
         ticket = RunTicket(run_id=new_run_id(), kind=self.run_kind, principal=self.principal,
-                           conversation_id=self.id, output_dir=self.output_dir)
+                           team=self.workspace.spec.team, conversation_id=self.id,
+                           output_dir=self.output_dir)
         unhook = ticket.cancel.on_cancel(self.cancel_running)
+        tariff = self.workspace.config.settings.prices.tariff("")  # sandbox time: its cost
         try:
-            return recorded_call(self.recorder, ticket, call)
+            return recorded_call(self.recorder, ticket, call, tariff)
         finally:
             unhook()
 

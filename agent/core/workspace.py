@@ -28,6 +28,8 @@ from pathlib import Path
 
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.settings import SettingsError
+from sbx.agent.core.spend import SpendLimit
+from sbx.agent.core.teams import withhold
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.datadrop import DropDir
 from sbx.sandbox.errors import InvalidInput, SandboxError
@@ -78,6 +80,13 @@ class ConversationSpec:
 
     principal: str
     """Who asks, as the face authenticated them; it reaches every audit record."""
+    team: str | None = None
+    """The principal's team (the service's key or sign-in says which); audited beside it."""
+    spend: SpendLimit | None = None
+    """The budgets above each run (the key's, the team's), from the face's store; None: the
+    per-run `max_cost` alone (the CLI)."""
+    withheld_tools: tuple[str, ...] = ()
+    """Tools the policy enables that this principal's team is not offered (off at its gate)."""
     data: tuple[Path, ...] = ()
     """Files and directories mounted read-only at `/data/<name>`."""
     output: Path | None = None
@@ -173,6 +182,7 @@ class Workspace(Closing):
             data_paths=list(self._data()),
             data_drop=_QueryDrop(self) if self._drop is not None else None,
             principal=self.spec.principal,
+            team=self.spec.team,
             conversation_id=self.owner_id,
             operator=self.spec.operator,
             defer_questions=self.spec.defer_questions,
@@ -182,7 +192,7 @@ class Workspace(Closing):
             show_values=not self.spec.one_shot,
         )
         return build_gate(
-            self.config.policy,
+            withhold(self.config.policy, self.spec.withheld_tools),
             limits=self.config.limits,
             context=context,
             audit=self.audit,
@@ -384,3 +394,4 @@ class _CurrentSandbox:
                 current = self._workspace._session is session
             if not current:  # discarded while it ran: remove whatever it restarted
                 session.close()
+

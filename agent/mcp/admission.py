@@ -38,6 +38,8 @@ class Caller:
     """The session's key, unique across principals (a stdio connection has one)."""
     principal: str
     """Who calls, as the face authenticated them: every audit record of the session has it."""
+    team: str | None = None
+    """The principal's team, as the face authenticated it (audited beside the principal)."""
     grant: object = None
     """What the face authenticated (an API key's record), handed back to its `Admission`."""
     limits: LimitsRequest = field(default_factory=LimitsRequest)

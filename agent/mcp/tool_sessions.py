@@ -167,7 +167,8 @@ class McpSessions(Closing):
         session_id = new_session_id()
         opened = self.admission.open(caller, session_id)
         spec = ConversationSpec(conversation_id=session_id, principal=caller.principal,
-                                data=opened.data, output_root=self.output_root)
+                                team=caller.team, data=opened.data,
+                                output_root=self.output_root)
         try:
             workspace = self.app.workspace(spec, extra_tools=opened.tools, limits=caller.limits)
         except BaseException:

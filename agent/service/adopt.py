@@ -26,6 +26,7 @@ from sbx.agent.core.resume import Resumable, read_resumable, resume
 from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.service.core import Service
 from sbx.agent.service.runs import Live
+from sbx.agent.service.teams import tenant_of_principal
 from sbx.agent.service.tenancy import dataset_paths
 from sbx.agent.store.models import Conversation
 
@@ -94,8 +95,10 @@ def _hold(service: Service, row: _Taken, record: Resumable, *, reason: str) -> L
     chosen = replace(endpoint, model=row.model)
     requested = LimitsRequest.model_validate(row.limits) if row.limits else None
     directory = service.paths.conversations / row.id
-    spec = ConversationSpec(principal=row.principal, output_root=directory / "output",
-                            defer_questions=True)
+    tenant = tenant_of_principal(service, row.principal)
+    spec = ConversationSpec(principal=row.principal, team=tenant.team, spend=tenant.spend,
+                            withheld_tools=tenant.withheld_tools,
+                            output_root=directory / "output", defer_questions=True)
     conversation = resume(service.app, record, spec=spec, endpoint=chosen, data=row.data,
                           limits=requested)
     if record.executions:

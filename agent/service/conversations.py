@@ -24,7 +24,7 @@ from sbx.agent.service.adopt import NotAdopted, adopt
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.quotas import effective_quotas, reserve_conversation
+from sbx.agent.service.quotas import reserve_conversation
 from sbx.agent.service.recorder import StoreRecorder
 from sbx.agent.service.runs import Live
 from sbx.agent.service.schemas import (
@@ -35,6 +35,7 @@ from sbx.agent.service.schemas import (
     Listing,
     RunAccepted,
 )
+from sbx.agent.service.teams import tenant_of
 from sbx.agent.service.tenancy import dataset_paths, limited, owned
 from sbx.agent.store.models import Conversation, Run
 
@@ -52,7 +53,7 @@ def create_conversation(call: Call, body: CreateConversation) -> Response:
         allowed = ", ".join([endpoint.model, *service.settings.models])
         raise Problem(422, "model-not-allowed", f"model: {model!r} is not allowed ({allowed})")
     limited(service.config, body.limits)  # a limit above the policy's: 422 before anything
-    quotas = effective_quotas(service.settings.quotas, call.key)
+    tenant = tenant_of(service, call.key)
     now = time.time()
     row = Conversation(
         id=new_conversation_id(), principal=call.principal, status="active",
@@ -62,13 +63,14 @@ def create_conversation(call: Call, body: CreateConversation) -> Response:
     )
     with service.db.write() as session:
         data = dataset_paths(session, row.datasets, call.principal, service.paths.datasets)
-        reserve_conversation(session, call.principal, quotas)
+        reserve_conversation(session, call.principal, tenant.quotas)
         session.add(row)
     try:
         directory = service.paths.conversations / row.id
-        spec = ConversationSpec(principal=call.principal, data=data,
-                                output_root=directory / "output", conversation_id=row.id,
-                                defer_questions=True)
+        spec = ConversationSpec(principal=call.principal, team=tenant.team,
+                                spend=tenant.spend, withheld_tools=tenant.withheld_tools,
+                                data=data, output_root=directory / "output",
+                                conversation_id=row.id, defer_questions=True)
         conversation = service.app.conversation(
             spec, endpoint=replace(endpoint, model=model),
             transcript=directory / "transcript.jsonl", limits=body.limits)
@@ -149,7 +151,7 @@ def _submit(call: Call, text: str, *, answering: bool = False) -> Response:
     ticket = RunTicket(run_id=run_id, kind="question", principal=call.principal,
                        conversation_id=held.id, question=text,
                        output_dir=held.conversation.workspace.output_dir(run_id))
-    recorder = StoreRecorder(service, effective_quotas(service.settings.quotas, call.key))
+    recorder = StoreRecorder(service, tenant_of(service, call.key))
     recorder.admitted(ticket)
     service.runs.submit(held, ticket, recorder, text, answering=answering)
     accepted = RunAccepted(run_id=run_id, status="queued", url=f"/v1/runs/{run_id}",

@@ -23,13 +23,13 @@ from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
 from sbx.agent.service.problems import Problem, quota_exceeded
 from sbx.agent.service.quotas import (
-    effective_quotas,
     reserve_dataset_bytes,
     storage_used,
     stored_bytes,
     upload_too_large,
 )
 from sbx.agent.service.schemas import DatasetOut, Listing
+from sbx.agent.service.teams import effective_quotas
 from sbx.agent.service.tenancy import owned
 from sbx.agent.service.uploads import (
     Upload,
@@ -50,7 +50,7 @@ UPLOAD_PATH = "/v1/datasets"
 @api("POST", UPLOAD_PATH, response=DatasetOut, status=201)
 async def upload_dataset(call: Call) -> Response:
     """Upload a dataset (multipart/form-data, one part named `file`)."""
-    quotas = effective_quotas(call.service.settings.quotas, call.key)
+    quotas = effective_quotas(call.service.settings, call.key)
     limit, over = await run_in_threadpool(upload_room, call.service, call.principal, quotas)
     with call.service.uploads.hold(call.principal, limit) as hold:
         upload = await receive_upload(call.request, call.service.paths.datasets,

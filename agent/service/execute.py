@@ -24,10 +24,10 @@ from sbx.agent.core.run_recorder import call_status, new_run_id
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.execute_stream import ExecutionStream
 from sbx.agent.service.problems import Problem, unavailable
-from sbx.agent.service.quotas import effective_quotas
 from sbx.agent.service.recorder import StoreRecorder
 from sbx.agent.service.runs_api import artifact_out
 from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
+from sbx.agent.service.teams import tenant_of
 from sbx.agent.service.tenancy import dataset_paths, limited
 from sbx.agent.store.models import ArtifactRow
 from sbx.sandbox.errors import HostBusy
@@ -51,11 +51,13 @@ def execute(call: Call, body: ExecuteCode) -> Response:
         data = dataset_paths(session, list(dict.fromkeys(body.datasets)), call.principal,
                              service.paths.datasets)
     run_id = new_run_id()
+    tenant = tenant_of(service, call.key)
     program = ProgramSpec(run_id=run_id, code=body.code, principal=call.principal,
+                          team=tenant.team,
                           output=service.paths.executions / run_id, data=data,
                           limits=body.limits or LimitsRequest())
     cancel = Cancellation()
-    recorder = StoreRecorder(service, effective_quotas(service.settings.quotas, call.key),
+    recorder = StoreRecorder(service, tenant,
                              datasets=tuple(dict.fromkeys(body.datasets)))
     if "text/event-stream" in call.headers.get("accept", ""):
         stream = ExecutionStream(lambda sink: _run(call, program, cancel, recorder, sink),

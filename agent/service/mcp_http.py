@@ -121,7 +121,8 @@ def caller_of(ctx: Context[Any, Any]) -> Caller:
     principal = grant.key.principal
     transport = request.headers.get(MCP_SESSION_ID_HEADER) if request is not None else None
     key = session_key(principal, transport=transport, name=grant.session_name)
-    return Caller(key=key, principal=principal, grant=grant.key, limits=grant.limits)
+    return Caller(key=key, principal=principal, team=grant.key.team, grant=grant.key,
+                  limits=grant.limits)
 
 
 class McpEndpoint:

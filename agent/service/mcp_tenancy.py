@@ -46,8 +46,9 @@ from sbx.agent.service.core import Service
 from sbx.agent.service.datasets import store_upload
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.quotas import effective_quotas, reserve_conversation, upload_too_large
+from sbx.agent.service.quotas import reserve_conversation, upload_too_large
 from sbx.agent.service.recorder import StoreRecorder
+from sbx.agent.service.teams import Tenant, effective_quotas, tenant_of
 from sbx.agent.service.uploads import HEAD_BYTES, Upload, format_of, safe_name
 from sbx.agent.store.keys import KeyInfo
 from sbx.agent.store.models import Conversation, Dataset
@@ -89,7 +90,7 @@ class ServiceAdmission:
         data = tuple(service.paths.datasets / row.id / row.name for row in chosen)
         rule = service.config.policy.tools.upload_dataset
         tools = (upload_gate_tool(self.datasets, caller, rule),) if rule.enabled else ()
-        recorder = _RefusingRecorder(StoreRecorder(service, self._quotas(caller)),
+        recorder = _RefusingRecorder(StoreRecorder(service, tenant_caller(service, caller)),
                                      self._refusals(caller))
         return Opened(data=data, tools=tools, recorder=recorder)
 
@@ -182,7 +183,14 @@ def quotas_of(service: Service, caller: Caller) -> ServiceQuotas:
     """The policy's per-principal quotas with the caller's key's overrides."""
     if not isinstance(caller.grant, KeyInfo):  # pragma: no cover - the face always sets it
         raise TypeError("an MCP caller over HTTP carries its API key")
-    return effective_quotas(service.settings.quotas, caller.grant)
+    return effective_quotas(service.settings, caller.grant)
+
+
+def tenant_caller(service: Service, caller: Caller) -> Tenant:
+    """The caller's principal, team, quotas and budgets (`sbx.agent.service.teams`)."""
+    if not isinstance(caller.grant, KeyInfo):  # pragma: no cover - the face always sets it
+        raise TypeError("an MCP caller over HTTP carries its API key")
+    return tenant_of(service, caller.grant)
 
 
 class _Refusals:

@@ -19,6 +19,8 @@ across replicas in the query.
     sbx_http_requests_total{method,route,status}     route: the template, never the path
     sbx_http_request_duration_seconds{method,route}
     sbx_quota_rejections_total{quota}
+    sbx_spend_total{team,currency}                   money the runs that ended here cost, by
+                                                     team (the policy's team names, else none)
     sbx_package_requests_total{package}              executions that imported a module the
                                                      image lacks (at most 100 names, then other)
     sbx_pool_containers{state}                       idle, building, removing, in_use
@@ -146,6 +148,8 @@ class Metrics(Observer):
                                         "per-principal quota", ["quota"], registry=r)
         self.package_requests = Counter("sbx_package_requests", "Executions that imported a "
                                         "module the image lacks", ["package"], registry=r)
+        self.spend = Counter("sbx_spend", "Money runs cost (the price table's currency), by "
+                             "team", ["team", "currency"], registry=r)
         self._packages: set[str] = set()
 
     def watch(self, source: Callable[[], Mapping[str, Any]]) -> None:
@@ -198,6 +202,10 @@ class Metrics(Observer):
             record = {**execution, "error_type": error.get("type") if error else None,
                       "error_message": error.get("message") if error else None}
         self.count_call("execute_python", status, record)
+
+    def spent(self, *, team: str, currency: str, amount: float) -> None:
+        """Add a run's cost to its team's (the recorder bounds the label to the policy's)."""
+        self.spend.labels(team, currency).inc(max(amount, 0.0))
 
     def count_call(self, name: str, status: str, execution: Mapping[str, Any] | None) -> None:
         """One call through the gate, and the execution it ran (if it ran code)."""

@@ -26,7 +26,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlencode
@@ -273,6 +273,20 @@ def principal_and_role(settings: OidcSettings, claims: Claims) -> tuple[str, Rol
         if set(held) & set(settings.admin_values):
             role = "admin"
     return f"oidc:{value}", role
+
+
+def team_of(settings: OidcSettings, claims: Claims, teams: Collection[str]) -> str | None:
+    """The team the policy maps the ID token to (None when it maps none).
+
+    The first value of `team_claim` (a string, or a list of them) that names a team of
+    `[service.teams]`; a value naming no team of the policy makes no one a member.
+    """
+    if settings.team_claim is None:
+        return None
+    given = claims.values.get(settings.team_claim)
+    held = [given] if isinstance(given, str) else (
+        [g for g in given if isinstance(g, str)] if isinstance(given, list) else [])
+    return next((value for value in held if value in teams), None)
 
 
 def open_client(settings: OidcSettings | None, environ: Mapping[str, str]) -> OidcClient | None:

@@ -10,6 +10,7 @@ nowhere else computes one:
                        their status, model replies with their usage, ...)
     run_finished       a conversation's run ended: status, duration, sandbox totals
     execution_finished a `POST /v1/execute` call ended: its `ExecutionResult`
+    spent              a run of any kind ended with a cost: the amount, its team's label
 
 The default observer does nothing. The service's metrics
 (`sbx.agent.service.metrics`) and the access log (`...access_log`) subclass
@@ -57,6 +58,9 @@ class Observer:
     ) -> None:
         """A `/v1/execute` call ended (`execution` is the `ExecutionResult` as JSON)."""
 
+    def spent(self, *, team: str, currency: str, amount: float) -> None:
+        """A run ended having cost `amount`; `team` is a label the policy bounds (or `none`)."""
+
 
 class Observers(Observer):
     """Several observers as one: each hook goes to each, a failing one never stops the rest."""
@@ -83,6 +87,10 @@ class Observers(Observer):
     def execution_finished(self, **kwargs: Any) -> None:
         """To each observer."""
         self._each("execution_finished", kwargs)
+
+    def spent(self, **kwargs: Any) -> None:
+        """To each observer."""
+        self._each("spent", kwargs)
 
     def _each(self, hook: str, kwargs: dict[str, Any]) -> None:
         for observer in self.observers:

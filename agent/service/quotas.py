@@ -15,8 +15,10 @@ answer is 429 with `Retry-After`: when a slot frees by itself (a run leaves
 the window), the wait until then; otherwise a hint (deleting a conversation
 or a dataset frees one at once).
 
-The defaults are the policy's `[service.quotas]`; an API key's overrides
-(`sbx keys create --max-conversations 2 ...`) replace them for that key.
+The defaults are the policy's `[service.quotas]`, then its key's team's
+(`[service.teams.NAME] quotas`); an API key's overrides (`sbx keys create
+--max-conversations 2 ...`) replace them for that key (`sbx.agent.service.teams`).
+Money budgets are checked beside these (`sbx.agent.service.spend`).
 CPU seconds are known only when a run ends, so a principal's last run of
 the day may pass `cpu_seconds_per_day`; the next one is refused.
 """
@@ -31,7 +33,6 @@ from sqlalchemy.orm import Session
 from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.service.problems import Problem, quota_exceeded
 from sbx.agent.store.db import lock_principal
-from sbx.agent.store.keys import KeyInfo
 from sbx.agent.store.models import ArtifactRow, Conversation, Dataset, EventRow, Run
 from sbx.sandbox.units import format_size
 
@@ -39,11 +40,6 @@ HOUR_S = 3600.0
 DAY_S = 86400.0
 FREE_HINT_S = 60.0
 """Retry-After when only the client can free a slot (by deleting something)."""
-
-
-def effective_quotas(defaults: ServiceQuotas, key: KeyInfo) -> ServiceQuotas:
-    """The policy's defaults with the key's overrides applied."""
-    return defaults.model_copy(update=key.overrides)
 
 
 def reserve_conversation(session: Session, principal: str, quotas: ServiceQuotas) -> None:

@@ -5,9 +5,12 @@ that life touches the store, written once:
 
     admitted    a place among the replica's `max_running` + `max_queued` (else 503), the
                 run's token registered (so a cancel or the drain reaches it), the
-                `runs_per_hour` quota reserved and a `queued` run row, in one transaction
+                `runs_per_hour` quota reserved, the money budgets checked (429 when the
+                key's or team's is spent) and a `queued` run row with the team, in one
+                transaction
     started     the row is `running`
-    finished    status, message, answer, result, CPU seconds (`cpu_seconds_per_day`), the
+    finished    status, message, answer, result, CPU seconds (`cpu_seconds_per_day`), its
+                cost (the budgets; `/metrics` spend by team), the
                 artifacts' rows, the conversation's (or MCP session's) row touched; the
                 event stream's waiters woken; the observer told; the place given back
     withdrawn   nothing ran (the host's sandbox cap, a call the gate refused): the row is
@@ -25,8 +28,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.core.run_recorder import RunOutcome, RunTicket
+from sbx.agent.core.teams import metrics_team
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.quotas import reserve_run
@@ -37,15 +40,17 @@ from sbx.agent.store.models import Conversation, Run
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service
+    from sbx.agent.service.teams import Tenant
 
 
 class StoreRecorder:
     """Runs of one caller (their quotas) recorded in the service's store; thread-safe."""
 
-    def __init__(self, service: Service, quotas: ServiceQuotas,
+    def __init__(self, service: Service, tenant: Tenant,
                  datasets: tuple[str, ...] = ()) -> None:
         self.service = service
-        self.quotas = quotas
+        self.tenant = tenant
+        self.quotas = tenant.quotas
         self.datasets = datasets
         """Ids of the datasets a program mounts: its row holds them while it runs."""
 
@@ -67,8 +72,10 @@ class StoreRecorder:
                                       "event)")
                 now = time.time()
                 reserve_run(session, ticket.principal, self.quotas, now)
+                self.tenant.spend.check(session, now)
                 session.add(Run(
                     id=ticket.run_id, kind=ticket.kind, principal=ticket.principal,
+                    team=self.tenant.team,
                     conversation_id=ticket.conversation_id, replica_id=service.replica_id,
                     status="queued", question=ticket.question, message="", cpu_seconds=0.0,
                     created_at=now, result=datasets_held(list(self.datasets)) if self.datasets
@@ -101,6 +108,7 @@ class StoreRecorder:
                     row.status, row.message = outcome.status, outcome.message
                     row.answer, row.result = outcome.answer, _result(outcome)
                     row.cpu_seconds, row.ended_at = outcome.cpu_seconds, time.time()
+                    row.cost, row.cost_estimated = outcome.cost, outcome.cost_estimated
                 if ticket.output_dir is not None:
                     for path in outcome.artifacts:
                         artifact = artifact_row(path, ticket.output_dir, ticket.run_id,
@@ -108,6 +116,10 @@ class StoreRecorder:
                         if artifact is not None:
                             session.add(artifact)
                 self._touch(session, ticket, outcome.holds_sandbox)
+            if outcome.cost > 0:
+                notify(service.observer.spent, amount=outcome.cost,
+                       team=metrics_team(self.tenant.team, service.settings.teams),
+                       currency=self.tenant.spend.currency)
             service.events.forget(ticket.run_id)
             service.events.hub.publish(ticket.run_id)
             if ticket.kind == "question":

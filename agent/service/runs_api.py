@@ -174,7 +174,8 @@ def run_out(run: Run, artifacts: list[ArtifactRow], *, plan: list[Any] | None = 
         asked=_asked(run.result), artifacts=[artifact_out(row) for row in artifacts],
         plan=[PlanStepOut.model_validate(step) for step in result.get("plan") or []],
         plan_pending=[str(step) for step in result.get("plan_pending") or []],
-        created_at=run.created_at,
+        cost=result.get("cost") if isinstance(result.get("cost"), dict) else None,
+        team=run.team, created_at=run.created_at,
         started_at=run.started_at, ended_at=run.ended_at,
         events_url=f"/v1/runs/{run.id}/events",
     )

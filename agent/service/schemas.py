@@ -112,6 +112,11 @@ class RunOut(BaseModel):
     `plan` events in the run's event stream."""
     plan_pending: list[str] = Field(default_factory=list)
     """Steps of the final plan the answer leaves pending or in progress."""
+    cost: dict[str, Any] | None = None
+    """What the run cost once it ended: `total`, `model`, `sandbox`, `currency`, `estimated`
+    (some token count was estimated), `priced` (its model had a price)."""
+    team: str | None = None
+    """The team whose budget the run counts toward (None: no team)."""
     created_at: float
     started_at: float | None
     ended_at: float | None

@@ -1,7 +1,8 @@
 """`GET /v1/usage`: the caller's quotas and how much of each is used now.
 
-Counted exactly as the quota checks count (`sbx.agent.service.quotas`), so
-what the web page shows is what the next request will be judged by.
+Counted exactly as the quota checks count (`sbx.agent.service.quotas`), and the
+money budgets as `sbx.agent.service.spend` sums them, so what the web page shows
+is what the next request will be judged by.
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 from starlette.responses import Response
 
 from sbx.agent.service.api import Call, api, json_response
-from sbx.agent.service.quotas import DAY_S, HOUR_S, effective_quotas, storage_used, stored_bytes
+from sbx.agent.service.quotas import DAY_S, HOUR_S, storage_used, stored_bytes
+from sbx.agent.service.teams import tenant_of
 from sbx.agent.store.models import Conversation, Run
 
 
@@ -29,12 +31,19 @@ class UsageOut(BaseModel):
     """The same names: conversations open, runs in the last hour, sandbox CPU seconds in
     the last 24 hours, dataset bytes stored, bytes stored in all (datasets, artifacts and
     run events); `upload_bytes` is per file: not counted."""
+    team: str | None = None
+    """Your team (your key's, or your sign-in's); None: no team."""
+    spend: dict[str, Any] = Field(default_factory=dict)
+    """Money: `currency`, and `budgets`, one per key and team and per UTC day and month, each
+    with `scope` (key, team), `name`, `period`, `limit` (None: no cap), `spent`,
+    `estimated` (some token counts behind it were estimated) and `resets_at` (ISO UTC)."""
 
 
 @api("GET", "/v1/usage", response=UsageOut)
 def usage(call: Call) -> Response:
     """Your quotas and how much of each you use now."""
-    quotas = effective_quotas(call.service.settings.quotas, call.key)
+    tenant = tenant_of(call.service, call.key)
+    quotas = tenant.quotas
     now = time.time()
     with call.service.db.read() as session:
         conversations = session.scalar(select(func.count()).select_from(Conversation).where(
@@ -45,7 +54,9 @@ def usage(call: Call) -> Response:
             Run.principal == call.principal, Run.created_at > now - DAY_S)) or 0.0
         stored = stored_bytes(session, call.principal)
         storage = storage_used(session, call.principal)
+        budgets = [state.as_dict() for state in tenant.spend.states(session, now)]
     return json_response(UsageOut(
+        team=tenant.team, spend={"currency": tenant.spend.currency, "budgets": budgets},
         principal=call.principal, quotas=quotas.model_dump(),
         used={"max_conversations": int(conversations), "runs_per_hour": int(runs),
               "cpu_seconds_per_day": round(float(cpu), 3), "dataset_bytes": stored,

@@ -46,6 +46,8 @@ class KeyInfo:
     """When it was revoked (it then authenticates nobody)."""
     overrides: dict[str, Any]
     """Per-key quota values that replace the policy's `[service.quotas]` defaults."""
+    team: str | None = None
+    """The team the key (or the signed-in person) belongs to; None: no team."""
 
     @property
     def principal(self) -> str:
@@ -64,12 +66,16 @@ def hash_key(key: str) -> str:
 
 
 def create_key(
-    db: Database, name: str, *, role: Role = "user", overrides: dict[str, Any] | None = None
+    db: Database, name: str, *, role: Role = "user", overrides: dict[str, Any] | None = None,
+    team: str | None = None,
 ) -> str:
-    """Store a new key named `name` and return it (the only time it is seen)."""
+    """Store a new key named `name` (in `team`, if given) and return it (seen only now)."""
     if not NAME_PATTERN.match(name):
         raise KeyAdminError(f"key name {name!r}: use 1-63 of a-z, 0-9, '.', '_', '-' "
                         "(starting with a letter or digit)")
+    if team is not None and not NAME_PATTERN.match(team):
+        raise KeyAdminError(f"team {team!r}: use 1-63 of a-z, 0-9, '.', '_', '-' "
+                            "(starting with a letter or digit)")
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     unknown = set(given) - set(QUOTA_FIELDS)
     if unknown:
@@ -77,7 +83,8 @@ def create_key(
         raise KeyAdminError(f"unknown quota {sorted(unknown)[0]!r} (known: {known})")
     ServiceQuotas.model_validate(given)  # the same bounds as the policy file's
     key = KEY_PREFIX + secrets.token_urlsafe(32)
-    row = ApiKey(name=name, key_hash=hash_key(key), role=role, created_at=time.time(), **given)
+    row = ApiKey(name=name, key_hash=hash_key(key), role=role, created_at=time.time(),
+                 team=team, **given)
     try:
         with db.write() as session:
             session.add(row)
@@ -91,7 +98,7 @@ def list_keys(db: Database) -> list[KeyInfo]:
     """Every key, revoked ones included, by name."""
     with db.read() as session:
         rows = session.scalars(select(ApiKey).order_by(ApiKey.name)).all()
-        return [_info(row) for row in rows]
+        return [key_info(row) for row in rows]
 
 
 def revoke_key(db: Database, name: str) -> None:
@@ -113,14 +120,24 @@ def lookup_key(db: Database, key: str) -> KeyInfo | None:
                                  .where(ApiKey.key_hash == hash_key(key))).first()
     if row is None or row.revoked_at is not None:
         return None
-    return _info(row)
+    return key_info(row)
 
 
-def _info(row: Any) -> KeyInfo:
-    """The key's view from its `ApiKey` row (an ORM object or a plain row: same names)."""
+def key_named(db: Database, name: str) -> KeyInfo | None:
+    """The key called `name`, revoked or not (None if there is none)."""
+    with db.read() as session:
+        row = session.get(ApiKey, name)
+        return key_info(row) if row is not None else None
+
+
+def key_info(row: Any) -> KeyInfo:
+    """A stored key as `KeyInfo`: the one place a row becomes a caller (role, team, quotas).
+
+    `row` is an `ApiKey` or a plain row of its table (the columns have the same names).
+    """
     overrides = {f: getattr(row, f) for f in QUOTA_FIELDS if getattr(row, f) is not None}
     role: Role = "admin" if row.role == "admin" else "user"
     return KeyInfo(
         name=row.name, role=role, created_at=row.created_at, revoked_at=row.revoked_at,
-        overrides=overrides,
+        overrides=overrides, team=row.team,
     )

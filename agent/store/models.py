@@ -1,9 +1,10 @@
 """The service's tables: what survives a restart and what replicas share.
 
-    api_keys       who may call (only a SHA-256 of each key), role, quota overrides
+    api_keys       who may call (only a SHA-256 of each key), role, team, quota overrides
     datasets       uploaded files: owner, display name, format, size, preview
     conversations  owner, replica holding its sandbox, datasets, model, limits, status
-    runs           questions and `/v1/execute` calls: status, result, CPU seconds (quotas)
+    runs           questions and `/v1/execute` calls: status, result, CPU seconds (quotas),
+                   cost in money and team (budgets)
     events         each run's transcript events as the client sees them, in order (SSE replay)
     artifacts      files a run copied out of `/output`, looked up by run and name
     replicas       serving processes: where to redirect, last heartbeat
@@ -23,7 +24,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Float, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -47,6 +59,9 @@ class ApiKey(Base):
     dataset_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
     upload_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
     storage_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    cost_per_day: Mapped[float | None] = mapped_column(Float, default=None)
+    cost_per_month: Mapped[float | None] = mapped_column(Float, default=None)
+    team: Mapped[str | None] = mapped_column(String(64), default=None)
 
 
 class Dataset(Base):
@@ -88,7 +103,8 @@ class Run(Base):
     """One question of a conversation (`kind="question"`) or one `/v1/execute` call."""
 
     __tablename__ = "runs"
-    __table_args__ = (Index("ix_runs_principal_created", "principal", "created_at"),)
+    __table_args__ = (Index("ix_runs_principal_created", "principal", "created_at"),
+                      Index("ix_runs_team_created", "team", "created_at"))
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     kind: Mapped[str] = mapped_column(String(16))
@@ -101,6 +117,12 @@ class Run(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     cpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    cost: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    """What the run cost in `[agent.prices]`' currency (the money budgets sum it)."""
+    cost_estimated: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """Some of its token counts were estimated (the endpoint sent none)."""
+    team: Mapped[str | None] = mapped_column(String(64), default=None)
+    """The principal's team when the run was admitted (the team's budget counts it)."""
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, default=None)
     ended_at: Mapped[float | None] = mapped_column(Float, default=None)
@@ -193,6 +215,8 @@ class OidcIdentity(Base):
     role: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Float)
     signed_in_at: Mapped[float] = mapped_column(Float)
+    team: Mapped[str | None] = mapped_column(String(64), default=None)
+    """The team the provider's claim gave at the last sign-in (None: no team)."""
 
 
 class OidcSession(Base):

@@ -38,7 +38,8 @@ def builtin_tools(policy: Policy, context: ToolContext | None = None) -> list[To
     model is never offered a question nobody will read.
     """
     rules = policy.tools
-    guard = DataGuard(policy.guard.for_principal(context.principal if context else ""))
+    guard = DataGuard(policy.guard.for_principal(context.principal if context else "",
+                                                 context.team if context else None))
     tools = [
         make_execute_python(),
         make_calculate(rules.calculate),

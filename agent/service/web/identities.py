@@ -102,8 +102,10 @@ def finish_login(db: Database, state: str, browser: str | None) -> PendingLogin:
 
 
 def sign_in(db: Database, *, principal: str, issuer: str, subject: str, role: Role,
-            ttl_s: float) -> tuple[str, float]:
+            ttl_s: float, team: str | None = None) -> tuple[str, float]:
     """Record the identity and start a session: (the cookie's token, its expiry).
+
+    The role and the team are the ones the provider's claims give at this sign-in.
 
     A principal already held by another account of the provider (the principal claim is
     not `sub` and was reassigned) is refused: that person's data is not handed over.
@@ -114,12 +116,12 @@ def sign_in(db: Database, *, principal: str, issuer: str, subject: str, role: Ro
         row = session.get(OidcIdentity, principal)
         if row is None:
             session.add(OidcIdentity(principal=principal, issuer=issuer, subject=subject,
-                                     role=role, created_at=now, signed_in_at=now))
+                                     role=role, created_at=now, signed_in_at=now, team=team))
         elif (row.issuer, row.subject) != (issuer, subject):
             raise Problem(403, "oidc-principal-taken", f"{principal!r} belongs to another "
                           "account of the provider; ask the operator")
         else:
-            row.role, row.signed_in_at = role, now
+            row.role, row.signed_in_at, row.team = role, now, team
         session.execute(delete(OidcSession).where(OidcSession.expires_at <= now))
         kept = session.scalars(select(OidcSession.token_hash).where(
             OidcSession.principal == principal).order_by(OidcSession.created_at.desc())).all()
@@ -144,7 +146,8 @@ def oidc_session(db: Database, token: str) -> tuple[SignedInUser, float] | None:
         identity, expires = row
         role: Role = "admin" if identity.role == "admin" else "user"
         user = SignedInUser(name=identity.principal, role=role, created_at=identity.created_at,
-                            revoked_at=None, overrides={}, identity=identity.principal)
+                            revoked_at=None, overrides={}, identity=identity.principal,
+                            team=identity.team)
     return user, float(expires)
 
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from sbx.agent.service.api import Call, api
-from sbx.agent.service.oidc_client import OidcClient, OidcError, principal_and_role
+from sbx.agent.service.oidc_client import OidcClient, OidcError, principal_and_role, team_of
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.web.identities import LOGIN_TTL_S, begin_login, finish_login, sign_in
 from sbx.agent.service.web.signin_sessions import (
@@ -97,6 +97,7 @@ def oidc_callback(call: Call) -> Response:
         claims = client.redeem(code=code, verifier=login.verifier,
                                redirect_uri=login.redirect_uri, nonce=login.nonce)
         principal, role = principal_and_role(client.settings, claims)
+        team = team_of(client.settings, claims, call.service.settings.teams)
     except OidcError as exc:
         raise _problem(exc) from None
     presented = cookie_token(call.request)
@@ -104,8 +105,9 @@ def oidc_callback(call: Call) -> Response:
         end_session(call.service.db, presented)
     token, expires = sign_in(call.service.db, principal=principal,
                              issuer=client.settings.issuer, subject=claims.subject, role=role,
-                             ttl_s=SESSION_TTL_S)
-    logger.info("signed in %s (%s) through the OpenID Connect provider", principal, role)
+                             team=team, ttl_s=SESSION_TTL_S)
+    logger.info("signed in %s (%s, team %s) through the OpenID Connect provider", principal,
+                role, team)
     response = RedirectResponse("/", status_code=303, headers={"Cache-Control": "no-store"})
     response.headers.append("Set-Cookie", set_cookie_header(token, expires))
     response.headers.append("Set-Cookie", _browser_cookie("", _secure(call), max_age=0))

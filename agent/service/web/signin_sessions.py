@@ -42,7 +42,7 @@ from starlette.requests import Request
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.web.identities import oidc_session
 from sbx.agent.store.db import Database
-from sbx.agent.store.keys import QUOTA_FIELDS, KeyInfo, hash_key
+from sbx.agent.store.keys import KeyInfo, hash_key, key_info
 from sbx.agent.store.models import ApiKey, OidcSession, WebSession
 
 if TYPE_CHECKING:
@@ -94,9 +94,7 @@ def session_key(db: Database, token: str) -> tuple[KeyInfo, float] | None:
         if row is None:
             return oidc_session(db, token)  # or a person signed in through the provider
         key, expires = row
-        overrides = {f: getattr(key, f) for f in QUOTA_FIELDS if getattr(key, f) is not None}
-        info = KeyInfo(name=key.name, role="admin" if key.role == "admin" else "user",
-                       created_at=key.created_at, revoked_at=None, overrides=overrides)
+        info = key_info(key)
     return info, float(expires)
 
 

@@ -59,9 +59,24 @@ export async function refreshUsage() {
     ["Stored data", `${formatSize(u.dataset_bytes)} of ${formatSize(q.dataset_bytes)}`],
     ["Storage (with runs)", `${formatSize(u.storage_bytes)} of ${formatSize(q.storage_bytes)}`],
     ["Largest upload", formatSize(q.upload_bytes)],
+    ["Team", usage.team ?? "none"],
+    ...spendRows(usage.spend ?? {}),
   ];
   const list = clear($("usage"));
   for (const [name, value] of rows) append(list, el("dt", {}, name), el("dd", {}, value));
+}
+
+/** One row per money budget: spent of the cap (estimated when token counts were), its reset. */
+function spendRows(spend) {
+  const currency = spend.currency ?? "";
+  return (spend.budgets ?? []).map((budget) => {
+    const whose = budget.scope === "team" ? `Team ${budget.name}` : "You";
+    const spent = `${Number(budget.spent).toFixed(4)} ${currency}`;
+    const cap = budget.limit === null ? "no cap" : `of ${budget.limit} ${currency}`;
+    const estimated = budget.estimated ? " (estimated)" : "";
+    return [`${whose}, money this ${budget.period}`,
+      `${spent} ${cap}${estimated}; resets ${budget.resets_at}`];
+  });
 }
 
 /** The name of one of the caller's datasets (its id if it is not listed). */
