@@ -81,7 +81,12 @@ def test_inside_agent_only_the_application_layer_faces_and_benchmarks_import_san
     def allowed(rel: str) -> bool:
         return rel in APPLICATION_LAYER or rel.startswith(FACES) or rel in SANDBOX_COMMANDS
 
-    assert _offenders("agent", ("sbx.sandbox",), allowed) == []
+    def store_value_type(bad: str) -> bool:  # the store reads sizes like a face does
+        rel, name = bad.split(" imports ")
+        return rel.startswith("agent/store/") and name in SANDBOX_VALUE_TYPES
+
+    offenders = _offenders("agent", ("sbx.sandbox",), allowed)
+    assert [bad for bad in offenders if not store_value_type(bad)] == []
 
 
 def test_the_runner_imports_nothing_of_ours() -> None:
@@ -189,6 +194,12 @@ def test_nothing_outside_the_cli_imports_the_cli() -> None:
     offenders = [bad for top in ("agent", "tools", "sandbox", "images")
                  for bad in _offenders(top, ("sbx.agent.cli",), allowed)]
     assert offenders == []
+
+
+def test_the_core_the_store_and_the_benchmarks_import_no_face() -> None:
+    """What sits beside the core (DESIGN.md) serves every face, so it never reaches up into one."""
+    for top in ("agent/core", "agent/store", "agent/bench", "agent/model", "agent/testing"):
+        assert _offenders(top, ("sbx.agent.cli", "sbx.agent.service", "sbx.agent.mcp")) == []
 
 
 def test_the_face_checks_fail_on_a_face_that_does_what_they_forbid() -> None:

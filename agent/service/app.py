@@ -49,7 +49,7 @@ from sbx.agent.service.mcp_http import MCP_PATH, McpEndpoint
 from sbx.agent.service.middleware import BodyTimeout, BodyTooLarge, Gateway
 from sbx.agent.service.openapi import openapi_document
 from sbx.agent.service.outcomes import notify
-from sbx.agent.service.problems import Problem
+from sbx.agent.service.problems import Problem, respond
 from sbx.agent.service.web import oidc, pages, signin
 from sbx.agent.service.web.headers import SecurityHeaders
 
@@ -103,7 +103,7 @@ async def _problem(request: Request, exc: Exception) -> Response:
         service: Service = request.app.state.service
         principal = (request.scope.get("state") or {}).get("principal", "-")
         notify(service.observer.quota_rejected, principal=principal, quota=str(quota))
-    return exc.response(_request_id(request))
+    return respond(exc, _request_id(request))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -112,18 +112,20 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     detail = {404: f"no such endpoint {request.url.path[:200]!r}",
               405: f"{request.method} is not allowed here"}.get(status, str(exc)[:200])
     headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
-    return Problem(status, slug, detail, headers=headers).response(_request_id(request))
+    return respond(Problem(status, slug, detail, headers=headers), _request_id(request))
 
 
 async def _too_large(request: Request, exc: Exception) -> Response:
     limit = exc.limit if isinstance(exc, BodyTooLarge) else 0
-    return Problem(413, "body-too-large", f"the request body is larger than {limit} bytes",
-                   headers={"Connection": "close"}).response(_request_id(request))
+    problem = Problem(413, "body-too-large", f"the request body is larger than {limit} bytes",
+                      headers={"Connection": "close"})
+    return respond(problem, _request_id(request))
 
 
 async def _client_timeout(request: Request, exc: Exception) -> Response:
-    return Problem(408, "body-timeout", f"{exc}; send the body without pauses",
-                   headers={"Connection": "close"}).response(_request_id(request))
+    problem = Problem(408, "body-timeout", f"{exc}; send the body without pauses",
+                      headers={"Connection": "close"})
+    return respond(problem, _request_id(request))
 
 
 async def _gone(request: Request, exc: Exception) -> Response:
@@ -133,4 +135,4 @@ async def _gone(request: Request, exc: Exception) -> Response:
 
 async def _internal(request: Request, exc: Exception) -> Response:
     rid = _request_id(request)
-    return Problem(500, "internal", f"internal error (request {rid})").response(rid)
+    return respond(Problem(500, "internal", f"internal error (request {rid})"), rid)

@@ -24,7 +24,6 @@ from sbx.agent.service.adopt import NotAdopted, adopt
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.quotas import reserve_conversation
 from sbx.agent.service.recorder import StoreRecorder
 from sbx.agent.service.runs import Live
 from sbx.agent.service.schemas import (
@@ -38,6 +37,7 @@ from sbx.agent.service.schemas import (
 from sbx.agent.service.teams import tenant_of
 from sbx.agent.service.tenancy import dataset_paths, limited, owned
 from sbx.agent.store.models import Conversation, Run
+from sbx.agent.store.quotas import reserve_conversation
 
 LIST_LIMIT = 200
 logger = logging.getLogger(__name__)

@@ -22,12 +22,6 @@ from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
 from sbx.agent.service.problems import Problem, quota_exceeded
-from sbx.agent.service.quotas import (
-    reserve_dataset_bytes,
-    storage_used,
-    stored_bytes,
-    upload_too_large,
-)
 from sbx.agent.service.schemas import DatasetOut, Listing
 from sbx.agent.service.teams import effective_quotas
 from sbx.agent.service.tenancy import owned
@@ -41,6 +35,12 @@ from sbx.agent.service.uploads import (
 from sbx.agent.store.datasets_held import dataset_user
 from sbx.agent.store.db import lock_principal
 from sbx.agent.store.models import Dataset
+from sbx.agent.store.quotas import (
+    reserve_dataset_bytes,
+    storage_used,
+    stored_bytes,
+    upload_too_large,
+)
 from sbx.sandbox.units import format_size
 from sbx.tools.builtin.data_summary import summarize_data
 

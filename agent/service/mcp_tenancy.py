@@ -46,12 +46,12 @@ from sbx.agent.service.core import Service
 from sbx.agent.service.datasets import store_upload
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.quotas import reserve_conversation, upload_too_large
 from sbx.agent.service.recorder import StoreRecorder
 from sbx.agent.service.teams import Tenant, effective_quotas, tenant_of
 from sbx.agent.service.uploads import HEAD_BYTES, Upload, format_of, safe_name
 from sbx.agent.store.keys import KeyInfo
 from sbx.agent.store.models import Conversation, Dataset
+from sbx.agent.store.quotas import reserve_conversation, upload_too_large
 from sbx.tools.registry import ToolFailure
 
 logger = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sbx.agent.service.outcomes import UNMATCHED, Observer, notify
-from sbx.agent.service.problems import Problem, unavailable
+from sbx.agent.service.problems import Problem, respond, unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class Gateway:
         try:
             early = self._refuse_early(scope)
             if early is not None:
-                await early.response(request_id)(scope, receive, send_with_id)
+                await respond(early, request_id)(scope, receive, send_with_id)
                 return
             bounded = self._bounded_receive(scope, counted_receive)
             try:
@@ -121,7 +121,7 @@ class Gateway:
                 logger.exception("request %s failed", request_id)
                 if status == 0:
                     problem = Problem(500, "internal", f"internal error (request {request_id})")
-                    await problem.response(request_id)(scope, receive, send_with_id)
+                    await respond(problem, request_id)(scope, receive, send_with_id)
         finally:
             self.state.in_flight -= 1
             notify(

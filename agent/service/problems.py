@@ -1,11 +1,8 @@
 """Every error the service answers is an RFC 9457 problem: `application/problem+json`.
 
-    {"type": "https://sbx.dev/problems/quota-exceeded", "title": "Quota exceeded",
-     "status": 429, "detail": "runs_per_hour: 120 runs in the last hour ...",
-     "quota": "runs_per_hour", "request_id": "..."}
-
-A handler raises `Problem` (or a helper below builds one); the middleware and
-the exception handlers turn it, and anything unexpected, into this body. A
+A handler raises `Problem` (`sbx.agent.core.problem`, also what the core and
+the store raise to refuse) or a helper builds one; the middleware and the
+exception handlers turn it, and anything unexpected, into this body. A
 traceback never reaches a client: an unexpected error is logged server-side
 with the request id, and the client gets a 500 that names that id.
 """
@@ -18,51 +15,17 @@ from typing import Any
 
 from starlette.responses import Response
 
+from sbx.agent.core.problem import Problem as Problem
+from sbx.agent.core.problem import not_found as not_found
+from sbx.agent.core.problem import quota_exceeded as quota_exceeded
+from sbx.agent.core.problem import unavailable as unavailable
+
 PROBLEM_TYPE = "application/problem+json"
-_BASE = "https://sbx.dev/problems/"
-_TITLES = {
-    400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
-    405: "Method not allowed", 408: "Request timeout", 409: "Conflict",
-    413: "Content too large", 415: "Unsupported media type", 422: "Invalid request",
-    429: "Quota exceeded", 500: "Internal error", 503: "Service unavailable",
-}
 
 
-class Problem(Exception):
-    """An error answer: status, a slug for `type`, one sentence of detail, extra members."""
-
-    def __init__(
-        self,
-        status: int,
-        slug: str,
-        detail: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        **extra: Any,
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.slug = slug
-        self.detail = detail
-        self.headers = dict(headers or {})
-        self.extra = extra
-
-    def body(self, request_id: str | None = None) -> dict[str, Any]:
-        """The problem document."""
-        document: dict[str, Any] = {
-            "type": _BASE + self.slug,
-            "title": _TITLES.get(self.status, "Error"),
-            "status": self.status,
-            "detail": self.detail,
-            **self.extra,
-        }
-        if request_id:
-            document["request_id"] = request_id
-        return document
-
-    def response(self, request_id: str | None = None) -> Response:
-        """The HTTP answer."""
-        return problem_response(self.body(request_id), self.status, self.headers)
+def respond(problem: Problem, request_id: str | None = None) -> Response:
+    """The HTTP answer of a problem."""
+    return problem_response(problem.body(request_id), problem.status, problem.headers)
 
 
 def problem_response(
@@ -72,24 +35,3 @@ def problem_response(
     content = json.dumps(body, ensure_ascii=False).encode()
     return Response(content, status_code=status, headers=dict(headers or {}),
                     media_type=PROBLEM_TYPE)
-
-
-def not_found(kind: str, ident: str) -> Problem:
-    """404 for anything missing *or belonging to someone else*: the two look the same."""
-    return Problem(404, "not-found", f"no {kind} {ident!r}")
-
-
-def quota_exceeded(quota: str, detail: str, retry_after: float) -> Problem:
-    """429 naming the quota, with `Retry-After` in whole seconds (at least 1)."""
-    seconds = max(1, int(retry_after + 0.999))
-    return Problem(
-        429, "quota-exceeded", f"{quota}: {detail}", headers={"Retry-After": str(seconds)},
-        quota=quota, retry_after=seconds,
-    )
-
-
-def unavailable(detail: str, retry_after: float, slug: str = "busy") -> Problem:
-    """503 with `Retry-After`: the host or this replica is full, or it is shutting down."""
-    seconds = max(1, int(retry_after + 0.999))
-    return Problem(503, slug, detail, headers={"Retry-After": str(seconds)},
-                   retry_after=seconds)

@@ -32,11 +32,11 @@ from sbx.agent.core.run_recorder import RunOutcome, RunTicket
 from sbx.agent.core.teams import metrics_team
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.quotas import reserve_run
 from sbx.agent.service.tenant_view import incident
 from sbx.agent.store.datasets_held import datasets_held
 from sbx.agent.store.db import lock_principal
 from sbx.agent.store.models import Conversation, Run
+from sbx.agent.store.quotas import reserve_run
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service

@@ -23,10 +23,10 @@ from sqlalchemy.orm import Session
 
 from sbx.agent.core.config import ServiceQuotas, ServiceSettings
 from sbx.agent.core.teams import TeamSettings
-from sbx.agent.service.spend import StoreSpend
 from sbx.agent.service.web.identities import SignedInUser
 from sbx.agent.store.keys import KeyInfo, key_named
 from sbx.agent.store.models import ApiKey, OidcIdentity
+from sbx.agent.store.spend import StoreSpend
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service

@@ -23,9 +23,9 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.config import ServiceQuotas
+from sbx.agent.core.problem import Problem
 from sbx.agent.core.spend import Allowance, iso_utc
 from sbx.agent.core.teams import TeamSettings
-from sbx.agent.service.problems import Problem
 from sbx.agent.store.db import Database
 from sbx.agent.store.models import Run
 
