@@ -89,9 +89,10 @@ def spent_since(session: Session, scope: Scope, name: str, since: float) -> tupl
     return float(total or 0.0), bool(estimated)
 
 
-def budget_states(session: Session, *, principal: str, team: str | None, quotas: ServiceQuotas,
-                  team_settings: TeamSettings | None, now: float) -> list[BudgetState]:
-    """The key's and the team's budgets for both periods, with what each has spent."""
+def budget_limits(principal: str, team: str | None, quotas: ServiceQuotas,
+                  team_settings: TeamSettings | None
+                  ) -> list[tuple[Scope, str, Period, float | None]]:
+    """The key's and (with a team) the team's budget per day and month; None: no cap."""
     wanted: list[tuple[Scope, str, Period, float | None]] = [
         ("key", principal, "day", quotas.cost_per_day),
         ("key", principal, "month", quotas.cost_per_month),
@@ -100,8 +101,20 @@ def budget_states(session: Session, *, principal: str, team: str | None, quotas:
         settings = team_settings or TeamSettings()
         wanted += [("team", team, "day", settings.cost_per_day),
                    ("team", team, "month", settings.cost_per_month)]
+    return wanted
+
+
+def budget_states(session: Session, *, principal: str, team: str | None, quotas: ServiceQuotas,
+                  team_settings: TeamSettings | None, now: float,
+                  capped_only: bool = False) -> list[BudgetState]:
+    """The key's and the team's budgets for both periods, with what each has spent.
+
+    `capped_only`: just the budgets with a limit (what a check needs).
+    """
     states = []
-    for scope, name, period, limit in wanted:
+    for scope, name, period, limit in budget_limits(principal, team, quotas, team_settings):
+        if capped_only and limit is None:
+            continue
         start, reset = period_bounds(period, now)
         spent, estimated = spent_since(session, scope, name, start)
         states.append(BudgetState(scope=scope, name=name, period=period, limit=limit,
@@ -125,16 +138,19 @@ class StoreSpend:
         self.principal, self.team, self.quotas = principal, team, quotas
         self.team_settings, self.currency = team_settings, currency
 
-    def states(self, session: Session, now: float | None = None) -> list[BudgetState]:
-        """Every budget of this principal and its team, now."""
+    def states(self, session: Session, now: float | None = None, *,
+               capped_only: bool = False) -> list[BudgetState]:
+        """Every budget of this principal and its team now (or only those with a limit)."""
         return budget_states(session, principal=self.principal, team=self.team,
                              quotas=self.quotas, team_settings=self.team_settings,
-                             now=time.time() if now is None else now)
+                             now=time.time() if now is None else now, capped_only=capped_only)
 
     def allowance(self) -> Allowance | None:
         """What the tightest budget has left; None when no budget is capped."""
+        if not self._capped():
+            return None
         with self.db.read() as session:
-            found = tightest(self.states(session))
+            found = tightest(self.states(session, capped_only=True))
         if found is None:
             return None
         return Allowance(left=(found.limit or 0.0) - found.spent, currency=self.currency,
@@ -142,9 +158,14 @@ class StoreSpend:
 
     def check(self, session: Session, now: float) -> None:
         """Refuse (429) when a budget is spent: `Retry-After` until it resets."""
-        for state in self.states(session, now):
+        for state in self.states(session, now, capped_only=True):
             if state.limit is not None and state.spent >= state.limit:
                 raise budget_exceeded(state, self.currency, now)
+
+    def _capped(self) -> bool:
+        """Any budget of this principal or its team has a limit (else nothing to query)."""
+        return any(limit is not None for *_, limit in
+                   budget_limits(self.principal, self.team, self.quotas, self.team_settings))
 
 
 def budget_exceeded(state: BudgetState, currency: str, now: float) -> Problem:
