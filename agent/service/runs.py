@@ -116,9 +116,9 @@ class RunManager:
     def release_idle(self, idle_s: float, only: frozenset[str] | None = None,
                      reason: str | None = None) -> list[str]:
         """Remove the sandboxes of conversations idle for `idle_s` (of `only`); their ids."""
-        with self._lock:
+        with self._lock:  # a run a worker has picked up is not idle, even before it starts
             candidates = [live for live in self._live.values()
-                          if only is None or live.id in only]
+                          if live.run_id is None and (only is None or live.id in only)]
         released = [live.id for live in candidates
                     if live.conversation.workspace.discard_if_idle(idle_s, reason=reason)]
         if released:
