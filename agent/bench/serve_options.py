@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sbx.sandbox.config import DEFAULT_IMAGE
+from sbx.agent.core.app import DEFAULT_IMAGE
 
 SIDES = ("core", "serve")
 """The two ways the same conversations run: through the in-process core, and over HTTP."""
