@@ -35,10 +35,15 @@ def test_a_broken_promise_is_named_and_fails_the_report():
     report.statuses.update(["completed", "completed"])
     report.events_lost, report.containers_left, report.server_exit = 1, 2, 0
     report.audit = {"server": "verifies (4 records, 1 runs)", "core": "FAILS: torn tail"}
+    level = LevelFigures(conversations=1)
+    level.phases = {"core": 1, "serve": 1}
+    level.takes = {"core": {"hit": 0, "miss": 1}, "serve": {"hit": 1, "miss": 1}}
+    report.levels.append(level)
     report.check()
     assert not report.ok
     assert report.problems == ["1 event(s) lost, 0 unexpected", "2 container(s) left",
-                               "audit log core: FAILS: torn tail"]
+                               "audit log core: FAILS: torn tail",
+                               "serve at 1: 2 pool take(s) for 1 phase(s)"]
     assert report.render().endswith("FAILED: " + "; ".join(report.problems))
 
 

@@ -20,7 +20,7 @@ per new conversation (what each includes: that module's docstring); the pool's
 hits and misses. Checked once for the run: events lost (each run's stored
 events that its live stream did not deliver: must be 0); containers left (of
 the server and of this process, after both closed: must be 0); the audit logs'
-verification; the server's clean exit.
+verification; the server's clean exit; one pool take per conversation and side.
 Nothing leaves the machine: the model and the server listen on 127.0.0.1.
 """
 

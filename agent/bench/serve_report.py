@@ -137,6 +137,12 @@ class ServeBenchReport:
                           if not verdict.startswith("verifies")]
         if self.server_exit != 0:
             self.problems.append(f"sbx serve exited {self.server_exit} after SIGTERM")
+        for level in self.levels:  # each conversation takes one sandbox, at its first question
+            for side in SIDES:
+                taken = sum(level.takes[side].values())
+                if taken != level.phases[side] * level.conversations:
+                    self.problems.append(f"{side} at {level.conversations}: {taken} pool "
+                                         f"take(s) for {level.phases[side]} phase(s)")
 
     def p99_ratio(self) -> dict[str, float | None]:
         """Per side: p99 at the highest level over p99 at the lowest (issue 22, target 2)."""
