@@ -67,6 +67,11 @@ def test_figures_per_level_say_what_they_divide_and_the_p99_ratio_is_highest_ove
     assert "p99 at 4 / p99 at 1: in-process core 4.0x, sbx serve (HTTP + SSE) 4.0x" in text
     assert json.loads(json.dumps(report.as_json()))["levels"][1]["pool_takes"]["core"] == {
         "hit": 3, "miss": 1}
+    report.host_room, report.levels[1].separated = 2, False  # 4 at once: 2 would wait in vain
+    crowded = report.levels[1].cpu_ms(questions=1)["core"]
+    assert crowded["host_per_new_conversation"] is None
+    assert crowded["host_per_question"] == 400.0  # the whole phase is still measured
+    assert "-: at 4 at once, more than the host's caps hold (2 sandboxes;" in report.render()
 
 
 def test_serve_bench_refuses_out_of_range_options_before_running_anything():

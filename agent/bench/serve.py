@@ -26,6 +26,9 @@ Nothing leaves the machine: the model and the server listen on 127.0.0.1.
 
 from __future__ import annotations
 
+import math
+import os
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +61,8 @@ from sbx.agent.store.models import EventRow
 from sbx.agent.testing.scripted_model import ScriptedLLM
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.gc import owner_tag
+from sbx.sandbox.host_caps import HostCaps, Need
+from sbx.sandbox.limits import Limits
 from sbx.tools.audit_verify import verify_log
 
 __all__ = ["ServeBenchOptions", "ServeBenchReport", "policy_text", "run_serve_bench"]
@@ -124,11 +129,13 @@ def _rounds(report: ServeBenchReport, root: Path, server: ServerProcess, llm: Sc
             progress: Callable[[str], None]) -> list[Sample]:
     """Every level, both sides `rounds` times in alternating order; the HTTP side's samples."""
     o = report.options
+    config = load_config(root / "policy.toml")
+    report.host_room = host_room(config.limits)
     keys = _keys(server.database, o.most)
     admin = _keys(server.database, 1, prefix="bench-ops", role="admin")[0]
     endpoint = Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model=MODEL)
     served: list[Sample] = []
-    with App.open(load_config(root / "policy.toml"), environ={},
+    with App.open(config, environ={},
                   audit_log=root / "core-audit.jsonl", image=o.image) as app, \
             httpx2.Client(base_url=server.url, timeout=httpx2.Timeout(30.0, connect=10.0),
                           headers={"Authorization": f"Bearer {admin}"}) as ops:
@@ -136,7 +143,7 @@ def _rounds(report: ServeBenchReport, root: Path, server: ServerProcess, llm: Sc
                        root=root, reads={"core": lambda: core_pool(app),
                                          "serve": lambda: server_pool(ops)})
         for count in o.levels:
-            level = LevelFigures(conversations=count)
+            level = LevelFigures(conversations=count, separated=count <= report.host_room)
             report.levels.append(level)
             for index in range(o.rounds):
                 for side in ("serve", "core") if index % 2 == 0 else ("core", "serve"):
@@ -153,7 +160,7 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     count, questions = level.conversations, report.options.questions
     sides.llm.script([respond] * count * questions * 2)
     pid = sides.server.proc.pid if side == "serve" else None
-    opening = Opening(count, pid)
+    opening = Opening(count, pid, wait=level.separated)
     took = sides.reads[side]()
     before = process_cpu_s(pid), host_busy_s()
     if side == "serve":
@@ -178,9 +185,17 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     level.seconds[side].extend(sample.seconds for sample in samples)
     report.statuses.update(sample.status for sample in samples)
     if sides.llm.remaining:
-        raise RuntimeError(f"{sides.llm.remaining} scripted turns were not used: a run "
-                           "ended early")
+        statuses = dict(Counter(sample.status for sample in samples))
+        raise RuntimeError(f"{side} at {count} at once: {sides.llm.remaining} scripted turns "
+                           f"were not used, a run ended early (runs: {statuses})")
     return samples
+
+
+def host_room(limits: Limits) -> int:
+    """Sandboxes with `limits` the host's caps (`SBX_MAX_*`, shared by both sides) hold at once."""
+    caps, need = HostCaps.from_env(os.environ), Need.of(limits)
+    by_cpus = math.floor(caps.cpus / need.cpus + 1e-9) if need.cpus > 0 else caps.sandboxes
+    return max(0, min(caps.sandboxes, by_cpus, caps.memory // max(1, need.memory)))
 
 
 def _keys(database: str, count: int, *, prefix: str = "bench", role: Role = "user"

@@ -160,20 +160,25 @@ class Opening:
     the phase's conversations cost; what follows is their later questions.
     Everyone waits for the slowest first answer there: a later question's
     latency does not include that wait (it is timed from its own asking).
+    With `wait` false (more conversations than the host's caps hold at once:
+    those holding a sandbox must go on, or the rest would queue for the cap
+    in vain) nobody waits and nothing is noted.
     """
 
-    def __init__(self, count: int, pid: int | None) -> None:
+    def __init__(self, count: int, pid: int | None, *, wait: bool = True) -> None:
         self.pid = pid
+        self.wait = wait
         self.at: tuple[float, float] | None = None
-        """(process CPU s, host busy CPU s) when the last conversation passed."""
+        """(process CPU s, host busy CPU s) when the last conversation passed (if `wait`)."""
         self._barrier = threading.Barrier(count, action=self._mark, timeout=DEADLINE_S)
 
     def _mark(self) -> None:
         self.at = (process_cpu_s(self.pid), host_busy_s())
 
     def passed(self) -> None:
-        """Wait until every conversation of the phase has had its first answer."""
-        self._barrier.wait()
+        """Wait until every conversation of the phase has had its first answer (if `wait`)."""
+        if self.wait:
+            self._barrier.wait()
 
     def abort(self) -> None:
         """Release the others at once (a conversation failed: the phase fails)."""

@@ -69,6 +69,9 @@ class LevelFigures:
     """Sandboxes each side's pool handed out: warm (hit) or created on the spot (miss)."""
     phases: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SIDES, 0))
     """Phases run per side (one per round)."""
+    separated: bool = True
+    """Whether opening the conversations was measured apart from their later questions
+    (not when the level is more than the host's caps hold at once: `Opening`)."""
 
     def latency_ms(self) -> dict[str, dict[str, float]]:
         """p50, p90 and p99 of each side, and what the service adds (serve minus core)."""
@@ -84,11 +87,12 @@ class LevelFigures:
         for side in SIDES:
             used, asked = self.cpu_s[side], len(self.seconds[side])
             opened = self.phases[side] * self.conversations
+            apart = opened if self.separated else 0
             figures[side] = {
                 "process_per_question": _per(used["process"], asked),
                 "host_per_question": _per(used["host"], asked),
-                "host_per_new_conversation": _per(used["opening"], opened),
-                "host_per_later_question": _per(used["after"], opened * (questions - 1)),
+                "host_per_new_conversation": _per(used["opening"], apart),
+                "host_per_later_question": _per(used["after"], apart * (questions - 1)),
                 "host_refill_per_new_conversation": _per(used["refill"], opened),
             }
         return figures
@@ -97,6 +101,7 @@ class LevelFigures:
         """This level's figures, for `--json`."""
         return {"conversations": self.conversations,
                 "questions_per_side": len(self.seconds["serve"]),
+                "opening_measured_apart": self.separated,
                 "latency_ms": self.latency_ms(), "cpu_ms": self.cpu_ms(questions),
                 "pool_takes": self.takes}
 
@@ -106,6 +111,8 @@ class ServeBenchReport:
     """The figures and the checks (see `sbx.agent.bench.serve`)."""
 
     options: ServeBenchOptions
+    host_room: int = 0
+    """Sandboxes of the bench's limits the host's caps hold at once (`SBX_MAX_*`)."""
     levels: list[LevelFigures] = field(default_factory=list)
     statuses: Counter[str] = field(default_factory=Counter)
     events_received: int = 0
@@ -156,7 +163,7 @@ class ServeBenchReport:
         """Everything, for `--json`."""
         q = self.options.questions
         return {
-            "options": asdict(self.options),
+            "options": asdict(self.options), "host_room": self.host_room,
             "levels": [level.as_json(q) for level in self.levels],
             "p99_ratio_highest_to_lowest": self.p99_ratio(),
             "statuses": dict(self.statuses),
@@ -209,6 +216,11 @@ class ServeBenchReport:
                     f"{_ms(c['host_per_later_question']):>14}"
                     f"{_ms(c['host_refill_per_new_conversation']):>18}"
                     f"{takes['hit']:>11}{takes['miss']:>6}")
+        crowded = [str(level.conversations) for level in self.levels if not level.separated]
+        if crowded:
+            lines += [f"  -: at {', '.join(crowded)} at once, more than the host's caps hold "
+                      f"({self.host_room} sandboxes;", "     SBX_MAX_CPUS, SBX_MAX_SANDBOXES), "
+                      "conversations queue for a sandbox: opening is not measured apart"]
         return lines
 
 
