@@ -17,9 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import TEST_IMAGE
-from sbx.agent.bench.serve import ServeBenchOptions, ServeBenchReport
+from sbx.agent.bench.serve import ServeBenchOptions, ServeBenchReport, host_room
 from sbx.agent.bench.serve_report import LevelFigures, percentile
 from sbx.agent.cli import bench as cli_bench
+from sbx.sandbox.limits import Limits
 from service_support import SBX
 
 
@@ -133,3 +134,14 @@ def test_a_tiny_real_run_loses_no_event_and_leaves_no_container(engine):
                 assert cpu[figure] is not None and cpu[figure] >= 0
     ratio = report["p99_ratio_highest_to_lowest"]
     assert set(ratio) == {"core", "serve"} and all(value > 0 for value in ratio.values())
+
+
+def test_host_room_is_what_the_tightest_cap_holds(monkeypatch):
+    monkeypatch.setenv("SBX_MAX_SANDBOXES", "32")
+    monkeypatch.setenv("SBX_MAX_CPUS", "8")
+    monkeypatch.setenv("SBX_MAX_MEMORY", "64g")
+    assert host_room(Limits()) == 8  # 1 CPU each
+    assert host_room(Limits(cpus=0.5)) == 16
+    assert host_room(Limits(cpus=0.1)) == 32  # then the sandbox cap binds
+    monkeypatch.setenv("SBX_MAX_MEMORY", "2g")
+    assert host_room(Limits(cpus=0.1, memory=512 << 20)) == 4

@@ -65,7 +65,7 @@ from sbx.sandbox.host_caps import HostCaps, Need
 from sbx.sandbox.limits import Limits
 from sbx.tools.audit_verify import verify_log
 
-__all__ = ["ServeBenchOptions", "ServeBenchReport", "policy_text", "run_serve_bench"]
+__all__ = ["ServeBenchOptions", "ServeBenchReport", "host_room", "policy_text", "run_serve_bench"]
 
 
 def policy_text(options: ServeBenchOptions) -> str:
