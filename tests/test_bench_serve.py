@@ -17,7 +17,12 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import TEST_IMAGE
-from sbx.agent.bench.serve import ServeBenchOptions, ServeBenchReport, host_room
+from sbx.agent.bench.serve import (
+    ServeBenchError,
+    ServeBenchOptions,
+    ServeBenchReport,
+    host_room,
+)
 from sbx.agent.bench.serve_report import LevelFigures, percentile
 from sbx.agent.cli import bench as cli_bench
 from sbx.sandbox.limits import Limits
@@ -145,3 +150,16 @@ def test_host_room_is_what_the_tightest_cap_holds(monkeypatch):
     assert host_room(Limits(cpus=0.1)) == 32  # then the sandbox cap binds
     monkeypatch.setenv("SBX_MAX_MEMORY", "2g")
     assert host_room(Limits(cpus=0.1, memory=512 << 20)) == 4
+
+
+def test_a_bench_that_cannot_finish_says_why_in_one_line(monkeypatch):
+    def broken(options, progress):
+        raise ServeBenchError("serve at 2 at once: POST /v1/conversations: 503 (expected 201)")
+
+    monkeypatch.setattr(cli_bench, "run_serve_bench", broken)
+    group = click.Group("sbx")
+    cli_bench.register(group)
+    done = CliRunner().invoke(group, ["bench", "serve", "--levels", "2"])
+    assert done.exit_code != 0 and "Traceback" not in done.output
+    assert done.output.strip().splitlines()[-1] == (
+        "sbx: bench serve: serve at 2 at once: POST /v1/conversations: 503 (expected 201)")

@@ -37,7 +37,7 @@ from tempfile import TemporaryDirectory
 import httpx2
 from sqlalchemy import select
 
-from sbx.agent.bench.serve_options import ServeBenchOptions
+from sbx.agent.bench.serve_options import ServeBenchError, ServeBenchOptions
 from sbx.agent.bench.serve_phases import (
     FAKE_KEY,
     MODEL,
@@ -65,7 +65,10 @@ from sbx.sandbox.host_caps import HostCaps, Need
 from sbx.sandbox.limits import Limits
 from sbx.tools.audit_verify import verify_log
 
-__all__ = ["ServeBenchOptions", "ServeBenchReport", "host_room", "policy_text", "run_serve_bench"]
+__all__ = [
+    "ServeBenchError", "ServeBenchOptions", "ServeBenchReport", "host_room", "policy_text",
+    "run_serve_bench",
+]
 
 
 def policy_text(options: ServeBenchOptions) -> str:
@@ -186,7 +189,7 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     report.statuses.update(sample.status for sample in samples)
     if sides.llm.remaining:
         statuses = dict(Counter(sample.status for sample in samples))
-        raise RuntimeError(f"{side} at {count} at once: {sides.llm.remaining} scripted turns "
+        raise ServeBenchError(f"{side} at {count} at once: {sides.llm.remaining} scripted turns "
                            f"were not used, a run ended early (runs: {statuses})")
     return samples
 

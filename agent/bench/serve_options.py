@@ -19,6 +19,10 @@ MAX_LEVELS = 5
 DEFAULT_LEVELS = (1, 8, 32)
 
 
+class ServeBenchError(RuntimeError):
+    """The bench could not finish (the server did not start, a request or a run failed)."""
+
+
 def parse_levels(text: str) -> tuple[int, ...]:
     """`1,8,32` as ascending distinct levels; `ValueError` saying what is wrong otherwise."""
     parts = [part.strip() for part in text.split(",")]

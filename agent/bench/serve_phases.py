@@ -27,13 +27,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from threading import BrokenBarrierError
 from typing import Any
 
 import httpx2
 
+from sbx.agent.bench.serve_options import ServeBenchError
 from sbx.agent.core.app import App
 from sbx.agent.core.conversation import ConversationSpec
 from sbx.agent.core.settings import Endpoint
@@ -119,7 +121,7 @@ class ServerProcess:
         if line is None:
             self.proc.kill()
             self.proc.wait(EXIT_TIMEOUT_S)
-            raise RuntimeError("sbx serve did not start:\n" + "".join(self.lines[-20:]))
+            raise ServeBenchError("sbx serve did not start:\n" + "".join(self.lines[-20:]))
         return line.split("listening on ", 1)[1].split()[0]
 
     def stop(self) -> int:
@@ -200,9 +202,16 @@ def run_concurrently(count: int, work: Callable[[int], list[Sample]],
 
     with ThreadPoolExecutor(max_workers=count, thread_name_prefix="bench") as pool:
         futures = [pool.submit(begin, index) for index in range(count)]
-        deadline = time.monotonic() + DEADLINE_S
-        return [future.result(timeout=max(1.0, deadline - time.monotonic()))
-                for future in futures]
+        _, late = wait(futures, timeout=DEADLINE_S)
+        if late:
+            opening.abort()
+            raise ServeBenchError(f"{len(late)} of {count} conversations had not finished "
+                                  f"after {DEADLINE_S:g} s")
+        failures = [error for error in (future.exception() for future in futures) if error]
+        if failures:  # the cause, not the others' broken barrier it led to
+            causes = [error for error in failures if not isinstance(error, BrokenBarrierError)]
+            raise (causes or failures)[0]
+        return [future.result() for future in futures]
 
 
 def http_phase(server: ServerProcess, keys: list[str], questions: int, opening: Opening
@@ -250,8 +259,8 @@ def _ask_over_http(client: httpx2.Client, conversation_id: str, number: int) -> 
 def _expect(response: httpx2.Response, status: int) -> None:
     if response.status_code != status:
         body = response.read()[:300].decode("utf-8", "replace")
-        raise RuntimeError(f"{response.request.method} {response.request.url.path}: "
-                           f"{response.status_code} (expected {status}): {body}")
+        raise ServeBenchError(f"{response.request.method} {response.request.url.path}: "
+                              f"{response.status_code} (expected {status}): {body}")
 
 
 def core_phase(app: App, endpoint: Endpoint, root: Path, count: int, questions: int,

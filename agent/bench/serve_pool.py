@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import httpx2
 from prometheus_client.parser import text_string_to_metric_families
 
+from sbx.agent.bench.serve_options import ServeBenchError
 from sbx.agent.core.app import App
 
 SETTLE_TIMEOUT_S = 120.0
@@ -66,7 +67,7 @@ def server_pool(client: httpx2.Client) -> PoolFigures:
     """The server's pool, from `/metrics` (`client` carries an admin key)."""
     answer = client.get("/metrics")
     if answer.status_code != 200:
-        raise RuntimeError(f"GET /metrics: {answer.status_code} (expected 200)")
+        raise ServeBenchError(f"GET /metrics: {answer.status_code} (expected 200)")
     values: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(answer.text):
         for sample in family.samples:

@@ -21,6 +21,7 @@ from sbx.agent.bench.serve import run_serve_bench
 from sbx.agent.bench.serve_options import (
     DEFAULT_LEVELS,
     MAX_LEVEL,
+    ServeBenchError,
     ServeBenchOptions,
     parse_levels,
 )
@@ -187,8 +188,11 @@ def serve_bench_command(levels: tuple[int, ...] | None, conversations: int | Non
         raise click.UsageError("give --levels or --conversations, not both")
     chosen = (conversations,) if conversations is not None else levels or DEFAULT_LEVELS
     options = ServeBenchOptions(levels=chosen, questions=questions, rounds=rounds, image=image)
-    report = run_serve_bench(
-        options, progress=lambda message: click.echo(f"sbx bench serve: {message}", err=True))
+    try:
+        report = run_serve_bench(
+            options, progress=lambda message: click.echo(f"sbx bench serve: {message}", err=True))
+    except ServeBenchError as exc:
+        fail(f"bench serve: {exc}")
     click.echo(json.dumps(report.as_json(), indent=2) if as_json else report.render())
     if not report.ok:
         sys.exit(1)
