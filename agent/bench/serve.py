@@ -1,41 +1,47 @@
-"""`sbx bench serve`: what `sbx serve` adds over the in-process core, and that it loses nothing.
+"""`sbx bench serve`: what `sbx serve` adds over the in-process core, at several levels.
 
-N conversations of Q questions each (32 x 3 by default), all at once, with the
-scripted model (each question: one `execute_python` call that uses the
-previous question's variable, then an answer), run twice per round:
+At each level of concurrency (`--levels`, 1, 8 and 32 conversations at once by
+default, in ascending order), N conversations of Q questions each, all at
+once, with the scripted model (each question: one `execute_python` call that
+uses the previous question's variable, then an answer), run on both sides:
 
     serve    against a real `sbx serve` on 127.0.0.1 (one API key per conversation):
              POST the question, read its Server-Sent Events until the run ends
     core     the same conversations through `App` / `Conversation` in this process
 
 Rounds alternate the order (serve, core, core, serve, ...) so that drift on a
-shared host falls on both sides. A question's latency is from asking to the
-run's end (over HTTP: the `run_end` event received). Reported: p50, p90 and
-p99 of each side and the difference (what the service adds: HTTP, the store,
-the event stream, the run queue); CPU per question of each side (the server
-process, or this process for the core; and the whole host, engine and
-containers included, other work on a shared host too); events lost (each
-run's stored events that its live stream did not deliver: must be 0);
-containers left (of the server and of this process, after both closed: must
-be 0); the audit logs' verification.
+shared host falls on both sides. Both sides run the same demand-sized pool (the
+policy's `[pool]`, `policy_text`), and both pools settle after every phase
+before the next begins. A question's latency is from asking to the run's end
+(over HTTP: the `run_end` event received). Reported per level and side
+(`sbx.agent.bench.serve_report`): p50, p90 and p99 and what the service adds;
+the p99 at the highest level over the p99 at the lowest; CPU per question and
+per new conversation (what each includes: that module's docstring); the pool's
+hits and misses. Checked once for the run: events lost (each run's stored
+events that its live stream did not deliver: must be 0); containers left (of
+the server and of this process, after both closed: must be 0); the audit logs'
+verification; the server's clean exit; one pool take per conversation and side.
 Nothing leaves the machine: the model and the server listen on 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import Any
 
+import httpx2
 from sqlalchemy import select
 
+from sbx.agent.bench.serve_options import ServeBenchError, ServeBenchOptions
 from sbx.agent.bench.serve_phases import (
     FAKE_KEY,
     MODEL,
+    Opening,
     Sample,
     ServerProcess,
     core_phase,
@@ -44,140 +50,38 @@ from sbx.agent.bench.serve_phases import (
     process_cpu_s,
     respond,
 )
+from sbx.agent.bench.serve_pool import PoolFigures, core_pool, server_pool, settle
+from sbx.agent.bench.serve_report import LevelFigures, ServeBenchReport
 from sbx.agent.core.app import App
 from sbx.agent.core.config import load_config
 from sbx.agent.core.settings import Endpoint
 from sbx.agent.store.db import Database
-from sbx.agent.store.keys import create_key
+from sbx.agent.store.keys import Role, create_key
 from sbx.agent.store.models import EventRow
 from sbx.agent.testing.scripted_model import ScriptedLLM
-from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.gc import owner_tag
-from sbx.sandbox.pool_config import PoolConfig
+from sbx.sandbox.host_caps import HostCaps, Need
+from sbx.sandbox.limits import Limits
 from sbx.tools.audit_verify import verify_log
 
-
-@dataclass(frozen=True, kw_only=True)
-class ServeBenchOptions:
-    """What to run."""
-
-    conversations: int = 32
-    questions: int = 3
-    rounds: int = 2
-    """Each round runs both sides once; the order alternates between rounds (ABBA)."""
-    image: str = DEFAULT_IMAGE
-
-
-@dataclass(kw_only=True)
-class ServeBenchReport:
-    """The figures and the checks (see the module docstring)."""
-
-    options: ServeBenchOptions
-    core_s: list[float] = field(default_factory=list)
-    serve_s: list[float] = field(default_factory=list)
-    statuses: Counter[str] = field(default_factory=Counter)
-    cpu_s: dict[str, dict[str, float]] = field(default_factory=lambda: {
-        side: {"process": 0.0, "host": 0.0} for side in ("core", "serve")})
-    """CPU seconds of each side's phases: its process's ("process") and the host's ("host")."""
-    events_received: int = 0
-    events_stored: int = 0
-    events_lost: int = 0
-    events_unexpected: int = 0
-    containers_left: int = 0
-    audit: dict[str, str] = field(default_factory=dict)
-    server_exit: int | None = None
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """Every promise held: nothing lost or left, the logs verify, every run completed."""
-        return not self.problems
-
-    def check(self) -> None:
-        """Record what broke a promise."""
-        expected = 2 * self.options.rounds * self.options.conversations * self.options.questions
-        if self.statuses.get("completed", 0) != expected:
-            self.problems.append(f"runs that did not complete: {dict(self.statuses)}")
-        if self.events_lost or self.events_unexpected:
-            self.problems.append(f"{self.events_lost} event(s) lost, "
-                                 f"{self.events_unexpected} unexpected")
-        if self.containers_left:
-            self.problems.append(f"{self.containers_left} container(s) left")
-        self.problems += [f"audit log {name}: {verdict}" for name, verdict in self.audit.items()
-                          if not verdict.startswith("verifies")]
-        if self.server_exit != 0:
-            self.problems.append(f"sbx serve exited {self.server_exit} after SIGTERM")
-
-    def latency_ms(self) -> dict[str, dict[str, float]]:
-        """p50, p90 and p99 of each side, and the service's difference."""
-        core = {f"p{q}": percentile(self.core_s, q) for q in QUANTILES}
-        serve = {f"p{q}": percentile(self.serve_s, q) for q in QUANTILES}
-        added = {key: serve[key] - core[key] for key in core}
-        return {name: {key: round(value * 1000, 1) for key, value in side.items()}
-                for name, side in (("core", core), ("serve", serve), ("added", added))}
-
-    def cpu_ms(self) -> dict[str, dict[str, float]]:
-        """CPU milliseconds per question of each side: its process's and the host's."""
-        counts = {"core": len(self.core_s), "serve": len(self.serve_s)}
-        return {side: {kind: round(1000 * self.cpu_s[side][kind] / max(1, counts[side]), 1)
-                       for kind in ("process", "host")} for side in ("core", "serve")}
-
-    def as_json(self) -> dict[str, Any]:
-        """Everything, for `--json`."""
-        return {
-            "options": asdict(self.options), "questions_per_side": len(self.core_s),
-            "latency_ms": self.latency_ms(), "cpu_ms_per_question": self.cpu_ms(),
-            "statuses": dict(self.statuses),
-            "events": {"received": self.events_received, "stored": self.events_stored,
-                       "lost": self.events_lost, "unexpected": self.events_unexpected},
-            "containers_left": self.containers_left, "audit": self.audit,
-            "server_exit": self.server_exit, "ok": self.ok, "problems": self.problems,
-        }
-
-    def render(self) -> str:
-        """The report as text."""
-        o, latency, cpu = self.options, self.latency_ms(), self.cpu_ms()
-        lines = [
-            f"{o.conversations} conversations x {o.questions} questions at once, {o.rounds} "
-            f"round(s), scripted model; {len(self.serve_s)} questions per side",
-            "latency per question, ms    p50        p90        p99",
-        ]
-        for label, key in (("in-process core", "core"), ("sbx serve (HTTP + SSE)", "serve"),
-                           ("added by the service", "added")):
-            lines.append(f"  {label:<24}  {latency[key]['p50']:>8}  {latency[key]['p90']:>9}"
-                         f"  {latency[key]['p99']:>9}")
-        lines.append("CPU per question, ms        process    host")
-        for label, key in (("in-process core", "core"), ("sbx serve (the server)", "serve")):
-            lines.append(f"  {label:<24}  {cpu[key]['process']:>8}  {cpu[key]['host']:>9}")
-        lines += [
-            f"events: {self.events_received} received live over SSE, {self.events_stored} "
-            f"stored, {self.events_lost} lost, {self.events_unexpected} unexpected",
-            f"containers left: {self.containers_left}",
-            *(f"audit log ({name}): {verdict}" for name, verdict in self.audit.items()),
-            f"sbx serve exit after SIGTERM: {self.server_exit}",
-            "ok" if self.ok else "FAILED: " + "; ".join(self.problems),
-        ]
-        return "\n".join(lines)
-
-
-QUANTILES = (50, 90, 99)
-
-
-def percentile(samples: list[float], q: float) -> float:
-    """The q-th percentile, linearly interpolated between the closest ranks (0 when empty)."""
-    if not samples:
-        return 0.0
-    ordered = sorted(samples)
-    position = (len(ordered) - 1) * q / 100
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+__all__ = [
+    "ServeBenchError", "ServeBenchOptions", "ServeBenchReport", "host_room", "policy_text",
+    "run_serve_bench",
+]
 
 
 def policy_text(options: ServeBenchOptions) -> str:
-    """The bench's policy: every conversation may run at once, quotas out of the way."""
-    n = options.conversations
+    """The bench's policy: every conversation may run at once, quotas out of the way.
+
+    Both sides run its `[pool]`: sized by demand up to the highest level
+    (the host's caps bound it too), with a memory budget that lets it get
+    there (the default sandbox memory, 512 MiB, per container).
+    """
+    n = options.most
     return (f"[tools.execute_python]\nenabled = true\n[sandbox]\ntimeout = \"60s\"\n"
+            f"[pool]\nsize = 0\nmax_size = {n}\nwindow = \"60s\"\n"
+            f"memory_budget = \"{n * 512}m\"\n"
             f"[service]\nmax_running = {n}\nmax_queued = {n}\n"
             f"[service.quotas]\nruns_per_hour = 100000\ncpu_seconds_per_day = 1000000\n")
 
@@ -211,48 +115,98 @@ def run_serve_bench(options: ServeBenchOptions, progress: Callable[[str], None]
     return report
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Sides:
+    """What a phase needs of both sides: the core, the server, the model, the pools."""
+
+    app: App
+    server: ServerProcess
+    llm: ScriptedLLM
+    keys: list[str]
+    endpoint: Endpoint
+    root: Path
+    reads: dict[str, Callable[[], PoolFigures]]
+
+
 def _rounds(report: ServeBenchReport, root: Path, server: ServerProcess, llm: ScriptedLLM,
             progress: Callable[[str], None]) -> list[Sample]:
-    """Both sides, `rounds` times, in alternating order; the HTTP side's samples."""
+    """Every level, both sides `rounds` times in alternating order; the HTTP side's samples."""
     o = report.options
-    keys = _keys(server.database, o.conversations)
+    config = load_config(root / "policy.toml")
+    report.host_room = host_room(config.limits)
+    keys = _keys(server.database, o.most)
+    admin = _keys(server.database, 1, prefix="bench-ops", role="admin")[0]
     endpoint = Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model=MODEL)
     served: list[Sample] = []
-    turns = o.conversations * o.questions * 2
-    with App.open(load_config(root / "policy.toml"), environ={},
-                  audit_log=root / "core-audit.jsonl", image=o.image,
-                  pool_config=PoolConfig(size=0)) as app:
-        for index in range(o.rounds):
-            order = ("serve", "core") if index % 2 == 0 else ("core", "serve")
-            for side in order:
-                progress(f"round {index + 1}/{o.rounds}: {side}")
-                llm.script([respond] * turns)
-                pid = server.proc.pid if side == "serve" else None
-                before = process_cpu_s(pid), host_busy_s()
-                if side == "serve":
-                    batches = http_phase(server, keys, o.questions)
-                else:
-                    batches = core_phase(app, endpoint, root, o.conversations, o.questions)
-                used = report.cpu_s[side]
-                used["process"] += process_cpu_s(pid) - before[0]
-                used["host"] += host_busy_s() - before[1]
-                samples = [sample for batch in batches for sample in batch]
-                (report.serve_s if side == "serve" else report.core_s).extend(
-                    sample.seconds for sample in samples)
-                report.statuses.update(sample.status for sample in samples)
-                if side == "serve":
-                    served += samples
-                if llm.remaining:
-                    raise RuntimeError(f"{llm.remaining} scripted turns were not used: a run "
-                                       "ended early")
+    with App.open(config, environ={},
+                  audit_log=root / "core-audit.jsonl", image=o.image) as app, \
+            httpx2.Client(base_url=server.url, timeout=httpx2.Timeout(30.0, connect=10.0),
+                          headers={"Authorization": f"Bearer {admin}"}) as ops:
+        sides = _Sides(app=app, server=server, llm=llm, keys=keys, endpoint=endpoint,
+                       root=root, reads={"core": lambda: core_pool(app),
+                                         "serve": lambda: server_pool(ops)})
+        for count in o.levels:
+            level = LevelFigures(conversations=count, separated=count <= report.host_room)
+            report.levels.append(level)
+            for index in range(o.rounds):
+                for side in ("serve", "core") if index % 2 == 0 else ("core", "serve"):
+                    progress(f"{count} at once, round {index + 1}/{o.rounds}: {side}")
+                    samples = _phase(report, level, side, sides)
+                    if side == "serve":
+                        served += samples
     return served
 
 
-def _keys(database: str, count: int) -> list[str]:
+def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sides
+           ) -> list[Sample]:
+    """One side's phase at one level: its samples, CPU parts and pool takes added to `level`."""
+    count, questions = level.conversations, report.options.questions
+    sides.llm.script([respond] * count * questions * 2)
+    pid = sides.server.proc.pid if side == "serve" else None
+    opening = Opening(count, pid, wait=level.separated)
+    took = sides.reads[side]()
+    before = process_cpu_s(pid), host_busy_s()
+    if side == "serve":
+        batches = http_phase(sides.server, sides.keys[:count], questions, opening)
+    else:
+        batches = core_phase(sides.app, sides.endpoint, sides.root, count, questions, opening)
+    after = process_cpu_s(pid), host_busy_s()
+    settle(*sides.reads.values())
+    settled = host_busy_s()
+    taken = sides.reads[side]()
+    opened = opening.at or after
+    used = level.cpu_s[side]
+    used["process"] += after[0] - before[0]
+    used["host"] += after[1] - before[1]
+    used["opening"] += opened[1] - before[1]
+    used["after"] += after[1] - opened[1]
+    used["refill"] += settled - after[1]
+    level.takes[side]["hit"] += taken.hits - took.hits
+    level.takes[side]["miss"] += taken.misses - took.misses
+    level.phases[side] += 1
+    samples = [sample for batch in batches for sample in batch]
+    level.seconds[side].extend(sample.seconds for sample in samples)
+    report.statuses.update(sample.status for sample in samples)
+    if sides.llm.remaining:
+        statuses = dict(Counter(sample.status for sample in samples))
+        raise ServeBenchError(f"{side} at {count} at once: {sides.llm.remaining} scripted turns "
+                           f"were not used, a run ended early (runs: {statuses})")
+    return samples
+
+
+def host_room(limits: Limits) -> int:
+    """Sandboxes with `limits` the host's caps (`SBX_MAX_*`, shared by both sides) hold at once."""
+    caps, need = HostCaps.from_env(os.environ), Need.of(limits)
+    by_cpus = math.floor(caps.cpus / need.cpus + 1e-9) if need.cpus > 0 else caps.sandboxes
+    return max(0, min(caps.sandboxes, by_cpus, caps.memory // max(1, need.memory)))
+
+
+def _keys(database: str, count: int, *, prefix: str = "bench", role: Role = "user"
+          ) -> list[str]:
     """One API key per conversation (the default quota allows 4 conversations per key)."""
     db = Database.open(database)
     try:
-        return [create_key(db, f"bench-{index}") for index in range(count)]
+        return [create_key(db, f"{prefix}-{index}", role=role) for index in range(count)]
     finally:
         db.close()
 

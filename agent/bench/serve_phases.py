@@ -4,6 +4,8 @@
                     store, the scripted model; stopped with SIGTERM, which must exit 0
     process_cpu_s   CPU seconds of a process (the server's, or this one's for the core)
     host_busy_s     CPU seconds the whole host was busy (the engine and containers too)
+    Opening         the point every conversation of a phase passes after its first answer,
+                    where the host's CPU is read (what opening a conversation costs)
     http_phase      N concurrent conversations (one API key each), Q questions in turn;
                     each question: POST, then its Server-Sent Events until the run's end
     core_phase      the same N x Q through `App` / `Conversation` in this process
@@ -25,13 +27,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from threading import BrokenBarrierError
 from typing import Any
 
 import httpx2
 
+from sbx.agent.bench.serve_options import ServeBenchError
 from sbx.agent.core.app import App
 from sbx.agent.core.conversation import ConversationSpec
 from sbx.agent.core.settings import Endpoint
@@ -117,7 +121,7 @@ class ServerProcess:
         if line is None:
             self.proc.kill()
             self.proc.wait(EXIT_TIMEOUT_S)
-            raise RuntimeError("sbx serve did not start:\n" + "".join(self.lines[-20:]))
+            raise ServeBenchError("sbx serve did not start:\n" + "".join(self.lines[-20:]))
         return line.split("listening on ", 1)[1].split()[0]
 
     def stop(self) -> int:
@@ -149,22 +153,69 @@ def host_busy_s() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def run_concurrently(count: int, work: Callable[[int], list[Sample]]) -> list[list[Sample]]:
+class Opening:
+    """A barrier the conversations of a phase pass after their first answer; it notes the CPU.
+
+    The first question of a conversation takes its sandbox (a warm container or
+    one created on its path), so the host's CPU from the phase's start to the
+    moment the last conversation has its first answer (`at`) is what opening
+    the phase's conversations cost; what follows is their later questions.
+    Everyone waits for the slowest first answer there: a later question's
+    latency does not include that wait (it is timed from its own asking).
+    With `wait` false (more conversations than the host's caps hold at once:
+    those holding a sandbox must go on, or the rest would queue for the cap
+    in vain) nobody waits and nothing is noted.
+    """
+
+    def __init__(self, count: int, pid: int | None, *, wait: bool = True) -> None:
+        self.pid = pid
+        self.wait = wait
+        self.at: tuple[float, float] | None = None
+        """(process CPU s, host busy CPU s) when the last conversation passed (if `wait`)."""
+        self._barrier = threading.Barrier(count, action=self._mark, timeout=DEADLINE_S)
+
+    def _mark(self) -> None:
+        self.at = (process_cpu_s(self.pid), host_busy_s())
+
+    def passed(self) -> None:
+        """Wait until every conversation of the phase has had its first answer (if `wait`)."""
+        if self.wait:
+            self._barrier.wait()
+
+    def abort(self) -> None:
+        """Release the others at once (a conversation failed: the phase fails)."""
+        self._barrier.abort()
+
+
+def run_concurrently(count: int, work: Callable[[int], list[Sample]],
+                     opening: Opening) -> list[list[Sample]]:
     """`work(i)` for i in 0..count-1 on `count` threads at once; each result, in order."""
     start = threading.Barrier(count, timeout=60)
 
     def begin(index: int) -> list[Sample]:
         start.wait()
-        return work(index)
+        try:
+            return work(index)
+        except BaseException:
+            opening.abort()
+            raise
 
     with ThreadPoolExecutor(max_workers=count, thread_name_prefix="bench") as pool:
         futures = [pool.submit(begin, index) for index in range(count)]
-        deadline = time.monotonic() + DEADLINE_S
-        return [future.result(timeout=max(1.0, deadline - time.monotonic()))
-                for future in futures]
+        _, late = wait(futures, timeout=DEADLINE_S)
+        if late:
+            opening.abort()
+            raise ServeBenchError(f"{len(late)} of {count} conversations had not finished "
+                                  f"after {DEADLINE_S:g} s")
+        failures = [error for error in (future.exception() for future in futures) if error]
+        if failures:  # the cause, not the others' broken barrier it led to
+            causes = [error for error in failures if not isinstance(error, BrokenBarrierError)]
+            raise (causes or failures)[0]
+        return [future.result() for future in futures]
 
 
-def http_phase(server: ServerProcess, keys: list[str], questions: int) -> list[list[Sample]]:
+def http_phase(server: ServerProcess, keys: list[str], questions: int, opening: Opening
+               ) -> list[list[Sample]]:
     """Each key holds one conversation and asks `questions` questions, all keys at once."""
 
     def conversation(index: int) -> list[Sample]:
@@ -174,12 +225,14 @@ def http_phase(server: ServerProcess, keys: list[str], questions: int) -> list[l
             created = client.post("/v1/conversations", json={})
             _expect(created, 201)
             conversation_id = created.json()["id"]
-            samples = [_ask_over_http(client, conversation_id, number)
-                       for number in range(1, questions + 1)]
+            samples = [_ask_over_http(client, conversation_id, 1)]
+            opening.passed()
+            samples += [_ask_over_http(client, conversation_id, number)
+                        for number in range(2, questions + 1)]
             _expect(client.delete(f"/v1/conversations/{conversation_id}"), 204)
         return samples
 
-    return run_concurrently(len(keys), conversation)
+    return run_concurrently(len(keys), conversation, opening)
 
 
 def _ask_over_http(client: httpx2.Client, conversation_id: str, number: int) -> Sample:
@@ -206,12 +259,12 @@ def _ask_over_http(client: httpx2.Client, conversation_id: str, number: int) -> 
 def _expect(response: httpx2.Response, status: int) -> None:
     if response.status_code != status:
         body = response.read()[:300].decode("utf-8", "replace")
-        raise RuntimeError(f"{response.request.method} {response.request.url.path}: "
-                           f"{response.status_code} (expected {status}): {body}")
+        raise ServeBenchError(f"{response.request.method} {response.request.url.path}: "
+                              f"{response.status_code} (expected {status}): {body}")
 
 
-def core_phase(app: App, endpoint: Endpoint, root: Path, count: int, questions: int
-               ) -> list[list[Sample]]:
+def core_phase(app: App, endpoint: Endpoint, root: Path, count: int, questions: int,
+               opening: Opening) -> list[list[Sample]]:
     """The same conversations through the application core, in this process, all at once."""
 
     def conversation(index: int) -> list[Sample]:
@@ -224,6 +277,8 @@ def core_phase(app: App, endpoint: Endpoint, root: Path, count: int, questions: 
                 result = talk.ask(f"Question {number}: run the program.")
                 samples.append(Sample(run_id=result.run_id, status=result.status,
                                       seconds=time.perf_counter() - started))
+                if number == 1:
+                    opening.passed()
         return samples
 
-    return run_concurrently(count, conversation)
+    return run_concurrently(count, conversation, opening)

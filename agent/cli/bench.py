@@ -17,7 +17,14 @@ import click
 
 from sbx.agent.bench.gate import GateRefused, add_gate, add_gate_concurrency
 from sbx.agent.bench.restore import run_restore_bench
-from sbx.agent.bench.serve import ServeBenchOptions, run_serve_bench
+from sbx.agent.bench.serve import run_serve_bench
+from sbx.agent.bench.serve_options import (
+    DEFAULT_LEVELS,
+    MAX_LEVEL,
+    ServeBenchError,
+    ServeBenchOptions,
+    parse_levels,
+)
 from sbx.agent.cli.errors import fail, operator_errors
 from sbx.sandbox.bench import ds1000
 from sbx.sandbox.bench.ds1000_hints import measure_hints
@@ -133,31 +140,59 @@ def ds1000_with_hints(problems: Path, *, image: str, jobs: int,
     return ds1000.render(report) + "\n\n" + hinted.render()
 
 
+class LevelsType(click.ParamType[tuple[int, ...]]):
+    """`--levels 1,8,32`: the harness's own rule (`parse_levels`), refused as a usage error."""
+
+    name = "levels"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[int, ...]:
+        """The ascending distinct levels, or a one-line usage error."""
+        if isinstance(value, tuple):
+            return value
+        try:
+            return parse_levels(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 @bench_command.command("serve")
-@click.option("--conversations", type=click.IntRange(1, 64), default=32, show_default=True,
-              help="Conversations at once (one API key each).")
+@click.option("--levels", type=LevelsType(), default=None,
+              help="Conversations at once, one level after another: up to 5 levels of "
+                   "1-64, comma-separated.  [default: 1,8,32]")
+@click.option("--conversations", type=click.IntRange(1, MAX_LEVEL),
+              help="Shorthand for a single level (--levels N).")
 @click.option("--questions", type=click.IntRange(1, 20), default=3, show_default=True,
               help="Questions per conversation, asked in turn.")
 @click.option("--rounds", type=click.IntRange(1, 10), default=2, show_default=True,
-              help="Each round runs the service and the in-process core; order alternates.")
+              help="Each round runs the service and the in-process core per level; "
+                   "the order alternates.")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @operator_errors
-def serve_bench_command(conversations: int, questions: int, rounds: int, image: str,
-                        as_json: bool) -> None:
-    """Measure what `sbx serve` adds over the in-process core, and that it loses nothing.
+def serve_bench_command(levels: tuple[int, ...] | None, conversations: int | None,
+                        questions: int, rounds: int, image: str, as_json: bool) -> None:
+    """Measure what `sbx serve` adds over the in-process core, at 1, 8 and 32 at once.
 
     \b
     Runs the same concurrent conversations with the scripted model against a
     real `sbx serve` on 127.0.0.1 and through the core in this process,
-    interleaved. Prints p50/p99 latency per question of each and the
-    difference, events lost (0), containers left (0), and whether the audit
-    logs verify; exits 1 when one of those fails.
+    interleaved, both with the same demand-sized warm pool. Prints per level
+    p50/p90/p99 latency per question of each and the difference, the p99 at
+    the highest level over the lowest, CPU per question and per new
+    conversation, the pool's hits and misses; then events lost (0),
+    containers left (0), and whether the audit logs verify; exits 1 when one
+    of those fails.
     """
-    options = ServeBenchOptions(conversations=conversations, questions=questions,
-                                rounds=rounds, image=image)
-    report = run_serve_bench(
-        options, progress=lambda message: click.echo(f"sbx bench serve: {message}", err=True))
+    if levels is not None and conversations is not None:
+        raise click.UsageError("give --levels or --conversations, not both")
+    chosen = (conversations,) if conversations is not None else levels or DEFAULT_LEVELS
+    options = ServeBenchOptions(levels=chosen, questions=questions, rounds=rounds, image=image)
+    try:
+        report = run_serve_bench(
+            options, progress=lambda message: click.echo(f"sbx bench serve: {message}", err=True))
+    except ServeBenchError as exc:
+        fail(f"bench serve: {exc}")
     click.echo(json.dumps(report.as_json(), indent=2) if as_json else report.render())
     if not report.ok:
         sys.exit(1)
