@@ -17,10 +17,12 @@ observation text and a structured value.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import re
 import typing
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
@@ -99,10 +101,7 @@ class Tool:
 
     def openai_schema(self) -> dict[str, Any]:
         """Return the tool in the Chat Completions `tools` format, with closed parameters."""
-        parameters = strict_schema(self.args_model.model_json_schema())
-        strict = is_strict_compatible(parameters)
-        if strict:  # strict mode's schema subset has no minLength; the gate still enforces it
-            parameters = without_keyword(parameters, "minLength")
+        parameters, strict = _parameters(self.args_model)
         function: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
@@ -123,6 +122,26 @@ class Tool:
         if self.context_param is not None:
             kwargs[self.context_param] = context
         return self.fn(**kwargs)
+
+
+def _parameters(args_model: type[BaseModel]) -> tuple[dict[str, Any], bool]:
+    """The closed JSON Schema of an arguments' model and whether strict mode takes it.
+
+    Made once per model (a model is built once per tool function, `_described`);
+    each caller gets its own copy to send.
+    """
+    found = _SCHEMAS.get(args_model)
+    if found is None:
+        parameters = strict_schema(args_model.model_json_schema())
+        strict = is_strict_compatible(parameters)
+        if strict:  # strict mode's schema subset has no minLength; the gate still enforces it
+            parameters = without_keyword(parameters, "minLength")
+        found = _SCHEMAS[args_model] = (parameters, strict)
+    return copy.deepcopy(found[0]), found[1]
+
+
+_SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], tuple[dict[str, Any], bool]] = (
+    weakref.WeakKeyDictionary())
 
 
 @overload
@@ -160,10 +179,54 @@ def tool(
 def build_tool(
     func: Callable[..., Any], *, name: str | None = None, sequential: str | None = None
 ) -> Tool:
-    """The decorator's body, callable directly for functions made at run time (closures)."""
+    """The decorator's body, callable directly for functions made at run time (closures).
+
+    The built-in tools are closures made again for every run; what describes one
+    (its description, its arguments' model) depends only on its code, docstring
+    and defaults, so it is built once per process and shared (`_described`).
+    """
     tool_name = name or func.__name__
     if not _NAME.match(tool_name):
         raise TypeError(f"tool name {tool_name!r} must match [A-Za-z0-9_-]{{1,64}}")
+    description, args_model, context_param = _described(func, tool_name)
+    return Tool(
+        name=tool_name,
+        description=description,
+        args_model=args_model,
+        fn=func,
+        sequential=sequential,
+        context_param=context_param,
+    )
+
+
+_Described = tuple[str, type[BaseModel], str | None]
+_DESCRIBED: dict[tuple[Any, ...], _Described] = {}
+_DESCRIBED_MAX = 512
+"""Distinct tool functions remembered (the built-ins and custom tools are a few dozen)."""
+
+
+def _described(func: Callable[..., Any], tool_name: str) -> _Described:
+    """(description, arguments' model, context parameter) of `func`, built once per key.
+
+    Type hints are resolved from the function's module (every tool module uses
+    postponed annotations), so the code object, docstring and defaults decide the
+    result; a default whose `repr` hides its value only costs a rebuild.
+    """
+    code = getattr(func, "__code__", None)
+    if code is None:  # a callable object: nothing stable to key it by
+        return _describe(func, tool_name)
+    key = (tool_name, code, func.__doc__, repr(getattr(func, "__defaults__", None)),
+           repr(getattr(func, "__kwdefaults__", None)))
+    found = _DESCRIBED.get(key)
+    if found is None:
+        found = _describe(func, tool_name)
+        if len(_DESCRIBED) >= _DESCRIBED_MAX:
+            _DESCRIBED.clear()
+        _DESCRIBED[key] = found
+    return found
+
+
+def _describe(func: Callable[..., Any], tool_name: str) -> _Described:
     description, arg_docs = parse_docstring(func.__doc__)
     if not description:
         raise TypeError(f"tool {tool_name!r} needs a docstring (its summary is the description)")
@@ -186,14 +249,7 @@ def build_tool(
     args_model: type[BaseModel] = create_model(
         f"{tool_name}_args", __config__=ConfigDict(extra="forbid", strict=True), **fields
     )
-    return Tool(
-        name=tool_name,
-        description=description,
-        args_model=args_model,
-        fn=func,
-        sequential=sequential,
-        context_param=context_param,
-    )
+    return description, args_model, context_param
 
 
 def render_value(value: Any) -> str:
