@@ -249,15 +249,9 @@ class Pool(Closing):
     def _new_session(
         self, spec: SessionSpec, *, lease: Lease | None = None, data_root: Path | None = None
     ) -> LeasedSession:
-        return LeasedSession(
-            engine=self.engine,
-            spec=spec,
-            capacity=self.capacity,
-            reaper=self.reaper,
-            lease=lease,
-            data_root=data_root,
-            max_copy_bytes=self.config.max_copy_bytes,
-        )
+        return LeasedSession(engine=self.engine, spec=spec, capacity=self.capacity,
+                             reaper=self.reaper, lease=lease, data_root=data_root,
+                             max_copy_bytes=self.config.max_copy_bytes)
 
     def _take(self, key: PoolKey) -> LeasedSession | None:
         """The oldest usable warm container of `key` (`take_idle`); dead ones go to the reaper."""
@@ -303,9 +297,11 @@ class Pool(Closing):
         if queued:
             discard.extend(self._shed_one())
             with self._wake:
-                for slot in self._slots.values():
+                newly = [slot for slot in self._slots.values() if not slot.starved]
+                for slot in newly:
                     slot.starved = True
-                self._wake.notify_all()
+                if newly:  # for settle(): a notify every tick would wake takers in a loop
+                    self._wake.notify_all()
         for session in discard:
             session.close()
         if not queued:
@@ -344,9 +340,10 @@ class Pool(Closing):
                     return
             lease = self.capacity.try_acquire(need)
             with self._wake:
-                slot.starved = lease is None
+                was_starved, slot.starved = slot.starved, lease is None
                 if lease is None:
-                    self._wake.notify_all()
+                    if not was_starved:  # only a change: takers re-check on every notify
+                        self._wake.notify_all()
                     return
                 slot.building += 1
             try:

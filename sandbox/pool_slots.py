@@ -88,7 +88,7 @@ def take_idle(
             if not claimed:
                 slot.claims += 1
                 claimed = True
-            wake.notify()
+                wake.notify()  # once: a notify per wake-up would ping-pong with the maintainer
             wake.wait(remaining)
         if claimed:
             slot.claims -= 1

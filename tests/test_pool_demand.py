@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 
+from sbx.sandbox.pool_config import KeySlot
 from sbx.sandbox.pool_demand import ArrivalRate, Demand, SizingCaps, pool_target
+from sbx.sandbox.pool_slots import take_idle
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -72,3 +76,30 @@ def test_a_burst_then_silence_lifts_then_releases_the_target() -> None:
     assert now_target(1.0) == 5
     assert now_target(61.0) == 2  # 5/e
     assert now_target(301.0) == 0  # demand gone: the pool shrinks to its floor
+
+
+def test_a_caller_waiting_for_a_build_does_not_answer_every_wake_up_with_a_notify() -> None:
+    """A maintainer that notifies on each pass (a refill starved by a full host) must not be
+    woken back each time: that ping-pong once ran the pool's maintenance 877 times a second."""
+    wake = threading.Condition()
+    slot = KeySlot(rate=ArrivalRate(60.0), building=1)  # a build in flight, never finishing
+    done = threading.Event()
+    taker = threading.Thread(target=lambda: take_idle(slot, wake, done.is_set))
+    taker.start()
+    deadline = time.monotonic() + 10
+    while slot.claims == 0 and time.monotonic() < deadline:
+        with wake:
+            wake.wait(0.01)
+    assert slot.claims == 1  # it waits for that build
+    woken_back = 0
+    for _ in range(40):
+        with wake:
+            wake.notify_all()  # what a starved refill did on every pass
+            woken_back += wake.wait(0.02)  # True only when someone notified us
+    with wake:
+        done.set()
+        slot.building = 0
+        wake.notify_all()
+    taker.join(10)
+    assert not taker.is_alive() and slot.claims == 0
+    assert woken_back == 0
