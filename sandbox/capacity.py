@@ -129,6 +129,9 @@ class Lease:
         self.capacity.release(self.id)
 
 
+QUEUE_RECHECK_S = 1.0
+"""`HostCapacity.waiting` parses an unchanged ledger again after this long anyway."""
+
 class HostCapacity:
     """The shared ledger of one host: acquire a lease before creating a sandbox."""
 
@@ -143,6 +146,8 @@ class HostCapacity:
         self._thread_lock = threading.Lock()
         self._released = threading.Condition()
         self._fd = -1
+        self._queue_seen: tuple[tuple[int, ...] | None, float, list[int]] | None = None
+        """What `waiting` last parsed: the file's signature, when, the queued callers' pids."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> HostCapacity:
@@ -209,8 +214,28 @@ class HostCapacity:
             return state.usage()
 
     def waiting(self) -> int:
-        """How many callers wait in the queue (the pool sheds idle containers for them)."""
-        return self.usage().waiting
+        """How many callers wait in the queue (the pool sheds idle containers for them).
+
+        The pool asks on every maintenance pass, so the ledger is parsed again only
+        when its file changed since (each write replaces it whole), a caller queued
+        then has died, or a second has passed. The signature is read before the
+        ledger: a write in between only makes the next call parse again.
+        """
+        signature, now, seen = self._signature(), time.monotonic(), self._queue_seen
+        if (seen is not None and signature is not None and seen[0] == signature
+                and now - seen[1] < QUEUE_RECHECK_S and all(_pid_alive(p) for p in seen[2])):
+            return len(seen[2])
+        with self._ledger() as state:
+            queued = [int(ticket["pid"]) for ticket in state.queue]
+        self._queue_seen = (signature, now, queued)
+        return len(queued)
+
+    def _signature(self) -> tuple[int, ...] | None:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return None
+        return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
     def close(self) -> None:
         """Close the lock file (leases are unaffected: they live in the ledger)."""

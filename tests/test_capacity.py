@@ -194,3 +194,26 @@ def _wait_for(condition, seconds: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.01)
+
+
+def test_waiting_follows_the_queue_of_another_ledger_user_without_parsing_each_time(
+    tmp_path, monkeypatch
+) -> None:
+    """`waiting` (asked on every pool pass) sees a caller another process queued, and its
+    leaving, though it parses the ledger only when the file changed."""
+    here, there = make(tmp_path, sandboxes=1), make(tmp_path, sandboxes=1)
+    held = there.acquire(SMALL)
+    assert here.waiting() == 0
+    loads: list[int] = []
+    parse = HostCapacity._load
+    monkeypatch.setattr(HostCapacity, "_load", lambda self: loads.append(1) or parse(self))
+    assert [here.waiting() for _ in range(50)] == [0] * 50
+    assert len(loads) <= 1  # at most the one-second recheck, never once per call
+    queued: list[object] = []
+    waiter = threading.Thread(target=lambda: queued.append(there.acquire(SMALL, timeout=10)))
+    waiter.start()
+    _wait_for(lambda: here.waiting() == 1)
+    held.release()
+    waiter.join(10)
+    assert len(queued) == 1 and here.waiting() == 0
+    queued[0].release()  # type: ignore[attr-defined]
