@@ -183,6 +183,13 @@ def serve_bench_command(levels: tuple[int, ...] | None, conversations: int | Non
     conversation, the pool's hits and misses; then events lost (0),
     containers left (0), and whether the audit logs verify; exits 1 when one
     of those fails.
+
+    The host caps bound what "at once" means: on 2 cores the default
+    SBX_MAX_CPUS holds eight 1-CPU sandboxes, so the rest queue. To measure 32
+    at once:
+
+    \b
+      SBX_MAX_CPUS=80 SBX_MAX_SANDBOXES=80 SBX_MAX_MEMORY=40g sbx bench serve
     """
     if levels is not None and conversations is not None:
         raise click.UsageError("give --levels or --conversations, not both")
