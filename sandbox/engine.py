@@ -20,6 +20,7 @@ import docker.errors
 from docker.types import LogConfig, Mount, Ulimit
 
 from sbx.sandbox.config import MANAGED_LABEL
+from sbx.sandbox.engine_http import share_one_pool
 from sbx.sandbox.errors import DockerUnavailable, ImageMissing, RuntimeUnavailable, SandboxBroken
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class Engine:
         """Connect to the engine from the environment (DOCKER_HOST or the default socket)."""
         try:
             client = docker.from_env(timeout=int(timeout))
+            share_one_pool(client.api)
             client.ping()
         except docker.errors.DockerException as exc:
             raise DockerUnavailable(
