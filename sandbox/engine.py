@@ -104,10 +104,8 @@ class Engine:
             created = self.api.create_container(host_config=host_config, **kwargs)
         except docker.errors.ImageNotFound:
             raise image_missing(kwargs["image"]) from None  # removed since require_image
-        except docker.errors.DockerException as exc:
-            raise SandboxBroken(
-                f"engine refused to create the sandbox: {first_line(exc)}"
-            ) from None
+        except (docker.errors.DockerException, OSError) as exc:
+            raise engine_failure("create the sandbox", exc) from None
         container_id: str = created["Id"]
         with self._lock:
             self._live.add(container_id)
@@ -122,8 +120,8 @@ class Engine:
             raw = self.api.attach_socket(
                 container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
-        except docker.errors.DockerException as exc:
-            raise SandboxBroken(f"cannot attach to the sandbox: {first_line(exc)}") from None
+        except (docker.errors.DockerException, OSError) as exc:
+            raise engine_failure("attach to the sandbox", exc) from None
         sock: socket.socket = getattr(raw, "_sock", raw)
         return sock, raw
 
@@ -131,8 +129,8 @@ class Engine:
         """Start a created container."""
         try:
             self.api.start(container_id)
-        except docker.errors.DockerException as exc:
-            raise SandboxBroken(f"engine could not start the sandbox: {first_line(exc)}") from None
+        except (docker.errors.DockerException, OSError) as exc:
+            raise engine_failure("start the sandbox", exc) from None
 
     def remove(self, container_id: str) -> None:
         """Kill and remove at once; a container already gone is not an error.
@@ -186,6 +184,18 @@ class Engine:
 def image_missing(image: str) -> ImageMissing:
     """The one message for a missing image: we never pull, so say how to build it."""
     return ImageMissing(f"sandbox image {image!r} not found; build it with `sbx image build`")
+
+
+def engine_failure(action: str, exc: BaseException) -> SandboxBroken:
+    """One line for an engine call that failed: refused by the engine, or the connection lost.
+
+    `requests` raises its connection errors and timeouts as `OSError`s, not as the
+    SDK's `DockerException`: dockerd going away mid-call is an error of the sandbox,
+    never a traceback.
+    """
+    if isinstance(exc, docker.errors.DockerException):
+        return SandboxBroken(f"the engine refused to {action}: {first_line(exc)}")
+    return SandboxBroken(f"lost the engine while trying to {action}: {first_line(exc)}")
 
 
 def first_line(exc: BaseException) -> str:

@@ -8,19 +8,24 @@ each thread inspects ids that do not exist (the engine answers 404 for each).
 
 from __future__ import annotations
 
+import gc
 from concurrent.futures import ThreadPoolExecutor
 
+import docker
 import docker.errors
 import pytest
 
+from sbx.sandbox.config import container_config
+from sbx.sandbox.engine import Engine
 from sbx.sandbox.engine_http import SharedPoolAdapter
-
-pytestmark = pytest.mark.docker
+from sbx.sandbox.errors import SandboxBroken
+from sbx.sandbox.limits import Limits
 
 THREADS = 48
 """More threads than docker-py's default pool (10), and more URLs than its LRU (25)."""
 
 
+@pytest.mark.docker
 def test_requests_about_many_containers_share_one_pool_and_all_get_answers(engine) -> None:
     adapter = engine.api.get_adapter("http+docker://localhost/")
     assert isinstance(adapter, SharedPoolAdapter)
@@ -38,3 +43,22 @@ def test_requests_about_many_containers_share_one_pool_and_all_get_answers(engin
         answered = list(threads.map(ask, range(THREADS)))
     assert answered == [",".join(["404"] * 5)] * THREADS
     assert len(adapter.pools) == 1  # 240 distinct URLs, one pool
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_an_engine_gone_mid_call_is_a_sandbox_error_not_a_traceback(tmp_path) -> None:
+    """`requests` raises lost connections as OSError, outside the SDK's DockerException.
+
+    (docker-py leaves the socket of a failed connect to the collector: collected here.)
+    """
+    client = docker.DockerClient(base_url=f"unix://{tmp_path / 'gone.sock'}", version="1.41")
+    engine = Engine(client)
+    for call, action in ((lambda: engine.create(container_config(
+                              Limits(), run_id="gone", mode="session", image="sbx-python:latest",
+                              owner="test")), "create the sandbox"),
+                         (lambda: engine.start("0" * 64), "start the sandbox"),
+                         (lambda: engine.attach("0" * 64), "attach to the sandbox")):
+        with pytest.raises(SandboxBroken, match=f"^lost the engine while trying to {action}: "):
+            call()
+    client.close()
+    gc.collect()
