@@ -132,6 +132,7 @@ class Lease:
 QUEUE_RECHECK_S = 1.0
 """`HostCapacity.waiting` parses an unchanged ledger again after this long anyway."""
 
+
 class HostCapacity:
     """The shared ledger of one host: acquire a lease before creating a sandbox."""
 

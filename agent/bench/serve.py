@@ -163,7 +163,7 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     count, questions = level.conversations, report.options.questions
     sides.llm.script([respond] * count * questions * 2)
     pid = sides.server.proc.pid if side == "serve" else None
-    opening = Opening(count, pid, wait=level.separated)
+    opening = Opening(count, wait=level.separated)
     took = sides.reads[side]()
     before = process_cpu_s(pid), host_busy_s()
     if side == "serve":
@@ -174,12 +174,12 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     settle(*sides.reads.values())
     settled = host_busy_s()
     taken = sides.reads[side]()
-    opened = opening.at or after
+    opened = after[1] if opening.at is None else opening.at
     used = level.cpu_s[side]
     used["process"] += after[0] - before[0]
     used["host"] += after[1] - before[1]
-    used["opening"] += opened[1] - before[1]
-    used["after"] += after[1] - opened[1]
+    used["opening"] += opened - before[1]
+    used["after"] += after[1] - opened
     used["refill"] += settled - after[1]
     level.takes[side]["hit"] += taken.hits - took.hits
     level.takes[side]["miss"] += taken.misses - took.misses

@@ -167,15 +167,14 @@ class Opening:
     in vain) nobody waits and nothing is noted.
     """
 
-    def __init__(self, count: int, pid: int | None, *, wait: bool = True) -> None:
-        self.pid = pid
+    def __init__(self, count: int, *, wait: bool = True) -> None:
         self.wait = wait
-        self.at: tuple[float, float] | None = None
-        """(process CPU s, host busy CPU s) when the last conversation passed (if `wait`)."""
+        self.at: float | None = None
+        """The host's busy CPU seconds when the last conversation passed (if `wait`)."""
         self._barrier = threading.Barrier(count, action=self._mark, timeout=DEADLINE_S)
 
     def _mark(self) -> None:
-        self.at = (process_cpu_s(self.pid), host_busy_s())
+        self.at = host_busy_s()
 
     def passed(self) -> None:
         """Wait until every conversation of the phase has had its first answer (if `wait`)."""
