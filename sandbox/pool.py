@@ -7,21 +7,19 @@ container serves exactly one session or one fresh execution and is then
 removed in the background (`Reaper`): nothing a program leaves behind (files,
 processes, variables) can reach the next run, because there is no next run.
 
-The pool is keyed by everything that shapes a container (`PoolKey`: image and
-`Limits`, the runtime included). Only keys named with `warm()` are kept
-filled: to `config.size`, or, with `config.max_size`, to a target that follows
-demand (`sandbox.pool_demand`: leases taken lately and sessions announced with
-`expect()`, within the memory budget and the host's caps), removing idle
-containers above it when demand falls. A request for a warmed key with no idle
-container waits for a build already in flight only if no earlier waiter has
-claimed it (it is further along than a new create); otherwise, and for any
-other key, it gets a container created on the spot. Builds run on the pool's
-own threads, never on a caller's. Runs with `/data` inputs are
-served warm too: each pooled container mounts an empty directory of its own
-read-only at `/data`, and the run's files are linked (or copied) into it on
-the host before the first execution (`sandbox.datadir`), never sent through
-the runner protocol. Data past the delivery bounds gets a created container
-with bind mounts, as every run with data used to.
+The pool is keyed by everything that shapes a container (`PoolKey`: image and `Limits`,
+the runtime included). Only keys named with `warm()` are kept filled: to `config.size`,
+or, with `config.max_size`, to a target that follows demand (`sandbox.pool_demand`:
+leases taken lately and sessions announced with `expect()`, within the memory budget and
+the host's caps), removing idle containers above it when demand falls. A request for a
+warmed key with no idle container waits for a build already in flight only if no earlier
+waiter has claimed it (it is further along than a new create); otherwise, and for any
+other key, it gets a container created on the spot. Builds run on the pool's own
+threads, never on a caller's. Runs with `/data` inputs are served warm too: each pooled
+container mounts an empty directory of its own read-only at `/data`, and the run's files
+are linked (or copied) into it on the host before the first execution
+(`sandbox.datadir`), never sent through the runner protocol. Data past the delivery
+bounds gets a created container with bind mounts, as every run with data used to.
 
 Every container, pooled or not, holds a lease on the host-wide cap
 (`sandbox.capacity`) from before its create until after its removal. The
@@ -192,9 +190,13 @@ class Pool(Closing):
         want = self.config.size if count is None else count
         return self._wait_for(key, lambda slot: len(slot.idle) >= want, timeout)
 
-    def wait_idle_at_most(self, key: PoolKey, count: int, timeout: float = 60.0) -> bool:
-        """Block until at most `count` containers of `key` are idle or building (a shrink)."""
-        return self._wait_for(key, lambda slot: len(slot.idle) + slot.building <= count, timeout)
+    def wait_shrunk(self, key: PoolKey, count: int, timeout: float = 60.0) -> bool:
+        """Block until `key`'s target and idle or building containers are at most `count`.
+
+        The target counts: a burst that took every idle container leaves none, yet a refill.
+        """
+        return self._wait_for(
+            key, lambda slot: max(slot.target, len(slot.idle) + slot.building) <= count, timeout)
 
     def settle(self, key: PoolKey, timeout: float = 60.0) -> bool:
         """Block until no build of `key` is in flight and the pool is full or out of room."""

@@ -61,7 +61,7 @@ def test_announced_demand_warms_ahead_and_the_pool_shrinks_when_it_falls(
         for session in taken:
             session.close()
         # the arrivals decay (2 s window): the target falls to 0 and idle containers go
-        assert pool.wait_idle_at_most(KEY, 0, timeout=120)
+        assert pool.wait_shrunk(KEY, 0, timeout=120)
         stats = pool.snapshot()
         assert stats.target == 0 and stats.trimmed + 3 == stats.built - stats.expired
         # shrunk while still open: nothing left behind (the trimmed ones' removal is queued
