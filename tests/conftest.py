@@ -31,6 +31,20 @@ _PROXY_VARS = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
 RUNTIMES = [name for name in os.environ.get("SBX_TEST_RUNTIMES", "runc,runsc").split(",") if name]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each xdist worker gets a host-cap ledger of its own, as if it were alone on the host.
+
+    Tests count leases, queues and pool refills, and a refill takes a lease only
+    when nobody is queued: another worker's sandboxes in the same ledger would
+    change those counts. A ledger the caller set (`SBX_CAPACITY_DIR`) is kept.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and not os.environ.get("SBX_CAPACITY_DIR"):
+        ledger = Path(f"/tmp/sbx-test-capacity-{os.getuid()}-{worker}")
+        ledger.mkdir(mode=0o700, exist_ok=True)
+        os.environ["SBX_CAPACITY_DIR"] = str(ledger)
+
+
 def _engine_or_skip() -> Engine:
     try:
         engine = Engine.connect(timeout=10)
