@@ -29,6 +29,8 @@ START_DOCKER_HINT = (
     "start it with `dockerd &` (or `systemctl start docker`); "
     "install it with `apt-get install -y docker.io`"
 )
+REMOVAL_WAIT_S = 30
+"""How long `remove` waits for a removal the engine already started (then `sbx gc`'s)."""
 
 
 class Engine:
@@ -147,7 +149,9 @@ class Engine:
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as exc:
-                if "already in progress" not in str(exc):
+                if "already in progress" in str(exc):  # its auto-removal: see it through
+                    self._wait_removed(container_id)
+                else:
                     logger.warning(
                         "could not remove sandbox %s: %s", container_id[:12], first_line(exc)
                     )
@@ -160,6 +164,22 @@ class Engine:
             break
         with self._lock:
             self._live.discard(container_id)
+
+    def _wait_removed(self, container_id: str) -> None:
+        """Block until a removal the engine already started is done (bounded; never raised).
+
+        A container whose process ended is removed by the engine itself
+        (auto-remove), and a removal asked meanwhile is refused as "already in
+        progress" at once: without this wait the container would still be listed
+        after `remove` returned, and its lease given back before it was gone.
+        """
+        try:
+            self.api.wait(container_id, condition="removed", timeout=REMOVAL_WAIT_S)
+        except docker.errors.NotFound:
+            pass  # gone before we asked
+        except (docker.errors.DockerException, OSError) as exc:
+            logger.warning("removal of sandbox %s not confirmed: %s", container_id[:12],
+                           first_line(exc))
 
     def inspect(self, container_id: str) -> dict[str, Any]:
         """The container's attributes as the engine reports them."""

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from conftest import TEST_IMAGE, wait_for_file_in_container, wait_until_removed
+from conftest import TEST_IMAGE, engine_knows, wait_for_file_in_container, wait_until_removed
 from sbx.sandbox.gc import collect_orphans, owner_tag
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
@@ -89,9 +89,12 @@ def test_gc_removes_orphans_and_spares_live_sessions(engine, runtime, tmp_path) 
     )
     with Session.open(SessionSpec(image=TEST_IMAGE, output_dir=tmp_path), engine=engine) as live:
         removed = collect_orphans(engine)
-        assert [item["run_id"] for item in removed] == ["orphan-test"]
+        # Another xdist worker's collector (gc, or any pool start) may have taken ours first,
+        # and ours may take its orphan: the orphan is gone, the live session is untouched.
+        assert not engine_knows(engine, orphan)
+        assert live.container_id is not None
+        assert live.container_id[:12] not in {item["id"] for item in removed}
         assert live.run("print(1)").ok
-    assert orphan[:12] == removed[0]["id"]
 
 
 def test_gc_leaves_other_hosts_containers_unless_told(engine, runtime, tmp_path) -> None:
