@@ -13,6 +13,7 @@ import atexit
 import logging
 import socket
 import threading
+import time
 from typing import Any
 
 import docker
@@ -180,6 +181,26 @@ class Engine:
         except (docker.errors.DockerException, OSError) as exc:
             logger.warning("removal of sandbox %s not confirmed: %s", container_id[:12],
                            first_line(exc))
+
+    def saw_oom(self, container_id: str, *, since: float) -> bool:
+        """Whether the engine's event log has an `oom` of the container since `since` (epoch s).
+
+        For a container already removed, whose `State.OOMKilled` is gone with it.
+        dockerd keeps its recent events in memory; the replay ends a second from now.
+        """
+        try:
+            stream = self.api.events(
+                since=int(since) - 1, until=int(time.time()) + 1, decode=True,
+                filters={"type": "container", "event": "oom", "container": container_id},
+            )
+        except (docker.errors.DockerException, OSError):
+            return False
+        try:
+            return any(True for _ in stream)
+        except (docker.errors.DockerException, OSError):
+            return False
+        finally:
+            stream.close()
 
     def inspect(self, container_id: str) -> dict[str, Any]:
         """The container's attributes as the engine reports them."""

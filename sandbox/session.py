@@ -19,6 +19,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import docker.errors
+
 from sbx.sandbox.accounting import Baseline, CgroupAccounting
 from sbx.sandbox.channel import Channel, ChannelClosed, ChannelTimeout
 from sbx.sandbox.closing import Closing
@@ -97,6 +99,8 @@ class Session(Closing):
         self.container_id: str | None = None
         self._channel: Channel | None = None
         self._meter: CgroupAccounting | None = None
+        self._created_at = 0.0
+        """When the container was created (wall clock): where its engine events begin."""
         self._baseline: Baseline | None = None
         self._next_id = 1
         self._lock = threading.Lock()
@@ -127,6 +131,7 @@ class Session(Closing):
             owner=owner_tag(),
             preimport=self.spec.preimport,
         )
+        self._created_at = time.time()
         self.container_id = self.engine.create(config)
         try:
             sock, wrapper = self.engine.attach(self.container_id)
@@ -304,11 +309,18 @@ class Session(Closing):
         return sink
 
     def _container_oom_killed(self) -> bool:
-        """Whether the engine saw the container's memory limit kill something."""
+        """Whether the engine saw the container's memory limit kill something.
+
+        Under gVisor the limit kills the whole sandbox, and the engine's auto-remove
+        may delete it before we ask (on a loaded host it often does): then the
+        engine's event log still has the `oom` it recorded.
+        """
         if self.container_id is None:
             return False
         try:
             return bool(self.engine.inspect(self.container_id)["State"].get("OOMKilled"))
+        except docker.errors.NotFound:
+            return self.engine.saw_oom(self.container_id, since=self._created_at)
         except Exception:
             return False
 

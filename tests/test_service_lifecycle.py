@@ -53,11 +53,20 @@ def _until_tool_call(client, run_id: str) -> None:
 
 
 def _until_output(client, run_id: str) -> dict:
-    """Wait for the running code's first live output on the run's event stream."""
+    """Wait for the running code's first whole line of live output on the run's event stream.
+
+    One `print` is two writes (the text, then the newline); on a loaded host they
+    can land in two chunks, so the chunks are joined up to the first newline.
+    """
+    chunks: list[dict] = []
     with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
         for event in sse_events(response):
             if event["event"] == "output_chunk":
-                return event
+                chunks.append(event["data"])
+                if "\n" in event["data"]["text"]:
+                    streams = {chunk["stream"] for chunk in chunks}
+                    text = "".join(chunk["text"] for chunk in chunks)
+                    return {"data": {"stream": "/".join(sorted(streams)), "text": text}}
             assert event["event"] != "tool_result", "output came only with the result"
     pytest.fail("the run ended without live output")
 

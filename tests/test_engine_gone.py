@@ -1,0 +1,63 @@
+"""What the engine tells of a container it removed itself (every sandbox has auto-remove).
+
+`Engine.remove` returns once the container is gone, even when the engine was removing it.
+
+Every sandbox is created with auto-remove: when its process ends, the engine
+starts removing it on its own, and a removal asked meanwhile is refused as
+"already in progress" at once. `remove` then waits for that removal, so the
+container is not listed after it returns and its lease is not given back early
+(found by a test that listed a container the reaper had just "removed").
+
+`Engine.saw_oom` answers for a container already removed, whose `State.OOMKilled`
+went with it: a gVisor sandbox killed by its memory limit is often gone before
+the session asks, on a loaded host (found when two test workers ran at once).
+"""
+
+from __future__ import annotations
+
+import time
+
+import docker.errors
+import pytest
+
+from conftest import TEST_IMAGE, wait_until_removed
+from sbx.sandbox.config import MANAGED_LABEL, OWNER_LABEL
+from sbx.sandbox.gc import owner_tag
+
+pytestmark = pytest.mark.docker
+
+
+def started(engine, command: list[str], **host: object) -> str:
+    """A labelled container with auto-remove, started."""
+    config = engine.api.create_host_config(auto_remove=True, network_mode="none", **host)
+    container_id: str = engine.api.create_container(
+        TEST_IMAGE, command=command, host_config=config,
+        labels={MANAGED_LABEL: "true", OWNER_LABEL: owner_tag()},
+    )["Id"]
+    engine.api.start(container_id)
+    return container_id
+
+
+def test_a_container_the_engine_is_already_removing_is_gone_when_remove_returns(engine) -> None:
+    still_listed = 0
+    for _ in range(5):
+        container_id = started(engine, ["sleep", "600"])
+        engine.api.kill(container_id)  # its process ends: the engine's auto-removal begins
+        engine.remove(container_id)
+        try:
+            engine.api.inspect_container(container_id)
+            still_listed += 1
+        except docker.errors.NotFound:
+            pass
+    assert still_listed == 0
+
+
+def test_an_oom_of_a_container_already_removed_is_still_known(engine) -> None:
+    since = time.time()
+    bomb = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))"
+    killed = started(engine, ["python3", "-c", bomb], mem_limit="64m", memswap_limit="64m")
+    quiet = started(engine, ["true"], mem_limit="64m", memswap_limit="64m")
+    for container_id in (killed, quiet):
+        wait_until_removed(engine, container_id, seconds=60)  # auto-remove: State is gone
+    assert engine.saw_oom(killed, since=since)
+    assert not engine.saw_oom(quiet, since=since)
