@@ -11,11 +11,11 @@ import http.server
 import json
 import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from http_support import QuietHandler, serving
 
 from sbx.agent.core.settings import AgentSettings, Endpoint
 from sbx.agent.model.client import ModelClient, ModelError
@@ -27,18 +27,10 @@ REPLY = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
          "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
 
 
-class _Completions(http.server.BaseHTTPRequestHandler):
+class _Completions(QuietHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", "0")))
-        body = json.dumps(REPLY).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.send_body(200, json.dumps(REPLY).encode(), "application/json")
 
 
 @pytest.fixture
@@ -52,13 +44,8 @@ def https_endpoint(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield f"https://127.0.0.1:{server.server_address[1]}/v1", cert
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _ask(base_url: str) -> str:

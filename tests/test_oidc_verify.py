@@ -8,16 +8,16 @@ organization's). The browser tests (test_web_oidc.py) sign in through a real pro
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from http_support import QuietHandler, serving
 
 from sbx.agent.core.config import OidcSettings, ServiceSettings
 from sbx.agent.service.oidc_client import (
@@ -40,20 +40,13 @@ EC_KEY = ec.generate_private_key(ec.SECP256R1())
 OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 
-class _Provider(BaseHTTPRequestHandler):
+class _Provider(QuietHandler):
     documents: dict[str, Any] = {}
 
     def do_GET(self) -> None:
         document = self.documents.get(self.path)
-        body = json.dumps(document).encode()
-        self.send_response(200 if document is not None else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        status = 200 if document is not None else 404
+        self.send_body(status, json.dumps(document).encode(), "application/json")
 
 
 @pytest.fixture
@@ -70,13 +63,8 @@ def issuer() -> Iterator[str]:
         "/jwks": {"keys": [{**rsa_jwk, "kid": "r1", "use": "sig", "alg": "RS256"},
                            {**ec_jwk, "kid": "e1", "use": "sig", "alg": "ES256"}]},
     }
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield url
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _client(issuer: str, **extra: Any) -> OidcClient:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import cast
 
 import pytest
+from http_support import QuietHandler, serving
 
 from sbx.tools.builtin.http_get import make_http_get
 from sbx.tools.policy import HttpGetRule
@@ -27,35 +27,26 @@ from tools_support import events, make_gate, policy_from
 LOOPBACK = ipaddress.ip_address("127.0.0.1")
 
 
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
+class Handler(QuietHandler):
     def do_GET(self) -> None:
         port = cast(ThreadingHTTPServer, self.server).server_port
         routes = {
-            "/hello": lambda: self._send(200, b"hello from loopback", "text/plain; charset=utf-8"),
+            "/hello": lambda: self.send_body(200, b"hello from loopback",
+                                             "text/plain; charset=utf-8"),
             "/same": lambda: self._redirect(f"http://data.test:{port}/hello"),
             "/relative": lambda: self._redirect("/hello"),
             "/evil": lambda: self._redirect(f"http://evil.test:{port}/hello"),
             "/private": lambda: self._redirect(f"http://internal.test:{port}/hello"),
             "/rebind": lambda: self._redirect(f"http://rebind.test:{port}/hello"),
             "/loop": lambda: self._redirect("/loop"),
-            "/big": lambda: self._send(200, b"x" * 3_000_000, "text/plain"),
-            "/png": lambda: self._send(200, b"\x89PNG\r\n\x1a\n\0\0", "image/png"),
+            "/big": lambda: self.send_body(200, b"x" * 3_000_000, "text/plain"),
+            "/png": lambda: self.send_body(200, b"\x89PNG\r\n\x1a\n\0\0", "image/png"),
             "/slow": self._slow,
         }
         try:
             routes[self.path]()
         except (BrokenPipeError, ConnectionResetError):
             pass
-
-    def _send(self, status: int, body: bytes, kind: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def _redirect(self, location: str) -> None:
         self.send_response(302)
@@ -77,11 +68,8 @@ class Handler(BaseHTTPRequestHandler):
 def port() -> Iterator[int]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with serving(server):
+        yield server.server_address[1]
 
 
 class FakeDNS:

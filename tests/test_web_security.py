@@ -17,13 +17,13 @@ behaviour is what is claimed.
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
+from http_support import QuietHandler, serving
 from playwright.sync_api import expect
 
 import service_support
@@ -172,27 +172,12 @@ ATTACK = b"""<!doctype html><title>a page elsewhere</title>
 def attacker_page(target: str) -> Iterator[int]:
     """A page on another port of 127.0.0.1 that posts an empty form to `target` when opened."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
-            body = ATTACK % target.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_body(200, ATTACK % target.encode(), "text/html")
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as server:
         yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
 
 
 @pytest.mark.docker
