@@ -53,6 +53,15 @@ def test_a_broken_promise_is_named_and_fails_the_report():
     assert report.render().endswith("FAILED: " + "; ".join(report.problems))
 
 
+def test_the_report_says_whether_the_burst_was_announced():
+    for announced, words in ((True, "burst announced: opened first"),
+                             (False, "burst unannounced: each opened and asked at once")):
+        options = ServeBenchOptions(levels=(1,), questions=1, rounds=1, announced=announced)
+        assert words in ServeBenchReport(options=options).render()
+    unwarmed = ServeBenchReport(options=ServeBenchOptions(levels=(1,)), unwarmed=1)
+    assert "1 announced phase(s) began before their pool held" in unwarmed.render()
+
+
 def test_figures_per_level_say_what_they_divide_and_the_p99_ratio_is_highest_over_lowest():
     report = ServeBenchReport(options=ServeBenchOptions(levels=(1, 4), questions=1, rounds=1))
     for count, p99 in ((1, 0.2), (4, 0.8)):
@@ -104,16 +113,18 @@ def test_serve_bench_refuses_out_of_range_options_before_running_anything():
 
 
 @pytest.mark.docker
-def test_a_tiny_real_run_loses_no_event_and_leaves_no_container(engine):
+@pytest.mark.parametrize("announced", [True, False], ids=["announced", "unannounced"])
+def test_a_tiny_real_run_loses_no_event_and_leaves_no_container(engine, announced):
     done = subprocess.run(
         [*SBX, "bench", "serve", "--levels", "2,1", "--questions", "2", "--rounds", "1",
-         "--image", TEST_IMAGE, "--json"],
+         "--image", TEST_IMAGE, "--json", *([] if announced else ["--unannounced"])],
         capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["ok"] is True and report["problems"] == []
     assert report["options"]["levels"] == [1, 2]  # ascending
+    assert report["options"]["announced"] is announced and report["unwarmed_phases"] == 0
     assert report["statuses"] == {"completed": 12}  # (1 + 2) x 2 questions x 2 sides
     events = report["events"]
     assert events["lost"] == 0 and events["unexpected"] == 0
@@ -129,8 +140,9 @@ def test_a_tiny_real_run_loses_no_event_and_leaves_no_container(engine):
         for side in ("core", "serve"):
             assert set(level["latency_ms"][side]) == {"p50", "p90", "p99"}
             takes = level["pool_takes"][side]
-            assert takes["hit"] >= 0 and takes["miss"] >= 0
             assert takes["hit"] + takes["miss"] == count  # one sandbox per conversation
+            if announced:  # both pools warmed for the open conversations before any asked
+                assert takes["miss"] == 0, (side, takes)
             cpu = level["cpu_ms"][side]
             assert cpu["process_per_question"] > 0  # both sides measured
             assert cpu["host_per_new_conversation"] > 0  # a sandbox was taken each time

@@ -11,6 +11,7 @@ import http.server
 import json
 import ssl
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from http_support import QuietHandler, serving
 
 from sbx.agent.core.settings import AgentSettings, Endpoint
 from sbx.agent.model.client import ModelClient, ModelError
-from sbx.agent.model.http import GuardedTransport, shared_ssl_context
+from sbx.agent.model.http import GuardedTransport, _ssl_context, shared_ssl_context
 
 REPLY = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
          "choices": [{"index": 0, "finish_reason": "stop",
@@ -70,3 +71,24 @@ def test_a_trusted_certificate_answers_and_an_untrusted_one_is_refused(
     trusting = shared_ssl_context()
     assert trusting is not default and trusting is shared_ssl_context()
     assert GuardedTransport(max_bytes=1 << 20)._pool._ssl_context is trusting
+
+
+def test_a_burst_of_first_conversations_builds_the_tls_context_once(
+    monkeypatch, tmp_path
+) -> None:
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))  # a cache key no other test used
+    _ssl_context.cache_clear()
+    start, got = threading.Barrier(8), []
+
+    def first_call() -> None:
+        start.wait()
+        got.append(shared_ssl_context())
+
+    threads = [threading.Thread(target=first_call) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(got) == 8 and all(context is got[0] for context in got)
+    assert _ssl_context.cache_info().misses == 1  # built once, not once per waiting caller

@@ -47,10 +47,11 @@ from sbx.agent.bench.serve_phases import (
     core_phase,
     host_busy_s,
     http_phase,
+    open_over_http,
     process_cpu_s,
     respond,
 )
-from sbx.agent.bench.serve_pool import PoolFigures, core_pool, server_pool, settle
+from sbx.agent.bench.serve_pool import PoolFigures, core_pool, server_pool, settle, warmed
 from sbx.agent.bench.serve_report import LevelFigures, ServeBenchReport
 from sbx.agent.core.app import App
 from sbx.agent.core.config import load_config
@@ -145,6 +146,7 @@ def _rounds(report: ServeBenchReport, root: Path, server: ServerProcess, llm: Sc
         sides = _Sides(app=app, server=server, llm=llm, keys=keys, endpoint=endpoint,
                        root=root, reads={"core": lambda: core_pool(app),
                                          "serve": lambda: server_pool(ops)})
+        settle(*sides.reads.values())  # the pools' first fill is no phase's cost
         for count in o.levels:
             level = LevelFigures(conversations=count, separated=count <= report.host_room)
             report.levels.append(level)
@@ -164,12 +166,14 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     sides.llm.script([respond] * count * questions * 2)
     pid = sides.server.proc.pid if side == "serve" else None
     opening = Opening(count, wait=level.separated)
+    ahead = _announce(report, side, sides, count) if report.options.announced else None
     took = sides.reads[side]()
     before = process_cpu_s(pid), host_busy_s()
     if side == "serve":
-        batches = http_phase(sides.server, sides.keys[:count], questions, opening)
+        batches = http_phase(sides.server, sides.keys[:count], questions, opening, ahead)
     else:
         batches = core_phase(sides.app, sides.endpoint, sides.root, count, questions, opening)
+        sides.app.expect_sessions(0)
     after = process_cpu_s(pid), host_busy_s()
     settle(*sides.reads.values())
     settled = host_busy_s()
@@ -192,6 +196,24 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
         raise ServeBenchError(f"{side} at {count} at once: {sides.llm.remaining} scripted turns "
                            f"were not used, a run ended early (runs: {statuses})")
     return samples
+
+
+def _announce(report: ServeBenchReport, side: str, sides: _Sides, count: int
+              ) -> list[str] | None:
+    """Let `side`'s pool see the phase coming, then wait for its warm containers.
+
+    The server is shown open conversations (it counts those without a sandbox as
+    coming demand on its heartbeat); the core is told with `App.expect_sessions`,
+    as a program embedding it would be. Returns the server's conversation ids.
+    """
+    opened = None
+    if side == "serve":
+        opened = open_over_http(sides.server, sides.keys[:count])
+    else:
+        sides.app.expect_sessions(count)
+    if not warmed(sides.reads[side], count):
+        report.unwarmed += 1
+    return opened
 
 
 def host_room(limits: Limits) -> int:

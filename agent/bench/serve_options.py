@@ -50,6 +50,12 @@ class ServeBenchOptions:
     """Each round runs both sides once per level; the order alternates between rounds (ABBA)."""
     image: str = DEFAULT_IMAGE
     """The sandbox image both sides use."""
+    announced: bool = True
+    """Open every conversation of a phase and let both pools warm for them before anyone
+    asks (analysts who opened the page before 9 a.m.: `sbx serve` counts open conversations
+    without a sandbox as coming demand; the core side is told the same with
+    `App.expect_sessions`). False: each conversation is opened and asked at once, a burst
+    the pool only sees as it arrives."""
 
     @property
     def most(self) -> int:

@@ -213,17 +213,26 @@ def run_concurrently(count: int, work: Callable[[int], list[Sample]],
         return [future.result() for future in futures]
 
 
-def http_phase(server: ServerProcess, keys: list[str], questions: int, opening: Opening
-               ) -> list[list[Sample]]:
-    """Each key holds one conversation and asks `questions` questions, all keys at once."""
+def open_over_http(server: ServerProcess, keys: list[str]) -> list[str]:
+    """One new conversation per key, one after another: their ids (an announced burst)."""
+    ids = []
+    for key in keys:
+        with _client(server, key) as client:
+            ids.append(_create_conversation(client))
+    return ids
+
+
+def http_phase(server: ServerProcess, keys: list[str], questions: int, opening: Opening,
+               opened: list[str] | None = None) -> list[list[Sample]]:
+    """Each key holds one conversation and asks `questions` questions, all keys at once.
+
+    `opened`: the conversations, already created (`open_over_http`), one per key;
+    None creates each as its thread starts.
+    """
 
     def conversation(index: int) -> list[Sample]:
-        headers = {"Authorization": f"Bearer {keys[index]}"}
-        timeout = httpx2.Timeout(300.0, connect=10.0)
-        with httpx2.Client(base_url=server.url, headers=headers, timeout=timeout) as client:
-            created = client.post("/v1/conversations", json={})
-            _expect(created, 201)
-            conversation_id = created.json()["id"]
+        with _client(server, keys[index]) as client:
+            conversation_id = opened[index] if opened else _create_conversation(client)
             samples = [_ask_over_http(client, conversation_id, 1)]
             opening.passed()
             samples += [_ask_over_http(client, conversation_id, number)
@@ -232,6 +241,18 @@ def http_phase(server: ServerProcess, keys: list[str], questions: int, opening: 
         return samples
 
     return run_concurrently(len(keys), conversation, opening)
+
+
+def _client(server: ServerProcess, key: str) -> httpx2.Client:
+    headers = {"Authorization": f"Bearer {key}"}
+    return httpx2.Client(base_url=server.url, headers=headers,
+                         timeout=httpx2.Timeout(300.0, connect=10.0))
+
+
+def _create_conversation(client: httpx2.Client) -> str:
+    created = client.post("/v1/conversations", json={})
+    _expect(created, 201)
+    return str(created.json()["id"])
 
 
 def _ask_over_http(client: httpx2.Client, conversation_id: str, number: int) -> Sample:

@@ -84,6 +84,24 @@ def server_pool(client: httpx2.Client) -> PoolFigures:
     )
 
 
+def warmed(read: Callable[[], PoolFigures], count: int,
+           timeout: float = SETTLE_TIMEOUT_S) -> bool:
+    """Wait until a pool holds `count` warm containers and builds nothing, twice in a row.
+
+    False after `timeout` (the host's caps, shared with the other side, may not hold
+    them): the phase then starts anyway, and its misses show it.
+    """
+    deadline = time.monotonic() + timeout
+    calm = 0
+    while time.monotonic() < deadline:
+        figures = read()
+        calm = calm + 1 if figures.settled and figures.idle >= count else 0
+        if calm >= 2:
+            return True
+        time.sleep(POLL_S)
+    return False
+
+
 def settle(*reads: Callable[[], PoolFigures], timeout: float = SETTLE_TIMEOUT_S) -> bool:
     """Wait until every pool read settled twice in a row, `POLL_S` apart.
 

@@ -114,6 +114,8 @@ class ServeBenchReport:
     host_room: int = 0
     """Sandboxes of the bench's limits the host's caps hold at once (`SBX_MAX_*`)."""
     levels: list[LevelFigures] = field(default_factory=list)
+    unwarmed: int = 0
+    """Announced phases whose pool did not hold every conversation's container in time."""
     statuses: Counter[str] = field(default_factory=Counter)
     events_received: int = 0
     events_stored: int = 0
@@ -164,6 +166,7 @@ class ServeBenchReport:
         q = self.options.questions
         return {
             "options": asdict(self.options), "host_room": self.host_room,
+            "unwarmed_phases": self.unwarmed,
             "levels": [level.as_json(q) for level in self.levels],
             "p99_ratio_highest_to_lowest": self.p99_ratio(),
             "statuses": dict(self.statuses),
@@ -176,8 +179,11 @@ class ServeBenchReport:
     def render(self) -> str:
         """The report as text: latency, CPU and pool takes per level, side beside side."""
         o = self.options
+        burst = ("announced: opened first, asked once the pools warmed for them"
+                 if o.announced else "unannounced: each opened and asked at once")
         lines = [f"{', '.join(map(str, o.levels))} conversation(s) at once x {o.questions} "
                  f"question(s), {o.rounds} round(s) per level, scripted model",
+                 f"burst {burst}",
                  "latency per question, ms      p50       p90       p99"]
         for level in self.levels:
             latency = level.latency_ms()
@@ -191,6 +197,9 @@ class ServeBenchReport:
             lines.append(f"p99 at {highs} / p99 at {lows}: " + ", ".join(
                 f"{LABELS[side]} {_x(ratio[side])}" for side in SIDES))
         lines += self._render_cpu()
+        if self.unwarmed:
+            lines.append(f"  {self.unwarmed} announced phase(s) began before their pool held "
+                         "a container per conversation (the host's caps: raise SBX_MAX_*)")
         lines += [
             f"events: {self.events_received} received live over SSE, {self.events_stored} "
             f"stored, {self.events_lost} lost, {self.events_unexpected} unexpected",

@@ -167,17 +167,25 @@ class LevelsType(click.ParamType[tuple[int, ...]]):
 @click.option("--rounds", type=click.IntRange(1, 10), default=2, show_default=True,
               help="Each round runs the service and the in-process core per level; "
                    "the order alternates.")
+@click.option("--unannounced", is_flag=True,
+              help="Open each conversation and ask at once, so the pools see the burst only "
+                   "as it arrives (default: conversations are opened first and asked once "
+                   "the pools warmed for them).")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @operator_errors
 def serve_bench_command(levels: tuple[int, ...] | None, conversations: int | None,
-                        questions: int, rounds: int, image: str, as_json: bool) -> None:
+                        questions: int, rounds: int, unannounced: bool, image: str,
+                        as_json: bool) -> None:
     """Measure what `sbx serve` adds over the in-process core, at 1, 8 and 32 at once.
 
     \b
     Runs the same concurrent conversations with the scripted model against a
     real `sbx serve` on 127.0.0.1 and through the core in this process,
-    interleaved, both with the same demand-sized warm pool. Prints per level
+    interleaved, both with the same demand-sized warm pool. Each phase's
+    conversations are opened first and asked once the pools warmed for them
+    (open conversations are the service's sign of demand coming);
+    --unannounced asks as each opens. Prints per level
     p50/p90/p99 latency per question of each and the difference, the p99 at
     the highest level over the lowest, CPU per question and per new
     conversation, the pool's hits and misses; then events lost (0),
@@ -189,12 +197,13 @@ def serve_bench_command(levels: tuple[int, ...] | None, conversations: int | Non
     at once:
 
     \b
-      SBX_MAX_CPUS=80 SBX_MAX_SANDBOXES=80 SBX_MAX_MEMORY=40g sbx bench serve
+      SBX_MAX_CPUS=120 SBX_MAX_SANDBOXES=120 SBX_MAX_MEMORY=64g sbx bench serve
     """
     if levels is not None and conversations is not None:
         raise click.UsageError("give --levels or --conversations, not both")
     chosen = (conversations,) if conversations is not None else levels or DEFAULT_LEVELS
-    options = ServeBenchOptions(levels=chosen, questions=questions, rounds=rounds, image=image)
+    options = ServeBenchOptions(levels=chosen, questions=questions, rounds=rounds, image=image,
+                                announced=not unannounced)
     try:
         report = run_serve_bench(
             options, progress=lambda message: click.echo(f"sbx bench serve: {message}", err=True))

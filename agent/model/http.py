@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import ssl
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
@@ -205,9 +206,15 @@ def shared_ssl_context() -> ssl.SSLContext:
 
     Building them loads the CA bundle (26 ms of CPU here), and a client is built
     for every conversation; the environment's `SSL_CERT_FILE` and `SSL_CERT_DIR`,
-    which httpx honours, key the shared copy.
+    which httpx honours, key the shared copy. Built under a lock: a burst of new
+    conversations would otherwise each build one while the first is being made (an
+    `lru_cache` does not hold callers back), 26 ms apiece at the worst moment.
     """
-    return _ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    with _SSL_CONTEXT_LOCK:
+        return _ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+_SSL_CONTEXT_LOCK = threading.Lock()
 
 
 @functools.lru_cache(maxsize=4)
