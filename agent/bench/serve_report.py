@@ -14,7 +14,8 @@ The CPU figures, and what each includes:
     host/conv open     the host from a phase's start until every conversation has
                        been created and has its first answer (the first question
                        takes the sandbox: a warm container or one created on its
-                       path), per conversation
+                       path), per conversation; an announced burst was created,
+                       and its pool warmed, before the phase began
     host/q after       the host while the conversations asked their later questions
                        (each in the sandbox it holds), per later question
     host/conv refill   the host from a phase's end until both pools had settled (the
