@@ -91,15 +91,11 @@ def warmed(read: Callable[[], PoolFigures], count: int,
     False after `timeout` (the host's caps, shared with the other side, may not hold
     them): the phase then starts anyway, and its misses show it.
     """
-    deadline = time.monotonic() + timeout
-    calm = 0
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         figures = read()
-        calm = calm + 1 if figures.settled and figures.idle >= count else 0
-        if calm >= 2:
-            return True
-        time.sleep(POLL_S)
-    return False
+        return figures.settled and figures.idle >= count
+
+    return _calm_twice(ready, timeout)
 
 
 def settle(*reads: Callable[[], PoolFigures], timeout: float = SETTLE_TIMEOUT_S) -> bool:
@@ -108,10 +104,15 @@ def settle(*reads: Callable[[], PoolFigures], timeout: float = SETTLE_TIMEOUT_S)
     Twice: right after a phase the pool's next maintenance tick (every 50 ms)
     may not yet have started the builds that refill it.
     """
+    return _calm_twice(lambda: all(read().settled for read in reads), timeout)
+
+
+def _calm_twice(calm_now: Callable[[], bool], timeout: float) -> bool:
+    """True once `calm_now()` held on two polls in a row, `POLL_S` apart; False at `timeout`."""
     deadline = time.monotonic() + timeout
     calm = 0
     while time.monotonic() < deadline:
-        calm = calm + 1 if all(read().settled for read in reads) else 0
+        calm = calm + 1 if calm_now() else 0
         if calm >= 2:
             return True
         time.sleep(POLL_S)

@@ -201,6 +201,9 @@ class GuardedTransport(httpx2.HTTPTransport):
         return response
 
 
+_SSL_CONTEXT_LOCK = threading.Lock()
+
+
 def shared_ssl_context() -> ssl.SSLContext:
     """The TLS settings every model client verifies with: httpx's defaults, made once.
 
@@ -212,9 +215,6 @@ def shared_ssl_context() -> ssl.SSLContext:
     """
     with _SSL_CONTEXT_LOCK:
         return _ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-
-
-_SSL_CONTEXT_LOCK = threading.Lock()
 
 
 @functools.lru_cache(maxsize=4)
