@@ -52,7 +52,7 @@ from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats, WarmEntry
 from sbx.sandbox.pool_demand import ArrivalRate
 from sbx.sandbox.pool_session import LeasedSession, Reaper
-from sbx.sandbox.pool_slots import retarget, take_idle
+from sbx.sandbox.pool_slots import refill_held, retarget, take_idle
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session, code_text
 from sbx.sandbox.spec import DEFAULT_OUTPUT_ROOT, SessionSpec
@@ -338,7 +338,7 @@ class Pool(Closing):
                 slot = self._slots[key]
                 if self._closing or now < slot.retry_at:
                     return
-                if len(slot.idle) + slot.building >= slot.target:
+                if refill_held(slot, now, self.config.refill_delay_s):
                     return
             lease = self.capacity.try_acquire(need)
             with self._wake:

@@ -44,6 +44,9 @@ class PoolConfig:
     the host's caps bound it as well)."""
     max_age_s: float = 600.0
     """Seconds an idle container may wait before it is replaced by a new one."""
+    refill_delay_s: float = 2.0
+    """Seconds a refill may wait after the take that opened the gap, while a warm container
+    is still idle for the next arrival (`pool_slots.refill_held`); 0: refill at once."""
     refill_workers: int = 2
     """Containers built in parallel (each create+start costs the engine a few hundred ms)."""
     reap_workers: int = 2
@@ -115,6 +118,8 @@ class KeySlot:
     """Sessions announced ahead (`Pool.expect`)."""
     target: int = 0
     """What the last maintenance pass aimed at (idle plus building)."""
+    gap_since: float | None = None
+    """When a take last left the slot below its target (None: no gap opened by a take)."""
     retry_at: float = 0.0
     backoff: float = 0.0
     starved: bool = False

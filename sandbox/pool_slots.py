@@ -56,6 +56,29 @@ def retarget(
     return trim
 
 
+def refill_held(slot: KeySlot, now: float, delay_s: float) -> bool:
+    """Whether the slot's refill starts later, or has nothing to do (call under the pool's lock).
+
+    On 2 cores a build (the engine's create and a zygote importing the stack,
+    about a second of CPU) started the moment a lone analyst takes a container
+    competes with that analyst's first questions: measured, it doubled their
+    median. So after a take the refill waits up to `delay_s`, as long as no
+    session announced ahead is left without an idle container and the next
+    arrival within the delay is served warm anyway (one is idle) or unlikely
+    (the recent rate predicts under half an arrival). A burst that drains the
+    pool is refilled at once, and so is a gap no take opened (demand rose).
+    """
+    if len(slot.idle) + slot.building >= slot.target:
+        slot.gap_since = None
+        return True
+    if slot.gap_since is None or now - slot.gap_since >= delay_s:
+        return False
+    if slot.expected > len(slot.idle):
+        return False
+    arriving = slot.rate.per_minute(now) * delay_s / 60.0
+    return len(slot.idle) >= 1 or arriving < 0.5
+
+
 def take_idle(
     slot: KeySlot, wake: threading.Condition, closing: Callable[[], bool]
 ) -> tuple[LeasedSession | None, list[LeasedSession]]:
@@ -72,12 +95,15 @@ def take_idle(
     with wake:
         slot.starved = False  # settle() now waits for the next refill attempt
         slot.rate.add(time.monotonic())
+        slot.expected = max(0, slot.expected - 1)  # one announced session served
         deadline = time.monotonic() + BUILD_WAIT_S
         while found is None:
             if slot.idle:
                 candidate = slot.idle.popleft().session
                 if candidate.usable():
                     found = candidate
+                    if slot.gap_since is None:
+                        slot.gap_since = time.monotonic()
                 else:
                     dead.append(candidate)
                 continue

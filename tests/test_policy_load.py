@@ -139,6 +139,12 @@ def test_the_pool_table_becomes_the_pools_config_and_defaults_keep_none_warm(tmp
     config = load_config(path).pool
     assert (config.size, config.max_size, config.window) == (0, 6, 30.0)
     assert config.memory_budget == 3 << 30
+    assert config.refill_delay == 2.0
+    assert load_config(write(tmp_path, '[pool]\nrefill_delay = "500ms"\n')).pool.refill_delay == 0.5
+    assert load_config(write(tmp_path, '[pool]\nrefill_delay = "0s"\n')).pool.refill_delay == 0.0
+    path = write(tmp_path, '[pool]\nrefill_delay = "2m"\n')
+    with pytest.raises(PolicyError, match=r"sbx.toml:2: pool.refill_delay: "):
+        load_config(path)
     path = write(tmp_path, '[pool]\nmax_size = 2\nmemory_budget = "plenty"\n')
     with pytest.raises(PolicyError, match=r"sbx.toml:3: pool.memory_budget: .*not a size"):
         load_config(path)

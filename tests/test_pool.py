@@ -93,6 +93,23 @@ def test_the_pool_refills_after_takes(engine, tmp_path) -> None:
             session.close()
 
 
+def test_a_refill_waits_while_a_warm_container_is_still_idle(engine, tmp_path) -> None:
+    """A lone take leaves one idle, so its refill waits (off the taker's first questions);
+    the take that empties the pool, two arrivals in the delay's span so a third is likely,
+    starts the refill at once, long before the delay ends."""
+    config = PoolConfig(size=2, refill_delay_s=60.0)
+    spec = SessionSpec(limits=KEY.limits, image=TEST_IMAGE, output_dir=tmp_path)
+    with Pool.start(engine=engine, capacity=capacity(tmp_path), config=config, warm=[KEY]) as pool:
+        assert pool.wait_warm(KEY)
+        built = pool.snapshot().built
+        with pool.session(spec):
+            assert not pool.wait_warm(KEY, count=2, timeout=2.0)  # held: nothing built
+            assert pool.snapshot().built == built and pool.snapshot().building == 0
+            with pool.session(spec):
+                assert pool.wait_warm(KEY, count=2, timeout=40.0), "no refill at once"
+        assert pool.snapshot().hits == 2
+
+
 def test_the_pool_never_exceeds_the_host_cap_and_callers_time_out(engine, tmp_path) -> None:
     ledger = capacity(tmp_path, sandboxes=2, wait_s=0.5)
     with Pool.start(engine=engine, capacity=ledger, config=PoolConfig(size=4), warm=[KEY]) as pool:

@@ -8,7 +8,7 @@ import time
 
 from sbx.sandbox.pool_config import KeySlot
 from sbx.sandbox.pool_demand import ArrivalRate, Demand, SizingCaps, pool_target
-from sbx.sandbox.pool_slots import take_idle
+from sbx.sandbox.pool_slots import refill_held, take_idle
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -103,3 +103,33 @@ def test_a_caller_waiting_for_a_build_does_not_answer_every_wake_up_with_a_notif
     taker.join(10)
     assert not taker.is_alive() and slot.claims == 0
     assert woken_back == 0
+
+
+def test_a_refill_waits_after_a_take_only_while_the_next_arrival_is_covered_or_unlikely() -> None:
+    slot = KeySlot(rate=ArrivalRate(60.0), target=2)
+    slot.idle.extend([object()] * 2)  # type: ignore[list-item]  # only counted here
+    assert refill_held(slot, 0.0, 2.0)  # full: nothing to refill
+    slot.idle.pop()
+    assert not refill_held(slot, 0.0, 2.0)  # below target with no take: demand rose, at once
+    slot.rate.add(10.0)
+    slot.gap_since = 10.0  # a take opened the gap; one container is still idle
+    assert refill_held(slot, 11.0, 2.0)
+    assert not refill_held(slot, 12.0, 2.0)  # the delay is over
+    assert not refill_held(slot, 11.0, 0.0)  # no delay configured
+    slot.expected = 3  # more sessions announced than idle: they need the refill now
+    assert not refill_held(slot, 11.0, 2.0)
+    slot.expected = 0
+    slot.idle.pop()
+    assert refill_held(slot, 11.0, 2.0)  # none idle, but one arrival a minute: unlikely soon
+    slot.rate.add(10.0, count=30.0)  # a burst drained it: the next arrival is likely
+    assert not refill_held(slot, 11.0, 2.0)
+    slot.building = 2
+    assert refill_held(slot, 11.0, 2.0) and slot.gap_since is None  # back at target
+
+
+def test_each_take_serves_one_announced_session() -> None:
+    wake = threading.Condition()
+    slot = KeySlot(rate=ArrivalRate(60.0), expected=2)
+    for left in (1, 0, 0):
+        assert take_idle(slot, wake, lambda: False) == (None, [])  # none idle: a miss
+        assert slot.expected == left

@@ -256,7 +256,7 @@ class App(Closing):
 def _pool_config(settings: PoolSettings) -> PoolConfig:
     """The sandbox layer's configuration for the operator's `[pool]` knobs."""
     return PoolConfig(size=settings.size, max_size=settings.max_size, window_s=settings.window,
-                      memory_budget=settings.memory_budget)
+                      memory_budget=settings.memory_budget, refill_delay_s=settings.refill_delay)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,9 +9,15 @@ host's caps (`SBX_MAX_SANDBOXES`, `SBX_MAX_MEMORY`).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
 
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from sbx.sandbox.units import parse_duration
 from sbx.tools.policy import Bytes, Seconds
+
+Delay = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, le=60)]
+"""A wait written like `Seconds` (`2s`, `500ms`) that may be `0s`: at most a minute."""
 
 
 class PoolSettings(BaseModel):
@@ -27,6 +33,9 @@ class PoolSettings(BaseModel):
     window: Seconds = Field(default=60.0, gt=0, le=86_400)
     """How far back arrivals count (the decayed rate's time constant), and so how long the
     pool stays grown after a burst before idle containers are removed."""
+    refill_delay: Delay = 2.0
+    """How long a refill may wait after a take while a warm container is still idle for
+    the next arrival, so it does not compete with the taker's first questions; 0: at once."""
     memory_budget: Bytes = 2 * 1024**3
     """Bytes of memory limits (`[sandbox] memory` each) the warm containers reserve at most
     together; the host's caps bound them too."""
