@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,8 @@ from sbx.sandbox.session import Session
 from sbx.sandbox.spec import SessionSpec
 
 TEST_IMAGE = os.environ.get("SBX_TEST_IMAGE", DEFAULT_IMAGE)
+
+
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 ORPHAN_GRACE_S = 30.0
 _PROXY_VARS = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
@@ -34,12 +37,20 @@ RUNTIMES = [name for name in os.environ.get("SBX_TEST_RUNTIMES", "runc,runsc").s
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Each xdist worker gets a host-cap ledger of its own, as if it were alone on the host.
+    """Each xdist worker gets a host-cap ledger of its own, and Ctrl-C reaches the tests.
 
     Tests count leases, queues and pool refills, and a refill takes a lease only
     when nobody is queued: another worker's sandboxes in the same ledger would
     change those counts. A ledger the caller set (`SBX_CAPACITY_DIR`) is kept.
+
+    The Ctrl-C tests send a real SIGINT. A shell without job control starts a
+    background command with SIGINT ignored (bash does), and an ignored signal is
+    inherited by every process started since, so those tests failed in a run
+    started that way. With Python's own handler back, the tests and the sbx
+    processes they start (an exec resets a handler, not an ignore) see Ctrl-C
+    as a terminal sends it.
     """
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and not os.environ.get("SBX_CAPACITY_DIR"):
         ledger = Path(f"/tmp/sbx-test-capacity-{os.getuid()}-{worker}")

@@ -13,8 +13,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from sbx.sandbox.units import parse_duration
-from sbx.tools.policy import Bytes, Seconds
+from sbx.tools.policy import Bytes, Seconds, parse_duration
 
 Delay = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, le=60)]
 """A wait written like `Seconds` (`2s`, `500ms`) that may be `0s`: at most a minute."""
