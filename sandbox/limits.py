@@ -34,6 +34,8 @@ Bytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0), PlainSerializer
 """A byte count written `512m`, `2g` or `4096`; at most 1 TiB (`units.MAX_SIZE`) anywhere."""
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 """Seconds written `30s`, `2m`, `500ms`; at most a week (`units.MAX_DURATION_S`) anywhere."""
+Wait = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+"""Seconds written like `Seconds` that may also be `0s`: a wait the operator can turn off."""
 Cpus = Annotated[float, BeforeValidator(parse_cpus), Field(gt=0, le=64)]
 
 MIN_MEMORY = 6 * 1024**2

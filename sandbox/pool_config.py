@@ -45,8 +45,8 @@ class PoolConfig:
     max_age_s: float = 600.0
     """Seconds an idle container may wait before it is replaced by a new one."""
     refill_delay_s: float = 2.0
-    """Seconds a refill may wait after the take that opened the gap, while a warm container
-    is still idle for the next arrival (`pool_slots.refill_held`); 0: refill at once."""
+    """Seconds a refill may wait after the take that opened the gap, while the next arrival
+    is still served warm or unlikely that soon (`pool_slots.refill_held`); 0: at once."""
     refill_workers: int = 2
     """Containers built in parallel (each create+start costs the engine a few hundred ms)."""
     reap_workers: int = 2

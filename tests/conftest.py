@@ -28,8 +28,6 @@ from sbx.sandbox.session import Session
 from sbx.sandbox.spec import SessionSpec
 
 TEST_IMAGE = os.environ.get("SBX_TEST_IMAGE", DEFAULT_IMAGE)
-
-
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 ORPHAN_GRACE_S = 30.0
 _PROXY_VARS = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}

@@ -28,11 +28,11 @@ from pydantic import (
     model_validator,
 )
 
-# Bytes, Seconds and parse_duration are re-exported: the agent's settings use the same units.
+# Bytes, Seconds and Wait are re-exported: the agent's settings use the same units.
 from sbx.sandbox.limits import Bytes as Bytes
 from sbx.sandbox.limits import Seconds as Seconds
+from sbx.sandbox.limits import Wait as Wait
 from sbx.sandbox.units import at_most_seconds as at_most_seconds
-from sbx.sandbox.units import parse_duration as parse_duration
 from sbx.sandbox.units import parse_size
 from sbx.tools.guard_policy import GuardPolicy
 from sbx.tools.sql_policy import QuerySqlRule

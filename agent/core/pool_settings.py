@@ -9,14 +9,9 @@ host's caps (`SBX_MAX_SANDBOXES`, `SBX_MAX_MEMORY`).
 
 from __future__ import annotations
 
-from typing import Annotated
+from pydantic import BaseModel, ConfigDict, Field
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
-
-from sbx.tools.policy import Bytes, Seconds, parse_duration
-
-Delay = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, le=60)]
-"""A wait written like `Seconds` (`2s`, `500ms`) that may be `0s`: at most a minute."""
+from sbx.tools.policy import Bytes, Seconds, Wait
 
 
 class PoolSettings(BaseModel):
@@ -32,9 +27,10 @@ class PoolSettings(BaseModel):
     window: Seconds = Field(default=60.0, gt=0, le=86_400)
     """How far back arrivals count (the decayed rate's time constant), and so how long the
     pool stays grown after a burst before idle containers are removed."""
-    refill_delay: Delay = 2.0
-    """How long a refill may wait after a take while a warm container is still idle for
-    the next arrival, so it does not compete with the taker's first questions; 0: at once."""
+    refill_delay: Wait = Field(default=2.0, le=60)
+    """How long a refill may wait after a take while the next arrival is still served warm
+    or unlikely that soon, so it does not compete with the taker's first questions; 0: at
+    once."""
     memory_budget: Bytes = 2 * 1024**3
     """Bytes of memory limits (`[sandbox] memory` each) the warm containers reserve at most
     together; the host's caps bound them too."""
