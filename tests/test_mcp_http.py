@@ -169,10 +169,11 @@ def test_sessions_and_principals_are_isolated(sqlite, serve):
     assert verify_log(server.audit_log, key=None).ok
 
 
-def _readme_http_section() -> str:
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+def _docs_http_section() -> str:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "mcp.md").read_text()
     start = text.index("### Over HTTP: `/mcp` on `sbx serve`")
-    return text[start:text.index("\n## ", start)]
+    end = text.find("\n## ", start)
+    return text[start:] if end < 0 else text[start:end]
 
 
 def _blocks(section: str, language: str) -> list[str]:
@@ -180,10 +181,10 @@ def _blocks(section: str, language: str) -> list[str]:
 
 
 @pytest.mark.docker
-def test_the_readmes_http_snippets_work_against_a_real_server(sqlite, serve):
+def test_the_docs_http_snippets_work_against_a_real_server(sqlite, serve):
     server = serve(sqlite)
     key = server.key("ann")
-    section = _readme_http_section()
+    section = _docs_http_section()
     [python] = _blocks(section, "python")
     cursor, vscode = (json.loads(block) for block in _blocks(section, "json"))
     for config in (cursor["mcpServers"]["sbx"], vscode["servers"]["sbx"]):
