@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sbx.agent.core.asking import awaiting_input
@@ -43,7 +43,7 @@ from sbx.agent.core.feedback import artifact_paths, count_execution, repeated_fa
 from sbx.agent.core.plan import follow_up_notice, note_plan, pending_steps
 from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.spend import SpendLimit
-from sbx.agent.core.state import Ending, Observation, RunResult, RunState
+from sbx.agent.core.state import Ending, Observation, PriorWork, RunResult, RunState
 from sbx.agent.core.tracing import traced_complete, traced_run
 from sbx.agent.model.client import ModelClient, ModelError, ModelReply, ToolCallRequest
 from sbx.agent.provenance.run import answer_ending, execution_record, note_output, settle_ending
@@ -105,6 +105,7 @@ def run(
     plan: Sequence[PlanStep] = (),
     plan_revision: int = 0,
     spend: SpendLimit | None = None,
+    prior: PriorWork | None = None,
 ) -> RunResult:
     """Answer `question` with the model and the gate's tools, within `settings.budget`.
 
@@ -116,11 +117,14 @@ def run(
     (`cancelled`); raises only for operator errors from the gate (the sandbox
     or the audit log failed). `spend` is the budget above the run (a key's or team's,
     from the face's store): asked before every request and tool batch (`budget_exceeded`).
+    `prior` is sandbox work done for the run before it (a restore's replay): counted as its own.
     """
     state = RunState(
         run_id=gate.run_id, started=time.monotonic(), messages=list(history), question=question,
         history=len(history),
     )
+    if prior is not None:
+        state.sandbox, state.artifacts = replace(prior.sandbox), list(prior.artifacts)
     if not history:
         add_message(state, {"role": "system", "content": system_prompt}, emit)
     elif plan:
