@@ -11,12 +11,14 @@ refused at the CPU quota, and every file the replay left on disk is recorded.
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 import service_support
+from mcp_http_support import connect, session_ids, text_of
 from sbx.agent.store.db import Database
 from sbx.agent.store.keys import create_key
-from sbx.agent.store.models import ArtifactRow
+from sbx.agent.store.models import ArtifactRow, Run
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from service_support import stream, wait_for
 
@@ -106,3 +108,41 @@ def test_a_replay_is_charged_budgeted_quota_counted_and_its_files_recorded(store
              if path.is_file() and path.name in ("table.csv", "noise.bin")]
     assert sorted(path.name for path in files) == ["noise.bin", "noise.bin", "table.csv"]
     assert {str(path) for path in files} <= _recorded_paths(server)
+
+
+@pytest.mark.docker
+def test_an_mcp_execution_pays_for_the_replay_before_it_and_records_its_files(
+    tmp_path, serve, engine
+):
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}",
+                   policy={"service": {"idle_timeout": "1s"}})
+    key = server.key("ivy")
+    sessions = server.client(key)
+
+    async def scenario():
+        async with connect(server, key) as client:
+            await client.call_tool("execute_python", {"code": CELL})
+            [first] = session_ids(server)
+            wait_for(lambda: {c["id"]: c["status"] for c in sessions.get(
+                "/v1/conversations").json()["items"]}.get(first) == "closed",
+                what="the idle session's end")
+            after = await client.call_tool("execute_python", {"code": "print('again')"})
+            on_disk = [path for path in (server.data_dir / "mcp").rglob("*") if path.is_file()]
+        return after, on_disk
+
+    after, on_disk = anyio.run(scenario)
+
+    assert "restored 1 cells" in text_of(after) and "[stdout]\nagain" in text_of(after)
+    db = Database.open(server.database)
+    try:
+        with db.read() as session:
+            runs = session.query(Run).filter(Run.kind == "mcp").order_by(Run.created_at).all()
+            artifacts = {row.path: row.run_id for row in session.query(ArtifactRow).all()}
+            cpu = [run.cpu_seconds for run in runs]
+            last = runs[-1].id
+    finally:
+        db.close()
+    assert len(cpu) == 2 and cpu[0] >= 0.5 and cpu[1] >= 0.5  # the replayed cell's CPU too
+    assert on_disk and {str(path) for path in on_disk} <= set(artifacts)
+    assert all("/restored-" in str(path) for path in on_disk)  # the first session's dir is gone
+    assert {artifacts[str(path)] for path in on_disk} == {last}  # recorded on the execution
