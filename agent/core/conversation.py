@@ -31,21 +31,13 @@ from dataclasses import replace
 from typing import Any
 
 from sbx.agent.core.asking import PendingInput, answer_message
-from sbx.agent.core.budget import work_ending
 from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.core.loop import run
 from sbx.agent.core.plan import plan_from_messages
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
-from sbx.agent.core.restore import (
-    Cell,
-    Restored,
-    forgotten,
-    prior_cells,
-    replace_killed,
-    restore_workspace,
-)
+from sbx.agent.core.restore import forgotten, prior_cells, replace_killed, restore_workspace
 from sbx.agent.core.restore_text import note
 from sbx.agent.core.run_recorder import NoRecorder, RunRecorder, RunTicket, recorded, result_outcome
 from sbx.agent.core.state import RunResult, SandboxUsage
@@ -261,14 +253,15 @@ class Conversation(Closing):
                 gate.record_answer(continues=continues.run_id, question=continues.question,
                                    answer=answer or "")
             self.emit(start)
-            restored = self._restore(cells, run_id) if cells is not None else None
-            if restored is not None:
+            if cells is not None:
+                restored = restore_workspace(self.workspace, cells, self.config.restore,
+                                             run_id=run_id, reason=self.workspace.lost_reason())
+                self.emit(restored.event)
                 asked = f"{note(restored.event)}\n\n{question}"
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
-                cancel=cancel, spend=self.spec.spend,
-                prior=restored.work if restored is not None else None,
+                cancel=cancel, spend=self.spec.spend, prior=restored.work if cells else None,
                 **last_plan(self.runs, self._messages),
             )
             reason = result.status
@@ -290,23 +283,6 @@ class Conversation(Closing):
             self._gate = None
             gate.close(reason=reason)
         return result
-
-    def _restore(self, cells: list[Cell], run_id: str) -> Restored:
-        """Replay `cells` for run `run_id`, which is charged for it; the event is emitted.
-
-        The run's money budgets are asked before each cell (`work_ending`).
-        """
-        settings = self.config.settings
-        tariff = settings.prices.tariff(self.model.model)
-
-        def budget(used: SandboxUsage) -> str | None:
-            ended = work_ending(used, settings.budget, tariff, self.spec.spend)
-            return ended.message if ended is not None else None
-
-        restored = restore_workspace(self.workspace, cells, self.config.restore, run_id=run_id,
-                                     reason=self.workspace.lost_reason(), budget=budget)
-        self.emit(restored.event)
-        return restored
 
     def _stop(self, gate: ToolGate) -> None:  # the token fired: the call ends, the sandbox goes
         gate.cancel()

@@ -42,11 +42,8 @@ service's stream) and a note put before the question the model reads.
 from __future__ import annotations
 
 import ast
-import contextlib
-import hashlib
 import json
 import logging
-import os
 import secrets
 import shutil
 import time
@@ -55,6 +52,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from sbx.agent.core.artifacts import file_sha256, keep_new
+from sbx.agent.core.budget import work_ending
 from sbx.agent.core.events import (
     CellDifference,
     Event,
@@ -69,7 +68,6 @@ from sbx.agent.core.transcript import TranscriptError, read_transcript
 from sbx.agent.core.workspace import Workspace
 from sbx.agent.provenance.record import code_of
 from sbx.agent.replay.compare import Comparison, Observed, compare
-from sbx.sandbox.result import Artifact
 from sbx.tools.gate import ToolGate
 from sbx.tools.outcome import ToolOutcome
 
@@ -180,14 +178,15 @@ class Restored:
     """The outcome (transcript, subscribers, the model's note)."""
     sandbox: SandboxUsage = field(default_factory=SandboxUsage)
     """What the re-run cells used: charged to the run that caused the replay."""
-    artifacts: tuple[Artifact, ...] = ()
-    """What the re-run cells wrote; after `restore_workspace`, only the files kept."""
+    written: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Every file the re-run cells wrote: host path -> (size, SHA-256)."""
+    kept: tuple[str, ...] = ()
+    """The written files kept by `restore_workspace` (the others matched a recorded one)."""
 
     @property
     def work(self) -> PriorWork:
         """The replay as work of its run (its usage and the artifacts it records)."""
-        return PriorWork(sandbox=replace(self.sandbox),
-                         artifacts=tuple(artifact.path for artifact in self.artifacts))
+        return PriorWork(sandbox=replace(self.sandbox), artifacts=self.kept)
 
 
 @dataclass(kw_only=True)
@@ -198,7 +197,7 @@ class _Tally:
     cpu: float = 0.0
     replayed: int = 0
     used: SandboxUsage = field(default_factory=SandboxUsage)
-    written: list[Artifact] = field(default_factory=list)
+    written: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 def replay(
@@ -230,7 +229,7 @@ def replay(
             continue
         tally.cpu += result.cpu_seconds if result.cpu_seconds is not None else result.duration_s
         tally.used.add(result.duration_s, result.cpu_seconds, result.peak_memory_bytes)
-        tally.written.extend(result.artifacts)
+        tally.written.update((a.path, (a.size, a.sha256)) for a in result.artifacts)
         verdict = _verdict(cell, outcome)
         if not result.ok:
             failed.append(_difference(cell, verdict.detail))
@@ -267,18 +266,10 @@ def _artifact_difference(cell: Cell, written: dict[str, str]) -> str | None:
         name = Path(recorded).name
         if name not in written:
             return f"artifact {name!r} was not written again"
-        then = _sha256(Path(recorded))
+        then = file_sha256(Path(recorded))
         if then is not None and then != written[name]:
             return f"artifact {name!r} differs (sha256 {then[:12]} then, {written[name][:12]} now)"
     return None
-
-
-def _sha256(path: Path) -> str | None:
-    try:
-        with path.open("rb") as stream:
-            return hashlib.file_digest(stream, "sha256").hexdigest()
-    except OSError:  # on another host, or removed since: compared by name alone
-        return None
 
 
 def _over_bound(tally: _Tally, settings: RestoreSettings) -> str | None:
@@ -305,26 +296,26 @@ def _ended(tally: _Tally, base: dict[str, object], status: str, differed: list[C
         "reason": reason, "duration_s": round(time.monotonic() - tally.started, 3),
         "cpu_seconds": round(tally.cpu, 3),
     })
-    return Restored(event=event, sandbox=tally.used, artifacts=tuple(tally.written))
+    return Restored(event=event, sandbox=tally.used, written=tally.written)
 
 
 def restore_workspace(
     workspace: Workspace, cells: list[Cell], settings: RestoreSettings, *, run_id: str,
-    reason: str, budget: BudgetCheck | None = None,
+    reason: str,
 ) -> Restored:
     """Replay `cells` into `workspace`'s sandbox, through a gate of their own.
 
     Their audit run id is `<run_id>-restore`; a replay that does not finish
     leaves an empty sandbox behind (the note then says "state not restored").
-    Its artifacts go below `output_dir(run_id)` and are settled by digest (see
-    the module); `budget` is asked before each cell.
+    Its artifacts go below `output_dir(run_id)` and are settled by digest, and the
+    owner's money budgets are asked before each cell (see the module).
     """
     workspace.prepare(run_id)  # the sandbox carries the owner's run id, not the replay's
     scratch = workspace.output_dir(run_id) / f"{RESTORED_DIR}-{secrets.token_hex(4)}"
     gate = workspace.open_gate(f"{run_id}-restore", output=scratch)
     outcome = "error"  # the engine failed: the run's own handling reports it
     try:
-        restored = replay(gate, cells, settings, reason=reason, budget=budget)
+        restored = replay(gate, cells, settings, reason=reason, budget=_budget(workspace))
         outcome = "completed"
     finally:
         gate.close(reason=outcome)
@@ -333,41 +324,20 @@ def restore_workspace(
     if restored.event.status == "not_restored" and restored.event.replayed:
         workspace.discard()  # half a state is worse than none: start empty, as the note says
         workspace.take_reset()
+    recorded = [Path(path) for cell in cells for path in cell.artifacts]
     return replace(restored, event=restored.event.model_copy(update={"run_id": run_id}),
-                   artifacts=settle_artifacts(cells, restored.artifacts, scratch))
+                   kept=keep_new(restored.written, recorded, scratch))
 
 
-def settle_artifacts(
-    cells: list[Cell], written: Iterable[Artifact], scratch: Path
-) -> tuple[Artifact, ...]:
-    """The re-run cells' artifacts to keep: those no recorded artifact holds byte for byte.
+def _budget(workspace: Workspace) -> BudgetCheck:
+    """The owner's `max_cost` and key's or team's budgets, for sandbox time (no model asked)."""
+    settings = workspace.config.settings
+    tariff = settings.prices.tariff("")  # no tokens are spent: only the sandbox's prices count
 
-    A copy whose SHA-256 matches a recorded artifact still on this host is
-    removed from `scratch` (the recorded one stays the conversation's copy);
-    `scratch` itself goes when nothing is left in it.
-    """
-    latest = {artifact.path: artifact for artifact in written}  # a file rewritten: its last
-    sizes = {artifact.size for artifact in latest.values()}
-    recorded = {_sha256(Path(path)) for cell in cells for path in cell.artifacts
-                if _size(Path(path)) in sizes}
-    kept: list[Artifact] = []
-    for path, artifact in latest.items():
-        if artifact.sha256 in recorded and Path(path).is_relative_to(scratch):
-            with contextlib.suppress(FileNotFoundError):
-                Path(path).unlink()
-        else:
-            kept.append(artifact)
-    for directory, _, _ in os.walk(scratch, topdown=False):  # the emptied directories
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)
-    return tuple(kept)
-
-
-def _size(path: Path) -> int | None:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return None
+    def check(used: SandboxUsage) -> str | None:
+        ended = work_ending(used, settings.budget, tariff, workspace.spec.spend)
+        return ended.message if ended is not None else None
+    return check
 
 
 def prior_cells(path: Path, settings: RestoreSettings, *, reset: bool) -> list[Cell] | None:
