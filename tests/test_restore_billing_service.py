@@ -16,11 +16,9 @@ import pytest
 
 import service_support
 from mcp_http_support import connect, session_ids, text_of
-from sbx.agent.store.db import Database
-from sbx.agent.store.keys import create_key
 from sbx.agent.store.models import ArtifactRow, Run
 from sbx.agent.testing.scripted_model import assistant, tool_call
-from service_support import stream, wait_for
+from service_support import ask_run, wait_for
 
 store = service_support.store
 serve = service_support.serve
@@ -39,38 +37,13 @@ CELL = ("import os, time\nend = time.process_time() + 0.5\n"
         "open('/output/noise.bin', 'wb').write(os.urandom(64))\nprint('written')")
 
 
-def _key(server) -> str:
-    db = Database.open(server.database)
-    try:
-        return create_key(db, "gus", team="thrift", overrides={"cpu_seconds_per_day": 1.0})
-    finally:
-        db.close()
-
-
-def _recorded_paths(server) -> set[str]:
-    db = Database.open(server.database)
-    try:
-        with db.read() as session:
-            return {row.path for row in session.query(ArtifactRow).all()}
-    finally:
-        db.close()
-
-
-def _ask(client, conversation: str, question: str) -> dict:
-    posted = client.post(f"/v1/conversations/{conversation}/questions",
-                         json={"question": question})
-    assert posted.status_code == 202, posted.text
-    assert stream(client, posted.json()["run_id"])[-1]["event"] == "run_end"
-    return client.get(f"/v1/runs/{posted.json()['run_id']}").json()
-
-
 @pytest.mark.docker
 def test_a_replay_is_charged_budgeted_quota_counted_and_its_files_recorded(store, serve, llm):
     server = serve(store, policy=POLICY)
-    client = server.client(_key(server))
+    client = server.client(server.key("gus", team="thrift", cpu_seconds_per_day=1.0))
     conversation = client.post("/v1/conversations", json={}).json()["id"]
     llm.script([tool_call("execute_python", code=CELL), assistant("Written.")])
-    first = _ask(client, conversation, "Write the files.")
+    first = ask_run(client, conversation, "Write the files.")
     assert first["status"] == "completed", first
     spent = first["cost"]["total"]
     assert 0.5 <= first["result"]["sandbox"]["cpu_seconds"] < 1.0 and spent < 1.0
@@ -80,7 +53,7 @@ def test_a_replay_is_charged_budgeted_quota_counted_and_its_files_recorded(store
     wait_for(lambda: client.get(f"/v1/conversations/{conversation}").json()["sandbox"]
              == "released", what="the idle release")
     asked = len(llm.requests)
-    second = _ask(client, conversation, "And now?")  # the model is never asked: no turn scripted
+    second = ask_run(client, conversation, "And now?")  # the model is never asked: no turn scripted
 
     assert len(llm.requests) == asked
     assert second["status"] == "budget_exceeded", second
@@ -107,7 +80,9 @@ def test_a_replay_is_charged_budgeted_quota_counted_and_its_files_recorded(store
     files = [path for path in server.data_dir.rglob("*")
              if path.is_file() and path.name in ("table.csv", "noise.bin")]
     assert sorted(path.name for path in files) == ["noise.bin", "noise.bin", "table.csv"]
-    assert {str(path) for path in files} <= _recorded_paths(server)
+    with server.stored() as session:
+        recorded = {row.path for row in session.query(ArtifactRow).all()}
+    assert {str(path) for path in files} <= recorded
 
 
 @pytest.mark.docker
@@ -133,15 +108,11 @@ def test_an_mcp_execution_pays_for_the_replay_before_it_and_records_its_files(
     after, on_disk = anyio.run(scenario)
 
     assert "restored 1 cells" in text_of(after) and "[stdout]\nagain" in text_of(after)
-    db = Database.open(server.database)
-    try:
-        with db.read() as session:
-            runs = session.query(Run).filter(Run.kind == "mcp").order_by(Run.created_at).all()
-            artifacts = {row.path: row.run_id for row in session.query(ArtifactRow).all()}
-            cpu = [run.cpu_seconds for run in runs]
-            last = runs[-1].id
-    finally:
-        db.close()
+    with server.stored() as session:
+        runs = session.query(Run).filter(Run.kind == "mcp").order_by(Run.created_at).all()
+        artifacts = {row.path: row.run_id for row in session.query(ArtifactRow).all()}
+        cpu = [run.cpu_seconds for run in runs]
+        last = runs[-1].id
     assert len(cpu) == 2 and cpu[0] >= 0.5 and cpu[1] >= 0.5  # the replayed cell's CPU too
     assert on_disk and {str(path) for path in on_disk} <= set(artifacts)
     assert all("/restored-" in str(path) for path in on_disk)  # the first session's dir is gone
