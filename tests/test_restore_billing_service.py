@@ -112,8 +112,9 @@ def test_an_mcp_execution_pays_for_the_replay_before_it_and_records_its_files(
         runs = session.query(Run).filter(Run.kind == "mcp").order_by(Run.created_at).all()
         artifacts = {row.path: row.run_id for row in session.query(ArtifactRow).all()}
         cpu = [run.cpu_seconds for run in runs]
-        last = runs[-1].id
+        last, restore = runs[-1].id, (runs[-1].result or {}).get("restore")
     assert len(cpu) == 2 and cpu[0] >= 0.5 and cpu[1] >= 0.5  # the replayed cell's CPU too
+    assert restore is not None and restore["executions"] == 1 and restore["cpu_seconds"] >= 0.5
     assert on_disk and {str(path) for path in on_disk} <= set(artifacts)
     assert all("/restored-" in str(path) for path in on_disk)  # the first session's dir is gone
     assert {artifacts[str(path)] for path in on_disk} == {last}  # recorded on the execution
