@@ -112,3 +112,32 @@ def test_the_prompt_summary_passes_the_detectors_and_counts_them(tmp_path):
                                  memory="512 MiB", guard=ALL)
     assert "ada@example.com" not in prompt.text and "4111111111111111" not in prompt.text
     assert prompt.redactions == {"card": 2, "email": 2}
+
+
+@pytest.mark.parametrize(("spelled", "expected"), [
+    ("４１１１１１１１１１１１１１１１", "[card]"),  # full-width digits
+    ("٤١١١١١١١١١١١١١١١", "[card]"),  # Arabic-Indic digits
+    ("4111\u00a01111\u00a01111\u00a01111", "[card]"),  # no-break spaces
+    ("4111\u202f1111\u202f1111\u202f1111", "[card]"),  # narrow no-break spaces
+    ("4111.1111.1111.1111", "[card]"),  # dot grouping
+    ("acct_4111111111111111", "acct_[card]"),  # joined to a word by `_`
+    ("4111111111111111_statement.pdf", "[card]_statement.pdf"),
+    ("key_sk-abcdefghijklmnopqrstuvwxyz123456", "key_[secret]"),
+    ("ＡＫＩＡIOSFODNN7EXAMPLE", "[secret]"),  # full-width letters
+    ("jörg.müller@example.com", "[email]"),  # a non-ASCII local part
+    ("de89 3704 0044 0532 0130 00", "[iban]"),  # lower case
+])
+def test_spellings_real_data_uses_are_folded_before_matching(spelled, expected):
+    guarded = ALL.text(f"seen: {spelled} (end)")
+    assert guarded.text == f"seen: {expected} (end)"
+
+
+@pytest.mark.parametrize("kept", ["x4111111111111111", "0.4111111111111111", "12345678.90",
+                                  "٤١١١١١١١١١١١١١١٢", "release ٢٠٢٤-٠١-١٥"])
+def test_folding_does_not_make_numbers_inside_words_or_bad_checksums_match(kept):
+    assert ALL.text(kept).text == kept
+
+
+def test_hostile_unicode_output_is_scanned_in_linear_time():
+    for hostile in ("٤" * 120_000, "４\u00a0" * 60_000, "ö" * 100_000 + "@", "_4" * 60_000):
+        assert ALL.text(hostile).text == hostile
