@@ -5,7 +5,7 @@ the data and reach the model through every channel sbx builds: the system
 prompt's summary of a semicolon CSV and a JSON Lines file, a preview, error
 messages and the repeated-failure notice quoting them, a chart's title, axis
 label and file name, full-width digits, and a restore's note quoting replayed
-output that differs (a cell printing a sample and the clock). The scripted
+output that differs (a cell printing a sample and a random id). The scripted
 endpoint records every request's raw body; each is folded (Unicode digits to
 ASCII, compatibility forms, separators inside digit runs removed) before it is
 searched, so a full-width or grouped card still counts as a leak. The CLI and
@@ -70,9 +70,9 @@ CHART = READ + (
     "plt.savefig('/output/' + d.card[0] + '_statement.png')\nprint('saved')\n"
 )
 SAMPLE = READ + (
-    "import time\n"
+    "import time, uuid\n"
     "print('wide', d.card[0].translate({ord(c): 0xFF10 + int(c) for c in '0123456789'}))\n"
-    "print('sample', d.card[0], 'at', time.time_ns(), flush=True)\n"
+    "print('sample', d.card[0], 'id', uuid.uuid4().hex, flush=True)\n"
 )
 
 
@@ -84,7 +84,7 @@ def _first_question() -> list:
         tool_call("execute_python", code=FAIL),
         tool_call("execute_python", code=FAIL),  # the repeated-failure notice follows
         tool_call("execute_python", code=CHART),  # described to a model without vision
-        tool_call("execute_python", code=SAMPLE),  # replayed later: differs (the clock)
+        tool_call("execute_python", code=SAMPLE),  # replayed later: differs (the id)
         assistant("One holder is on file."),
     ]
 
@@ -103,9 +103,8 @@ def leaks(texts: Iterable[tuple[str, str]]) -> list[str]:
     for label, text in texts:
         folded = _folded(text)
         for name, value in PLANTED.items():
-            at = folded.find(value)
-            if at >= 0:
-                found.append(f"{label}: {name} in …{folded[max(at - 90, 0):at + 30]!r}")
+            found += [f"{label}: {name} in …{folded[max(at.start() - 90, 0):at.end()]!r}"
+                      for at in re.finditer(re.escape(value), folded)]
     return found
 
 
@@ -121,7 +120,8 @@ def _channels_reached(requests: list[ScriptedRequest]) -> None:
     assert "[masked]" in sent and "CSV (;)" in sent and "JSON Lines" in sent  # summary
     assert "[sbx] The last 3 calls to execute_python failed the same way" in sent
     assert "_statement.png: image/png" in sent  # the chart's description
-    assert "[sbx] The sandbox was replaced" in sent and "differs" in sent  # restore note
+    assert "[sbx] The sandbox was replaced" in sent  # the restore's note quotes the line:
+    assert re.search(r"differs: line 2: 'sample \[card\] id [0-9a-f]+' recorded", sent)
 
 
 def _write_data(tmp_path: Path) -> tuple[Path, Path]:
@@ -181,6 +181,7 @@ def test_the_service_sends_the_provider_nothing_planted_in_any_channel(store, se
                          json={"question": "And now?"}).json()["run_id"]
 
     assert stream(client, second)[-1]["data"]["status"] == "completed"
+    print('LEAKS', *leaks(_bodies(llm.requests)), sep='\n  ')
     _channels_reached(llm.requests)
     assert leaks(_bodies(llm.requests)) == []
 
@@ -215,9 +216,10 @@ def test_mcp_sends_its_client_nothing_planted_in_results_or_progress(tmp_path, e
 
     anyio.run(scenario)
 
+    print('LEAKS', *leaks([*texts, *(('progress', m) for m in progress)]), sep='\n  ')
     sent = "\n".join(text for _, text in texts)
     assert "[masked]" in sent and "KeyError" in sent and "saved" in sent
-    assert "restored" in sent and "differs" in sent  # the restore's note quoted the sample
+    assert re.search(r"differs: line 2: 'sample \[card\] id [0-9a-f]+' recorded", sent)  # restored
     assert any("last output: sample [card]" in message for message in progress), progress
     assert leaks([*texts, *(("progress", message) for message in progress)]) == []
 
