@@ -1,11 +1,13 @@
 """The data guard: personal data and secrets replaced before any text leaves for the model.
 
 The sandbox's code still reads the real data (it runs on the operator's
-machine); only what sbx sends to the model provider is filtered: tool
-observations and tool errors (at the gate, `ToolGate`), previews and the
-system prompt's data summary (column rules too). The person who asked sees
-the real output; the audit log records each redaction's rule and count, never
-the value.
+machine); only what sbx sends to the model provider is filtered. The guarantee
+is the model client's boundary (`sbx.agent.model.boundary`): every request,
+whatever built its messages. Filtering early saves work and keeps the audit
+precise: tool observations and tool errors at the gate (`ToolGate`), previews
+and the system prompt's data summary (column rules too, on every table format
+`tools.builtin.tables` reads). The person who asked sees the real output; the
+audit log records each redaction's rule and count, never the value.
 
 Detectors (each a typed placeholder):
 
