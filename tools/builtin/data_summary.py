@@ -69,8 +69,10 @@ def describe_file(item: DataFile, guard: DataGuard | None = None) -> str:
         except OSError as exc:
             return f"{header}: cannot be read here ({exc.strerror})"
         table = describe_table(head, size=item.size, name=item.name, guard=guard)
-        if table is not None:
+        if table is not None and reader is None:
             return f"{header}\n{table}"
+        if table is not None:
+            return f"{header}: read it in the sandbox with {reader}\n{table}"
     return f"{header}: read it in the sandbox with {reader}" if reader else header
 
 
