@@ -176,3 +176,10 @@ def test_a_cut_json_array_shows_its_whole_records_only():
     assert table is not None and table.kind == "JSON records"
     assert (table.header, table.rows) == (["a", "b"], [["1", "x"], ["2", "y"]])
     assert read_table("t.json", '{"not": "records"}', complete=True) is None
+
+
+def test_a_head_of_ever_new_keys_is_held_bounded_and_still_counted():
+    text = "".join(f'{{"k{i}": {i}}}\n' for i in range(8000))
+    table = read_table("t.jsonl", text, complete=True)
+    assert table is not None and table.count == 8000
+    assert (len(table.rows), len(table.header)) == (1000, 200)

@@ -106,9 +106,9 @@ def describe_table(
     dtypes = [infer_dtype([row[i] for row in rows[:INFER_ROWS] if i < len(row)])
               for i in range(len(header))]
     if complete:
-        count = f"{len(rows)} rows"
+        count = f"{table.count} rows"
     else:
-        count = f"about {round(len(rows) * size / max(len(head), 1))} rows (estimated)"
+        count = f"about {round(table.count * size / max(len(head), 1))} rows (estimated)"
     shown = rows[:SAMPLE_ROWS]
     note = ""
     if guard is not None:

@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+MAX_ROWS = 1000
+"""Rows kept of a head (more are counted, for the row estimate, not held)."""
+MAX_COLUMNS = 200
+"""Columns of JSON records: keys past these are not shown (a head of ever-new keys stays small)."""
 DELIMITERS = (",", ";", "\t", "|")
 """What a `.csv` may be delimited with; the header line's most frequent one wins (`,` on a tie)."""
 TABLE_SUFFIXES = frozenset({".csv", ".tsv", ".jsonl", ".ndjson", ".json"})
@@ -45,7 +49,9 @@ class Table:
     header: list[str]
     """Column names."""
     rows: list[list[str]]
-    """The rows the head holds; a JSON record without a column has `""` there."""
+    """The first `MAX_ROWS` rows the head holds; a JSON record without a column has `""`."""
+    count: int
+    """How many rows the head holds."""
 
 
 def is_table(name: str) -> bool:
@@ -68,8 +74,9 @@ def read_table(name: str, text: str, *, complete: bool) -> Table | None:
         except csv.Error as exc:
             raise TableError(f"not parseable as {kind}: {exc}") from None
         if not records:
-            return Table(kind=kind, header=[], rows=[])
-        return Table(kind=kind, header=records[0], rows=records[1:])
+            return Table(kind=kind, header=[], rows=[], count=0)
+        return Table(kind=kind, header=records[0], rows=records[1 : MAX_ROWS + 1],
+                     count=len(records) - 1)
     if suffix in (".jsonl", ".ndjson"):
         return _records("JSON Lines", _json_lines(text))
     if suffix == ".json":
@@ -89,15 +96,19 @@ def sniff_delimiter(text: str) -> str:
 def _records(kind: str, records: Iterator[Any]) -> Table | None:
     """Objects as rows under the union of their keys; None when any item is not an object."""
     found: list[dict[str, Any]] = []
+    header: dict[str, None] = {}
+    count = 0
     for record in records:
         if not isinstance(record, dict):
             return None
-        found.append(record)
-    header: dict[str, None] = {}
-    for record in found:
-        header.update(dict.fromkeys(str(key) for key in record))
+        count += 1
+        if len(found) < MAX_ROWS:
+            found.append(record)
+            for key in record:
+                if len(header) < MAX_COLUMNS:
+                    header[str(key)] = None
     rows = [[_cell(record.get(key)) for key in header] for record in found]
-    return Table(kind=kind, header=list(header), rows=rows)
+    return Table(kind=kind, header=list(header), rows=rows, count=count)
 
 
 def _json_lines(text: str) -> Iterator[Any]:
