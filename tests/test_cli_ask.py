@@ -196,6 +196,9 @@ def test_demo_fails_first_fixes_itself_and_answers_with_computed_numbers(tmp_pat
         "(scripted demo model) South grew fastest in 2024: revenue 609,667 vs 432,268 in 2023 "
         "(+41.0%)."
     )
+    # The years are not checked claims, although the program printed them: not traced.
+    assert [s["number"] for s in document["sources"]] == ["609,667", "432,268", "+41.0%"]
+    assert "(3 traced)" in outcome.stderr
     results = [e for e in _transcript(tmp_path) if e["type"] == "tool_result"]
     assert [r["failed"] for r in results] == [True, False]
     assert results[0]["content"].startswith(
