@@ -10,10 +10,13 @@ joins that thread, so no waiting event comes after the reply it waited for.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 from sbx.agent.core.events import WAITING_INTERVAL_S, EventSink, ModelWaiting
+
+logger = logging.getLogger(__name__)
 
 
 class ModelWait:
@@ -49,8 +52,12 @@ class ModelWait:
         self._send()
 
     def _tick(self) -> None:
-        while not self._done.wait(self._interval):
-            self._send()
+        try:
+            while not self._done.wait(self._interval):
+                self._send()
+        except Exception:  # a broken sink ends the ticking, never the request
+            logger.warning("a model_waiting event failed; no more for this request",
+                           exc_info=True)
 
     def _send(self) -> None:
         with self._lock:
