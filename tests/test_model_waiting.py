@@ -15,7 +15,6 @@ import os
 import pty
 import select
 import subprocess
-import sys
 import threading
 import time
 
@@ -28,28 +27,17 @@ from sbx.agent.core.config import load_config
 from sbx.agent.core.conversation import ConversationSpec
 from sbx.agent.core.events import Event, ModelReplied, ModelWaiting
 from sbx.agent.core.settings import Endpoint
-from sbx.agent.testing.scripted_model import HttpFailure, Reply, assistant
-from scripted_llm import FAKE_KEY
-from service_support import sse_events
+from sbx.agent.testing.scripted_model import HttpFailure, assistant
+from scripted_llm import FAKE_KEY, held_back
+from service_support import SBX, sse_events
 
 store = service_support.store
 serve = service_support.serve
 llm = service_support.llm
 pg_cluster = service_support.pg_cluster
 
-SBX = [sys.executable, "-c", "from sbx.agent.cli.main import main; main()"]
 CALC_ONLY = "[tools.calculate]\nenabled = true\n"
 WAIT_S = 60.0
-
-
-def held_back(release: threading.Event, reply: Reply):
-    """A scripted turn that answers only once the test releases it."""
-
-    def responder(request):
-        release.wait(WAIT_S)
-        return reply
-
-    return responder
 
 
 def read_until(fd: int, wanted: bytes, shown: bytearray) -> None:
