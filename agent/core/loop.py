@@ -45,6 +45,7 @@ from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.spend import SpendLimit
 from sbx.agent.core.state import Ending, Observation, PriorWork, RunResult, RunState
 from sbx.agent.core.tracing import traced_complete, traced_run
+from sbx.agent.core.waiting import ModelWait
 from sbx.agent.model.boundary import RequestGuard
 from sbx.agent.model.client import ModelClient, ModelError, ModelReply, ToolCallRequest
 from sbx.agent.provenance.run import answer_ending, execution_record, note_output, settle_ending
@@ -179,8 +180,10 @@ def take_turn(
         return ending
     timeout = remaining_s(state, budget, time.monotonic())  # retries included
     try:
-        reply = traced_complete(model, state.messages, tools, timeout=max(timeout, 0.001),
-                                guard=outgoing, cancel=cancel)
+        with ModelWait(run_id=state.run_id, turn=state.turns + 1, model=model.model,
+                       emit=emit) as wait:
+            reply = traced_complete(model, state.messages, tools, timeout=max(timeout, 0.001),
+                                    guard=outgoing, cancel=cancel, on_retry=wait.retried)
     except ModelError as exc:
         return model_ending(state, budget, exc, now=time.monotonic())
     record_reply(state, reply, emit)
