@@ -89,6 +89,19 @@ class PlanStepOut(BaseModel):
     tool: str | None = None
 
 
+class AnswerPartsOut(BaseModel):
+    """A completed answer in its parts, as the model wrote them (escape them where shown)."""
+
+    measured: str = ""
+    """The direct answer and what the code measured (its numbers are in the run's sources)."""
+    interpretation: str = ""
+    """Conclusions the model drew from the measurements."""
+    assumptions: str = ""
+    """What the model took for granted about the data."""
+    unmarked: str = ""
+    """The whole answer when the model did not separate it into parts."""
+
+
 class RunOut(BaseModel):
     """A run: a question in a conversation, or one `/v1/execute` call."""
 
@@ -112,6 +125,12 @@ class RunOut(BaseModel):
     `plan` events in the run's event stream."""
     plan_pending: list[str] = Field(default_factory=list)
     """Steps of the final plan the answer leaves pending or in progress."""
+    parts: AnswerPartsOut | None = None
+    """A completed answer's parts: what was measured apart from interpretation and
+    assumptions (None for other runs)."""
+    mislabelled: list[str] = Field(default_factory=list)
+    """Sentences the answer presents as measured that explain, guess or state a number no
+    output printed."""
     cost: dict[str, Any] | None = None
     """What the run cost once it ended: `total`, `model`, `sandbox`, `currency`, `estimated`
     (some token count was estimated), `priced` (its model had a price)."""
