@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sbx.agent.provenance.parts import PART_KEYS, PART_TITLES, UNMARKED_NOTE
+from sbx.agent.provenance.parts import PART_KEYS, PART_TITLES
 from sbx.tools.text_safety import safe_text
 
 MAX_QUOTED = 5
@@ -18,13 +18,14 @@ MAX_SENTENCE = 160
 
 
 def answer_text(event: dict[str, Any]) -> str:
-    """The answer under its parts' titles; an answer without parts says so after it."""
+    """The answer under its parts' titles; an answer without parts as the model wrote it.
+
+    (`--json` says `parts.unmarked`; stdout stays the answer alone, for scripts.)
+    """
     parts = event.get("parts")
     answer = str(event.get("answer") or "")
-    if not isinstance(parts, dict):  # recorded before answers had parts
+    if not isinstance(parts, dict) or parts.get("unmarked"):
         return answer
-    if parts.get("unmarked"):
-        return f"{answer}\n\n({UNMARKED_NOTE})"
     shown = [f"{PART_TITLES[key]}:\n{parts[key]}" for key in PART_KEYS
              if key in PART_TITLES and isinstance(parts.get(key), str) and parts[key]]
     return "\n\n".join(shown) or answer
