@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
+from sbx.agent.core.notes import NoteBook
 from sbx.tools.builtin.data_summary import summarize_data
 from sbx.tools.guard import DataGuard
 
@@ -65,14 +66,17 @@ def build_system_prompt(
     memory: str,
     tool_format: str = "native",
     guard: DataGuard | None = None,
+    notes: NoteBook | None = None,
 ) -> SystemPrompt:
     """Fill the template with the data summary, the enabled tools and the sandbox's limits.
 
     `tool_format` picks the section that says how to run code: native tool calls, or
     fenced ```python blocks for models without tool calling (`--tool-format text`).
-    The data summary passes the `guard` (column rules, then the detectors) first.
+    The data summary passes the `guard` (column rules, then the detectors) first, and so
+    do the `notes` people saved about the data, which follow it (marked as notes).
     """
-    summary = summarize_data(data, guard=guard)
+    section = notes.prompt_section() if notes is not None else ""
+    summary = summarize_data(data, guard=guard) + (f"\n\n{section}" if section else "")
     guarded = guard.text(summary) if guard is not None else None
     body, version = load_template()
     body = body.replace("$how_to_run", load_section(tool_format).strip())

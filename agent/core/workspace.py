@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sbx.agent.core.config import AppConfig
+from sbx.agent.core.notes import NoteStore, notebook_for
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.core.spend import SpendLimit
 from sbx.agent.core.teams import withhold
@@ -103,6 +104,8 @@ class ConversationSpec:
     defer_questions: bool = False
     """Without an operator, `ask_user` ends the run `needs_input` and `answer()` continues it;
     with neither, the model is not offered `ask_user`."""
+    notes: NoteStore | None = None
+    """Where notes about the data live (the CLI's file, the service's database); None: none."""
     one_shot: bool = False
     """One program, as a script runs (`execute_program`): its stdout is exactly what it wrote,
     no trailing expression's value is printed as a notebook would."""
@@ -189,7 +192,7 @@ class Workspace(Closing):
             continues=continues,
             on_output=on_output,
             observation_chars=self.config.settings.observation_tokens * CHARS_PER_TOKEN,
-            show_values=not self.spec.one_shot,
+            show_values=not self.spec.one_shot, notes=notebook_for(self.spec, self.config.policy),
         )
         return build_gate(
             withhold(self.config.policy, self.spec.withheld_tools),
