@@ -72,6 +72,35 @@ class DatasetOut(BaseModel):
     """What the model is told about the file (columns, dtypes, first rows) when it is used."""
 
 
+class NoteIn(BaseModel):
+    """A note's text (a new note on the dataset, or new text for one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=10_000)
+    """What the note says; the policy's `[tools.remember] max_chars` bounds it."""
+
+
+class NoteOut(BaseModel):
+    """A note about a dataset: context the model sees in later conversations, never a fact."""
+
+    id: str
+    dataset: str
+    """The dataset's name (`/data/<name>`); a note holds for every upload of that name."""
+    text: str
+    """Written by a person or the model (escape it where shown)."""
+    author: str
+    """Who wrote it (the model writes on behalf of the principal who asked)."""
+    team: str | None
+    """The team it is shared with (None: its author's alone)."""
+    by_model: bool
+    """Saved by the model's `remember` tool."""
+    stale: bool
+    """This dataset's content differs from the one the note was written about."""
+    created_at: float
+    updated_at: float
+
+
 class ArtifactOut(BaseModel):
     """A file a run saved under `/output`."""
 
