@@ -157,3 +157,27 @@ def test_notes_are_bounded_in_size_and_number_for_people_and_the_model(tmp_path)
     assert other.visible() == []
     with pytest.raises(NoteError, match="no note"):
         other.delete(book.visible()[0].id)
+
+
+@pytest.mark.docker
+def test_a_number_only_a_note_gives_is_never_verified(llm, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = _data(tmp_path)
+    NoteBook(FileNoteStore(tmp_path / "n.json"), principal="key:alice", team=None,
+             rule=load_config(None).policy.tools.remember, data=data_digests([data])
+             ).add("sales.csv", data_digests([data])["sales.csv"], "the yearly target is 4321.5")
+    answer = ("The total is 400.\n\nMeasured:\n- total 400\n\n"
+              "Assumptions:\n- the yearly target is 4321.5 (a note)")
+    llm.script([
+        tool_call("execute_python", code="print('total', 150 + 250)"),
+        assistant(answer),
+        lambda request: assistant(answer),  # the validation turn names 4321.5; it insists
+    ])
+    prompt = _converse(llm, tmp_path, _policy(tmp_path, remember=False), "key:alice", None,
+                       data)
+    assert "the yearly target is 4321.5" in prompt
+    assert "4321.5" in llm.requests[-1].messages[-1]["content"]
+    end = [json.loads(line) for line in next((tmp_path / "sbx-runs").glob("*.jsonl"))
+           .read_text().splitlines()][-1]
+    assert (end["verified"], end["unsupported"]) == (False, ["4321.5"])
+    assert [source["number"] for source in end["sources"]] == ["400"]
