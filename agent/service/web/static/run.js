@@ -46,9 +46,13 @@ function answerParts(event) {
     return [renderMarkdown(event.answer), el("p", { class: "parts-unmarked" },
       "Unmarked: this answer does not separate what was measured from interpretation.")];
   }
-  return PART_TITLES.filter(([key]) => parts[key]).map(([key, title]) =>
-    el("section", { class: `answer-part part-${key}`, "aria-label": title },
-      el("h4", {}, title), renderMarkdown(parts[key])));
+  const sections = PART_TITLES.filter(([key]) => parts[key]).map(([key, title]) => {
+    const text = renderMarkdown(parts[key]);
+    text.classList.remove("answer-text");  // the answer's text is the one box around the parts
+    return el("section", { class: `answer-part part-${key}`, "aria-label": title },
+      el("h4", {}, title), text);
+  });
+  return el("div", { class: "answer-text answer-parts" }, sections);
 }
 
 /** The [notes] and [resources] lines of an observation (the server's resource notes). */
