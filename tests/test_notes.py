@@ -181,3 +181,13 @@ def test_a_number_only_a_note_gives_is_never_verified(llm, tmp_path, monkeypatch
            .read_text().splitlines()][-1]
     assert (end["verified"], end["unsupported"]) == (False, ["4321.5"])
     assert [source["number"] for source in end["sources"]] == ["400"]
+
+
+def test_a_damaged_notes_file_is_one_line_naming_it_not_a_traceback(tmp_path, monkeypatch):
+    broken = tmp_path / "notes.json"
+    broken.write_text("{not json")
+    monkeypatch.setenv("SBX_NOTES", str(broken))
+    listed = CliRunner().invoke(cli, ["notes", "list"])
+    assert listed.exit_code == 2
+    assert listed.stderr == f"sbx: {broken}: not a notes file (JSONDecodeError); move it away " \
+                            "or name another with SBX_NOTES\n"

@@ -24,6 +24,7 @@ from sbx.agent.cli.errors import fail
 from sbx.agent.core.app import os_principal
 from sbx.agent.core.config import load_config
 from sbx.agent.core.notes import Note, NoteBook, NoteError, local_note_store
+from sbx.agent.core.settings import SettingsError
 from sbx.agent.provenance.data import data_digests
 from sbx.tools.policy import PolicyError
 from sbx.tools.text_safety import safe_json, safe_text
@@ -112,7 +113,7 @@ def _guarded(work: Callable[[], T]) -> T:
     """`work`'s result; a refused note is one line on stderr and exit status 2."""
     try:
         return work()
-    except NoteError as exc:
+    except (NoteError, SettingsError) as exc:
         fail(str(exc), 2)
 
 

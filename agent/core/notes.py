@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from sbx.agent.core.settings import SettingsError
 from sbx.agent.provenance.data import data_digests
 from sbx.tools.policy import Policy, RememberRule
 
@@ -262,5 +263,6 @@ class FileNoteStore:
         try:
             raw = json.loads(self.path.read_text(encoding="utf-8"))
             return [Note.model_validate(item) for item in raw]
-        except (ValueError, TypeError, ValidationError) as exc:
-            raise NoteError(f"{self.path}: not a notes file ({type(exc).__name__})") from None
+        except (ValueError, TypeError, ValidationError) as exc:  # the operator's to fix
+            raise SettingsError(f"{self.path}: not a notes file ({type(exc).__name__}); "
+                                "move it away or name another with SBX_NOTES") from None
