@@ -82,6 +82,7 @@ def test_a_note_saved_after_the_user_states_a_fact_reaches_the_next_conversation
     first = _converse(llm, tmp_path, sharing, "key:alice", "red", data,
                       f"{FACT.capitalize()}. What is the total?")
     assert FACT not in first and "remember" in str(llm.requests[0].body["tools"])
+    assert "save it with `remember` in their words" in first
     assert llm.requests[1].last_tool_message.startswith("Saved note note-")
 
     seen = {}

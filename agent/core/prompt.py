@@ -26,6 +26,11 @@ PLANNING = """- When the question needs more than one or two executions, first w
   answer.
 """
 """The prompt's planning paragraph, included when `update_plan` is enabled."""
+REMEMBERING = """- When the user states or confirms a fact about a data file (its units, what a code
+  means, rows to exclude), save it with `remember` in their words, so the next conversation
+  on that file knows it. Never save your own results as notes.
+"""
+"""The prompt's paragraph about notes, included when `remember` is enabled."""
 _HEADER = re.compile(r"\A<!--(.*?)-->\s*", re.DOTALL)
 _VERSION = re.compile(r"version (\d+)")
 
@@ -82,6 +87,8 @@ def build_system_prompt(
     body = body.replace("$how_to_run", load_section(tool_format).strip())
     planning = "update_plan" in tools and tool_format != "text"  # text mode offers no tools
     body = body.replace("$planning\n", PLANNING if planning else "")
+    remembering = "remember" in tools and tool_format != "text"
+    body = body.replace("$remembering\n", REMEMBERING if remembering else "")
     text = Template(body).substitute(
         tools=", ".join(f"`{name}`" for name in tools) or "(no tools)",
         data=guarded.text if guarded is not None else summary,

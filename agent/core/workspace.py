@@ -84,8 +84,7 @@ class ConversationSpec:
     team: str | None = None
     """The principal's team (the service's key or sign-in says which); audited beside it."""
     spend: SpendLimit | None = None
-    """The budgets above each run (the key's, the team's), from the face's store; None: the
-    per-run `max_cost` alone (the CLI)."""
+    """Budgets above each run (the key's, the team's), from the face's store; None: none."""
     withheld_tools: tuple[str, ...] = ()
     """Tools the policy enables that this principal's team is not offered (off at its gate)."""
     data: tuple[Path, ...] = ()
@@ -97,8 +96,7 @@ class ConversationSpec:
     label: str | None = None
     """Shown first in the progress and kept in the transcript (the demo's "scripted model")."""
     conversation_id: str | None = None
-    """The owner's id (a conversation's, an MCP session's, one program's run id); the core
-    makes a new conversation id when None."""
+    """The owner's id (a conversation's, an MCP session's, a program's run); None: a new one."""
     operator: Operator | None = None
     """Who answers the model's `ask_user` at once (the CLI's terminal prompt); None: no one."""
     defer_questions: bool = False
@@ -107,8 +105,7 @@ class ConversationSpec:
     notes: NoteStore | None = None
     """Where notes about the data live (the CLI's file, the service's database); None: none."""
     one_shot: bool = False
-    """One program, as a script runs (`execute_program`): its stdout is exactly what it wrote,
-    no trailing expression's value is printed as a notebook would."""
+    """One program (`execute_program`): stdout is what it wrote, no trailing value printed."""
 
 
 def check_data(data: Sequence[Path]) -> None:
