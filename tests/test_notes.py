@@ -21,7 +21,7 @@ from sbx.agent.cli.main import cli
 from sbx.agent.core.app import App
 from sbx.agent.core.config import default_policy_path, load_config
 from sbx.agent.core.conversation import ConversationSpec
-from sbx.agent.core.notes import FileNoteStore, NoteBook, NoteError
+from sbx.agent.core.notes import DatasetNotes, FileNoteStore, NoteError
 from sbx.agent.core.settings import Endpoint
 from sbx.agent.provenance.data import data_digests
 from sbx.agent.testing.scripted_model import assistant, tool_call
@@ -144,7 +144,7 @@ def test_notes_are_bounded_in_size_and_number_for_people_and_the_model(tmp_path)
     rule = load_config(None).policy.tools.remember.model_copy(
         update={"max_chars": 20, "max_notes": 2})
     data = _data(tmp_path)
-    book = NoteBook(FileNoteStore(tmp_path / "n.json"), principal="os:ana", team=None,
+    book = DatasetNotes(FileNoteStore(tmp_path / "n.json"), principal="os:ana", team=None,
                     rule=rule, data=data_digests([data]))
     with pytest.raises(NoteError, match="at most 20 characters"):
         book.remember("sales.csv", "x" * 21)
@@ -154,7 +154,7 @@ def test_notes_are_bounded_in_size_and_number_for_people_and_the_model(tmp_path)
     book.add("sales.csv", "d", "two")
     with pytest.raises(NoteError, match="max_notes = 2"):
         book.remember("sales.csv", "three")
-    other = NoteBook(book.store, principal="os:ben", team=None, rule=rule)
+    other = DatasetNotes(book.store, principal="os:ben", team=None, rule=rule)
     assert other.visible() == []
     with pytest.raises(NoteError, match="no note"):
         other.delete(book.visible()[0].id)
@@ -164,7 +164,7 @@ def test_notes_are_bounded_in_size_and_number_for_people_and_the_model(tmp_path)
 def test_a_number_only_a_note_gives_is_never_verified(llm, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = _data(tmp_path)
-    NoteBook(FileNoteStore(tmp_path / "n.json"), principal="key:alice", team=None,
+    DatasetNotes(FileNoteStore(tmp_path / "n.json"), principal="key:alice", team=None,
              rule=load_config(None).policy.tools.remember, data=data_digests([data])
              ).add("sales.csv", data_digests([data])["sales.csv"], "the yearly target is 4321.5")
     answer = ("The total is 400.\n\nMeasured:\n- total 400\n\n"

@@ -65,7 +65,7 @@ class Operator(Protocol):
 
 
 class NoteKeeper(Protocol):
-    """Where `remember` saves a note: the conversation's notebook, for its principal."""
+    """Where `remember` saves a note: the conversation's notes, for its principal."""
 
     def remember(self, dataset: str, text: str) -> str:
         """Save `text` about `dataset` (a name under /data); the confirmation for the model.

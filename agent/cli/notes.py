@@ -23,7 +23,7 @@ import click
 from sbx.agent.cli.errors import fail
 from sbx.agent.core.app import os_principal
 from sbx.agent.core.config import load_config
-from sbx.agent.core.notes import Note, NoteBook, NoteError, local_note_store
+from sbx.agent.core.notes import DatasetNotes, Note, NoteError, local_note_store
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.provenance.data import data_digests
 from sbx.tools.policy import PolicyError
@@ -56,7 +56,7 @@ def notes(ctx: click.Context, policy: Path | None) -> None:
         rule = load_config(policy).policy.tools.remember
     except PolicyError as exc:
         fail(str(exc))
-    ctx.obj = NoteBook(local_note_store(os.environ), principal=os_principal(), team=None,
+    ctx.obj = DatasetNotes(local_note_store(os.environ), principal=os_principal(), team=None,
                        rule=rule)
 
 
@@ -65,7 +65,7 @@ def notes(ctx: click.Context, policy: Path | None) -> None:
               help="Only the notes on this file (repeatable); marks those it outdates stale.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 @click.pass_obj
-def list_notes(book: NoteBook, data: tuple[Path, ...], as_json: bool) -> None:
+def list_notes(book: DatasetNotes, data: tuple[Path, ...], as_json: bool) -> None:
     """List your notes (all, or those on --data files)."""
     digests = data_digests(data) if data else {}
     found = _guarded(lambda: [n for n in book.visible() if not data or n.dataset in digests])
@@ -83,7 +83,7 @@ def list_notes(book: NoteBook, data: tuple[Path, ...], as_json: bool) -> None:
 @click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.argument("text")
 @click.pass_obj
-def add_note(book: NoteBook, file: Path, text: str) -> None:
+def add_note(book: DatasetNotes, file: Path, text: str) -> None:
     """Add a note about FILE (attached to its name and its current content)."""
     name, digest = next(iter(data_digests([file]).items()))
     note = _guarded(lambda: book.add(name, digest, text))
@@ -94,7 +94,7 @@ def add_note(book: NoteBook, file: Path, text: str) -> None:
 @click.argument("note_id")
 @click.argument("text")
 @click.pass_obj
-def edit_note(book: NoteBook, note_id: str, text: str) -> None:
+def edit_note(book: DatasetNotes, note_id: str, text: str) -> None:
     """Replace the text of note NOTE_ID."""
     note = _guarded(lambda: book.edit(note_id, text))
     click.echo(_line(note, None))
@@ -103,7 +103,7 @@ def edit_note(book: NoteBook, note_id: str, text: str) -> None:
 @notes.command("delete")
 @click.argument("note_id")
 @click.pass_obj
-def delete_note(book: NoteBook, note_id: str) -> None:
+def delete_note(book: DatasetNotes, note_id: str) -> None:
     """Delete note NOTE_ID: the next conversation no longer sees it."""
     note = _guarded(lambda: book.delete(note_id))
     click.echo(f"deleted {note.id}", err=True)

@@ -10,7 +10,7 @@ note alone gives stays unsupported.
     Note        one note: dataset, digest, text, who wrote it, when, its team if shared
     NoteStore   where notes live: a JSON file for the CLI (`FileNoteStore`), the
                 service's database (`sbx.agent.store.notes`)
-    NoteBook    one principal's view for one conversation: the notes they may read,
+    DatasetNotes    one principal's view for one conversation: the notes they may read,
                 the section of the system prompt, and `remember` (the tool's keeper)
 
 Who sees a note: its author, and the author's team when the policy shares
@@ -96,7 +96,7 @@ def new_note_id() -> str:
     return f"note-{uuid.uuid4().hex[:12]}"
 
 
-class NoteBook:
+class DatasetNotes:
     """One principal's notes for one conversation (or one CLI or API request)."""
 
     def __init__(self, store: NoteStore, *, principal: str, team: str | None,
@@ -194,11 +194,11 @@ def local_note_store(environ: Mapping[str, str]) -> FileNoteStore:
     return FileNoteStore(Path(named) if named else LOCAL_NOTES)
 
 
-def notebook_for(spec: ConversationSpec, policy: Policy) -> NoteBook | None:
-    """The notebook of a conversation's principal on its data (None: the face keeps none)."""
+def notes_for(spec: ConversationSpec, policy: Policy) -> DatasetNotes | None:
+    """A conversation principal's notes on its data (None: the face keeps no notes)."""
     if spec.notes is None:
         return None
-    return NoteBook(spec.notes, principal=spec.principal, team=spec.team,
+    return DatasetNotes(spec.notes, principal=spec.principal, team=spec.team,
                     rule=policy.tools.remember, data=data_digests(spec.data))
 
 

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from sbx.agent.core.notes import NoteBook
+from sbx.agent.core.notes import DatasetNotes
 from sbx.tools.builtin.data_summary import summarize_data
 from sbx.tools.guard import DataGuard
 
@@ -71,7 +71,7 @@ def build_system_prompt(
     memory: str,
     tool_format: str = "native",
     guard: DataGuard | None = None,
-    notes: NoteBook | None = None,
+    notes: DatasetNotes | None = None,
 ) -> SystemPrompt:
     """Fill the template with the data summary, the enabled tools and the sandbox's limits.
 

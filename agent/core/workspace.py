@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sbx.agent.core.config import AppConfig
-from sbx.agent.core.notes import NoteStore, notebook_for
+from sbx.agent.core.notes import NoteStore, notes_for
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.core.spend import SpendLimit
 from sbx.agent.core.teams import withhold
@@ -189,7 +189,7 @@ class Workspace(Closing):
             continues=continues,
             on_output=on_output,
             observation_chars=self.config.settings.observation_tokens * CHARS_PER_TOKEN,
-            show_values=not self.spec.one_shot, notes=notebook_for(self.spec, self.config.policy),
+            show_values=not self.spec.one_shot, notes=notes_for(self.spec, self.config.policy),
         )
         return build_gate(
             withhold(self.config.policy, self.spec.withheld_tools),

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from starlette.responses import Response
 
-from sbx.agent.core.notes import Note, NoteBook, NoteError
+from sbx.agent.core.notes import DatasetNotes, Note, NoteError
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.schemas import Listing, NoteIn, NoteOut
@@ -64,17 +64,17 @@ def delete_note(call: Call) -> Response:
     return Response(status_code=204)
 
 
-def _dataset_and_book(call: Call) -> tuple[Dataset, NoteBook]:
-    """The caller's dataset (404 otherwise) and the caller's notebook."""
+def _dataset_and_book(call: Call) -> tuple[Dataset, DatasetNotes]:
+    """The caller's dataset (404 otherwise) and the caller's notes."""
     with call.service.db.read() as session:
         dataset = owned(session, Dataset, "dataset", call.params["dataset_id"], call.principal)
         session.expunge(dataset)
-    book = NoteBook(DbNoteStore(call.service.db), principal=call.principal, team=call.key.team,
+    book = DatasetNotes(DbNoteStore(call.service.db), principal=call.principal, team=call.key.team,
                     rule=call.service.config.policy.tools.remember)
     return dataset, book
 
 
-def _own_note(book: NoteBook, dataset: Dataset, note_id: str) -> Note:
+def _own_note(book: DatasetNotes, dataset: Dataset, note_id: str) -> Note:
     """A note on this dataset the caller may read, else 404."""
     try:
         note = book.get(note_id)
