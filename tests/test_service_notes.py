@@ -1,6 +1,6 @@
 """Notes over HTTP: `/v1/datasets/{id}/notes`, tenancy as datasets, and the next conversation.
 
-A real `sbx serve` (SQLite), real Docker, the real SDK against the scripted
+A real `sbx serve` (SQLite and PostgreSQL), real Docker, the real SDK against the scripted
 model; httpx as the client. The model's `remember` saves a note in one
 conversation; the next conversation's system prompt carries it.
 """
@@ -15,8 +15,10 @@ from sbx.agent.store.keys import create_key
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from service_support import stream, upload
 
+store = service_support.store
 serve = service_support.serve
 llm = service_support.llm
+pg_cluster = service_support.pg_cluster
 
 SALES = b"region,amount\nNorth,150\nSouth,250\n"
 SHARED = {"tools.remember": {"enabled": True, "share_with_team": True}}
@@ -44,9 +46,9 @@ def _conversation_prompt(client, llm, dataset: str, turns) -> str:
 
 @pytest.mark.docker
 def test_notes_on_a_dataset_are_the_callers_or_their_teams_and_reach_the_next_conversation(
-    serve, llm, tmp_path
+    store, serve, llm
 ):
-    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}", policy=SHARED)
+    server = serve(store, policy=SHARED)
     alice = server.client(_key(server, "alice", "red"))
     bob = server.client(_key(server, "bob", "red"))
     mallory = server.client(_key(server, "mallory", None))
