@@ -21,7 +21,7 @@ from sbx.agent.cli.main import cli
 from sbx.agent.core.app import App
 from sbx.agent.core.config import default_policy_path, load_config
 from sbx.agent.core.conversation import ConversationSpec
-from sbx.agent.core.notes import DatasetNotes, FileNoteStore, NoteError
+from sbx.agent.core.notes import MAX_PROMPT_NOTES, DatasetNotes, FileNoteStore, NoteError
 from sbx.agent.core.settings import Endpoint
 from sbx.agent.provenance.data import data_digests
 from sbx.agent.testing.scripted_model import assistant, tool_call
@@ -192,3 +192,15 @@ def test_a_damaged_notes_file_is_one_line_naming_it_not_a_traceback(tmp_path, mo
     assert listed.exit_code == 2
     assert listed.stderr == f"sbx: {broken}: not a notes file (JSONDecodeError); move it away " \
                             "or name another with SBX_NOTES\n"
+
+
+def test_a_prompt_shows_at_most_the_newest_notes_and_says_how_many_it_left_out(tmp_path):
+    rule = load_config(None).policy.tools.remember.model_copy(update={"max_notes": 100})
+    book = DatasetNotes(FileNoteStore(tmp_path / "n.json"), principal="os:ana", team=None,
+                        rule=rule, data={"sales.csv": "d"})
+    for number in range(MAX_PROMPT_NOTES + 3):
+        book.add("sales.csv", "d", f"fact {number}")
+    section = book.prompt_section()
+    assert section.count("\n- [note ") == MAX_PROMPT_NOTES
+    assert "] fact 2\n" not in section and f"] fact {MAX_PROMPT_NOTES + 2}\n" in section
+    assert section.endswith("- (3 older notes not shown)\n")

@@ -67,6 +67,10 @@ class Note(BaseModel):
         return digest is not None and digest != self.digest
 
 
+MAX_PROMPT_NOTES = 50
+"""Most notes one system prompt shows (the newest; a team's notes add up)."""
+
+
 class NoteError(ValueError):
     """A note was refused (too long, too many, unknown dataset or note); the message says why."""
 
@@ -169,12 +173,14 @@ class DatasetNotes:
 
     def prompt_section(self) -> str:
         """The system prompt's notes on this conversation's data ("" when there are none)."""
-        lines = []
-        for name, digest in sorted(self.data.items()):
-            for note in self.visible(name):
-                lines.append(note_line(note, digest))
-        if not lines:
+        found = [(note, digest) for name, digest in sorted(self.data.items())
+                 for note in self.visible(name)]
+        if not found:
             return ""
+        newest = sorted(found, key=lambda pair: pair[0].updated_at)[-MAX_PROMPT_NOTES:]
+        lines = [note_line(note, digest) for note, digest in found if (note, digest) in newest]
+        if len(found) > len(lines):
+            lines.append(f"- ({len(found) - len(lines)} older notes not shown)")
         return (
             "## Notes about this data, from earlier conversations\n\n"
             "People (or you, on their word) saved these notes. They are context, not "
