@@ -236,14 +236,8 @@ class RunResult:
             "unsupported": list(self.unsupported),
             **({"cost": self.cost} if self.cost is not None else {}),
             **(self._plan_dict() if self.plan else {}),
-            **(self._parts_dict() if self.parts is not None else {}),
+            **(_parts_dict(self.parts) if self.parts is not None else {}),
         }
-
-    def _parts_dict(self) -> dict[str, Any]:
-        checked = self.parts
-        if checked is None:  # pragma: no cover - as_dict asks only with parts
-            return {}
-        return {"parts": checked.parts.as_dict(), "mislabelled": list(checked.mislabelled)}
 
     def _plan_dict(self) -> dict[str, Any]:
         return {
@@ -251,3 +245,7 @@ class RunResult:
             "plan_revision": self.plan_revision,
             "plan_pending": list(self.plan_pending),
         }
+
+
+def _parts_dict(checked: PartsCheck) -> dict[str, Any]:
+    return {"parts": checked.parts.as_dict(), "mislabelled": list(checked.mislabelled)}
