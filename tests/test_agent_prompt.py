@@ -71,7 +71,7 @@ def test_dtype_inference_and_cell_clipping():
     assert infer_dtype(["2024-01-01T10:00:00Z", "2024-01-02 11:30"]) == "datetime"
     assert infer_dtype(["", ""]) == "empty"
     assert infer_dtype(["1", "one"]) == "text"
-    table = describe_table(b"name\n" + b"y" * 100 + b"\n", size=106, tsv=False)
+    table = describe_table(b"name\n" + b"y" * 100 + b"\n", size=106, name="t.csv") or ""
     assert "y" * 39 + "…" in table and "y" * 40 not in table
 
 

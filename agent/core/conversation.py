@@ -257,12 +257,12 @@ class Conversation(Closing):
             if cells is not None:
                 restored = restore_workspace(self.workspace, cells, self.config.restore,
                                              run_id=run_id, reason=self.workspace.lost_reason())
-                self.emit(restored)
-                asked = f"{note(restored)}\n\n{question}"
+                self.emit(restored.event)
+                asked = f"{note(restored.event)}\n\n{question}"
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
-                cancel=cancel, spend=self.spec.spend,
+                cancel=cancel, spend=self.spec.spend, prior=restored.work if cells else None,
                 **last_plan(self.runs, self._messages),
             )
             reason = result.status

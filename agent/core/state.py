@@ -85,6 +85,20 @@ class SandboxUsage:
 
 
 @dataclass(kw_only=True, frozen=True)
+class PriorWork:
+    """Sandbox work done for a run before its loop began (a restore's replay), charged to it.
+
+    It counts in the run's usage, cost, budgets and quotas like the run's own executions:
+    work the run caused is never free because it ran before the first model request.
+    """
+
+    sandbox: SandboxUsage
+    """The executions' wall time, CPU seconds and memory."""
+    artifacts: tuple[str, ...] = ()
+    """Host paths of the files it kept (recorded as the run's artifacts)."""
+
+
+@dataclass(kw_only=True, frozen=True)
 class Observation:
     """Where a tool observation sits in the conversation, for shortening old context."""
 

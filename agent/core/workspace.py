@@ -164,7 +164,8 @@ class Workspace(Closing):
         return self.spec.output or self.spec.output_root / run_id
 
     def open_gate(
-        self, run_id: str, *, continues: str | None = None, on_output: OutputSink | None = None
+        self, run_id: str, *, continues: str | None = None, on_output: OutputSink | None = None,
+        output: Path | None = None,
     ) -> ToolGate:
         """A started gate for one run, its code sent to this workspace's sandbox.
 
@@ -173,12 +174,13 @@ class Workspace(Closing):
         The gate may outlive a `discard()`: its next program opens a new
         sandbox. The caller closes the gate (`run_end`) when the run ends. `continues`
         names the run this one continues (after `needs_input`) in the audit's `run_start`;
-        `on_output(call_id, stream, text)` receives executions' output while they run.
+        `on_output(call_id, stream, text)` receives executions' output while they run;
+        `output` replaces `output_dir(run_id)` (a restore's replay writes apart, see `restore`).
         """
-        opened = self._sandbox(run_id)
+        opened = self._sandbox(run_id, output)
         context = ToolContext(
             run_id=run_id,
-            runner=_CurrentSandbox(self, run_id) if opened is not None else None,
+            runner=_CurrentSandbox(self, run_id, output) if opened is not None else None,
             data_paths=list(self._data()),
             data_drop=_QueryDrop(self) if self._drop is not None else None,
             principal=self.spec.principal,
@@ -313,7 +315,7 @@ class Workspace(Closing):
         rule = self.config.policy.tools.query_sql
         return rule.enabled and bool(rule.sources_for(self.spec.principal))
 
-    def _sandbox(self, run_id: str) -> Session | None:
+    def _sandbox(self, run_id: str, output: Path | None = None) -> Session | None:
         """The workspace's session, opened at first use, its output set for `run_id`."""
         if not self.enabled or self._pool is None:
             return None
@@ -328,11 +330,11 @@ class Workspace(Closing):
                         limits=self.config.limits,
                         image=self.image,
                         data=self._data(),
-                        output_dir=self.output_dir(run_id),
+                        output_dir=output or self.output_dir(run_id),
                         run_id=run_id,
                     )
                 )
-            self._session.output_dir = self.output_dir(run_id)
+            self._session.output_dir = output or self.output_dir(run_id)
             self.used = True
             return self._session
 
@@ -366,9 +368,10 @@ class _CurrentSandbox:
     workspace's back (`Session.run` restarts a closed session).
     """
 
-    def __init__(self, workspace: Workspace, run_id: str) -> None:
+    def __init__(self, workspace: Workspace, run_id: str, output: Path | None) -> None:
         self._workspace = workspace
         self._run_id = run_id
+        self._output = output
 
     def run(
         self,
@@ -379,7 +382,7 @@ class _CurrentSandbox:
         show_values: bool = True,
     ) -> ExecutionResult:
         """Run `code` in the workspace's current sandbox (opened again after a discard)."""
-        session = self._workspace._sandbox(self._run_id)
+        session = self._workspace._sandbox(self._run_id, self._output)
         if session is None:
             raise SandboxError("no sandbox is available in this workspace")
         try:

@@ -11,6 +11,10 @@ time left; when it does not, `OutOfTime` says so at once instead of sleeping
 is one `ModelError` whose message says what failed, where, and which knob to
 turn. sbx parses the reply body itself (`agent.model_reply`): the SDK's
 lenient models let a hostile body through as half-typed objects.
+
+Every request passes the run's `RequestGuard` (`agent.model.boundary`) last,
+after the messages are in their final shape: that is the one boundary where
+data leaves for the provider, whatever built the messages.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.compaction import estimate_tokens
 from sbx.agent.core.settings import AgentSettings, Endpoint
 from sbx.agent.core.textformat import as_text_messages, with_code_calls
+from sbx.agent.model.boundary import RequestGuard
 from sbx.agent.model.http import UnusableReply, attempt_deadline, guarded_client
 from sbx.agent.model.reply import (
     ModelError,
@@ -131,10 +136,12 @@ class ModelClient:
         tools: Sequence[dict[str, Any]],
         *,
         timeout: float,
+        guard: RequestGuard,
         cancel: Cancellation | None = None,
     ) -> ModelReply:
         """Send the conversation and the tool list; all attempts together take at most `timeout` s.
 
+        Every message passes `guard` (the run principal's data guard) as it leaves.
         Raises `OutOfTime` when `timeout` runs out first, `Cancelled` within about
         `CANCEL_POLL_S` of `cancel` firing (the request in flight is abandoned),
         `ModelError` for anything else.
@@ -150,7 +157,7 @@ class ModelClient:
         if text_format:  # no tools on the wire; code comes back in fenced blocks
             messages, tools = as_text_messages(messages), ()
         logger.debug("Requesting a completion from %s (%d messages)", self.model, len(messages))
-        sendable = clean_value(list(messages))  # a lone surrogate cannot be sent as UTF-8
+        sendable = clean_value(guard.messages(messages))  # a lone surrogate cannot be UTF-8
         attempt = 0
         while True:
             try:

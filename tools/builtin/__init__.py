@@ -3,7 +3,9 @@
     execute_python     sandbox session (runner from ToolContext)     execute_python.py
     calculate          exact arithmetic, RestrictedPython + guards   calculate.py, calc_*.py
     list_data_files    the run's data paths, host side               data_files.py
-    preview_data_file  first rows of one data file, host side        data_files.py, data_preview.py
+    preview_data_file  first rows of one data file, host side        data_files.py, data_preview.py,
+                                                                     tables.py (shared with the
+                                                                     data summary)
     http_get           allowlisted domains, public addresses only    http_get.py, http_fetch.py
     ask_user           the operator, now or when the run continues   ask_user.py
     update_plan        the model's plan, checked and echoed          plan.py
