@@ -84,7 +84,7 @@ def test_the_prompt_is_versioned_filled_and_sent_without_its_header(tmp_path):
         data=[sales], tools=["execute_python", "calculate"], timeout_s=30, memory="512 MiB"
     )
 
-    assert version == prompt.version == "4"
+    assert version == prompt.version == "5"
     assert "<!--" not in prompt.text and "$" not in prompt.text
     assert "You can call: `execute_python`, `calculate`." in prompt.text
     assert "- /data/sales.csv (" in prompt.text and "region (text), revenue (float)" in prompt.text

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import click
 from pydantic import BaseModel
 
+from sbx.agent.cli.answer_parts import answer_text, mislabelled_line
 from sbx.agent.cli.display_restored import render_restored
 from sbx.agent.core.events import Event
 from sbx.agent.core.plan import pending_note
@@ -247,17 +248,16 @@ class Progress:
         for path in _list(event, "artifacts"):
             self._echo(f"   artifact: {_clip(_text(path))}")
         if self._show_answer and event.get("answer"):
-            self._echo("")
-            self._echo(_text(event["answer"]), multiline=True)
+            self._echo("\n" + answer_text(event), multiline=True)
 
     def _provenance(self, event: Row) -> None:
         """Whether the answer's numbers were printed by an output, and by which."""
-        verdict = verdict_line(event)
-        if verdict is None:
-            return
-        self._echo(f"   {verdict}", fg="green" if event.get("verified") else "yellow")
+        if (verdict := verdict_line(event)) is not None:
+            self._echo(f"   {verdict}", fg="green" if event.get("verified") else "yellow")
         for source in _list(event, "sources"):
             self._echo(f"     {source_line(_as_map(source, 'sources[]'))}", dim=True)
+        if mislabelled := mislabelled_line(event):
+            self._echo(f"   {mislabelled}", fg="yellow")
 
     def _sandbox_totals(self, sandbox: dict[str, Any]) -> None:
         if not _num(sandbox, "executions", "sandbox"):

@@ -35,6 +35,7 @@ from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.core.loop import run
+from sbx.agent.core.notes import notes_for
 from sbx.agent.core.plan import plan_from_messages
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.core.restore import forgotten, prior_cells, replace_killed, restore_workspace
@@ -293,9 +294,8 @@ class Conversation(Closing):
         if self._prompt is None or not self._messages:
             limits = self.config.limits
             self._prompt = build_system_prompt(
-                data=self.spec.data,
-                tools=gate.enabled_names(),
-                timeout_s=limits.timeout,
+                data=self.spec.data, notes=notes_for(self.spec, self.config.policy),
+                tools=gate.enabled_names(), timeout_s=limits.timeout,
                 memory=format_size(limits.memory),
                 tool_format=self.config.settings.tool_format,
                 guard=gate.guard,

@@ -271,6 +271,18 @@ class SourceRecord(BaseModel):
     text: str = ""
 
 
+class AnswerPartsRecord(BaseModel):
+    """An answer's parts (`sbx.agent.provenance.parts.AnswerParts`)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    measured: str = ""
+    interpretation: str = ""
+    assumptions: str = ""
+    unmarked: str = ""
+    """The whole answer when it has no parts."""
+
+
 class RunEnd(_Event):
     """How a run ended (`sbx.agent.core.state.RunResult.as_dict`)."""
 
@@ -289,6 +301,10 @@ class RunEnd(_Event):
     sources: list[SourceRecord] = Field(default_factory=list)
     unsupported: list[str] = Field(default_factory=list)
     """Numbers of the answer no output printed."""
+    parts: AnswerPartsRecord | None = None
+    """The answer's measured part, interpretation and assumptions (None before they existed)."""
+    mislabelled: list[str] = Field(default_factory=list)
+    """Sentences presented as measured that explain, guess or state an untraced number."""
     plan: list[PlanStepRecord] = Field(default_factory=list)
     """The final plan (empty when the model wrote none)."""
     plan_revision: int = 0

@@ -334,6 +334,7 @@ def finish(
         verified=traced.verdict if traced is not None else None,
         sources=traced.sources if traced is not None else (),
         unsupported=traced.unsupported if traced is not None else (),
+        parts=ending.parts if ending.status == "completed" else None,
         plan=state.plan,
         plan_revision=state.plan_revision,
         plan_pending=pending_steps(state.plan) if ending.status == "completed" else (),

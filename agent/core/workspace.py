@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sbx.agent.core.config import AppConfig
+from sbx.agent.core.notes import NoteStore, notes_for
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.core.spend import SpendLimit
 from sbx.agent.core.teams import withhold
@@ -83,8 +84,7 @@ class ConversationSpec:
     team: str | None = None
     """The principal's team (the service's key or sign-in says which); audited beside it."""
     spend: SpendLimit | None = None
-    """The budgets above each run (the key's, the team's), from the face's store; None: the
-    per-run `max_cost` alone (the CLI)."""
+    """Budgets above each run (the key's, the team's), from the face's store; None: none."""
     withheld_tools: tuple[str, ...] = ()
     """Tools the policy enables that this principal's team is not offered (off at its gate)."""
     data: tuple[Path, ...] = ()
@@ -96,16 +96,16 @@ class ConversationSpec:
     label: str | None = None
     """Shown first in the progress and kept in the transcript (the demo's "scripted model")."""
     conversation_id: str | None = None
-    """The owner's id (a conversation's, an MCP session's, one program's run id); the core
-    makes a new conversation id when None."""
+    """The owner's id (a conversation's, an MCP session's, a program's run); None: a new one."""
     operator: Operator | None = None
     """Who answers the model's `ask_user` at once (the CLI's terminal prompt); None: no one."""
     defer_questions: bool = False
     """Without an operator, `ask_user` ends the run `needs_input` and `answer()` continues it;
     with neither, the model is not offered `ask_user`."""
+    notes: NoteStore | None = None
+    """Where notes about the data live (the CLI's file, the service's database); None: none."""
     one_shot: bool = False
-    """One program, as a script runs (`execute_program`): its stdout is exactly what it wrote,
-    no trailing expression's value is printed as a notebook would."""
+    """One program (`execute_program`): stdout is what it wrote, no trailing value printed."""
 
 
 def check_data(data: Sequence[Path]) -> None:
@@ -191,7 +191,7 @@ class Workspace(Closing):
             continues=continues,
             on_output=on_output,
             observation_chars=self.config.settings.observation_tokens * CHARS_PER_TOKEN,
-            show_values=not self.spec.one_shot,
+            show_values=not self.spec.one_shot, notes=notes_for(self.spec, self.config.policy),
         )
         return build_gate(
             withhold(self.config.policy, self.spec.withheld_tools),

@@ -37,6 +37,7 @@ from sbx.agent.service.schemas import (
 from sbx.agent.service.teams import tenant_of
 from sbx.agent.service.tenancy import dataset_paths, limited, owned
 from sbx.agent.store.models import Conversation, Run
+from sbx.agent.store.notes import DbNoteStore
 from sbx.agent.store.quotas import reserve_conversation
 
 LIST_LIMIT = 200
@@ -70,7 +71,8 @@ def create_conversation(call: Call, body: CreateConversation) -> Response:
         spec = ConversationSpec(principal=call.principal, team=tenant.team,
                                 spend=tenant.spend, withheld_tools=tenant.withheld_tools,
                                 data=data, output_root=directory / "output",
-                                conversation_id=row.id, defer_questions=True)
+                                conversation_id=row.id, defer_questions=True,
+                                notes=DbNoteStore(service.db))
         conversation = service.app.conversation(
             spec, endpoint=replace(endpoint, model=model),
             transcript=directory / "transcript.jsonl", limits=body.limits)
