@@ -57,8 +57,9 @@ def make_query_sql(rule: QuerySqlRule, principal: str, guard: DataGuard | None =
         f"- {name}: {_dialect(src.url or '')}{' - ' + src.description if src.description else ''}"
         for name, src in sorted(mine.items())
     )
-    limits = QueryLimits(timeout_s=rule.statement_timeout, max_rows=rule.max_rows,
-                         max_bytes=rule.max_bytes)
+    # the gate abandons a call at `timeout` (plus a grace): its statement is cancelled by then
+    timeout_s = min(rule.statement_timeout, rule.timeout or rule.statement_timeout)
+    limits = QueryLimits(timeout_s=timeout_s, max_rows=rule.max_rows, max_bytes=rule.max_bytes)
     counter = iter(range(1, 1_000_000))
 
     def query_sql(source: str, sql: str, ctx: ToolContext, name: str = "") -> ToolReturn:
