@@ -201,6 +201,12 @@ def test_per_request_limits_apply_below_the_policy_and_are_refused_above_it(stor
         assert refused.json()["detail"].startswith(knob), refused.json()["detail"]
         opened = client.post("/v1/conversations", json={"limits": limits})
         assert opened.status_code == 422 and opened.json()["detail"].startswith(knob)
+    for path, body in (("/v1/execute", {"code": "print(1)"}), ("/v1/conversations", {})):
+        low = client.post(path, json={**body, "limits": {"memory": "6m"}})  # dies at its start
+        assert low.status_code == 422, low.text
+        assert low.json()["type"].endswith("limit-below-minimum")
+        assert low.json()["detail"] == "limits.memory: at least 16 MiB (the least a sandbox " \
+                                       "starts in)"
 
     conversation = client.post("/v1/conversations", json={"limits": {"timeout": "2s"}})
     assert conversation.status_code == 201, conversation.text
