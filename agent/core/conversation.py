@@ -101,6 +101,8 @@ class Conversation(Closing):
         """Every run's result, in order."""
         self.pending: PendingInput | None = None
         """The last run ended `needs_input`: `answer()` continues it (a new question drops it)."""
+        self._claim_lock = threading.Lock()
+        self._claimed: str | None = None
 
     # ------------------------------------------------------------ subscribers
 
@@ -149,12 +151,37 @@ class Conversation(Closing):
         continues. `ValueError` when no run is waiting for an answer.
         """
         with self._lock:
-            pending = self.pending
-            if pending is None:
-                raise ValueError("no run of this conversation is waiting for an answer")
+            run_id = run_id or new_run_id()
+            with self._claim_lock:  # another answer's claim stays; this one's is consumed
+                pending, mine = self.pending, self._claimed in (None, run_id)
+                if mine:
+                    self._claimed = None
+                if pending is None or not mine:
+                    raise ValueError("no run of this conversation is waiting for an answer")
+                self.pending = None
             text = bounded_answer(answer)
-            return self._recorded(answer_message(pending, text), run_id or new_run_id(), cancel,
+            return self._recorded(answer_message(pending, text), run_id, cancel,
                                   recorder, continues=pending, answer=text)
+
+    def claim_answer(self, run_id: str) -> PendingInput:
+        """Take the pending question for the answer that `run_id` will bring, in one step.
+
+        Of two answers at once, one gets the question and the other `ValueError`, as
+        if it came after. The claim holds while the answer waits for its turn (`answer`
+        with the same `run_id` consumes it); `unclaim` gives it back when that run
+        will not happen.
+        """
+        with self._claim_lock:
+            if self.pending is None or self._claimed is not None:
+                raise ValueError("no run of this conversation is waiting for an answer")
+            self._claimed = run_id
+            return self.pending
+
+    def unclaim(self, run_id: str) -> None:
+        """Give back the question `run_id` claimed and never answered (idempotent)."""
+        with self._claim_lock:
+            if self._claimed == run_id:
+                self._claimed = None
 
     def _recorded(self, question: str, run_id: str, cancel: Cancellation | None,
                   recorder: RunRecorder | None, *, continues: PendingInput | None = None,
