@@ -94,3 +94,52 @@ def test_one_address_holding_many_slow_connections_leaves_others_served(serve, t
     held = [o for o in outcomes if o == b""]  # closed at the head's deadline, no answer
     assert len(refused) == 32 and len(held) == 8, (outcomes, legit_s)
     assert b"Retry-After: 5" in refused[0]
+
+
+@pytest.mark.docker
+def test_a_refused_connection_reads_its_503(serve, tmp_path):
+    server = serve(sqlite(tmp_path),
+                   policy={"service": {"client_timeout": "5s", "client_connections": 2}})
+    held = [connect(server.url) for _ in range(2)]
+    for sock in held:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # a head that never ends
+    transport = httpx.HTTPTransport(local_address=HOSTILE, retries=0)
+    with httpx.Client(transport=transport, timeout=30) as client:
+        for _ in range(5):  # the client sends its whole body before it reads the answer
+            answer = client.post(server.url + "/web/session", content=b" " * (512 * 1024),
+                                 headers={"Content-Type": "application/json"})
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["Retry-After"] == "5"
+            assert answer.text == "too many connections from this address; retry\r\n"
+    for sock in held:
+        sock.close()
+
+
+def forwarded(url: str, client: str, head: bytes) -> socket.socket:
+    """A connection from the proxy (127.0.0.1) carrying a request of `client`."""
+    sock = connect(url, source="127.0.0.1")
+    sock.sendall(head.replace(b"\r\n\r\n", f"\r\nX-Forwarded-For: {client}\r\n\r\n".encode(), 1))
+    return sock
+
+
+@pytest.mark.docker
+def test_behind_a_trusted_proxy_one_clients_slow_bodies_leave_the_others_served(serve, tmp_path):
+    server = serve(sqlite(tmp_path), policy={"service": {
+        "client_timeout": "5s", "client_connections": 8, "trusted_proxies": ["127.0.0.1"]}})
+    key = server.key("tess")
+    slow = (b"POST /web/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100000\r\n\r\n{")
+    flood = [forwarded(server.url, "203.0.113.7", slow) for _ in range(40)]
+    started = time.monotonic()
+    listing = (b"GET /v1/conversations HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+               b"Authorization: Bearer " + key.encode() + b"\r\n\r\n")
+    for n in range(10):  # other clients of the same proxy, each request on a new connection
+        sock = forwarded(server.url, f"spoofed, 198.51.100.{n % 2}", listing)
+        answer = read_to_end(sock)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    served_s = time.monotonic() - started
+    outcomes = [read_to_end(sock) for sock in flood]
+    refused = [o for o in outcomes if o.startswith(b"HTTP/1.1 503")]
+    assert len(refused) == 32, (outcomes, served_s)  # the flooding client's own 8 held theirs
+    assert b"too many connections from this address" in refused[0]
+    assert served_s < 5, served_s  # not waiting for the flood's deadlines
