@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 import service_support
+from sbx.agent.service.edge import MAX_ANONYMOUS, MAX_CONNECTIONS
 
 serve = service_support.serve
 llm = service_support.llm
@@ -115,6 +116,15 @@ def test_a_refused_connection_reads_its_503(serve, tmp_path):
         sock.close()
 
 
+def answered(socks: list[socket.socket], count: int, within_s: float) -> list[socket.socket]:
+    """The sockets with something to read, once `count` of them have (or `within_s` passed)."""
+    deadline = time.monotonic() + within_s
+    readable: list[socket.socket] = []
+    while len(readable) < count and time.monotonic() < deadline:
+        readable, _, _ = select.select(socks, [], [], 0.5)
+    return readable
+
+
 def forwarded(url: str, client: str, head: bytes) -> socket.socket:
     """A connection from the proxy (127.0.0.1) carrying a request of `client`."""
     sock = connect(url, source="127.0.0.1")
@@ -143,3 +153,26 @@ def test_behind_a_trusted_proxy_one_clients_slow_bodies_leave_the_others_served(
     assert len(refused) == 32, (outcomes, served_s)  # the flooding client's own 8 held theirs
     assert b"too many connections from this address" in refused[0]
     assert served_s < 5, served_s  # not waiting for the flood's deadlines
+
+
+@pytest.mark.docker
+def test_requests_without_credentials_cannot_take_the_places_kept_for_keys(serve, tmp_path):
+    server = serve(sqlite(tmp_path), policy={"service": {
+        "client_timeout": "5s", "client_connections": 1000, "trusted_proxies": ["127.0.0.1"]}})
+    key = server.key("uma")
+    slow = (b"POST /web/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100000\r\n\r\n{")
+    flood = [forwarded(server.url, f"10.1.{n // 250}.{n % 250 + 1}", slow)
+             for n in range(MAX_ANONYMOUS + 8)]  # each its own client, none with a key
+    over = 8
+    assert len(answered(flood, over, within_s=30)) == over  # the refusals are out
+    listing = (b"GET /v1/conversations HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+               b"Authorization: Bearer " + key.encode() + b"\r\n\r\n")
+    for _ in range(5):
+        answer = read_to_end(forwarded(server.url, "198.51.100.9", listing))
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    outcomes = [read_to_end(sock) for sock in flood]
+    refused = [o for o in outcomes if o.startswith(b"HTTP/1.1 503")]
+    assert len(refused) == over, refused[:1]
+    assert all(b"too many requests without credentials" in o for o in refused)
+    assert MAX_CONNECTIONS - MAX_ANONYMOUS >= 128

@@ -20,12 +20,12 @@ from collections.abc import Iterable, Sequence
 
 from sbx.agent.service.web.signin_sessions import COOKIE
 
-MAX_CONNECTIONS = 512
-"""Connections and requests at once; past it uvicorn answers 503."""
+MAX_ANONYMOUS = 512
+"""Requests with a body and no credentials in progress at once, from all clients."""
 AUTHENTICATED_RESERVE = 128
 """Connections that requests without credentials can never hold."""
-MAX_ANONYMOUS = MAX_CONNECTIONS - AUTHENTICATED_RESERVE
-"""Requests with a body and no credentials in progress at once, from all clients."""
+MAX_CONNECTIONS = MAX_ANONYMOUS + AUTHENTICATED_RESERVE
+"""Connections and requests at once; past it uvicorn answers 503."""
 
 class TrustedProxies:
     """The proxies whose `X-Forwarded-For` is believed (none: every peer is the client)."""
