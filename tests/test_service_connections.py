@@ -13,7 +13,9 @@ import httpx
 import pytest
 
 import service_support
-from sbx.agent.service.edge import MAX_ANONYMOUS, MAX_CONNECTIONS
+from sbx.agent.core.config import load_config
+from sbx.agent.service.edge import MAX_ANONYMOUS, MAX_CONNECTIONS, TrustedProxies
+from sbx.tools.policy import PolicyError
 
 serve = service_support.serve
 llm = service_support.llm
@@ -176,3 +178,25 @@ def test_requests_without_credentials_cannot_take_the_places_kept_for_keys(serve
     assert len(refused) == over, refused[:1]
     assert all(b"too many requests without credentials" in o for o in refused)
     assert MAX_CONNECTIONS - MAX_ANONYMOUS >= 128
+
+
+@pytest.mark.parametrize(("peer", "forwarded", "client"), [
+    ("10.0.0.5", [b"198.51.100.2"], "198.51.100.2"),  # the proxy's own entry
+    ("10.0.0.5", [b"1.2.3.4, 198.51.100.2"], "198.51.100.2"),  # the client's own is never read
+    ("10.0.0.5", [b"1.2.3.4", b"198.51.100.2, 10.0.0.9"], "198.51.100.2"),  # two proxies deep
+    ("10.0.0.5", [b"[2001:db8::1]:443"], "2001:db8::1"),
+    ("10.0.0.5", [b"198.51.100.2:5000"], "198.51.100.2"),
+    ("10.0.0.5", [b"unknown"], "10.0.0.5"),  # not an address: the proxy itself
+    ("10.0.0.5", [], "10.0.0.5"),
+    ("192.0.2.7", [b"198.51.100.2"], "192.0.2.7"),  # not a trusted proxy: its header is ignored
+])
+def test_the_client_behind_trusted_proxies_is_the_one_the_nearest_proxy_saw(peer, forwarded,
+                                                                              client):
+    assert TrustedProxies(["10.0.0.0/16"]).client(peer, forwarded) == client
+
+
+def test_trusted_proxies_must_be_addresses_or_networks(tmp_path):
+    path = tmp_path / "sbx.toml"
+    path.write_text('[service]\ntrusted_proxies = ["10.0.0.0/8", "proxy.internal"]\n')
+    with pytest.raises(PolicyError, match="'proxy.internal' is not an IP address or network"):
+        load_config(path)
