@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from sbx.agent.core.asking import PendingInput, answer_message
+from sbx.agent.core.asking import PendingInput, PendingQuestion, answer_message
 from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
@@ -99,10 +99,8 @@ class Conversation(Closing):
         self._cancel: Cancellation | None = None
         self.runs: list[RunResult] = []
         """Every run's result, in order."""
-        self.pending: PendingInput | None = None
+        self.question = PendingQuestion()
         """The last run ended `needs_input`: `answer()` continues it (a new question drops it)."""
-        self._claim_lock = threading.Lock()
-        self._claimed: str | None = None
 
     # ------------------------------------------------------------ subscribers
 
@@ -138,7 +136,7 @@ class Conversation(Closing):
         `run_error` event. `recorder` (an admitted run's) hears it start and end.
         """
         with self._lock:
-            self.pending = None
+            self.question.set(None)
             return self._recorded(question, run_id or new_run_id(), cancel, recorder)
 
     def answer(self, answer: str, *, run_id: str | None = None,
@@ -152,36 +150,10 @@ class Conversation(Closing):
         """
         with self._lock:
             run_id = run_id or new_run_id()
-            with self._claim_lock:  # another answer's claim stays; this one's is consumed
-                pending, mine = self.pending, self._claimed in (None, run_id)
-                if mine:
-                    self._claimed = None
-                if pending is None or not mine:
-                    raise ValueError("no run of this conversation is waiting for an answer")
-                self.pending = None
+            pending = self.question.take(run_id)  # unless another answer claimed it
             text = bounded_answer(answer)
             return self._recorded(answer_message(pending, text), run_id, cancel,
                                   recorder, continues=pending, answer=text)
-
-    def claim_answer(self, run_id: str) -> PendingInput:
-        """Take the pending question for the answer that `run_id` will bring, in one step.
-
-        Of two answers at once, one gets the question and the other `ValueError`, as
-        if it came after. The claim holds while the answer waits for its turn (`answer`
-        with the same `run_id` consumes it); `unclaim` gives it back when that run
-        will not happen.
-        """
-        with self._claim_lock:
-            if self.pending is None or self._claimed is not None:
-                raise ValueError("no run of this conversation is waiting for an answer")
-            self._claimed = run_id
-            return self.pending
-
-    def unclaim(self, run_id: str) -> None:
-        """Give back the question `run_id` claimed and never answered (idempotent)."""
-        with self._claim_lock:
-            if self._claimed == run_id:
-                self._claimed = None
 
     def _recorded(self, question: str, run_id: str, cancel: Cancellation | None,
                   recorder: RunRecorder | None, *, continues: PendingInput | None = None,
@@ -215,7 +187,7 @@ class Conversation(Closing):
         """
         with self._lock:
             self._messages = list(messages)
-            self.pending = pending
+            self.question.set(pending)
             self.workspace.reset_pending = lost
             if lost:
                 self.workspace.lost("the previous process ended")
@@ -259,7 +231,7 @@ class Conversation(Closing):
 
         The token cancels the gate's running call and removes the sandbox when it fires.
         """
-        self.pending = None
+        self.question.set(None)
         cancel.check()
         replace_killed(self.workspace, self.config.restore)
         live = LiveRelay(run_id, self._publish)
@@ -294,7 +266,7 @@ class Conversation(Closing):
             reason = result.status
             self._messages = settle(list(result.messages), result.status)
             if result.status == "needs_input" and result.question is not None:
-                self.pending = PendingInput(run_id=run_id, question=result.question)
+                self.question.set(PendingInput(run_id=run_id, question=result.question))
         except (KeyboardInterrupt, Cancelled):
             reason = "cancelled"
             raise

@@ -154,7 +154,7 @@ def _submit(call: Call, text: str, *, answering: bool = False) -> Response:
         recorder.admitted(ticket)
         service.runs.submit(held, ticket, recorder, text, answering=answering)
     except BaseException:
-        held.conversation.unclaim(run_id)  # refused: the question waits for another answer
+        held.conversation.question.unclaim(run_id)  # refused: it waits for another answer
         raise
     accepted = RunAccepted(run_id=run_id, status="queued", url=f"/v1/runs/{run_id}",
                            events_url=f"/v1/runs/{run_id}/events")
@@ -166,7 +166,7 @@ def _claim(held: Live, run_id: str) -> None:
     try:
         if held.run_id is not None:
             raise ValueError("a run is executing")
-        held.conversation.claim_answer(run_id)
+        held.conversation.question.claim(run_id)
     except ValueError:
         raise Problem(409, "no-question-pending", "no run of this conversation is waiting "
                       "for an answer (a run asks with ask_user and ends needs_input)") from None
