@@ -290,3 +290,20 @@ def test_a_query_that_lifts_its_own_timeout_is_cancelled_at_the_deadline(tmp_pat
     assert outcome.status == "error" and "statement timeout of 2 s" in outcome.text, outcome.text
     assert outcome.duration_s < 2 + 1.5  # the gate's own bound (2 s + 5 s grace) never came
     assert running == []  # the statement was cancelled and its connection closed
+
+
+def test_a_call_bounded_below_its_statement_timeout_cancels_its_statement(tmp_path, pg_cluster):
+    url = pg_db(pg_cluster)
+    pol = policy({"pg": {"url": url, "principals": ["*"]}}, statement_timeout="30s",
+                 timeout="1s")
+    gate, _ = gate_for(tmp_path, pol)
+    outcome = query(gate, "pg", "SELECT pg_sleep(30) AS slept")
+    gate.close()
+    engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        running = conn.exec_driver_sql(
+            "SELECT state FROM pg_stat_activity WHERE strpos(query, 'pg_sleep(30)') > 0 "
+            "AND pid <> pg_backend_pid()").all()
+    engine.dispose()
+    assert outcome.status == "error" and "statement timeout of 1 s" in outcome.text, outcome.text
+    assert running == []  # not abandoned to run on: cancelled before the gate gave up (6 s)
