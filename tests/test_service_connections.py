@@ -7,6 +7,7 @@ import select
 import socket
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -127,6 +128,21 @@ def answered(socks: list[socket.socket], count: int, within_s: float) -> list[so
     return readable
 
 
+SLOW_BODY = (b"POST /web/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             b"Content-Length: 100000\r\n\r\n{")
+"""A request without credentials whose body never comes."""
+
+
+def behind_proxy(serve, tmp_path, per_client: int) -> tuple[Any, bytes]:
+    """A server trusting 127.0.0.1 as its proxy, and a keyed request's head (a listing)."""
+    server = serve(sqlite(tmp_path), policy={"service": {
+        "client_timeout": "5s", "client_connections": per_client,
+        "trusted_proxies": ["127.0.0.1"]}})
+    listing = (b"GET /v1/conversations HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+               b"Authorization: Bearer " + server.key("tess").encode() + b"\r\n\r\n")
+    return server, listing
+
+
 def forwarded(url: str, client: str, head: bytes) -> socket.socket:
     """A connection from the proxy (127.0.0.1) carrying a request of `client`."""
     sock = connect(url, source="127.0.0.1")
@@ -136,15 +152,9 @@ def forwarded(url: str, client: str, head: bytes) -> socket.socket:
 
 @pytest.mark.docker
 def test_behind_a_trusted_proxy_one_clients_slow_bodies_leave_the_others_served(serve, tmp_path):
-    server = serve(sqlite(tmp_path), policy={"service": {
-        "client_timeout": "5s", "client_connections": 8, "trusted_proxies": ["127.0.0.1"]}})
-    key = server.key("tess")
-    slow = (b"POST /web/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 100000\r\n\r\n{")
-    flood = [forwarded(server.url, "203.0.113.7", slow) for _ in range(40)]
+    server, listing = behind_proxy(serve, tmp_path, per_client=8)
+    flood = [forwarded(server.url, "203.0.113.7", SLOW_BODY) for _ in range(40)]
     started = time.monotonic()
-    listing = (b"GET /v1/conversations HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-               b"Authorization: Bearer " + key.encode() + b"\r\n\r\n")
     for n in range(10):  # other clients of the same proxy, each request on a new connection
         sock = forwarded(server.url, f"spoofed, 198.51.100.{n % 2}", listing)
         answer = read_to_end(sock)
@@ -159,17 +169,11 @@ def test_behind_a_trusted_proxy_one_clients_slow_bodies_leave_the_others_served(
 
 @pytest.mark.docker
 def test_requests_without_credentials_cannot_take_the_places_kept_for_keys(serve, tmp_path):
-    server = serve(sqlite(tmp_path), policy={"service": {
-        "client_timeout": "5s", "client_connections": 1000, "trusted_proxies": ["127.0.0.1"]}})
-    key = server.key("uma")
-    slow = (b"POST /web/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 100000\r\n\r\n{")
-    flood = [forwarded(server.url, f"10.1.{n // 250}.{n % 250 + 1}", slow)
+    server, listing = behind_proxy(serve, tmp_path, per_client=1000)
+    flood = [forwarded(server.url, f"10.1.{n // 250}.{n % 250 + 1}", SLOW_BODY)
              for n in range(MAX_ANONYMOUS + 8)]  # each its own client, none with a key
     over = 8
     assert len(answered(flood, over, within_s=30)) == over  # the refusals are out
-    listing = (b"GET /v1/conversations HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-               b"Authorization: Bearer " + key.encode() + b"\r\n\r\n")
     for _ in range(5):
         answer = read_to_end(forwarded(server.url, "198.51.100.9", listing))
         assert answer.startswith(b"HTTP/1.1 200"), answer[:200]

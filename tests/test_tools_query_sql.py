@@ -269,6 +269,17 @@ def test_a_stored_value_over_the_cap_is_refused_before_it_is_read(tmp_path):
     assert alone.status == "error" and "larger than tools.query_sql.max_bytes" in alone.text
 
 
+def sleeping(url: str) -> list[Any]:
+    """The sessions still running a `pg_sleep(30)` on the server (other than this one)."""
+    engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        running = conn.exec_driver_sql(
+            "SELECT state, query FROM pg_stat_activity WHERE strpos(query, 'pg_sleep(30)') > 0 "
+            "AND pid <> pg_backend_pid()").all()
+    engine.dispose()
+    return list(running)
+
+
 LIFTED = ("SELECT set_config('statement_timeout', '0', true) AS lifted, "
           "CASE WHEN x > 1000 THEN pg_sleep(30) END AS slept FROM generate_series(1, 1200) AS x")
 """Lifts the session's timeout in the first fetches; a later one (past a batch of 1000 rows
@@ -281,12 +292,7 @@ def test_a_query_that_lifts_its_own_timeout_is_cancelled_at_the_deadline(tmp_pat
     gate, _ = gate_for(tmp_path, pol)
     outcome = query(gate, "pg", LIFTED)
     gate.close()
-    engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
-    with engine.connect() as conn:
-        running = conn.exec_driver_sql(
-            "SELECT state, query FROM pg_stat_activity WHERE strpos(query, 'pg_sleep(30)') > 0 "
-            "AND pid <> pg_backend_pid()").all()
-    engine.dispose()
+    running = sleeping(url)
     assert outcome.status == "error" and "statement timeout of 2 s" in outcome.text, outcome.text
     assert outcome.duration_s < 2 + 1.5  # the gate's own bound (2 s + 5 s grace) never came
     assert running == []  # the statement was cancelled and its connection closed
@@ -299,11 +305,6 @@ def test_a_call_bounded_below_its_statement_timeout_cancels_its_statement(tmp_pa
     gate, _ = gate_for(tmp_path, pol)
     outcome = query(gate, "pg", "SELECT pg_sleep(30) AS slept")
     gate.close()
-    engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
-    with engine.connect() as conn:
-        running = conn.exec_driver_sql(
-            "SELECT state FROM pg_stat_activity WHERE strpos(query, 'pg_sleep(30)') > 0 "
-            "AND pid <> pg_backend_pid()").all()
-    engine.dispose()
+    running = sleeping(url)
     assert outcome.status == "error" and "statement timeout of 1 s" in outcome.text, outcome.text
     assert running == []  # not abandoned to run on: cancelled before the gate gave up (6 s)
