@@ -14,6 +14,9 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -269,12 +272,12 @@ def test_a_stored_value_over_the_cap_is_refused_before_it_is_read(tmp_path):
     assert alone.status == "error" and "larger than tools.query_sql.max_bytes" in alone.text
 
 
-def sleeping(url: str) -> list[Any]:
-    """The sessions still running a `pg_sleep(30)` on the server (other than this one)."""
+def sessions(url: str) -> list[Any]:
+    """The other sessions on the test's database, with what they run (a cursor's `FETCH`)."""
     engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.connect() as conn:
         running = conn.exec_driver_sql(
-            "SELECT state, query FROM pg_stat_activity WHERE strpos(query, 'pg_sleep(30)') > 0 "
+            "SELECT state, query FROM pg_stat_activity WHERE datname = current_database() "
             "AND pid <> pg_backend_pid()").all()
     engine.dispose()
     return list(running)
@@ -292,10 +295,10 @@ def test_a_query_that_lifts_its_own_timeout_is_cancelled_at_the_deadline(tmp_pat
     gate, _ = gate_for(tmp_path, pol)
     outcome = query(gate, "pg", LIFTED)
     gate.close()
-    running = sleeping(url)
+    running = sessions(url)
+    assert running == []  # the statement was cancelled and its connection closed
     assert outcome.status == "error" and "statement timeout of 2 s" in outcome.text, outcome.text
     assert outcome.duration_s < 2 + 1.5  # the gate's own bound (2 s + 5 s grace) never came
-    assert running == []  # the statement was cancelled and its connection closed
 
 
 def test_a_call_bounded_below_its_statement_timeout_cancels_its_statement(tmp_path, pg_cluster):
@@ -305,6 +308,33 @@ def test_a_call_bounded_below_its_statement_timeout_cancels_its_statement(tmp_pa
     gate, _ = gate_for(tmp_path, pol)
     outcome = query(gate, "pg", "SELECT pg_sleep(30) AS slept")
     gate.close()
-    running = sleeping(url)
-    assert outcome.status == "error" and "statement timeout of 1 s" in outcome.text, outcome.text
+    running = sessions(url)
     assert running == []  # not abandoned to run on: cancelled before the gate gave up (6 s)
+    assert outcome.status == "error" and "statement timeout of 1 s" in outcome.text, outcome.text
+
+
+def test_a_cancelled_run_cancels_its_query_at_once(tmp_path, pg_cluster):
+    url = pg_db(pg_cluster)
+    gate, _ = gate_for(tmp_path, policy({"pg": {"url": url, "principals": ["*"]}},
+                                        statement_timeout="60s"))
+    outcomes: list[Any] = []
+    caller = threading.Thread(target=lambda: outcomes.append(
+        query(gate, "pg", "SELECT pg_sleep(30) AS slept")))
+    caller.start()
+    assert until(lambda: sessions(url) != [], within_s=20)
+    gate.cancel()
+    caller.join(20)
+    ended = until(lambda: sessions(url) == [], within_s=3)
+    gate.close()
+    assert outcomes and outcomes[0].status == "cancelled", outcomes
+    assert ended  # the statement was cancelled with the run, not left for its 60 s
+
+
+def until(condition: Callable[[], bool], within_s: float) -> bool:
+    """Whether `condition` held within `within_s` seconds (looked at ten times a second)."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True

@@ -36,7 +36,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -58,6 +58,8 @@ VALUE_BYTES = 8
 CONNECT_TIMEOUT_S = 10
 CANCEL_EVERY_S = 0.5
 """Past the deadline, a PostgreSQL cancel is sent again this often until the call ends."""
+WATCH_S = 0.1
+"""How often the canceller looks at the deadline and the run's cancel."""
 APPLICATION_NAME = "sbx query_sql"
 """How the session shows in `pg_stat_activity`."""
 BYTES_KEY = "tools.query_sql.max_bytes"
@@ -88,6 +90,20 @@ class QueryLimits:
     """Most bytes of values kept, counted as they arrive (their text, plus `VALUE_BYTES` each)."""
 
 
+@dataclass(frozen=True)
+class _Bound:
+    """When a query must end: at its deadline, or when its run is cancelled (`stop`)."""
+
+    deadline: float
+    stop: threading.Event | None
+
+    def cancelled(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
+    def over(self) -> bool:
+        return time.monotonic() > self.deadline or self.cancelled()
+
+
 @dataclass(frozen=True, kw_only=True)
 class QueryResult:
     """What one query returned, as a table, and whether (and why) it was cut."""
@@ -110,43 +126,53 @@ class _Rows(Protocol):
         ...
 
 
-def run_query(url: str, sql: str, limits: QueryLimits) -> QueryResult:
-    """Run `sql` read-only against `url` within `limits` (`QueryError`: refused or cancelled)."""
+def run_query(
+    url: str, sql: str, limits: QueryLimits, *, stop: threading.Event | None = None
+) -> QueryResult:
+    """Run `sql` read-only against `url` within `limits` (`QueryError`: refused or cancelled).
+
+    `stop` (the run's cancel) ends the query as its deadline does: the statement is
+    cancelled and the connection released, not left to run for an abandoned call.
+    """
     started = time.monotonic()
-    deadline = started + limits.timeout_s
+    bound = _Bound(started + limits.timeout_s, stop)
     scheme = make_url(url).get_backend_name()
     opener = _sqlite if scheme == "sqlite" else _postgresql
     try:
-        with opener(url, sql, limits, deadline) as rows:
-            columns, cut = _fetch(rows, limits, deadline)
+        with opener(url, sql, limits, bound) as rows:
+            columns, cut = _fetch(rows, limits, bound)
     except (sqlite3.Error, QueryError) as exc:
-        raise QueryError(_refusal(exc, limits, deadline)) from None
+        raise QueryError(_refusal(exc, limits, bound)) from None
     except Exception as exc:  # the driver's own errors (psycopg.Error and its subclasses)
         if type(exc).__module__.split(".")[0] != "psycopg":
             raise
-        raise QueryError(_refusal(exc, limits, deadline)) from None
+        raise QueryError(_refusal(exc, limits, bound)) from None
     return QueryResult(table=_table(rows.names, columns), cut=cut,
                        duration_s=time.monotonic() - started)
 
 
-def _refusal(exc: BaseException, limits: QueryLimits, deadline: float) -> str:
-    """The database's first line, and the deadline when the query was cut by it."""
+def _refusal(exc: BaseException, limits: QueryLimits, bound: _Bound) -> str:
+    """The database's first line, and what cut the query when its bound did."""
     text = str(exc).strip() or type(exc).__name__
     first = text.splitlines()[0][:500]
-    if time.monotonic() < deadline or isinstance(exc, QueryError):
+    if isinstance(exc, QueryError) or not bound.over():
         return first
+    if bound.cancelled():
+        return f"{first}: cancelled with the run"
     return f"{first}: cancelled at the statement timeout of {limits.timeout_s:g} s ({TIMEOUT_KEY})"
 
 
 def _fetch(
-    rows: _Rows, limits: QueryLimits, deadline: float
+    rows: _Rows, limits: QueryLimits, bound: _Bound
 ) -> tuple[list[list[Any]], str | None]:
     """The values kept, by column, fetched until a bound says stop (and which one)."""
     columns: list[list[Any]] = [[] for _ in rows.names]
     kept = size = 0
     batch = FIRST_BATCH
     while True:
-        if time.monotonic() > deadline:
+        if bound.cancelled():
+            raise QueryError("cancelled with the run")
+        if bound.over():
             return columns, TIMEOUT_KEY
         try:
             fetched = rows.fetch(min(batch, limits.max_rows + 1 - kept))
@@ -171,7 +197,7 @@ def _fetch(
 
 
 @contextmanager
-def _postgresql(url: str, sql: str, limits: QueryLimits, deadline: float) -> Iterator[_Rows]:
+def _postgresql(url: str, sql: str, limits: QueryLimits, bound: _Bound) -> Iterator[_Rows]:
     """A server-side cursor over `sql`, bounded by the database, in a read-only transaction."""
     target = make_url(url).set(drivername="postgresql+psycopg")
     engine = create_engine(target, poolclass=NullPool, connect_args={
@@ -180,13 +206,13 @@ def _postgresql(url: str, sql: str, limits: QueryLimits, deadline: float) -> Ite
         raw = engine.raw_connection()
     except Exception as exc:
         engine.dispose()
-        raise QueryError(f"cannot connect to the source: {_refusal(exc, limits, deadline)}"
+        raise QueryError(f"cannot connect to the source: {_refusal(exc, limits, bound)}"
                          ) from None
     try:
         conn = raw.driver_connection
         if conn is None:  # pragma: no cover - psycopg always has one
             raise QueryError("the source's driver gave no connection")
-        with _cancelled_at(conn, deadline):
+        with _cancelled_at(conn, bound):
             conn.read_only = True
             conn.autocommit = False
             ms = max(1, int(limits.timeout_s * 1000))
@@ -252,22 +278,22 @@ class _PgRows:
 
 
 @contextmanager
-def _cancelled_at(conn: Any, deadline: float) -> Iterator[None]:
-    """Cancel the connection's running statement at `deadline` (and again until the block ends).
+def _cancelled_at(conn: Any, bound: _Bound) -> Iterator[None]:
+    """Cancel the connection's running statement once `bound` is over, until the block ends.
 
     The session's `statement_timeout` is the query's to change (`set_config(...)` in a
     select list), a cancel request from outside is not: whatever the query set, its
-    statement ends at the deadline, and the connection is released by the caller.
+    statement ends at the deadline (or when the run is cancelled), and the connection is
+    released by the caller.
     """
     done = threading.Event()
 
     def cancel() -> None:
-        if done.wait(max(0.0, deadline - time.monotonic())):
-            return
-        while not done.is_set():
-            with contextlib.suppress(Exception):  # a failed cancel is retried; close ends it
-                conn.cancel_safe(timeout=CANCEL_EVERY_S * 4)
-            done.wait(CANCEL_EVERY_S)
+        while not done.wait(WATCH_S):
+            if bound.over():
+                with contextlib.suppress(Exception):  # a failed cancel is retried; close ends it
+                    conn.cancel_safe(timeout=CANCEL_EVERY_S * 4)
+                done.wait(CANCEL_EVERY_S)
 
     canceller = threading.Thread(target=cancel, name="sbx-sql-cancel", daemon=True)
     canceller.start()
@@ -282,7 +308,7 @@ def _cancelled_at(conn: Any, deadline: float) -> Iterator[None]:
 
 
 @contextmanager
-def _sqlite(url: str, sql: str, limits: QueryLimits, deadline: float) -> Iterator[_Rows]:
+def _sqlite(url: str, sql: str, limits: QueryLimits, bound: _Bound) -> Iterator[_Rows]:
     """The file opened read-only, reads alone authorized, values bounded, interrupted in time."""
     path = make_url(url).database
     if not path or path == ":memory:":
@@ -292,7 +318,7 @@ def _sqlite(url: str, sql: str, limits: QueryLimits, deadline: float) -> Iterato
     try:
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(1, limits.max_bytes))
         conn.set_authorizer(_sqlite_authorizer)
-        conn.set_progress_handler(_past(deadline), 1000)
+        conn.set_progress_handler(lambda: 1 if bound.over() else 0, 1000)
         try:
             cursor = conn.execute(sql)
         except sqlite3.DataError as exc:
@@ -335,10 +361,6 @@ def _too_big(exc: sqlite3.DataError) -> bool:
 
 def _sqlite_authorizer(action: int, *_: object) -> int:
     return sqlite3.SQLITE_OK if action in _SQLITE_READS else sqlite3.SQLITE_DENY
-
-
-def _past(deadline: float) -> Callable[[], int]:
-    return lambda: 1 if time.monotonic() > deadline else 0
 
 
 # ------------------------------------------------------------------ Arrow
