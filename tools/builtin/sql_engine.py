@@ -9,7 +9,8 @@ PostgreSQL (psycopg)
     The transaction is `READ ONLY` (it cannot be switched back once a query ran) and
     always rolled back; `statement_timeout` and `lock_timeout` bound each statement, and
     since a query may lift its own `statement_timeout` (`set_config`), a timer cancels the
-    running statement from the server's side at the deadline, whatever the session says.
+    running statement from the server's side at the deadline (or when the run is
+    cancelled), whatever the session says; the connection is closed then.
     The database bounds what it sends: the cursor reads the query through a wrapper that
     counts each row's bytes and a running total, and sends NULLs for every row past
     `max_bytes`; the first such row ends the fetch.
