@@ -298,7 +298,7 @@ def test_a_query_that_lifts_its_own_timeout_is_cancelled_at_the_deadline(tmp_pat
     running = sessions(url)
     assert running == []  # the statement was cancelled and its connection closed
     assert outcome.status == "error" and "statement timeout of 2 s" in outcome.text, outcome.text
-    assert outcome.duration_s < 2 + 1.5  # the gate's own bound (2 s + 5 s grace) never came
+    assert outcome.duration_s < 2 + 4  # the gate's own bound (2 s + 5 s grace) never came
 
 
 def test_a_call_bounded_below_its_statement_timeout_cancels_its_statement(tmp_path, pg_cluster):
@@ -324,7 +324,7 @@ def test_a_cancelled_run_cancels_its_query_at_once(tmp_path, pg_cluster):
     assert until(lambda: sessions(url) != [], within_s=20)
     gate.cancel()
     caller.join(20)
-    ended = until(lambda: sessions(url) == [], within_s=3)
+    ended = until(lambda: sessions(url) == [], within_s=5)
     gate.close()
     assert outcomes and outcomes[0].status == "cancelled", outcomes
     assert ended  # the statement was cancelled with the run, not left for its 60 s
