@@ -118,7 +118,7 @@ def converse(conversation: Conversation) -> int:
                 click.echo("(the sandbox and the conversation were reset)", err=True)
             elif question in ("/help", "/?"):
                 click.echo(HELP, err=True)
-            elif conversation.pending is not None:
+            elif conversation.question.value is not None:
                 show(conversation.answer(question))
             else:
                 show(conversation.ask(question))

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from sbx.agent.core.asking import PendingInput, answer_message
+from sbx.agent.core.asking import PendingInput, PendingQuestion, answer_message
 from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
@@ -100,7 +100,7 @@ class Conversation(Closing):
         self._cancel: Cancellation | None = None
         self.runs: list[RunResult] = []
         """Every run's result, in order."""
-        self.pending: PendingInput | None = None
+        self.question = PendingQuestion()
         """The last run ended `needs_input`: `answer()` continues it (a new question drops it)."""
 
     # ------------------------------------------------------------ subscribers
@@ -137,7 +137,7 @@ class Conversation(Closing):
         `run_error` event. `recorder` (an admitted run's) hears it start and end.
         """
         with self._lock:
-            self.pending = None
+            self.question.set(None)
             return self._recorded(question, run_id or new_run_id(), cancel, recorder)
 
     def answer(self, answer: str, *, run_id: str | None = None,
@@ -150,11 +150,10 @@ class Conversation(Closing):
         continues. `ValueError` when no run is waiting for an answer.
         """
         with self._lock:
-            pending = self.pending
-            if pending is None:
-                raise ValueError("no run of this conversation is waiting for an answer")
+            run_id = run_id or new_run_id()
+            pending = self.question.take(run_id)  # unless another answer claimed it
             text = bounded_answer(answer)
-            return self._recorded(answer_message(pending, text), run_id or new_run_id(), cancel,
+            return self._recorded(answer_message(pending, text), run_id, cancel,
                                   recorder, continues=pending, answer=text)
 
     def _recorded(self, question: str, run_id: str, cancel: Cancellation | None,
@@ -189,7 +188,7 @@ class Conversation(Closing):
         """
         with self._lock:
             self._messages = list(messages)
-            self.pending = pending
+            self.question.set(pending)
             self.workspace.reset_pending = lost
             if lost:
                 self.workspace.lost("the previous process ended")
@@ -233,7 +232,7 @@ class Conversation(Closing):
 
         The token cancels the gate's running call and removes the sandbox when it fires.
         """
-        self.pending = None
+        self.question.set(None)
         cancel.check()
         replace_killed(self.workspace, self.config.restore)
         live = LiveRelay(run_id, self._publish)
@@ -268,7 +267,7 @@ class Conversation(Closing):
             reason = result.status
             self._messages = settle(list(result.messages), result.status)
             if result.status == "needs_input" and result.question is not None:
-                self.pending = PendingInput(run_id=run_id, question=result.question)
+                self.question.set(PendingInput(run_id=run_id, question=result.question))
         except (KeyboardInterrupt, Cancelled):
             reason = "cancelled"
             raise
