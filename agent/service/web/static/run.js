@@ -1,8 +1,12 @@
 // One run on the page: its question, each step as it happens, then the answer.
 //
 // RunView.handle(event) takes the run's events in order, as the server streams
-// them (run_start, message, model_reply, output_chunk, tool_result, plan, compaction,
-// run_end, run_error, state_restored); an event type it does not know is ignored. Everything
+// them (run_start, model_reply, output_chunk, tool_result, plan, compaction,
+// run_end, run_error, state_restored); an event type it does not know is ignored,
+// and so are `message` events: what the harness tells the model (chart
+// descriptions, notes) is written for the model, and the page shows the charts
+// and tables themselves. The plan is shown once, as the checklist: the
+// update_plan calls that carry it are not drawn as steps. Everything
 // shown is built with el() from dom.js: model text, code, output and names are
 // text, never markup. A run that ended needs_input (the model asked with
 // ask_user) shows the question and a field to answer it; `onAnswer(text)`, set
@@ -15,6 +19,8 @@ import { PlanView } from "./plan.js";
 import { splitOutput } from "./tables.js";
 
 const IMAGE = /\.(png|jpe?g|gif|webp)$/i;
+const PLAN_TOOL = "update_plan";  // its calls are the checklist (plan.js), not steps
+const FAILED = new Set(["model_error", "error"]);  // endings shown as errors, not notes
 const MAX_LIVE_CHARS = 200000;  // live stdout kept on the page per step (the head, like the server)
 
 function artifactUrl(runId, name) {
@@ -85,7 +91,6 @@ export class RunView {
   handle(event) {
     const handler = {
       run_start: () => this.started(event),
-      message: () => this.message(event),
       model_reply: () => this.reply(event),
       output_chunk: () => this.chunk(event),
       tool_result: () => this.result(event),
@@ -108,7 +113,7 @@ export class RunView {
     }
   }
 
-  /** The sandbox's state rebuilt by replaying earlier code (issue 21): what came back, what differs. */
+  /** The sandbox's state rebuilt by replaying earlier code: what came back, what differs. */
   restored(event) {
     if (this.resetNote) this.resetNote.remove();
     const text = (value) => String(value ?? "");
@@ -118,9 +123,9 @@ export class RunView {
     const names = Array.isArray(event.variables) ? event.variables.map(text) : [];
     let line = event.status === "not_restored"
       ? `The sandbox was started again; state not restored (${text(event.reason)}).`
-      : `The sandbox was started again; state restored: restored ${count} cells (${text(event.reason)}).`;
+      : `The sandbox was started again; state restored: restored ${cells(count)} (${text(event.reason)}).`;
     if (differed.length || failed.length) {
-      line += ` ${differed.length} differ, ${failed.length} could not be restored.`;
+      line += ` ${differed.length} ${differed.length === 1 ? "differs" : "differ"}, ${failed.length} could not be restored.`;
     }
     if (names.length) line += ` These variables may differ: ${names.join(", ")}.`;
     const node = el("li", { class: "note restored", "data-status": text(event.status) }, line);
@@ -128,14 +133,6 @@ export class RunView {
       `${text(item?.call_id)}: ${text(item?.detail)}`));
     if (details.length) append(node, el("ul", { class: "restored-cells" }, details));
     append(this.stepList, node);
-  }
-
-  message(event) {
-    const message = event.message ?? {};
-    if (message.role !== "user" || event.turn === 0) return;  // system prompt, the question
-    const content = Array.isArray(message.content)  // text parts (an image shown is a part too)
-      ? message.content.map((part) => String(part?.text ?? "")).join("\n") : message.content;
-    this.note(`Note to the model: ${content ?? ""}`);
   }
 
   note(text) {
@@ -149,7 +146,9 @@ export class RunView {
     const calls = Array.isArray(message.tool_calls) ? message.tool_calls : [];
     if (!calls.length) return;  // the answer: shown by run_end with its provenance
     if (message.content) append(this.stepList, el("li", { class: "thought" }, message.content));
-    for (const toolCall of calls) this.newStep(toolCall);
+    for (const toolCall of calls) {
+      if (toolCall.function?.name !== PLAN_TOOL) this.newStep(toolCall);
+    }
   }
 
   newStep(toolCall) {
@@ -181,6 +180,7 @@ export class RunView {
 
   result(event) {
     let step = this.steps.get(event.call_id);
+    if (!step && event.name === PLAN_TOOL && !event.failed) return;  // the checklist shows it
     if (!step) {
       this.newStep({ id: event.call_id, function: { name: event.name, arguments: "{}" } });
       step = this.steps.get(event.call_id);
@@ -263,6 +263,9 @@ export class RunView {
     if (event.answer) append(this.root, this.answer(event));
     else if (status === "needs_input" && typeof event.question === "string") {
       append(this.root, this.askBox(event.question));
+    } else if (FAILED.has(status)) {
+      append(this.root, el("p", { class: "run-message error-text", role: "alert" },
+        event.message || status));
     } else append(this.root, el("p", { class: "run-message", role: "note" }, event.message ?? status));
     setText(this.status, summary(event));
   }
@@ -347,6 +350,11 @@ export class RunView {
       }
     }
   }
+}
+
+/** "1 cell", "3 cells". */
+function cells(count) {
+  return `${count} ${count === 1 ? "cell" : "cells"}`;
 }
 
 function summary(event) {
