@@ -47,7 +47,8 @@ def test_the_page_shows_the_chart_and_one_plan_and_no_text_written_for_the_model
     expect(first.locator(".answer-text")).to_contain_text("South grew fastest in 2024")
     chart = first.locator("figure.chart img")
     expect(chart).to_have_attribute("src", re.compile(r"/artifacts/"))
-    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=chart.element_handle())
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0",
+                           arg=chart.element_handle())
     expect(first.locator("table.frame").first).to_be_visible()
     assert llm.requests[2].messages and FOR_THE_MODEL.search(str(llm.requests[2].messages))
     expect(first).not_to_contain_text(FOR_THE_MODEL)  # the model was told; the page shows
