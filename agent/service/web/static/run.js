@@ -50,6 +50,18 @@ export function resourceNotes(content) {
   return { notes, resources };
 }
 
+/**
+ * sbx's own words for people who have no command line: an observation's notes name the
+ * flag that changes a limit (`or --timeout`, `(--max-time)`), which the page's reader
+ * cannot use; the policy's setting, also named, stays.
+ */
+export function withoutFlags(text) {
+  return String(text ?? "")
+    .replace(/,? or --[a-z][a-z0-9-]*/g, "")
+    .replace(/, --[a-z][a-z0-9-]*(?=\))/g, "")
+    .replace(/ ?\(--[a-z][a-z0-9-]*\)/g, "");
+}
+
 /** stdout as text blocks and tables. */
 function outputNode(text, label) {
   const box = el("div", { class: `output output-${label}` });
@@ -196,10 +208,12 @@ export class RunView {
     state.textContent = event.failed ? "failed" : `done in ${Number(event.duration_s ?? 0).toFixed(2)} s`;
     if (execution) this.execution(outcome, execution);
     else append(outcome, el("pre", { class: event.failed ? "stream error-text" : "stream", tabindex: "0" },
-      event.content ?? ""));
+      withoutFlags(event.content)));
     for (const name of event.artifacts ?? []) this.artifact(outcome, name);
     const { notes, resources } = resourceNotes(event.content);
-    if (notes.length) append(outcome, el("ul", { class: "notes" }, notes.map((n) => el("li", {}, n))));
+    if (notes.length) {
+      append(outcome, el("ul", { class: "notes" }, notes.map((n) => el("li", {}, withoutFlags(n)))));
+    }
     if (resources) append(outcome, el("p", { class: "resources" }, `Resources: ${resources}`));
   }
 
