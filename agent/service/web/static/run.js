@@ -207,8 +207,9 @@ export class RunView {
     node.classList.add(event.failed ? "failed" : "succeeded");
     state.textContent = event.failed ? "failed" : `done in ${Number(event.duration_s ?? 0).toFixed(2)} s`;
     if (execution) this.execution(outcome, execution);
-    else append(outcome, el("pre", { class: event.failed ? "stream error-text" : "stream", tabindex: "0" },
-      withoutFlags(event.content)));
+    else if (event.failed) {  // sbx's words: no flags; a tool's output below stays as it came
+      append(outcome, el("pre", { class: "stream error-text", tabindex: "0" }, withoutFlags(event.content)));
+    } else append(outcome, el("pre", { class: "stream", tabindex: "0" }, event.content ?? ""));
     for (const name of event.artifacts ?? []) this.artifact(outcome, name);
     const { notes, resources } = resourceNotes(event.content);
     if (notes.length) {
