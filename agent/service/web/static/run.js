@@ -86,6 +86,7 @@ export class RunView {
     this.runId = runId;
     this.onAnswer = null;
     this.steps = new Map();
+    this.planCalls = new Map();  // update_plan calls: a step only if refused
     this.files = [];
     this.count = 0;
     this.ended = false;
@@ -159,7 +160,8 @@ export class RunView {
     if (!calls.length) return;  // the answer: shown by run_end with its provenance
     if (message.content) append(this.stepList, el("li", { class: "thought" }, message.content));
     for (const toolCall of calls) {
-      if (toolCall.function?.name !== PLAN_TOOL) this.newStep(toolCall);
+      if (toolCall.function?.name === PLAN_TOOL) this.planCalls.set(toolCall.id, toolCall);
+      else this.newStep(toolCall);
     }
   }
 
@@ -193,8 +195,9 @@ export class RunView {
   result(event) {
     let step = this.steps.get(event.call_id);
     if (!step && event.name === PLAN_TOOL && !event.failed) return;  // the checklist shows it
-    if (!step) {
-      this.newStep({ id: event.call_id, function: { name: event.name, arguments: "{}" } });
+    if (!step) {  // a refused plan call is a step after all, with what the model sent
+      this.newStep(this.planCalls.get(event.call_id)
+        ?? { id: event.call_id, function: { name: event.name, arguments: "{}" } });
       step = this.steps.get(event.call_id);
     }
     const { node, state, live, outcome } = step;
