@@ -89,3 +89,12 @@ def test_a_runs_end_reads_without_command_line_flags_or_the_endpoints_url(caplog
     ident = said.split("quote incident ")[1].split()[0]
     assert "--" not in said and "10.0.0.7" not in said
     assert ident in caplog.text and "overloaded" in caplog.text and "10.0.0.7" not in caplog.text
+
+
+def test_a_model_refusal_that_waiting_cannot_mend_is_the_operators_to_fix():
+    refused = ("Model request failed: the model endpoint http://10.0.0.7:8000/v1/ answered "
+               "HTTP 401: Incorrect API key provided; check the API key")
+    said = run_message("model_error", refused, "run-3")
+    assert said.startswith("The model could not answer: its service answered with an error "
+                           "(HTTP 401). Your operator has to fix this"), said
+    assert "try again" not in said and "quote incident inc-" in said

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import expect
-from test_service_teams import POLICY, _ask, _key
+from test_service_teams import POLICY, _key
 from test_web_oidc import _sign_in_at_provider
 
 import oidc_support
@@ -17,6 +17,7 @@ import service_support
 import web_support
 from oidc_support import OIDC_ENV, oidc_policy
 from sbx.agent.testing.scripted_model import assistant
+from service_support import ask_run
 from web_support import watch
 
 serve = service_support.serve
@@ -61,7 +62,7 @@ def test_the_quota_panel_shows_what_the_team_spent_of_its_budget(serve, llm, bro
     client = server.client(key)
     conversation = client.post("/v1/conversations", json={}).json()["id"]
     llm.script([assistant("Nothing to compute.", usage=(1000, 100))])
-    assert _ask(client, conversation, "hello?")["status"] == "completed"
+    assert ask_run(client, conversation, "hello?")["status"] == "completed"
 
     page = browser.new_page()
     seen = watch(page)

@@ -51,6 +51,8 @@ HOST = "[host]"
 _FLAG_HINT = re.compile(r"\s*\((?:[^()]*[\s(])?--[a-z][a-z0-9-]*[^()]*\)")
 """A parenthesis naming a command-line flag: `(--max-time)`, `(not retried: --max-retries is 0)`."""
 _HTTP_STATUS = re.compile(r"answered HTTP (\d{3})")
+_PASSING = frozenset({408, 409, 429})
+"""Statuses below 500 that a later try may not get (the model client retries them too)."""
 _ENDPOINT = re.compile(r"(the model endpoint) \S+")
 """The core names the URL after these words: a tenant reads no URL (not even redacted)."""
 
@@ -159,8 +161,12 @@ def run_message(status: str, message: str, run_id: str) -> str:
     logger.error("run %s: the model request failed (incident %s): %s", run_id, ident,
                  _ENDPOINT.sub(r"\1", message))
     answered = _HTTP_STATUS.search(message)
-    what = (f"its service answered with an error (HTTP {answered.group(1)})" if answered
+    status_code = int(answered.group(1)) if answered else None
+    what = (f"its service answered with an error (HTTP {status_code})" if status_code
             else "its service could not be reached, or its reply could not be used")
+    if status_code is not None and status_code < 500 and status_code not in _PASSING:
+        return (f"The model could not answer: {what}. Your operator has to fix this (it is not "
+                f"caused by your question or data): quote incident {ident} to them.")
     return (f"The model could not answer: {what}. This is not caused by your question or data: "
             f"try again in a few minutes. If it keeps failing, quote incident {ident} to your "
             "operator.")
