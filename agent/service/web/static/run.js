@@ -5,8 +5,9 @@
 // run_end, run_error, state_restored); an event type it does not know is ignored,
 // and so are `message` events: what the harness tells the model (chart
 // descriptions, notes) is written for the model, and the page shows the charts
-// and tables themselves. The plan is shown once, as the checklist: the
-// update_plan calls that carry it are not drawn as steps. Everything
+// and tables themselves. The plan is shown once, as the checklist, and the
+// model's question once, above the answer field: the update_plan and ask_user
+// calls that carry them are not drawn as steps. Everything
 // shown is built with el() from dom.js: model text, code, output and names are
 // text, never markup. A run that ended needs_input (the model asked with
 // ask_user) shows the question and a field to answer it; `onAnswer(text)`, set
@@ -19,7 +20,10 @@ import { PlanView } from "./plan.js";
 import { splitOutput } from "./tables.js";
 
 const IMAGE = /\.(png|jpe?g|gif|webp)$/i;
-const PLAN_TOOL = "update_plan";  // its calls are the checklist (plan.js), not steps
+// Calls whose words the page shows in their own place, not as steps: the plan as the
+// checklist (plan.js), the model's question to the user above the answer field. A refused
+// one is a step after all.
+const SHOWN_ELSEWHERE = new Set(["update_plan", "ask_user"]);
 const FAILED = new Set(["model_error", "error"]);  // endings shown as errors, not notes
 const MAX_LIVE_CHARS = 200000;  // live stdout kept on the page per step (the head, like the server)
 
@@ -86,7 +90,7 @@ export class RunView {
     this.runId = runId;
     this.onAnswer = null;
     this.steps = new Map();
-    this.planCalls = new Map();  // update_plan calls: a step only if refused
+    this.heldCalls = new Map();  // calls SHOWN_ELSEWHERE: a step only if refused
     this.files = [];
     this.count = 0;
     this.ended = false;
@@ -160,7 +164,7 @@ export class RunView {
     if (!calls.length) return;  // the answer: shown by run_end with its provenance
     if (message.content) append(this.stepList, el("li", { class: "thought" }, message.content));
     for (const toolCall of calls) {
-      if (toolCall.function?.name === PLAN_TOOL) this.planCalls.set(toolCall.id, toolCall);
+      if (SHOWN_ELSEWHERE.has(toolCall.function?.name)) this.heldCalls.set(toolCall.id, toolCall);
       else this.newStep(toolCall);
     }
   }
@@ -194,9 +198,9 @@ export class RunView {
 
   result(event) {
     let step = this.steps.get(event.call_id);
-    if (!step && event.name === PLAN_TOOL && !event.failed) return;  // the checklist shows it
-    if (!step) {  // a refused plan call is a step after all, with what the model sent
-      this.newStep(this.planCalls.get(event.call_id)
+    if (!step && SHOWN_ELSEWHERE.has(event.name) && !event.failed) return;
+    if (!step) {  // a refused call of those is a step after all, with what the model sent
+      this.newStep(this.heldCalls.get(event.call_id)
         ?? { id: event.call_id, function: { name: event.name, arguments: "{}" } });
       step = this.steps.get(event.call_id);
     }
