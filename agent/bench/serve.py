@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from tempfile import TemporaryDirectory
 import httpx2
 from sqlalchemy import select
 
+from sbx.agent.bench.serve_burst import docker_burst
 from sbx.agent.bench.serve_options import ServeBenchError, ServeBenchOptions
 from sbx.agent.bench.serve_phases import (
     FAKE_KEY,
@@ -156,6 +158,9 @@ def _rounds(report: ServeBenchReport, root: Path, server: ServerProcess, llm: Sc
                     samples = _phase(report, level, side, sides)
                     if side == "serve":
                         served += samples
+            if count == o.most:
+                progress(f"{count} hardened docker runs of the same program at once")
+                report.docker_runs_s += docker_burst(count, config.limits, o.image)
     return served
 
 
@@ -169,12 +174,14 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     ahead = _announce(report, side, sides, count) if report.options.announced else None
     took = sides.reads[side]()
     before = process_cpu_s(pid), host_busy_s()
+    started = time.perf_counter()
     if side == "serve":
         batches = http_phase(sides.server, sides.keys[:count], questions, opening, ahead)
     else:
         batches = core_phase(sides.app, sides.endpoint, sides.root, count, questions, opening)
         sides.app.expect_sessions(0)
     after = process_cpu_s(pid), host_busy_s()
+    level.wall_s[side] += time.perf_counter() - started
     settle(*sides.reads.values())
     settled = host_busy_s()
     taken = sides.reads[side]()
@@ -189,6 +196,8 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     level.takes[side]["miss"] += taken.misses - took.misses
     level.phases[side] += 1
     samples = [sample for batch in batches for sample in batch]
+    level.first_answers[side].extend(batch[0].seconds for batch in batches if batch)
+    level.first_events.extend(s.first_event_s for s in samples if s.first_event_s is not None)
     level.seconds[side].extend(sample.seconds for sample in samples)
     report.statuses.update(sample.status for sample in samples)
     if sides.llm.remaining:

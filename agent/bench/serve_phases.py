@@ -43,8 +43,9 @@ from sbx.agent.testing.scripted_model import Reply, ScriptedCall, ScriptedReques
 
 FAKE_KEY = "sk-bench-SCRIPTED0123456789abcdefghij"
 MODEL = "scripted"
-CODE = "n = globals().get('n', 0) + 1\nprint('question', n)"
-"""Each question's program: it uses the variable the conversation's previous one left."""
+CODE = ("import pandas as pd\nn = globals().get('n', 0) + 1\n"
+        "print('question', int(pd.Series([n]).sum()))")
+"""Each question's program: a pandas question using the variable the previous one left."""
 DEADLINE_S = 900.0
 """A phase that has not finished by then is a failure, not a longer wait."""
 START_TIMEOUT_S = 120.0
@@ -69,6 +70,8 @@ class Sample:
     status: str
     received: list[int] = field(default_factory=list)
     """SSE ids received live (the HTTP side only)."""
+    first_event_s: float | None = None
+    """Seconds from asking to the first event received live (the HTTP side only)."""
 
 
 class ServerProcess:
@@ -263,17 +266,20 @@ def _ask_over_http(client: httpx2.Client, conversation_id: str, number: int) -> 
     run_id = str(asked.json()["run_id"])
     received: list[int] = []
     status = "?"
+    first_event: float | None = None
     with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
         _expect(response, 200)
         for line in response.iter_lines():
             if line.startswith("id: "):
                 received.append(int(line[4:]))
             elif line.startswith("data: "):
+                if first_event is None:
+                    first_event = time.perf_counter() - started
                 event: dict[str, Any] = json.loads(line[6:])
                 if event.get("type") in ("run_end", "run_error"):
                     status = str(event.get("status", "error"))
     return Sample(run_id=run_id, seconds=time.perf_counter() - started, status=status,
-                  received=received)
+                  received=received, first_event_s=first_event)
 
 
 def _expect(response: httpx2.Response, status: int) -> None:

@@ -26,11 +26,14 @@ The CPU figures, and what each includes:
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sbx.agent.bench.serve_options import SIDES, ServeBenchOptions
+from sbx.sandbox.bench.felt import SERVE, Felt, felt_targets, render_felt
+from sbx.sandbox.bench.stats import ratio
 
 QUANTILES = (50, 90, 99)
 CPU_PARTS = ("process", "host", "opening", "after", "refill")
@@ -70,6 +73,13 @@ class LevelFigures:
     """Sandboxes each side's pool handed out: warm (hit) or created on the spot (miss)."""
     phases: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SIDES, 0))
     """Phases run per side (one per round)."""
+    wall_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SIDES, 0.0))
+    """Wall-clock seconds of each side's phases (asking to the last run's end)."""
+    first_answers: dict[str, list[float]] = field(
+        default_factory=lambda: {side: [] for side in SIDES})
+    """Each conversation's first question (the one that takes its sandbox), per side."""
+    first_events: list[float] = field(default_factory=list)
+    """Seconds from asking to the first event received over HTTP, every question."""
     separated: bool = True
     """Whether opening the conversations was measured apart from their later questions
     (not when the level is more than the host's caps hold at once: `Opening`)."""
@@ -126,6 +136,10 @@ class ServeBenchReport:
     audit: dict[str, str] = field(default_factory=dict)
     server_exit: int | None = None
     problems: list[str] = field(default_factory=list)
+    docker_runs_s: list[float] = field(default_factory=list)
+    """Hardened `docker run`s of the question, the highest level's count at once, each round."""
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    """The host's cores (the busy-cores target's denominator)."""
 
     @property
     def ok(self) -> bool:
@@ -154,7 +168,7 @@ class ServeBenchReport:
                     self.problems.append(f"{side} at {level.conversations}: {taken} pool "
                                          f"take(s) for {level.phases[side]} phase(s)")
 
-    def p99_ratio(self) -> dict[str, float | None]:
+    def p99ratio(self) -> dict[str, float | None]:
         """Per side: p99 at the highest level over p99 at the lowest (issue 22, target 2)."""
         if len(self.levels) < 2:
             return dict.fromkeys(SIDES)
@@ -162,14 +176,48 @@ class ServeBenchReport:
         return {side: round(high[side]["p99"] / low[side]["p99"], 2) if low[side]["p99"] else None
                 for side in SIDES}
 
+    def felt(self) -> list[Felt]:
+        """The speed users feel (`sbx.sandbox.bench.felt`): this bench's figures at its levels."""
+        if not self.levels:
+            return felt_targets({}, bench=SERVE)
+        low, high = self.levels[0], self.levels[-1]
+        latency = high.latency_ms()
+        process = {side: ratio(high.cpu_s[side]["process"], len(high.seconds[side]))
+                   for side in SIDES}
+        busy = ratio(high.cpu_s["serve"]["host"], high.wall_s["serve"] * self.cores)
+        at = f"at {high.conversations} at once"
+        notes = {key: at for key in ("burst", "http_p99", "busy_cores", "service_cpu")
+                 if high.conversations != 32}
+        first_event = None
+        if low.conversations == 1 and len(self.levels) > 1:
+            first_event = ratio(percentile(high.first_events, 99),
+                                 percentile(low.first_events, 99))
+        else:
+            notes["first_event"] = "needs the levels 1 and a higher one"
+        notes["burst"] = ("the bench's pandas question without the 10 MB CSV; "
+                          + notes.get("burst", at)).rstrip("; ")
+        if not self.options.announced:
+            notes["busy_cores"] = "unannounced: the burst includes container builds"
+        return felt_targets({
+            "burst": ratio(percentile(high.first_answers["serve"], 99),
+                            percentile(self.docker_runs_s, 99)),
+            "service_cpu": ratio(process["serve"], process["core"]),
+            "http_p99": ratio(latency["serve"]["p99"], latency["core"]["p99"]),
+            "first_event": first_event,
+            "busy_cores": busy,
+        }, bench=SERVE, notes=notes)
+
     def as_json(self) -> dict[str, Any]:
         """Everything, for `--json`."""
         q = self.options.questions
         return {
+            "targets": [item.as_json() for item in self.felt()],
+            "docker_runs_ms": {f"p{q}": round(percentile(self.docker_runs_s, q) * 1000, 1)
+                               for q in QUANTILES},
             "options": asdict(self.options), "host_room": self.host_room,
             "unwarmed_phases": self.unwarmed,
             "levels": [level.as_json(q) for level in self.levels],
-            "p99_ratio_highest_to_lowest": self.p99_ratio(),
+            "p99_ratio_highest_to_lowest": self.p99ratio(),
             "statuses": dict(self.statuses),
             "events": {"received": self.events_received, "stored": self.events_stored,
                        "lost": self.events_lost, "unexpected": self.events_unexpected},
@@ -192,12 +240,13 @@ class ServeBenchReport:
                          f"({len(level.seconds['serve'])} questions per side)")
             lines += [f"    {LABELS[key]:<24}{latency[key]['p50']:>9}{latency[key]['p90']:>10}"
                       f"{latency[key]['p99']:>10}" for key in ("core", "serve", "added")]
-        ratio = self.p99_ratio()
+        ratio = self.p99ratio()
         if len(self.levels) > 1:
             lows, highs = self.levels[0].conversations, self.levels[-1].conversations
             lines.append(f"p99 at {highs} / p99 at {lows}: " + ", ".join(
                 f"{LABELS[side]} {_x(ratio[side])}" for side in SIDES))
         lines += self._render_cpu()
+        lines += render_felt(self.felt())
         if self.unwarmed:
             lines.append(f"  {self.unwarmed} announced phase(s) began before their pool held "
                          "a container per conversation (the host's caps: raise SBX_MAX_*)")

@@ -13,19 +13,25 @@ repetition) and after the pool has refilled, in four modes:
 Each sample times everything a caller waits for: taking or creating the
 container, delivering the data, the execution; the removal afterwards is off
 the caller's path (except for `docker run`, which waits for it like `--rm`).
-Targets 1 and 2 of issue 16 compare the pooled figure with the baseline and
-with the warm session (`sandbox/bench/targets.py`).
+The pooled figure is compared with the baseline and with the warm session
+(`sandbox/bench/targets.py`). Each sample also notes the host's busy CPU from
+its start until refills and removals finished: a pooled new conversation pays
+for the warm container that replaces it, `docker run` for its own container
+(`felt.py`: the pooled new conversation against a `docker run` of the same
+program).
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from sbx.sandbox.bench.floor import docker_run
+from sbx.sandbox.bench.host import host_busy_seconds
 from sbx.sandbox.bench.stats import BenchReport, Summary
 from sbx.sandbox.bench.targets import BASELINE, FRESH, POOLED, SESSION
 from sbx.sandbox.bench.workloads import FIRST_QUESTION
@@ -91,6 +97,7 @@ def measure_first_question(bench: _Bench, report: BenchReport, reps: int) -> Non
     """Every mode `reps` times after one untimed round; into `report.latency[WORKLOAD]`."""
     csv = write_csv(bench.scratch / "data")
     samples: dict[str, list[float]] = {mode: [] for mode in MODES}
+    cpu: dict[str, list[float]] = {mode: [] for mode in MODES}
     limits, image = bench.options.limits, bench.options.image
     session = bench.pool.session(
         SessionSpec(limits=limits, image=image, data=(csv,), output_dir=bench.scratch / "warm")
@@ -101,13 +108,18 @@ def measure_first_question(bench: _Bench, report: BenchReport, reps: int) -> Non
             bench.progress(f"first question with data: repetition {rep}/{reps}")
             shift = rep % len(MODES)
             for mode in MODES[shift:] + MODES[:shift]:
+                busy = host_busy_seconds()
                 elapsed = _sample(bench, mode, csv, session)
                 bench.quiesce()
+                after = host_busy_seconds()
                 if rep:
                     samples[mode].append(elapsed)
+                    if busy is not None and after is not None:
+                        cpu[mode].append(after - busy)
     finally:
         session.close()
     report.latency[WORKLOAD] = {mode: Summary.of(values) for mode, values in samples.items()}
+    report.first_question_cpu = {mode: statistics.median(v) for mode, v in cpu.items() if v}
     report.notes.append(_delivery_note(bench, csv))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sbx.sandbox.bench.felt import render_felt
 from sbx.sandbox.bench.stats import BenchReport, ratio
 
 SBX_MODES = ("sbx fresh", "sbx fresh (pool)", "sbx session", "sbx session (buffered)")
@@ -121,5 +122,9 @@ def render(report: BenchReport) -> str:
             for t in report.targets
         ],
     )
+    if report.first_question_cpu:
+        lines.append("Host CPU per first question with the CSV, ms (refill included): " + ", ".join(
+            f"{mode} {seconds * 1000:.0f}" for mode, seconds in report.first_question_cpu.items()))
+    lines += ["", *render_felt(report.felt)]
     lines += [f"note: {note}" for note in report.notes]
     return "\n".join(lines)

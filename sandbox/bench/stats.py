@@ -11,6 +11,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from sbx.sandbox.bench.felt import Felt
+
 
 @dataclass(frozen=True, kw_only=True)
 class Summary:
@@ -80,8 +82,12 @@ class BenchReport:
     """Live output figures: the latency of a first chunk (`live.py`)."""
     gate: dict[str, Any] = field(default_factory=dict)
     """Gate + audit overhead per tool call (filled by the CLI: `sandbox` never imports `tools`)."""
+    first_question_cpu: dict[str, float] = field(default_factory=dict)
+    """mode -> median host CPU seconds of one first question with the CSV, refill included."""
     targets: list[Target] = field(default_factory=list)
-    """The issue's targets as ratios, met or not."""
+    """Earlier issues' targets as ratios, met or not (`earlier_targets` in the JSON)."""
+    felt: list[Felt] = field(default_factory=list)
+    """The speed users feel: every target with this run's figure (`targets` in the JSON)."""
     notes: list[str] = field(default_factory=list)
     """Caveats worth reading next to the numbers."""
 
@@ -109,6 +115,10 @@ class BenchReport:
             "idle_pooled_container_mib": {k: round(v, 1) for k, v in self.idle_memory.items()},
             "live": {name: summary.as_json() for name, summary in self.live.items()},
             "gate": self.gate,
-            "targets": [vars(t) for t in self.targets],
+            "first_question_host_cpu_ms": {
+                mode: round(seconds * 1000, 1) for mode, seconds in self.first_question_cpu.items()
+            },
+            "targets": [item.as_json() for item in self.felt],
+            "earlier_targets": [vars(t) for t in self.targets],
             "notes": self.notes,
         }

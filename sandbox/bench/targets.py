@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sbx.sandbox.bench.felt import BENCH, felt_targets
 from sbx.sandbox.bench.live import SESSION_BUFFERED, live_targets
 from sbx.sandbox.bench.stats import BenchReport, Target, ratio
 from sbx.sandbox.bench.workloads import FIRST_QUESTION, PRINT_ONE, STDOUT_1MIB
@@ -42,6 +43,19 @@ def evaluate_targets(report: BenchReport) -> None:
         ),
         *first_question_targets(report),
     ]
+    report.felt = felt_targets(felt_figures(report), bench=BENCH)
+
+
+def felt_figures(report: BenchReport) -> dict[str, float | None]:
+    """This bench's share of the speed users feel (`felt.py`), from the run's numbers."""
+    cpu = report.first_question_cpu
+    return {
+        "pooled_cpu": ratio(cpu.get(POOLED), cpu.get(BASELINE)),
+        "first_question": ratio(
+            report.median(FIRST_QUESTION, POOLED), report.median(FIRST_QUESTION, BASELINE)
+        ),
+        "idle_memory": report.idle_memory.get("cgroup_anon_rss"),
+    }
 
 
 def first_question_targets(report: BenchReport) -> list[Target]:
