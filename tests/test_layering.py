@@ -32,6 +32,7 @@ SANDBOX_COMMANDS = {
     "agent/cli/image.py",
     "agent/cli/selftest.py", "agent/cli/doctor.py", "agent/cli/gc.py",
     "agent/bench/serve.py", "agent/bench/serve_phases.py",
+    "agent/bench/serve_burst.py", "agent/bench/serve_report.py",
 }
 """`doctor`, `gc`, `selftest`, `bench`, `image`: the commands about the sandbox itself."""
 BUILT_BY_THE_CORE = {

@@ -168,7 +168,7 @@ class ServeBenchReport:
                     self.problems.append(f"{side} at {level.conversations}: {taken} pool "
                                          f"take(s) for {level.phases[side]} phase(s)")
 
-    def p99ratio(self) -> dict[str, float | None]:
+    def p99_ratio(self) -> dict[str, float | None]:
         """Per side: p99 at the highest level over p99 at the lowest (issue 22, target 2)."""
         if len(self.levels) < 2:
             return dict.fromkeys(SIDES)
@@ -217,7 +217,7 @@ class ServeBenchReport:
             "options": asdict(self.options), "host_room": self.host_room,
             "unwarmed_phases": self.unwarmed,
             "levels": [level.as_json(q) for level in self.levels],
-            "p99_ratio_highest_to_lowest": self.p99ratio(),
+            "p99_ratio_highest_to_lowest": self.p99_ratio(),
             "statuses": dict(self.statuses),
             "events": {"received": self.events_received, "stored": self.events_stored,
                        "lost": self.events_lost, "unexpected": self.events_unexpected},
@@ -240,7 +240,7 @@ class ServeBenchReport:
                          f"({len(level.seconds['serve'])} questions per side)")
             lines += [f"    {LABELS[key]:<24}{latency[key]['p50']:>9}{latency[key]['p90']:>10}"
                       f"{latency[key]['p99']:>10}" for key in ("core", "serve", "added")]
-        ratio = self.p99ratio()
+        ratio = self.p99_ratio()
         if len(self.levels) > 1:
             lows, highs = self.levels[0].conversations, self.levels[-1].conversations
             lines.append(f"p99 at {highs} / p99 at {lows}: " + ", ".join(
