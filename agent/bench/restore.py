@@ -30,7 +30,7 @@ from sbx.agent.core.config import load_config
 from sbx.agent.core.conversation import Conversation, ConversationSpec
 from sbx.agent.core.settings import Endpoint
 from sbx.agent.testing.scripted_model import ScriptedLLM, assistant, tool_call
-from sbx.sandbox.accounting import CGROUP_ROOT
+from sbx.sandbox.bench.memory import container_memory_bytes
 from sbx.sandbox.pool_config import PoolConfig
 
 KEY = "sk-bench-SCRIPTED0123456789abcdefghijkl"
@@ -160,17 +160,6 @@ def _idle(app: App, llm: ScriptedLLM, endpoint: Endpoint, directory: Path,
 def _memory(conversation: Conversation) -> int:
     """Bytes the conversation's sandbox holds now (its cgroup's usage; 0 without one)."""
     session = conversation.workspace._session  # the bench is about the sandbox itself
-    if session is None:
+    if session is None or session.container_id is None:
         return 0
-    cid = session.container_id
-    if cid is None:
-        return 0
-    for path in (CGROUP_ROOT / "memory" / "docker" / cid / "memory.usage_in_bytes",
-                 CGROUP_ROOT / "system.slice" / f"docker-{cid}.scope" / "memory.current",
-                 CGROUP_ROOT / "docker" / cid / "memory.current"):
-        try:
-            return int(path.read_text().strip())
-        except (OSError, ValueError):
-            continue
-    return 0
-
+    return container_memory_bytes(session.engine, session.container_id)

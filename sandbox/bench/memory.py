@@ -14,8 +14,12 @@ host PIDs); elsewhere only the cgroup figure is given.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import docker.errors
+
+from sbx.sandbox.accounting import CGROUP_ROOT
 from sbx.sandbox.engine import Engine
 
 MIB = 1024 * 1024
@@ -63,3 +67,36 @@ def _kib_field(path: str, name: str) -> int:
             if line.startswith(name):
                 return int(line.split()[1])
     raise ValueError(f"{name} not in {path}")
+
+
+def container_memory_bytes(engine: Engine, container_id: str, root: Path = CGROUP_ROOT) -> int:
+    """Bytes the container's memory cgroup is charged now, wherever the engine put that cgroup.
+
+    The engine's stats API reads the cgroup it made (cgroupfs or systemd
+    driver, v1 or v2, nested under another container's); when it reports no
+    usage (some engines leave memory stats out), the cgroup named in the
+    container's first process's `/proc/<pid>/cgroup` is read. 0 when the
+    container is gone or neither is readable: a figure, not a failure.
+    """
+    try:
+        stats: dict[str, Any] = engine.api.stats(container_id, stream=False, one_shot=True)
+        usage = (stats.get("memory_stats") or {}).get("usage")
+        if usage:
+            return int(usage)
+        pid = int(engine.api.inspect_container(container_id)["State"]["Pid"])
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except (docker.errors.APIError, OSError, KeyError, ValueError):
+        return 0
+    for line in lines:  # "4:memory:/docker/<id>" (v1) or "0::/system.slice/..." (v2)
+        _, controllers, path = line.split(":", 2)
+        if controllers == "memory":
+            candidate = root / "memory" / path.lstrip("/") / "memory.usage_in_bytes"
+        elif controllers == "":
+            candidate = root / path.lstrip("/") / "memory.current"
+        else:
+            continue
+        try:
+            return int(candidate.read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return 0
