@@ -29,17 +29,19 @@ def test_a_containers_memory_is_read_from_the_engine_or_the_cgroup_its_process_n
         # An engine whose stats leave memory out: the cgroup its first process names.
         monkeypatch.setattr(engine.api, "stats", lambda *_, **__: {"memory_stats": {}})
         assert container_memory_bytes(engine, container_id) > HELD
-        # Wherever that cgroup is mounted and named, not at a default path.
+        # Wherever that cgroup is mounted and named (a Kubernetes node's, v1 and v2).
         pid = engine.api.inspect_container(container_id)["State"]["Pid"]
-        named = {line.split(":", 2)[1]: line.split(":", 2)[2]
-                 for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()}
-        elsewhere = tmp_path / "cgroup"
-        if "memory" in named:
-            target = elsewhere / "memory" / named["memory"].lstrip("/") / "memory.usage_in_bytes"
-        else:
-            target = elsewhere / named[""].lstrip("/") / "memory.current"
-        target.parent.mkdir(parents=True)
-        target.write_text("123456789\n")
-        assert container_memory_bytes(engine, container_id, root=elsewhere) == 123456789
+        nested = f"/kubepods/burstable/pod1/{container_id}"
+        for version, line, charged in (
+            (1, f"4:memory:{nested}", Path("memory") / nested[1:] / "memory.usage_in_bytes"),
+            (2, f"0::{nested}", Path(nested[1:]) / "memory.current"),
+        ):
+            proc, root = tmp_path / f"proc{version}", tmp_path / f"cgroup{version}"
+            (proc / str(pid)).mkdir(parents=True)
+            (proc / str(pid) / "cgroup").write_text(f"9:pids:/elsewhere\n{line}\n")
+            (root / charged).parent.mkdir(parents=True)
+            (root / charged).write_text(f"{123456 + version}\n")
+            found = container_memory_bytes(engine, container_id, root=root, proc=proc)
+            assert found == 123456 + version
     monkeypatch.undo()
     assert container_memory_bytes(engine, container_id) == 0  # gone: a figure, not a failure

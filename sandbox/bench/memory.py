@@ -69,7 +69,9 @@ def _kib_field(path: str, name: str) -> int:
     raise ValueError(f"{name} not in {path}")
 
 
-def container_memory_bytes(engine: Engine, container_id: str, root: Path = CGROUP_ROOT) -> int:
+def container_memory_bytes(
+    engine: Engine, container_id: str, *, root: Path = CGROUP_ROOT, proc: Path = Path("/proc")
+) -> int:
     """Bytes the container's memory cgroup is charged now, wherever the engine put that cgroup.
 
     The engine's stats API reads the cgroup it made (cgroupfs or systemd
@@ -84,7 +86,7 @@ def container_memory_bytes(engine: Engine, container_id: str, root: Path = CGROU
         if usage:
             return int(usage)
         pid = int(engine.api.inspect_container(container_id)["State"]["Pid"])
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
     except (docker.errors.APIError, OSError, KeyError, ValueError):
         return 0
     for line in lines:  # "4:memory:/docker/<id>" (v1) or "0::/system.slice/..." (v2)
