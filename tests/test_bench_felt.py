@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from sbx.agent.bench.restore import RestoreBench
 from sbx.agent.bench.serve_options import ServeBenchOptions
 from sbx.agent.bench.serve_report import LevelFigures, ServeBenchReport
 from sbx.sandbox.bench.felt import BENCH, GOALS, SERVE, felt_targets, render_felt
@@ -114,3 +115,15 @@ def test_a_serve_run_without_the_level_of_one_cannot_compare_first_events() -> N
     assert found["burst"]["measured"] is None  # no docker runs measured
     assert _every_target([t.as_json() for t in ServeBenchReport(
         options=ServeBenchOptions()).felt()])["burst"]["measured"] is None
+
+
+def test_sbx_bench_restore_json_reports_every_target_from_its_medians() -> None:
+    report = RestoreBench(cells=10, live_s=[0.1, 0.2, 0.3], restored_s=[1.0, 1.2, 5.0],
+                          cold_s=[6.0, 6.0, 6.0])
+    found = _every_target(json.loads(json.dumps(report.as_json()))["targets"])
+    assert (found["restore_vs_live"]["measured"], found["restore_vs_live"]["met"]) == (6.0, False)
+    assert (found["restore_vs_replay"]["measured"], found["restore_vs_replay"]["met"]) == (
+        0.2, True)
+    assert found["burst"]["note"] == "measured by `sbx bench serve`"
+    assert _every_target(RestoreBench(cells=1).as_json()["targets"])["restore_vs_live"][
+        "measured"] is None

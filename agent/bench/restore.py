@@ -30,7 +30,9 @@ from sbx.agent.core.config import load_config
 from sbx.agent.core.conversation import Conversation, ConversationSpec
 from sbx.agent.core.settings import Endpoint
 from sbx.agent.testing.scripted_model import ScriptedLLM, assistant, tool_call
+from sbx.sandbox.bench.felt import RESTORE, Felt, felt_targets
 from sbx.sandbox.bench.memory import container_memory_bytes
+from sbx.sandbox.bench.stats import ratio
 from sbx.sandbox.pool_config import PoolConfig
 
 KEY = "sk-bench-SCRIPTED0123456789abcdefghijkl"
@@ -82,9 +84,18 @@ class RestoreBench:
                 f"({self.held_bytes / mib / self.idle:.0f} MiB each before)")
         return "\n".join(lines)
 
+    def felt(self) -> list[Felt]:
+        """The restore's share of the speed users feel: after a restore vs live, vs a replay."""
+        def median(values: list[float]) -> float | None:
+            return statistics.median(values) if values else None
+        restored = median(self.restored_s)
+        return felt_targets({"restore_vs_live": ratio(restored, median(self.live_s)),
+                             "restore_vs_replay": ratio(restored, median(self.cold_s))},
+                            bench=RESTORE)
+
     def as_json(self) -> dict[str, Any]:
         """The `--json` document."""
-        return dict(vars(self))
+        return {**vars(self), "targets": [item.as_json() for item in self.felt()]}
 
 
 IDLE_MEMORY = 160 * 2**20
