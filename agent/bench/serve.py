@@ -21,6 +21,10 @@ hits and misses. Checked once for the run: events lost (each run's stored
 events that its live stream did not deliver: must be 0); containers left (of
 the server and of this process, after both closed: must be 0); the audit logs'
 verification; the server's clean exit; one pool take per conversation and side.
+After each round at the highest level, as many hardened `docker run`s of the
+question as that level has conversations run at once (`serve_burst`): the
+burst's baseline. The targets users feel (`sbx.sandbox.bench.felt`) are
+ratios of these figures: the report's `targets`.
 Nothing leaves the machine: the model and the server listen on 127.0.0.1.
 """
 
@@ -158,9 +162,9 @@ def _rounds(report: ServeBenchReport, root: Path, server: ServerProcess, llm: Sc
                     samples = _phase(report, level, side, sides)
                     if side == "serve":
                         served += samples
-            if count == o.most:
-                progress(f"{count} hardened docker runs of the same program at once")
-                report.docker_runs_s += docker_burst(count, config.limits, o.image)
+                if count == o.most:
+                    progress(f"{count} hardened docker runs of the question at once")
+                    report.docker_runs_s += docker_burst(count, config.limits, o.image)
     return served
 
 
