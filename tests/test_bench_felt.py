@@ -73,6 +73,11 @@ def test_sbx_bench_json_reports_every_target_from_its_own_numbers() -> None:
     assert all(found[key]["measured"] is None for key in KEYS[:7])
     assert data["first_question_host_cpu_ms"] == {BASELINE: 600.0, POOLED: 900.0}
     assert any(t["name"].startswith("session print(1)") for t in data["earlier_targets"])
+    assert found["pooled_cpu"]["note"] == ""
+    report.environment = {"cores": 2, "load_before": [1.5, 1.0, 1.0], "load_after": [12.75, 9.0]}
+    evaluate_targets(report)
+    busy = _every_target([item.as_json() for item in report.felt])["pooled_cpu"]
+    assert busy["note"] == "host CPU counts other work too: load 12.75 on 2 cores"
 
 
 def _level(count: int, *, serve: float, core: float, first_event: float) -> LevelFigures:
