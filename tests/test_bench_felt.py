@@ -107,6 +107,8 @@ def test_sbx_bench_serve_json_reports_every_target_from_its_levels() -> None:
     assert found["pooled_cpu"]["note"] == "measured by `sbx bench`"
     assert "without the 10 MB CSV" in found["burst"]["note"]
     assert data["docker_runs_ms"]["p99"] == 12000.0
+    assert data["levels"][1]["first_answer_p99_ms"] == {"core": 600.0, "serve": 1800.0}
+    assert data["levels"][1]["first_event_p99_ms"] == 900.0
     assert "What users feel" in report.render()
 
 

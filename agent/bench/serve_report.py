@@ -114,6 +114,10 @@ class LevelFigures:
                 "questions_per_side": len(self.seconds["serve"]),
                 "opening_measured_apart": self.separated,
                 "latency_ms": self.latency_ms(), "cpu_ms": self.cpu_ms(questions),
+                "first_answer_p99_ms": {side: round(percentile(self.first_answers[side], 99)
+                                                    * 1000, 1) for side in SIDES},
+                "first_event_p99_ms": round(percentile(self.first_events, 99) * 1000, 1),
+                "wall_s": {side: round(self.wall_s[side], 3) for side in SIDES},
                 "pool_takes": self.takes}
 
 
