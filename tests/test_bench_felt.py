@@ -105,7 +105,7 @@ def test_sbx_bench_serve_json_reports_every_target_from_its_levels() -> None:
                        "busy_cores": 0.75}
     assert [found[key]["met"] for key in KEYS[:5]] == [False, False, False, False, False]
     assert found["pooled_cpu"]["note"] == "measured by `sbx bench`"
-    assert "without the 10 MB CSV" in found["burst"]["note"]
+    assert found["burst"]["note"] == "the bench's pandas question without the 10 MB CSV"
     assert data["docker_runs_ms"]["p99"] == 12000.0
     assert data["levels"][1]["first_answer_p99_ms"] == {"core": 600.0, "serve": 1800.0}
     assert data["levels"][1]["first_event_p99_ms"] == 900.0
@@ -119,6 +119,7 @@ def test_a_serve_run_without_the_level_of_one_cannot_compare_first_events() -> N
     assert found["first_event"]["measured"] is None
     assert found["first_event"]["note"] == "needs the levels 1 and a higher one"
     assert found["http_p99"]["note"] == "at 8 at once"
+    assert found["burst"]["note"].endswith("without the 10 MB CSV; at 8 at once")
     assert found["burst"]["measured"] is None  # no docker runs measured
     assert _every_target([t.as_json() for t in ServeBenchReport(
         options=ServeBenchOptions()).felt()])["burst"]["measured"] is None

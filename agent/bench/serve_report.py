@@ -198,8 +198,8 @@ class ServeBenchReport:
                                  percentile(low.first_events, 99))
         else:
             notes["first_event"] = "needs the levels 1 and a higher one"
-        notes["burst"] = ("the bench's pandas question without the 10 MB CSV; "
-                          + notes.get("burst", at)).rstrip("; ")
+        notes["burst"] = "; ".join(["the bench's pandas question without the 10 MB CSV",
+                                    *([at] if "burst" in notes else [])])
         if not self.options.announced:
             notes["busy_cores"] = "unannounced: the burst includes container builds"
         return felt_targets({
