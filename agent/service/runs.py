@@ -27,17 +27,21 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.conversation import Conversation
 from sbx.agent.core.events import Event, RunEnd, RunError
-from sbx.agent.core.run_recorder import RunOutcome, RunRecorder, RunTicket, failed_outcome
+from sbx.agent.core.run_recorder import RunOutcome, RunTicket, failed_outcome
 from sbx.agent.service.eventlog import EventLog, artifact_name, public_event
 from sbx.agent.service.problems import unavailable
 from sbx.agent.service.tenant_view import incident
 from sbx.agent.store.db import Database
 from sbx.agent.store.models import ArtifactRow
 from sbx.agent.store.models import Conversation as ConversationRow
+
+if TYPE_CHECKING:
+    from sbx.agent.service.recorder import StoreRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +59,8 @@ class Live:
     lock: threading.Lock = field(default_factory=threading.Lock)
     run_id: str | None = None
     """The run executing now."""
-    terminal_seen: bool = False
-    """The running run's `run_end` or `run_error` event was stored."""
+    last_event: dict[str, Any] | None = None
+    """The running run's `run_end` or `run_error`, held until its status is stored with it."""
 
 
 class RunManager:
@@ -146,7 +150,7 @@ class RunManager:
             self._tokens.pop(run_id, None)
             self._idle.notify_all()
 
-    def submit(self, live: Live, ticket: RunTicket, recorder: RunRecorder, text: str, *,
+    def submit(self, live: Live, ticket: RunTicket, recorder: StoreRecorder, text: str, *,
                answering: bool = False) -> None:
         """Queue an admitted question (or, `answering`, the answer to a pending one)."""
         self._executor.submit(self._execute, live, ticket, recorder, text, answering)
@@ -199,14 +203,14 @@ class RunManager:
 
     # ------------------------------------------------------------ internals
 
-    def _execute(self, live: Live, ticket: RunTicket, recorder: RunRecorder, text: str,
+    def _execute(self, live: Live, ticket: RunTicket, recorder: StoreRecorder, text: str,
                  answering: bool) -> None:
         """A worker: the question (cancelled while queued, it ends at once), recorded."""
         try:
             with live.lock:
-                live.terminal_seen = False
+                live.last_event = None
                 live.run_id = ticket.run_id
-                conversation, heard = live.conversation, _Relay(self, live, recorder)
+                conversation, heard = live.conversation, _Relay(live, recorder)
                 try:
                     if answering:
                         conversation.answer(text, run_id=ticket.run_id, cancel=ticket.cancel,
@@ -225,29 +229,33 @@ class RunManager:
         finally:
             self.release(ticket.run_id)
 
-    def _on_event(self, live: Live, event: Event, *, run_id: str | None = None) -> None:
-        """The conversation's sink: store the client's view of each run event, in order."""
-        run_id = run_id or live.run_id or event.run_id
+    def _on_event(self, live: Live, event: Event) -> None:
+        """The conversation's sink: store the client's view of each run event, in order.
+
+        The running run's `run_end` (or `run_error`) waits for the run's recorder,
+        which stores it with the run's status in one transaction.
+        """
+        run_id = live.run_id or event.run_id
         if run_id is None:
             return  # conversation-level (conversation_start): the API shows the conversation
         try:
             data = public_event(event, output_dir=live.output_root / run_id)
-            if data.get("type") in TERMINAL_EVENTS:
-                live.terminal_seen = True
+            if data.get("type") in TERMINAL_EVENTS and run_id == live.run_id:
+                live.last_event = data
+                return
             self.events.append(run_id, live.principal, data)
         except Exception:  # never let the store drop the subscriber (and every later event)
             logger.exception("event of run %s could not be stored", run_id)
 
 
 class _Relay:
-    """A question's recorder: the run's terminal event stored before the store hears the end.
+    """A question's recorder: the run's terminal event stored with its end, in one transaction.
 
     A run that raised (or never reached the loop) has no `run_end` or `run_error`
     of its own; the client's event stream must still end.
     """
 
-    def __init__(self, manager: RunManager, live: Live, inner: RunRecorder) -> None:
-        self.manager = manager
+    def __init__(self, live: Live, inner: StoreRecorder) -> None:
         self.live = live
         self.inner = inner
         self.done = False
@@ -261,23 +269,25 @@ class _Relay:
         self.inner.started(ticket)
 
     def finished(self, ticket: RunTicket, outcome: RunOutcome) -> None:
-        """The missing terminal event, the conversation's sandbox state, then the store."""
+        """The run's terminal event (made up when it has none) and its end, stored together."""
         live = self.live
         if outcome.error is not None:  # the detail goes to the operator's log only
             outcome = replace(outcome, message=incident(f"run {ticket.run_id}", outcome.error),
                               error=None)
-        if not live.terminal_seen:
+        last, live.last_event = live.last_event, None
+        if last is None:
             event: Event = (RunError(run_id=ticket.run_id, error=outcome.message)
                             if outcome.status == "error" else
                             RunEnd(run_id=ticket.run_id, status=outcome.status,
                                    message=outcome.message))
-            self.manager._on_event(live, event, run_id=ticket.run_id)
+            last = public_event(event, output_dir=live.output_root / ticket.run_id)
         self.done = True
-        self.inner.finished(ticket, outcome)
+        self.inner.finished(ticket, outcome, last_event=last)
 
     def withdrawn(self, ticket: RunTicket) -> None:
-        """Nothing ran."""
+        """Nothing ran (its row goes, and any end it had with it)."""
         self.done = True
+        self.live.last_event = None
         self.inner.withdrawn(ticket)
 
 
