@@ -126,44 +126,65 @@ class Conversation(Closing):
 
     # ------------------------------------------------------------ questions
 
+    def admit(self, text: str, recorder: RunRecorder, *, answering: bool = False) -> RunTicket:
+        """The next run's ticket, admitted by `recorder` (which raises to refuse it).
+
+        For a face that admits a run when it is posted and runs it later: pass
+        the ticket to `ask` (or, `answering`, to `answer`), which runs that same
+        ticket. Every run of a conversation has one ticket, built here.
+        """
+        ticket = self._ticket(text, new_run_id(), Cancellation(), answering=answering)
+        recorder.admitted(ticket)
+        return ticket
+
     def ask(self, question: str, *, run_id: str | None = None,
-            cancel: Cancellation | None = None, recorder: RunRecorder | None = None
-            ) -> RunResult:
+            cancel: Cancellation | None = None, recorder: RunRecorder | None = None,
+            ticket: RunTicket | None = None) -> RunResult:
         """Answer one question, continuing the conversation; one question at a time.
 
         A `RunResult` for every ending, Ctrl-C and a fired `cancel` included
         (`cancelled`); raises only for operator errors (sandbox, audit log), after a
-        `run_error` event. `recorder` (an admitted run's) hears it start and end.
+        `run_error` event. `recorder` hears it start and end; `ticket` is the run's
+        if `admit` admitted it already (its run id and token, not `run_id` and `cancel`).
         """
         with self._lock:
             self.pending = None
-            return self._recorded(question, run_id or new_run_id(), cancel, recorder)
+            ticket = ticket or self._ticket(question, run_id or new_run_id(),
+                                            cancel or Cancellation())
+            return self._recorded(question, ticket, recorder)
 
     def answer(self, answer: str, *, run_id: str | None = None,
-               cancel: Cancellation | None = None, recorder: RunRecorder | None = None
-               ) -> RunResult:
+               cancel: Cancellation | None = None, recorder: RunRecorder | None = None,
+               ticket: RunTicket | None = None) -> RunResult:
         """Continue the run that ended `needs_input` with the user's answer: a new run.
 
         The same sandbox if alive, else a fresh one and the model is told (`RESET_NOTE`);
         the new run's records (`run_start`, audit `user_answer`) name the run it
-        continues. `ValueError` when no run is waiting for an answer.
+        continues. `ValueError` when no run is waiting for an answer. `ticket` as in `ask`.
         """
         with self._lock:
             pending = self.pending
             if pending is None:
                 raise ValueError("no run of this conversation is waiting for an answer")
             text = bounded_answer(answer)
-            return self._recorded(answer_message(pending, text), run_id or new_run_id(), cancel,
-                                  recorder, continues=pending, answer=text)
+            ticket = ticket or self._ticket(answer, run_id or new_run_id(),
+                                            cancel or Cancellation(), answering=True)
+            return self._recorded(answer_message(pending, text), ticket, recorder,
+                                  continues=pending, answer=text)
 
-    def _recorded(self, question: str, run_id: str, cancel: Cancellation | None,
-                  recorder: RunRecorder | None, *, continues: PendingInput | None = None,
-                  answer: str | None = None) -> RunResult:
+    def _ticket(self, text: str, run_id: str, cancel: Cancellation, *,
+                answering: bool = False) -> RunTicket:
+        """A run's ticket: the one place a conversation's tickets are built."""
+        return RunTicket(kind="question", principal=self.spec.principal, team=self.spec.team,
+                         run_id=run_id, conversation_id=self.id,
+                         question=bounded_answer(text) if answering else text,
+                         output_dir=self.workspace.output_dir(run_id), cancel=cancel)
+
+    def _recorded(self, question: str, ticket: RunTicket, recorder: RunRecorder | None, *,
+                  continues: PendingInput | None = None, answer: str | None = None) -> RunResult:
         """One run under the lock: its token, its recorder, its result kept."""
-        token = self._cancel = cancel or Cancellation()
-        ticket = RunTicket(kind="question", principal=self.spec.principal, team=self.spec.team,
-                           run_id=run_id, conversation_id=self.id, question=answer or question,
-                           output_dir=self.workspace.output_dir(run_id), cancel=token)
+        token = self._cancel = ticket.cancel
+        run_id = ticket.run_id
 
         def work() -> RunResult:
             try:

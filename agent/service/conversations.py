@@ -19,7 +19,6 @@ from sqlalchemy import select
 from starlette.responses import RedirectResponse, Response
 
 from sbx.agent.core.conversation import ConversationSpec, new_conversation_id
-from sbx.agent.core.run_recorder import RunTicket, new_run_id
 from sbx.agent.service.adopt import NotAdopted, adopt
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
@@ -147,13 +146,10 @@ def _submit(call: Call, text: str, *, answering: bool = False) -> Response:
     if answering and (pending is None or held.run_id is not None):
         raise Problem(409, "no-question-pending", "no run of this conversation is waiting "
                       "for an answer (a run asks with ask_user and ends needs_input)")
-    run_id = new_run_id()
-    ticket = RunTicket(run_id=run_id, kind="question", principal=call.principal,
-                       conversation_id=held.id, question=text,
-                       output_dir=held.conversation.workspace.output_dir(run_id))
     recorder = StoreRecorder(service, tenant_of(service, call.key))
-    recorder.admitted(ticket)
+    ticket = held.conversation.admit(text, recorder, answering=answering)
     service.runs.submit(held, ticket, recorder, text, answering=answering)
+    run_id = ticket.run_id
     accepted = RunAccepted(run_id=run_id, status="queued", url=f"/v1/runs/{run_id}",
                            events_url=f"/v1/runs/{run_id}/events")
     return json_response(accepted, 202, headers={"Location": accepted.url})

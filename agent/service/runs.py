@@ -213,11 +213,9 @@ class RunManager:
                 conversation, heard = live.conversation, _Relay(live, recorder)
                 try:
                     if answering:
-                        conversation.answer(text, run_id=ticket.run_id, cancel=ticket.cancel,
-                                            recorder=heard)
+                        conversation.answer(text, ticket=ticket, recorder=heard)
                     else:
-                        conversation.ask(text, run_id=ticket.run_id, cancel=ticket.cancel,
-                                         recorder=heard)
+                        conversation.ask(text, ticket=ticket, recorder=heard)
                 except Exception as exc:  # the sandbox, the host or the audit log failed
                     logger.warning("run %s failed: %s", ticket.run_id, type(exc).__name__)
                     if not heard.done:  # it failed before the core could record it
