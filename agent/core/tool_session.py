@@ -44,6 +44,7 @@ from sbx.agent.core.run_recorder import (
 )
 from sbx.agent.core.workspace import Workspace, idle_reason, reset_note
 from sbx.sandbox.closing import Closing
+from sbx.sandbox.errors import SbxError
 from sbx.sandbox.result import Artifact
 from sbx.tools.audit import AuditError
 from sbx.tools.context import OutputSink
@@ -62,7 +63,7 @@ DATA_AFTER_RESET = (
 )
 
 
-class SessionClosed(Exception):
+class SessionClosed(SbxError):
     """The session ended while a call was on its way in."""
 
 

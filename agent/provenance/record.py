@@ -30,6 +30,7 @@ from sbx.agent.core.events import (
     ToolResult,
 )
 from sbx.agent.core.transcript import read_transcript
+from sbx.sandbox.errors import SbxError
 from sbx.tools.observation import error_type_of, section_of
 
 
@@ -86,7 +87,7 @@ class RecordedConversation:
     runs: tuple[RecordedRun, ...]
 
 
-class RecordError(Exception):
+class RecordError(SbxError):
     """The transcript holds nothing to re-run or export (the message says why)."""
 
 
