@@ -18,7 +18,7 @@ from dataclasses import replace
 from sqlalchemy import select
 from starlette.responses import RedirectResponse, Response
 
-from sbx.agent.core.conversation import ConversationSpec, new_conversation_id
+from sbx.agent import ConversationSpec, new_conversation_id
 from sbx.agent.service.adopt import NotAdopted, adopt
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service

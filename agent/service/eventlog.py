@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from sbx.agent.core.events import Event
+from sbx.agent import Event
 from sbx.agent.service.outcomes import Observer, notify
 from sbx.agent.store.db import Database
 from sbx.agent.store.models import EventRow

@@ -38,8 +38,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from sbx.agent.core.config import ServiceQuotas
-from sbx.agent.core.run_recorder import RunOutcome, RunTicket
+from sbx.agent import RunOutcome, RunTicket, ServiceQuotas, ToolFailure
 from sbx.agent.mcp.admission import Caller, Opened, Refused
 from sbx.agent.mcp.upload import StoredDataset, upload_gate_tool
 from sbx.agent.service.core import Service
@@ -52,7 +51,6 @@ from sbx.agent.service.uploads import HEAD_BYTES, Upload, format_of, safe_name
 from sbx.agent.store.keys import KeyInfo
 from sbx.agent.store.models import Conversation, Dataset
 from sbx.agent.store.quotas import reserve_conversation, upload_too_large
-from sbx.tools.registry import ToolFailure
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from sbx.agent.core.run_recorder import RunOutcome, RunTicket
-from sbx.agent.core.teams import metrics_team
+from sbx.agent import RunOutcome, RunTicket, metrics_team
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.tenant_view import incident

@@ -29,10 +29,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sbx.agent.core.cancellation import Cancellation
-from sbx.agent.core.conversation import Conversation
-from sbx.agent.core.events import Event, RunEnd, RunError
-from sbx.agent.core.run_recorder import RunOutcome, RunTicket, failed_outcome
+from sbx.agent import (
+    Cancellation,
+    Conversation,
+    Event,
+    RunEnd,
+    RunError,
+    RunOutcome,
+    RunTicket,
+    failed_outcome,
+)
 from sbx.agent.service.eventlog import EventLog, artifact_name, public_event
 from sbx.agent.service.problems import unavailable
 from sbx.agent.service.tenant_view import incident
