@@ -33,7 +33,7 @@ from typing import Any
 from sbx.agent.core.asking import PendingInput, answer_message
 from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.config import AppConfig
-from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
+from sbx.agent.core.events import Event, EventSink, LiveRelay, RunEnd, RunError, RunStart
 from sbx.agent.core.loop import run
 from sbx.agent.core.plan import plan_from_messages
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
@@ -127,13 +127,12 @@ class Conversation(Closing):
     # ------------------------------------------------------------ questions
 
     def admit(self, text: str, recorder: RunRecorder, *, answering: bool = False) -> RunTicket:
-        """The next run's ticket, admitted by `recorder` (which raises to refuse it).
+        """The next run's ticket, admitted by `recorder` (it raises to refuse the run).
 
-        For a face that admits a run when it is posted and runs it later: pass
-        the ticket to `ask` (or, `answering`, to `answer`), which runs that same
-        ticket. Every run of a conversation has one ticket, built here.
+        `ask` (or, `answering`, `answer`) runs that same ticket later: a face that
+        admits a run when it is posted and a run's ticket are one, built here.
         """
-        ticket = self._ticket(text, new_run_id(), Cancellation(), answering=answering)
+        ticket = self._ticket(text, None, None, answering=answering)
         recorder.admitted(ticket)
         return ticket
 
@@ -144,14 +143,13 @@ class Conversation(Closing):
 
         A `RunResult` for every ending, Ctrl-C and a fired `cancel` included
         (`cancelled`); raises only for operator errors (sandbox, audit log), after a
-        `run_error` event. `recorder` hears it start and end; `ticket` is the run's
-        if `admit` admitted it already (its run id and token, not `run_id` and `cancel`).
+        `run_error` event. `recorder` hears it start and end; `ticket` (from `admit`)
+        gives the run's id and token instead of `run_id` and `cancel`.
         """
         with self._lock:
             self.pending = None
-            ticket = ticket or self._ticket(question, run_id or new_run_id(),
-                                            cancel or Cancellation())
-            return self._recorded(question, ticket, recorder)
+            return self._recorded(question, ticket or self._ticket(question, run_id, cancel),
+                                  recorder)
 
     def answer(self, answer: str, *, run_id: str | None = None,
                cancel: Cancellation | None = None, recorder: RunRecorder | None = None,
@@ -167,24 +165,24 @@ class Conversation(Closing):
             if pending is None:
                 raise ValueError("no run of this conversation is waiting for an answer")
             text = bounded_answer(answer)
-            ticket = ticket or self._ticket(answer, run_id or new_run_id(),
-                                            cancel or Cancellation(), answering=True)
+            ticket = ticket or self._ticket(answer, run_id, cancel, answering=True)
             return self._recorded(answer_message(pending, text), ticket, recorder,
                                   continues=pending, answer=text)
 
-    def _ticket(self, text: str, run_id: str, cancel: Cancellation, *,
+    def _ticket(self, text: str, run_id: str | None, cancel: Cancellation | None, *,
                 answering: bool = False) -> RunTicket:
-        """A run's ticket: the one place a conversation's tickets are built."""
+        run_id = run_id or new_run_id()
         return RunTicket(kind="question", principal=self.spec.principal, team=self.spec.team,
                          run_id=run_id, conversation_id=self.id,
                          question=bounded_answer(text) if answering else text,
-                         output_dir=self.workspace.output_dir(run_id), cancel=cancel)
+                         output_dir=self.workspace.output_dir(run_id),
+                         cancel=cancel or Cancellation())
 
     def _recorded(self, question: str, ticket: RunTicket, recorder: RunRecorder | None, *,
                   continues: PendingInput | None = None, answer: str | None = None) -> RunResult:
         """One run under the lock: its token, its recorder, its result kept."""
-        token = self._cancel = ticket.cancel
-        run_id = ticket.run_id
+        token, run_id = ticket.cancel, ticket.run_id
+        self._cancel = token
 
         def work() -> RunResult:
             try:
@@ -359,32 +357,6 @@ class Conversation(Closing):
         )
         self.emit(RunEnd.model_validate({"run_id": run_id, **result.as_dict()}))
         return result
-
-
-class LiveRelay:
-    """One run's live output as `output_chunk` events, to subscribers only, until it ends.
-
-    Called from the thread that runs the execution; once the run has ended
-    (an abandoned call's thread may still be printing) nothing more goes out.
-    """
-
-    def __init__(self, run_id: str, publish: Callable[[Event], None]) -> None:
-        self.run_id = run_id
-        self._publish = publish
-        self._lock = threading.Lock()
-        self._open = True
-
-    def __call__(self, call_id: str, stream: str, text: str) -> None:
-        """Publish one chunk of the execution of `call_id` (several events if it is long)."""
-        with self._lock:
-            if self._open:
-                for event in output_chunks(self.run_id, call_id, stream, text):
-                    self._publish(event)
-
-    def close(self) -> None:
-        """The run ended: drop whatever comes later."""
-        with self._lock:
-            self._open = False
 
 
 def last_plan(runs: list[RunResult], messages: list[dict[str, Any]]) -> dict[str, Any]:
