@@ -32,9 +32,10 @@ Configuration: the policy file and the model endpoint, read once into typed valu
     configure_tracing
 
 Results and events: what a run returns and what it tells its subscribers on the way.
-    RunResult, RunStatus, ExecutionResult, Artifact, Event, RunEnd, RunError, StateRestored,
-    parse_event, restore_summary, pending_note, PLAN_MARKS, Cell, numbered_events,
-    open_artifact, unsafe_name_reason
+    RunResult, RunStatus, ExecutionResult, Artifact, Event, EventSink, ConversationStart,
+    RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult, PlanUpdated, Compaction,
+    RunEnd, RunError, StateRestored, parse_event, restore_summary, pending_note, PLAN_MARKS,
+    Cell, numbered_events, open_artifact, unsafe_name_reason
 
 A face's store: how a face with a store hears of every run: one ticket, one lifecycle.
     RunRecorder, NoRecorder, RunTicket, RunOutcome, failed_outcome, call_status, new_run_id
@@ -70,7 +71,9 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.config": ("load_config", "AppConfig", "ServiceSettings", "ServiceQuotas",
         "OidcSettings", "describe_validation_error"),
     "sbx.agent.core.conversation": ("Conversation", "new_conversation_id"),
-    "sbx.agent.core.events": ("Event", "RunEnd", "RunError", "StateRestored", "parse_event"),
+    "sbx.agent.core.events": ("Event", "EventSink", "ConversationStart", "RunStart",
+        "MessageAdded", "ModelReplied", "OutputChunk", "ToolResult", "PlanUpdated", "Compaction",
+        "RunEnd", "RunError", "StateRestored", "parse_event"),
     "sbx.agent.core.execute_program": ("ProgramSpec", "execute_program"),
     "sbx.agent.core.limits_request": ("LimitsRequest", "LimitRefused"),
     "sbx.agent.core.plan": ("pending_note",),
@@ -132,15 +135,17 @@ _EXPORTS = {name: module for module, names in _OWNERS.items() for name in names}
 
 __all__ = [
     "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Answer", "App", "AppConfig", "Artifact", "AuditError",
-    "CallReport", "Cancellation", "Cell", "Closing", "Conversation", "ConversationSpec",
-    "DEFAULT_IMAGE", "EXPORT_FORMATS", "Endpoint", "Event", "ExecutionCheck", "ExecutionResult",
-    "ExportFormat", "HostBusy", "LimitRefused", "Limits", "LimitsRequest", "ModelError",
-    "NoRecorder", "OUTPUT_DIR", "OidcSettings", "OutputSink", "PLAN_MARKS", "PolicyError",
-    "Problem", "ProgramSpec", "RUNS_DIR", "RecordError", "RecordedConversation", "Redactor",
-    "RerunError", "RerunReport", "Resumable", "RunEnd", "RunError", "RunOutcome", "RunRecorder",
-    "RunResult", "RunStatus", "RunTicket", "SandboxError", "SbxError", "ServiceQuotas",
-    "ServiceSettings", "SessionClosed", "SettingsError", "StateRestored", "TeamSettings", "Tool",
-    "ToolContext", "ToolFailure", "ToolReturn", "ToolSession", "TracingError", "TranscriptError",
+    "CallReport", "Cancellation", "Cell", "Closing", "Compaction", "Conversation",
+    "ConversationSpec", "ConversationStart", "DEFAULT_IMAGE", "EXPORT_FORMATS", "Endpoint",
+    "Event", "EventSink", "ExecutionCheck", "ExecutionResult", "ExportFormat", "HostBusy",
+    "LimitRefused", "Limits", "LimitsRequest", "MessageAdded", "ModelError", "ModelReplied",
+    "NoRecorder", "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS",
+    "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError",
+    "RecordedConversation", "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd",
+    "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket",
+    "SandboxError", "SbxError", "ServiceQuotas", "ServiceSettings", "SessionClosed",
+    "SettingsError", "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure",
+    "ToolResult", "ToolReturn", "ToolSession", "TracingError", "TranscriptError",
     "UploadDatasetRule", "Workspace", "answer_one", "audit_call_rows", "audit_key_from_env",
     "build_tool", "call_status", "check_data", "configure_tracing", "continue_paused",
     "describe_validation_error", "execute_program", "export_transcript", "failed_outcome",
@@ -189,10 +194,19 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.config import load_config as load_config
     from sbx.agent.core.conversation import Conversation as Conversation
     from sbx.agent.core.conversation import new_conversation_id as new_conversation_id
+    from sbx.agent.core.events import Compaction as Compaction
+    from sbx.agent.core.events import ConversationStart as ConversationStart
     from sbx.agent.core.events import Event as Event
+    from sbx.agent.core.events import EventSink as EventSink
+    from sbx.agent.core.events import MessageAdded as MessageAdded
+    from sbx.agent.core.events import ModelReplied as ModelReplied
+    from sbx.agent.core.events import OutputChunk as OutputChunk
+    from sbx.agent.core.events import PlanUpdated as PlanUpdated
     from sbx.agent.core.events import RunEnd as RunEnd
     from sbx.agent.core.events import RunError as RunError
+    from sbx.agent.core.events import RunStart as RunStart
     from sbx.agent.core.events import StateRestored as StateRestored
+    from sbx.agent.core.events import ToolResult as ToolResult
     from sbx.agent.core.events import parse_event as parse_event
     from sbx.agent.core.execute_program import ProgramSpec as ProgramSpec
     from sbx.agent.core.execute_program import execute_program as execute_program
