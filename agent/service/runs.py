@@ -286,6 +286,7 @@ class _Relay:
                                    message=outcome.message))
             last = public_event(event, output_dir=live.output_root / ticket.run_id)
         self.done = True
+        live.run_id = None  # an answer posted on seeing the end finds no run in flight
         self.inner.finished(ticket, outcome, last_event=last)
 
     def withdrawn(self, ticket: RunTicket) -> None:
