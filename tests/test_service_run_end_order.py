@@ -38,20 +38,21 @@ def _until_end(client: httpx.Client, run_id: str) -> str:
     raise AssertionError(f"the stream of {run_id} closed without its end")
 
 
-def _two_questions(server: service_support.Server, key: str) -> list[int]:
-    """One analyst: a question, and the next one posted on seeing the first's `run_end`."""
+def _then_on_seeing_the_end(server: service_support.Server, key: str, then: str,
+                            body: dict[str, str]) -> int:
+    """One analyst: a question, then (on seeing its `run_end`) a post to `then`: its status."""
     with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"},
                       timeout=120) as client:
         created = client.post("/v1/conversations", json={})
         assert created.status_code == 201, created.text
-        questions = f"/v1/conversations/{created.json()['id']}/questions"
-        first = client.post(questions, json={"question": "first"})
+        conversation = f"/v1/conversations/{created.json()['id']}"
+        first = client.post(f"{conversation}/questions", json={"question": "first"})
         assert first.status_code == 202, first.text
         assert _until_end(client, first.json()["run_id"]) == "run_end"
-        second = client.post(questions, json={"question": "next"})
+        second = client.post(f"{conversation}/{then}", json=body)
         if second.status_code == 202:
             assert _until_end(client, second.json()["run_id"]) == "run_end"
-        return [first.status_code, second.status_code]
+        return second.status_code
 
 
 def test_a_question_posted_on_seeing_run_end_is_never_refused(store, serve, llm) -> None:
@@ -60,10 +61,11 @@ def test_a_question_posted_on_seeing_run_end_is_never_refused(store, serve, llm)
     key = server.key("burst", max_conversations=CONVERSATIONS)
     try:
         with ThreadPoolExecutor(CONVERSATIONS) as pool:
-            codes = list(pool.map(lambda _: _two_questions(server, key), range(CONVERSATIONS)))
+            codes = list(pool.map(lambda _: _then_on_seeing_the_end(
+                server, key, "questions", {"question": "next"}), range(CONVERSATIONS)))
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{server.log[-4000:]}") from exc
-    refused = [pair for pair in codes if pair[1] != 202]
+    refused = [code for code in codes if code != 202]
     assert refused == [], f"{len(refused)} of {CONVERSATIONS} next questions refused: {refused}"
     llm.assert_complete()
 
@@ -75,28 +77,13 @@ def _asks_then_answers(request: ScriptedRequest) -> Reply:
             else tool_call("ask_user", question="Which year?"))
 
 
-def _question_then_answer(server: service_support.Server, key: str) -> list[int]:
-    """One analyst: a question the model asks about, answered on seeing its `run_end`."""
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"},
-                      timeout=120) as client:
-        created = client.post("/v1/conversations", json={})
-        assert created.status_code == 201, created.text
-        conversation = f"/v1/conversations/{created.json()['id']}"
-        asked = client.post(f"{conversation}/questions", json={"question": "first"})
-        assert asked.status_code == 202, asked.text
-        assert _until_end(client, asked.json()["run_id"]) == "run_end"
-        answered = client.post(f"{conversation}/answer", json={"answer": "2024"})
-        if answered.status_code == 202:
-            assert _until_end(client, answered.json()["run_id"]) == "run_end"
-        return [asked.status_code, answered.status_code]
-
-
 def test_an_answer_posted_on_seeing_run_end_is_never_refused(store, serve, llm) -> None:
     llm.script([_asks_then_answers for _ in range(2 * CONVERSATIONS)])
     server = serve(store, policy={**NO_CODE, "tools.ask_user": {"enabled": True}})
     key = server.key("askers", max_conversations=CONVERSATIONS)
     with ThreadPoolExecutor(CONVERSATIONS) as pool:
-        codes = list(pool.map(lambda _: _question_then_answer(server, key), range(CONVERSATIONS)))
-    refused = [pair for pair in codes if pair[1] != 202]
+        codes = list(pool.map(lambda _: _then_on_seeing_the_end(
+            server, key, "answer", {"answer": "2024"}), range(CONVERSATIONS)))
+    refused = [code for code in codes if code != 202]
     assert refused == [], f"{len(refused)} of {CONVERSATIONS} answers refused: {refused}"
     llm.assert_complete()
