@@ -91,6 +91,7 @@ class Conversation(Closing):
             spec=replace(spec, conversation_id=self.id), config=config, audit=audit, pool=pool,
             image=image,
         )
+        self.workspace.held_cells = self._held_cells
         self._messages: list[dict[str, Any]] = []
         self._prompt: SystemPrompt | None = None
         self._sinks: list[EventSink] = []
@@ -204,10 +205,16 @@ class Conversation(Closing):
         """Forget the messages and replace the sandbox: the next question starts afresh."""
         with self._lock:
             self.workspace.discard()
+            self.workspace.forget_snapshot()
             self.workspace.take_reset()  # a fresh start needs no note
             self.workspace.lost_reason()
             self._messages = []
             self.emit(forgotten())  # a later restore replays nothing from before
+
+    def _held_cells(self) -> tuple[str, ...]:
+        """The cells the live sandbox holds: what a restore would replay (for a snapshot)."""
+        cells = prior_cells(self.transcript.path, self.config.restore, reset=True)
+        return tuple(cell.call_id for cell in cells or ())
 
     @property
     def messages(self) -> list[dict[str, Any]]:

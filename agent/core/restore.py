@@ -63,6 +63,7 @@ from sbx.agent.core.events import (
     ToolResult,
 )
 from sbx.agent.core.restore_settings import RestoreSettings
+from sbx.agent.core.snapshot import Snapshot, load_cell, refusal, report_of
 from sbx.agent.core.state import PriorWork, SandboxUsage
 from sbx.agent.core.transcript import TranscriptError, read_transcript
 from sbx.agent.core.workspace import Workspace
@@ -315,7 +316,7 @@ def restore_workspace(
     gate = workspace.open_gate(f"{run_id}-restore", output=scratch)
     outcome = "error"  # the engine failed: the run's own handling reports it
     try:
-        restored = replay(gate, cells, settings, reason=reason, budget=_budget(workspace))
+        restored = from_snapshot(workspace, gate, cells, settings, reason=reason)
         outcome = "completed"
     finally:
         gate.close(reason=outcome)
@@ -327,6 +328,74 @@ def restore_workspace(
     recorded = [Path(path) for cell in cells for path in cell.artifacts]
     return replace(restored, event=restored.event.model_copy(update={"run_id": run_id}),
                    kept=keep_new(restored.written, recorded, scratch))
+
+
+def from_snapshot(workspace: Workspace, gate: ToolGate, cells: list[Cell],
+                  settings: RestoreSettings, *, reason: str) -> Restored:
+    """Load the workspace's snapshot, then replay only what it could not hold; else replay all.
+
+    The load is a cell of the replay's gate (checked, audited, metered); what taking
+    and loading the snapshot used is added to the replay's usage (see `snapshot`).
+    """
+    budget = _budget(workspace)
+    snapshot = workspace.snapshot
+    if snapshot is None:
+        return replay(gate, cells, settings, reason=reason, budget=budget)
+    why = refusal(snapshot, principal=workspace.spec.principal,
+                  cells=[cell.call_id for cell in cells], limit=settings.snapshot_bytes)
+    cost = replace(snapshot.usage)
+    if why is None:
+        why = _load(gate, snapshot, cost)
+    workspace.snapshot = replace(snapshot, usage=SandboxUsage())  # charged once
+    if why is not None:
+        logger.info("snapshot of %s not used: %s", workspace.owner_id, why)
+        if cost.executions > snapshot.usage.executions:  # a load ran: its state is unknown
+            workspace.discard()
+            workspace.take_reset()
+        rest, held = cells, 0
+    else:
+        rest = still_to_replay(cells, snapshot)
+        held = len(cells) - len(rest)
+    restored = replay(gate, rest, settings, reason=reason,
+                      budget=lambda used: budget(_sum(used, cost)))
+    event = restored.event.model_copy(update={
+        "from_snapshot": held, "snapshot": why or "",
+        "cpu_seconds": round(restored.event.cpu_seconds + cost.cpu_seconds, 3)})
+    return replace(restored, event=event, sandbox=_sum(restored.sandbox, cost))
+
+
+def _load(gate: ToolGate, snapshot: Snapshot, cost: SandboxUsage) -> str | None:
+    """Run the load cell (its usage added to `cost`); why it did not load, or None."""
+    outcome = gate.call(name="execute_python",
+                        arguments=json.dumps({"code": load_cell(snapshot)}),
+                        call_id="restore-snapshot")
+    result = outcome.execution
+    if result is None:
+        return f"the load was not run ({outcome.status})"
+    cost.add(result.duration_s, result.cpu_seconds, result.peak_memory_bytes)
+    report = report_of(result.stdout) if result.ok else None
+    if report is None or report.get("ok") is not True:
+        detail = report.get("reason") if report else None
+        return f"it did not load: {str(detail or 'the load cell failed')[:200]}"
+    return None
+
+
+def still_to_replay(cells: list[Cell], snapshot: Snapshot) -> list[Cell]:
+    """The cells a loaded snapshot does not hold: after it, or assigning a name it left out."""
+    unheld = set(snapshot.unheld)
+    held = len(snapshot.cells)
+    return [cell for index, cell in enumerate(cells)
+            if index >= held or unheld.intersection(assigned_names(cell.code))]
+
+
+def _sum(first: SandboxUsage, second: SandboxUsage) -> SandboxUsage:
+    total = replace(first)
+    total.executions += second.executions
+    total.execution_s += second.execution_s
+    total.cpu_seconds += second.cpu_seconds
+    total.peak_memory_bytes = max(total.peak_memory_bytes, second.peak_memory_bytes)
+    total.gb_seconds += second.gb_seconds
+    return total
 
 
 def _budget(workspace: Workspace) -> BudgetCheck:

@@ -19,16 +19,20 @@ chooses them from model or client input.
 
 from __future__ import annotations
 
+import logging
+import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.settings import SettingsError
+from sbx.agent.core.snapshot import DUMP_NAME, STATE_DIR, Dumped, Snapshot, dump_cell, settle
 from sbx.agent.core.spend import SpendLimit
+from sbx.agent.core.state import SandboxUsage
 from sbx.agent.core.teams import withhold
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.datadrop import DropDir
@@ -44,6 +48,8 @@ from sbx.tools.context import Operator, OutputSink, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.observation_size import CHARS_PER_TOKEN
 from sbx.tools.registry import Tool
+
+logger = logging.getLogger(__name__)
 
 RESET_NOTE = "[sbx] The sandbox was reset"
 """How every note of a reset begins (`reset_note`), for the model and for tests."""
@@ -153,6 +159,12 @@ class Workspace(Closing):
         self._users = 0
         self.last_used = time.monotonic()
         """When the last run or call holding `in_use()` ended (monotonic seconds)."""
+        self.held_cells: Callable[[], tuple[str, ...]] | None = None
+        """The call ids of the cells whose state the sandbox holds (the owner's record); set by
+        an owner that restores (a conversation): an idle release then snapshots first."""
+        self.snapshot: Snapshot | None = None
+        """The last snapshot of the state (`sbx.agent.core.snapshot`), kept until replaced."""
+        self._state: DropDir | None = None
 
     @property
     def enabled(self) -> bool:
@@ -277,6 +289,8 @@ class Workspace(Closing):
             return False
         try:
             idle = not self._users and (now or time.monotonic()) - self.last_used >= idle_s
+            if idle and self._session is not None and self.used:
+                self._take_snapshot(self._session)
             session = self._take_session(reason or idle_reason(idle_s)) if idle else None
         finally:
             self._lock.release()
@@ -301,9 +315,51 @@ class Workspace(Closing):
         try:
             self.discard()
         finally:
-            drop, self._drop = self._drop, None
-            if drop is not None:
-                drop.remove()
+            for drop in (self._drop, self._state):
+                if drop is not None:
+                    drop.remove()
+            self._drop = self._state = None
+            self.snapshot = None
+
+    def forget_snapshot(self) -> None:
+        """Drop the snapshot (the conversation was reset: nothing before it is restored)."""
+        with self._lock:
+            snapshot, self.snapshot = self.snapshot, None
+        if snapshot is not None:
+            snapshot.path.unlink(missing_ok=True)
+
+    def _take_snapshot(self, session: Session) -> None:
+        """Under the lock, before an idle release: the state by value, or the reason logged.
+
+        Its output goes to an incoming directory beside the state directory, so it is
+        neither the run's artifact nor counted in the session's artifact bytes.
+        """
+        settings = self.config.restore
+        cells = self.held_cells() if self.held_cells is not None else ()
+        limit = min(settings.snapshot_bytes, self.config.limits.max_artifact_bytes)
+        if not (settings.enabled and limit and cells and self._pool is not None):
+            return
+        if self._state is None:
+            self._state = DropDir.create(self._pool.data_root, STATE_DIR)
+        incoming = self._state.holder.path / f"incoming-{secrets.token_hex(4)}"
+        output, written = session.output_dir, session.artifact_bytes
+        session.output_dir = incoming
+        try:
+            result = session.run(dump_cell(limit), show_values=False)
+        except SandboxError as exc:
+            logger.info("no snapshot of %s: %s", self.owner_id, exc)
+            return
+        finally:
+            session.output_dir, session.artifact_bytes = output, written
+        usage = SandboxUsage()
+        usage.add(result.duration_s, result.cpu_seconds, result.peak_memory_bytes)
+        dumped = Dumped(ok=result.ok, stdout=result.stdout, file=incoming / DUMP_NAME, usage=usage)
+        snapshot, why = settle(dumped, self._state.path, principal=self.spec.principal,
+                               cells=cells, limit=limit)
+        if snapshot is None:  # an earlier one, if any, still holds the cells it held
+            logger.info("no snapshot of %s: %s", self.owner_id, why)
+        else:
+            self.snapshot = snapshot
 
     def _data(self) -> tuple[Path, ...]:
         """The data paths of every sandbox: the caller's, then the query drop (if any)."""
@@ -329,7 +385,7 @@ class Workspace(Closing):
                     SessionSpec(
                         limits=self.config.limits,
                         image=self.image,
-                        data=self._data(),
+                        data=(*self._data(), *([self._state.path] if self._state else [])),
                         output_dir=output or self.output_dir(run_id),
                         run_id=run_id,
                     )
