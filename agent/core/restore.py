@@ -35,6 +35,12 @@ sandbox and before the question, the executions that built the state:
   times keeps one copy, not four); one that differs, or whose original is on
   another host, is kept and recorded as the run's artifact (`storage_bytes`).
 
+- a snapshot first: when the workspace holds one (`sbx.agent.core.snapshot`,
+  taken inside the sandbox at its idle release) and it may be loaded, it is
+  loaded by a cell of the replay's gate, and only the cells it could not hold
+  are re-run (those after it, and those assigning a name it could not
+  pickle); otherwise, or when it fails to load, every cell is replayed.
+
 The outcome is one `state_restored` event (transcript, subscribers, the
 service's stream) and a note put before the question the model reads.
 """

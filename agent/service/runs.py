@@ -107,6 +107,17 @@ class RunManager:
             return [live for live in self._live.values()
                     if live.conversation.workspace.holds_sandbox or live.run_id]
 
+    def snapshot_bytes(self, principal: str) -> int:
+        """Bytes of the state snapshots this replica keeps for `principal`'s conversations.
+
+        Counted in `storage_bytes` beside what the store holds; a snapshot lives on the
+        replica that took it and goes with its conversation.
+        """
+        with self._lock:
+            held = [live.conversation.workspace.snapshot for live in self._live.values()
+                    if live.principal == principal]
+        return sum(snapshot.size for snapshot in held if snapshot is not None)
+
     def without_sandbox(self) -> list[str]:
         """The principals of conversations here with no sandbox and no run: coming demand."""
         with self._lock:
