@@ -17,6 +17,7 @@ from service_support import ask_run, wait_for
 store = service_support.store
 serve = service_support.serve
 llm = service_support.llm
+pg_cluster = service_support.pg_cluster
 
 CELL = "import numpy as np\nbig = np.arange(250_000)\nprint(big.size)"
 """About 2 MB of state."""

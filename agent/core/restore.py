@@ -47,33 +47,28 @@ service's stream) and a note put before the question the model reads.
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from sbx.agent.core.artifacts import file_sha256, keep_new
 from sbx.agent.core.budget import work_ending
-from sbx.agent.core.events import (
-    CellDifference,
-    Event,
-    ModelReplied,
-    RunStart,
-    StateRestored,
-    ToolResult,
-)
+from sbx.agent.core.cells import Cell as Cell
+from sbx.agent.core.cells import assigned_names as assigned_names
+from sbx.agent.core.cells import cell_of as cell_of
+from sbx.agent.core.cells import cells_of as cells_of
+from sbx.agent.core.events import CellDifference, StateRestored
 from sbx.agent.core.restore_settings import RestoreSettings
 from sbx.agent.core.snapshot import Snapshot, load_cell, refusal, report_of
 from sbx.agent.core.state import PriorWork, SandboxUsage
 from sbx.agent.core.transcript import TranscriptError, read_transcript
 from sbx.agent.core.workspace import Workspace
-from sbx.agent.provenance.record import code_of
 from sbx.agent.replay.compare import Comparison, Observed, compare
 from sbx.tools.gate import ToolGate
 from sbx.tools.outcome import ToolOutcome
@@ -91,90 +86,6 @@ RESTORED_DIR = "restored"
 BudgetCheck = Callable[[SandboxUsage], str | None]
 """Asked before each cell with what the replay used so far: why it must stop (a money budget
 is used up), or None."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Cell:
-    """One recorded execution that built the conversation's state."""
-
-    call_id: str
-    """The recorded call's id (the model's); the replay's audit call id is `restore-<it>`."""
-    code: str
-    """The program as it ran."""
-    stdout: str = ""
-    """What it printed then: the re-run must print the same (see the module)."""
-    error_type: str | None = None
-    """Always None for a cell that built state (failed calls are not replayed)."""
-    artifacts: tuple[str, ...] = ()
-    """Host paths of the files it left in `/output` when it ran."""
-
-
-def cells_of(events: Iterable[Event]) -> list[Cell]:
-    """The executions a replay must re-run, from a conversation's events (see the module).
-
-    A run that began with `sandbox_reset` lost what came before unless its
-    `state_restored` says it was restored (fully or partly).
-    """
-    cells: list[Cell] = []
-    held: list[Cell] = []
-    calls: dict[str, str] = {}
-    for event in events:
-        if isinstance(event, RunStart):
-            calls = {}
-            if event.sandbox_reset:
-                held, cells = cells, []
-        elif isinstance(event, StateRestored):
-            cells = held + cells if event.status != "not_restored" else []
-            held = []
-        elif isinstance(event, ModelReplied):
-            calls.update(_codes(event.message))
-        elif isinstance(event, ToolResult):
-            cell = _cell(event, calls)
-            if cell is not None:
-                cells.append(cell)
-    return cells
-
-
-def _codes(message: dict[str, object]) -> dict[str, str]:
-    """`{call id: code}` of the `execute_python` calls of one assistant message."""
-    found: dict[str, str] = {}
-    for call in message.get("tool_calls") or []:  # type: ignore[attr-defined]
-        function = call.get("function") if isinstance(call, dict) else None
-        if isinstance(function, dict) and function.get("name") == "execute_python":
-            code = code_of(str(function.get("arguments")))
-            if code is not None:
-                found[str(call.get("id"))] = code
-    return found
-
-
-def _cell(event: ToolResult, calls: dict[str, str]) -> Cell | None:
-    record = event.execution
-    code = calls.get(event.call_id)
-    if event.name != "execute_python" or event.status != "ok" or event.failed:
-        return None
-    if record is None or code is None or record.error_type or record.timed_out:
-        return None
-    if record.oom_killed or record.state_reset:
-        return None
-    return Cell(call_id=event.call_id, code=code, stdout=record.stdout,
-                artifacts=tuple(event.artifacts))
-
-
-def assigned_names(code: str) -> list[str]:
-    """The top-level names a program binds (assignments, imports, defs, loop targets)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
-    names: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.append(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.append(node.name)
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            names.extend((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    return list(dict.fromkeys(name for name in names if name != "_"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -430,6 +341,11 @@ def prior_cells(path: Path, settings: RestoreSettings, *, reset: bool) -> list[C
         return None
 
 
+def held_cells(path: Path, settings: RestoreSettings) -> tuple[str, ...]:
+    """The ids of the cells a live sandbox holds: what a restore would replay (a snapshot's)."""
+    return tuple(cell.call_id for cell in prior_cells(path, settings, reset=True) or ())
+
+
 def replace_killed(workspace: Workspace, settings: RestoreSettings) -> None:
     """After a timeout or OOM kill reset the interpreter in place, replace the sandbox.
 
@@ -443,12 +359,3 @@ def replace_killed(workspace: Workspace, settings: RestoreSettings) -> None:
 def forgotten() -> StateRestored:
     """The event of a conversation reset on purpose: nothing before it is replayed later."""
     return StateRestored(status="not_restored", reason="the conversation was reset")
-
-
-def cell_of(call_id: str, code: object, outcome: ToolOutcome) -> Cell | None:
-    """A live execution as a cell to replay later (a face without a transcript: MCP)."""
-    result = outcome.execution
-    if outcome.status != "ok" or result is None or not result.ok or not isinstance(code, str):
-        return None
-    return Cell(call_id=call_id, code=code, stdout=result.stdout,
-                artifacts=tuple(artifact.path for artifact in result.artifacts))

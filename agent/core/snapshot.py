@@ -30,10 +30,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sbx.agent.core.artifacts import file_sha256
 from sbx.agent.core.state import SandboxUsage
@@ -104,6 +105,50 @@ def unheld_of(report: dict[str, Any]) -> tuple[str, ...]:
     if not isinstance(names, list):
         return ()
     return tuple(n for n in names[:MAX_UNHELD] if isinstance(n, str) and _NAME.match(n))
+
+
+class Ran(Protocol):
+    """What a dump needs of an execution's result (`sbx.sandbox.result.ExecutionResult`)."""
+
+    stdout: str
+    duration_s: float
+    cpu_seconds: float | None
+    peak_memory_bytes: int | None
+
+    @property
+    def ok(self) -> bool:
+        """It ran to completion without an error, timeout or kill."""
+
+
+class Dumping(Protocol):
+    """What a dump needs of a sandbox session (`sbx.sandbox.session.Session`)."""
+
+    output_dir: Path
+    artifact_bytes: int
+
+    def run(self, code: str, *, show_values: bool | None = None) -> Ran:
+        """Execute `code` in the session's interpreter."""
+
+
+def take(session: Dumping, into: Path, *, principal: str, cells: tuple[str, ...],
+         limit: int) -> Snapshot | str:
+    """Run the dump cell in `session` and keep its file in `into`; the snapshot, or why not.
+
+    The cell's output goes to an incoming directory beside `into`, so it is neither
+    the run's artifact nor counted in the session's artifact bytes.
+    """
+    incoming = into.parent / f"incoming-{secrets.token_hex(4)}"
+    output, written = session.output_dir, session.artifact_bytes
+    session.output_dir = incoming
+    try:
+        result = session.run(dump_cell(limit), show_values=False)
+    finally:
+        session.output_dir, session.artifact_bytes = output, written
+    usage = SandboxUsage()
+    usage.add(result.duration_s, result.cpu_seconds, result.peak_memory_bytes)
+    dumped = Dumped(ok=result.ok, stdout=result.stdout, file=incoming / DUMP_NAME, usage=usage)
+    snapshot, why = settle(dumped, into, principal=principal, cells=cells, limit=limit)
+    return snapshot if snapshot is not None else why
 
 
 @dataclass(frozen=True, kw_only=True)

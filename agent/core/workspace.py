@@ -20,19 +20,16 @@ chooses them from model or client input.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from sbx.agent.core.config import AppConfig
+from sbx.agent.core.conversation_spec import ConversationSpec as ConversationSpec
 from sbx.agent.core.settings import SettingsError
-from sbx.agent.core.snapshot import DUMP_NAME, STATE_DIR, Dumped, Snapshot, dump_cell, settle
-from sbx.agent.core.spend import SpendLimit
-from sbx.agent.core.state import SandboxUsage
+from sbx.agent.core.snapshot import STATE_DIR, Snapshot, take
 from sbx.agent.core.teams import withhold
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.datadrop import DropDir
@@ -44,7 +41,7 @@ from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session
 from sbx.sandbox.spec import SessionSpec
 from sbx.tools.audit import AuditLog
-from sbx.tools.context import Operator, OutputSink, ToolContext
+from sbx.tools.context import OutputSink, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.observation_size import CHARS_PER_TOKEN
 from sbx.tools.registry import Tool
@@ -74,44 +71,6 @@ QUERY_DIR = "queries"
 
 class WorkspaceClosed(SandboxError):
     """Code was sent to a workspace after it closed (its owner ended while a call came in)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ConversationSpec:
-    """Who works, with which data, where files go: a conversation's or a tool session's.
-
-    The face fills it from its own inputs; the core (`App`) opens the conversation
-    or the workspace with it.
-    """
-
-    principal: str
-    """Who asks, as the face authenticated them; it reaches every audit record."""
-    team: str | None = None
-    """The principal's team (the service's key or sign-in says which); audited beside it."""
-    spend: SpendLimit | None = None
-    """The budgets above each run (the key's, the team's), from the face's store; None: the
-    per-run `max_cost` alone (the CLI)."""
-    withheld_tools: tuple[str, ...] = ()
-    """Tools the policy enables that this principal's team is not offered (off at its gate)."""
-    data: tuple[Path, ...] = ()
-    """Files and directories mounted read-only at `/data/<name>`."""
-    output: Path | None = None
-    """One directory for every run's artifacts; default `<output_root>/<run_id>` per run."""
-    output_root: Path = Path("sbx-output")
-    """Where per-run artifact directories go when `output` is not given."""
-    label: str | None = None
-    """Shown first in the progress and kept in the transcript (the demo's "scripted model")."""
-    conversation_id: str | None = None
-    """The owner's id (a conversation's, an MCP session's, one program's run id); the core
-    makes a new conversation id when None."""
-    operator: Operator | None = None
-    """Who answers the model's `ask_user` at once (the CLI's terminal prompt); None: no one."""
-    defer_questions: bool = False
-    """Without an operator, `ask_user` ends the run `needs_input` and `answer()` continues it;
-    with neither, the model is not offered `ask_user`."""
-    one_shot: bool = False
-    """One program, as a script runs (`execute_program`): its stdout is exactly what it wrote,
-    no trailing expression's value is printed as a notebook would."""
 
 
 def check_data(data: Sequence[Path]) -> None:
@@ -160,8 +119,8 @@ class Workspace(Closing):
         self.last_used = time.monotonic()
         """When the last run or call holding `in_use()` ended (monotonic seconds)."""
         self.held_cells: Callable[[], tuple[str, ...]] | None = None
-        """The call ids of the cells whose state the sandbox holds (the owner's record); set by
-        an owner that restores (a conversation): an idle release then snapshots first."""
+        """The ids of the cells whose state the sandbox holds, by an owner that restores (a
+        conversation): an idle release then takes a snapshot first."""
         self.snapshot: Snapshot | None = None
         """The last snapshot of the state (`sbx.agent.core.snapshot`), kept until replaced."""
         self._state: DropDir | None = None
@@ -329,37 +288,22 @@ class Workspace(Closing):
             snapshot.path.unlink(missing_ok=True)
 
     def _take_snapshot(self, session: Session) -> None:
-        """Under the lock, before an idle release: the state by value, or the reason logged.
-
-        Its output goes to an incoming directory beside the state directory, so it is
-        neither the run's artifact nor counted in the session's artifact bytes.
-        """
+        """Under the lock, before an idle release: the state by value, or the reason logged."""
         settings = self.config.restore
         cells = self.held_cells() if self.held_cells is not None else ()
-        limit = min(settings.snapshot_bytes, self.config.limits.max_artifact_bytes)
-        if not (settings.enabled and limit and cells and self._pool is not None):
+        if not (settings.enabled and settings.snapshot_bytes and cells and self._pool):
             return
         if self._state is None:
             self._state = DropDir.create(self._pool.data_root, STATE_DIR)
-        incoming = self._state.holder.path / f"incoming-{secrets.token_hex(4)}"
-        output, written = session.output_dir, session.artifact_bytes
-        session.output_dir = incoming
         try:
-            result = session.run(dump_cell(limit), show_values=False)
+            taken = take(session, self._state.path, principal=self.spec.principal, cells=cells,
+                         limit=min(settings.snapshot_bytes, self.config.limits.max_artifact_bytes))
         except SandboxError as exc:
-            logger.info("no snapshot of %s: %s", self.owner_id, exc)
-            return
-        finally:
-            session.output_dir, session.artifact_bytes = output, written
-        usage = SandboxUsage()
-        usage.add(result.duration_s, result.cpu_seconds, result.peak_memory_bytes)
-        dumped = Dumped(ok=result.ok, stdout=result.stdout, file=incoming / DUMP_NAME, usage=usage)
-        snapshot, why = settle(dumped, self._state.path, principal=self.spec.principal,
-                               cells=cells, limit=limit)
-        if snapshot is None:  # an earlier one, if any, still holds the cells it held
-            logger.info("no snapshot of %s: %s", self.owner_id, why)
+            taken = str(exc)
+        if isinstance(taken, str):  # an earlier snapshot, if any, still holds its cells
+            logger.info("no snapshot of %s: %s", self.owner_id, taken)
         else:
-            self.snapshot = snapshot
+            self.snapshot = taken
 
     def _data(self) -> tuple[Path, ...]:
         """The data paths of every sandbox: the caller's, then the query drop (if any)."""
