@@ -125,3 +125,8 @@ def test_a_restored_state_is_one_escaped_line_saying_what_came_back_and_what_dif
         ["call_2: line 1: 0.1 recorded, <b>0.7</b> now"])
     assert page.locator(".steps img, .steps b").count() == 0  # text, never markup
     expect(page.locator(".steps li.note")).to_have_count(1)  # the "gone" note was replaced
+    page.evaluate(feed, [{"type": "state_restored", "status": "restored", "cells": 1,
+                          "replayed": 1, "from_snapshot": 9, "reason": "an idle release"}])
+    expect(page.locator(".steps li.note.restored").last).to_have_text(
+        "The sandbox was started again; state restored: restored 9 cells from a snapshot "
+        "and re-ran 1 (an idle release).")
