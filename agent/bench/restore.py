@@ -11,7 +11,9 @@ Two figures, with the scripted model and the real sandbox:
   over `rounds`, and two targets as ratios measured in the same run: the
   first answer after a snapshot restore at most `SNAPSHOT_VS_LIVE` times a
   live one and at most `SNAPSHOT_VS_REPLAY` times a full replay's. This
-  machine's noise is large: the figures are for the reader, never a test;
+  machine's noise is large: the figures are for the reader, never a test.
+  One warm container is kept (a pool of 1), so a restore, like a new
+  conversation, takes a started one with the data stack imported;
 - memory held by `idle` conversations that loaded the data stack, read from
   each container's cgroup on this host: all held (no early release), then
   after every one is released (restore brings their state back on demand).
@@ -144,7 +146,7 @@ def run_restore_bench(*, image: str, cells_count: int, rounds: int, idle: int,
     with TemporaryDirectory(prefix="sbx-bench-restore-") as scratch, ScriptedLLM() as llm:
         root = Path(scratch)
         app = App.open(config, environ={}, audit_log=root / "audit.jsonl", image=image,
-                       pool_config=PoolConfig(size=0))
+                       pool_config=PoolConfig(size=1))
         with app:
             endpoint = Endpoint(base_url=llm.base_url, api_key=KEY, model="scripted")
             for index in range(rounds):
