@@ -148,6 +148,8 @@ def run_restore_bench(*, image: str, cells_count: int, rounds: int, idle: int,
         app = App.open(config, environ={}, audit_log=root / "audit.jsonl", image=image,
                        pool_config=PoolConfig(size=1))
         with app:
+            if app.pool is not None:
+                app.pool.warm(app.warm_key)
             endpoint = Endpoint(base_url=llm.base_url, api_key=KEY, model="scripted")
             for index in range(rounds):
                 progress(f"round {index + 1} of {rounds}: live, restored, cold")
