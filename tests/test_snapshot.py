@@ -35,12 +35,14 @@ BUILD = [
     "from sklearn.linear_model import LinearRegression\n"
     "model = LinearRegression().fit(df[['x']], df.y)\nprint(round(model.coef_[0], 6))",
     "def scaled(k):\n    return float(df.y.sum()) * k\nprint(scaled(1))",
-    "df.to_csv('table.csv', index=False)\nopen('/tmp/note.txt', 'w').write('kept')\nprint('saved')",
+    "df.to_csv('table.csv', index=False)\nopen('/tmp/note.txt', 'w').write('kept')\n"
+    "df.head(3).to_csv('/output/head.csv', index=False)\nprint('saved')",
     "import threading\nlock = threading.Lock()\nprint('locked', lock.locked())",
 ]
 USE = ("import os\nprint(df.shape, round(model.predict(df[['x']].head(2))[1], 6), scaled(2), "
-       "len(pd.read_csv('table.csv')), open('/tmp/note.txt').read(), lock.locked())")
-USED = "[stdout]\n(50, 2) 4.0 7450.0 50 kept False\n"
+       "len(pd.read_csv('table.csv')), open('/tmp/note.txt').read(), lock.locked(), "
+       "len(pd.read_csv('/output/head.csv')))")
+USED = "[stdout]\n(50, 2) 4.0 7450.0 50 kept False 3\n"
 
 
 def _config(**restore: Any) -> AppConfig:
@@ -96,6 +98,8 @@ def test_a_snapshot_restores_variables_dataframes_models_and_files(llm, tmp_path
     codes = [r["data"]["arguments"]["code"] for r in replayed if r["event"] == "request"]
     assert len(codes) == 2 and "'action': 'load'" in codes[0]  # the load is audited too
     assert usage.executions >= 4  # the dump, the load, the replayed cell, the question's cell
+    # the /output file the load wrote back equals the recorded one: no second copy is kept
+    assert [p.name for p in (tmp_path / "out").rglob("head.csv")] == ["head.csv"]
     assert not snapshot.path.exists()  # gone with the conversation
 
 

@@ -261,8 +261,9 @@ def from_snapshot(workspace: Workspace, gate: ToolGate, cells: list[Cell],
     why = refusal(snapshot, principal=workspace.spec.principal,
                   cells=[cell.call_id for cell in cells], limit=settings.snapshot_bytes)
     cost = replace(snapshot.usage)
+    written: dict[str, tuple[int, str]] = {}
     if why is None:
-        why = _load(gate, snapshot, cost)
+        why = _load(gate, snapshot, cost, written)
     workspace.snapshot = replace(snapshot, usage=SandboxUsage())  # charged once
     if why is not None:
         logger.info("snapshot of %s not used: %s", workspace.owner_id, why)
@@ -278,11 +279,16 @@ def from_snapshot(workspace: Workspace, gate: ToolGate, cells: list[Cell],
     event = restored.event.model_copy(update={
         "from_snapshot": held, "snapshot": why or "",
         "cpu_seconds": round(restored.event.cpu_seconds + cost.cpu_seconds, 3)})
-    return replace(restored, event=event, sandbox=_sum(restored.sandbox, cost))
+    return replace(restored, event=event, sandbox=_sum(restored.sandbox, cost),
+                   written={**written, **restored.written})
 
 
-def _load(gate: ToolGate, snapshot: Snapshot, cost: SandboxUsage) -> str | None:
-    """Run the load cell (its usage added to `cost`); why it did not load, or None."""
+def _load(gate: ToolGate, snapshot: Snapshot, cost: SandboxUsage,
+          written: dict[str, tuple[int, str]]) -> str | None:
+    """Run the load cell; why it did not load, or None.
+
+    Its usage is added to `cost`, and the `/output` files it wrote back to `written`.
+    """
     outcome = gate.call(name="execute_python",
                         arguments=json.dumps({"code": load_cell(snapshot)}),
                         call_id="restore-snapshot")
@@ -290,6 +296,7 @@ def _load(gate: ToolGate, snapshot: Snapshot, cost: SandboxUsage) -> str | None:
     if result is None:
         return f"the load was not run ({outcome.status})"
     cost.add(result.duration_s, result.cpu_seconds, result.peak_memory_bytes)
+    written.update((a.path, (a.size, a.sha256)) for a in result.artifacts)
     report = report_of(result.stdout) if result.ok else None
     if report is None or report.get("ok") is not True:
         detail = report.get("reason") if report else None

@@ -14,10 +14,11 @@ The file a dump writes holds two parts, each checked by the load:
     MAGIC, 8-byte length, the namespace (cloudpickle, protocol 5),
     then the files (a plain pickle of `[(root, relative path, mode, bytes)]`).
 
-Files are those the cells wrote in `/work` (the working directory) and
-`/tmp` (matplotlib's cache excepted); `/output` is copied out after every
-cell already. Only regular files and directories are kept; links and
-special files are skipped.
+Files are those the cells wrote in `/work` (the working directory), `/tmp`
+(matplotlib's cache excepted) and `/output` (copied out after every cell
+already, but a later cell may read one back: the load writes them again, and
+the host settles the copies as it does a replay's). Only regular files and
+directories are kept; links and special files are skipped.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ from __future__ import annotations
 from typing import Any
 
 MAGIC = b"SBXSNAP1"
-ROOTS = ("/work", "/tmp")
+ROOTS = ("/work", "/tmp", "/output")
 SKIPPED = ("/tmp/matplotlib",)
 REPORT = "SBX-SNAPSHOT "
 """How the one line of JSON this code prints begins (the host reads it from stdout)."""
 
 
-def _files(limit: int) -> tuple[list[tuple[str, str, int, bytes]], int]:
+def _files(limit: int, target: str) -> tuple[list[tuple[str, str, int, bytes]], int]:
     """Regular files under `ROOTS` (links and special files skipped) and their bytes in all."""
     import os
     import stat
@@ -44,7 +45,7 @@ def _files(limit: int) -> tuple[list[tuple[str, str, int, bytes]], int]:
             for name in names:
                 path = os.path.join(folder, name)
                 info = os.lstat(path)
-                if not stat.S_ISREG(info.st_mode):
+                if not stat.S_ISREG(info.st_mode) or path == target:
                     continue
                 total += info.st_size
                 if total > limit:
@@ -84,7 +85,7 @@ def dump(namespace: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
 
     limit = int(args["limit"])
     state, unheld = _held(namespace)
-    files, size = _files(limit)
+    files, size = _files(limit, args["target"])
     if len(state) + size > limit:
         return {"ok": False, "reason": f"the state is more than {limit} bytes", "unheld": unheld}
     blob = pickle.dumps(files, protocol=5)
