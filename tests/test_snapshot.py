@@ -167,7 +167,7 @@ def test_a_snapshot_that_cannot_be_used_falls_back_to_replay(llm, tmp_path, engi
 def test_a_snapshot_is_unpickled_only_inside_the_sandbox(llm, tmp_path, engine):
     marker = f"/tmp/sbx-snapshot-loaded-{secrets.token_hex(6)}"
     boom = (f"class Boom:\n    def __reduce__(self):\n        return (open, ({marker!r}, 'w'))\n"
-            "boom = Boom()\nprint('armed')")
+            "boom = Boom()\ndel Boom\nprint('armed')")  # plain pickle: any unpickler runs it
     with App.open(_config(), environ={}, audit_log=tmp_path / "audit.jsonl",
                   image=TEST_IMAGE) as app, _open(app, llm, tmp_path) as conversation:
         _ask(conversation, llm, boom)
