@@ -46,6 +46,10 @@ DUMP_NAME = "sbx-snapshot.bin"
 """What the dump cell writes in `/output` (copied into the workspace's incoming directory)."""
 REPORT = "SBX-SNAPSHOT "
 """How the dump's and the load's one line of JSON begins (`snapshot_kernel.REPORT`)."""
+DUMP_TIMEOUT_S = 5.0
+"""Longest a dump may take (the housekeeping that releases idle sandboxes waits for it); a
+state slower to pickle is restored by replay. A dump cut short kills only an interpreter
+that is being released anyway."""
 MAX_UNHELD = 1000
 """Most unpicklable names a report may list (it comes from the sandbox: bounded)."""
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
@@ -126,7 +130,8 @@ class Dumping(Protocol):
     output_dir: Path
     artifact_bytes: int
 
-    def run(self, code: str, *, show_values: bool | None = None) -> Ran:
+    def run(self, code: str, *, timeout: float | None = None,
+            show_values: bool | None = None) -> Ran:
         """Execute `code` in the session's interpreter."""
 
 
@@ -141,7 +146,7 @@ def take(session: Dumping, into: Path, *, principal: str, cells: tuple[str, ...]
     output, written = session.output_dir, session.artifact_bytes
     session.output_dir = incoming
     try:
-        result = session.run(dump_cell(limit), show_values=False)
+        result = session.run(dump_cell(limit), timeout=DUMP_TIMEOUT_S, show_values=False)
     finally:
         session.output_dir, session.artifact_bytes = output, written
     usage = SandboxUsage()
