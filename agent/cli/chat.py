@@ -23,6 +23,7 @@ from typing import Any
 
 import click
 
+from sbx.agent.cli.answer_parts import answer_text
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
@@ -117,7 +118,7 @@ def converse(conversation: Conversation) -> int:
                 click.echo("(the sandbox and the conversation were reset)", err=True)
             elif question in ("/help", "/?"):
                 click.echo(HELP, err=True)
-            elif conversation.pending is not None:
+            elif conversation.question.value is not None:
                 show(conversation.answer(question))
             else:
                 show(conversation.ask(question))
@@ -143,7 +144,7 @@ def _read_line() -> str | None:
 def show(result: RunResult) -> None:
     """The answer on stdout, or why there is none on stderr."""
     if result.status == "completed":
-        click.echo(safe_text(str(result.answer), multiline=True))
+        click.echo(safe_text(answer_text(result.as_dict()), multiline=True))
         for path in result.artifacts:
             click.echo(f"  artifact: {safe_text(path)}")
     elif result.status == "cancelled":

@@ -49,6 +49,7 @@ from sbx.sandbox.result import Artifact
 from sbx.tools.audit import AuditError
 from sbx.tools.context import OutputSink
 from sbx.tools.gate import ToolGate
+from sbx.tools.guard import DataGuard
 from sbx.tools.outcome import ToolOutcome
 
 logger = logging.getLogger(__name__)
@@ -111,6 +112,16 @@ class ToolSession(Closing):
         self._artifacts: dict[str, Artifact] = {}
         self._journal: list[Cell] = list(journal)
         """The executions that built the sandbox's state, replayed after a reset (issue 21)."""
+        rules = workspace.config.policy.guard.for_principal(self.principal, workspace.spec.team)
+        self._guard = DataGuard(rules)
+
+    def guarded(self, text: str) -> str:
+        """`text` as it may leave for the client's model: the principal's data guard applied.
+
+        The gate filters each observation; what the session says beside it (a restore's
+        note quoting replayed output, a running execution's newest line) passes here.
+        """
+        return self._guard.text(text).text
 
     @property
     def output_dir(self) -> Path:
@@ -154,7 +165,8 @@ class ToolSession(Closing):
             if name == self.data_tool and outcome.status == "ok" and isinstance(outcome.value,
                                                                                  Path):
                 footer = self._add_data(outcome.value)
-            return CallReport(outcome=outcome, reset_note=note, footer=footer)
+            shown = self.guarded(note) if note is not None else None
+            return CallReport(outcome=outcome, reset_note=shown, footer=footer)
 
     def _execution(self, call: Callable[[], ToolOutcome],
                    prior: Callable[[], PriorWork | None]) -> ToolOutcome:

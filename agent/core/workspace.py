@@ -24,12 +24,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from sbx.agent.core.config import AppConfig
-from sbx.agent.core.conversation_spec import ConversationSpec as ConversationSpec
+from sbx.agent.core.notes import NoteStore, notes_for
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.core.snapshot import STATE_DIR, Snapshot, take
+from sbx.agent.core.spend import SpendLimit
 from sbx.agent.core.teams import withhold
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.datadrop import DropDir
@@ -41,7 +43,7 @@ from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session
 from sbx.sandbox.spec import SessionSpec
 from sbx.tools.audit import AuditLog
-from sbx.tools.context import OutputSink, ToolContext
+from sbx.tools.context import Operator, OutputSink, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.observation_size import CHARS_PER_TOKEN
 from sbx.tools.registry import Tool
@@ -71,6 +73,43 @@ QUERY_DIR = "queries"
 
 class WorkspaceClosed(SandboxError):
     """Code was sent to a workspace after it closed (its owner ended while a call came in)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationSpec:
+    """Who works, with which data, where files go: a conversation's or a tool session's.
+
+    The face fills it from its own inputs; the core (`App`) opens the conversation
+    or the workspace with it.
+    """
+
+    principal: str
+    """Who asks, as the face authenticated them; it reaches every audit record."""
+    team: str | None = None
+    """The principal's team (the service's key or sign-in says which); audited beside it."""
+    spend: SpendLimit | None = None
+    """Budgets above each run (the key's, the team's), from the face's store; None: none."""
+    withheld_tools: tuple[str, ...] = ()
+    """Tools the policy enables that this principal's team is not offered (off at its gate)."""
+    data: tuple[Path, ...] = ()
+    """Files and directories mounted read-only at `/data/<name>`."""
+    output: Path | None = None
+    """One directory for every run's artifacts; default `<output_root>/<run_id>` per run."""
+    output_root: Path = Path("sbx-output")
+    """Where per-run artifact directories go when `output` is not given."""
+    label: str | None = None
+    """Shown first in the progress and kept in the transcript (the demo's "scripted model")."""
+    conversation_id: str | None = None
+    """The owner's id (a conversation's, an MCP session's, a program's run); None: a new one."""
+    operator: Operator | None = None
+    """Who answers the model's `ask_user` at once (the CLI's terminal prompt); None: no one."""
+    defer_questions: bool = False
+    """Without an operator, `ask_user` ends the run `needs_input` and `answer()` continues it;
+    with neither, the model is not offered `ask_user`."""
+    notes: NoteStore | None = None
+    """Where notes about the data live (the CLI's file, the service's database); None: none."""
+    one_shot: bool = False
+    """One program (`execute_program`): stdout is what it wrote, no trailing value printed."""
 
 
 def check_data(data: Sequence[Path]) -> None:
@@ -162,7 +201,7 @@ class Workspace(Closing):
             continues=continues,
             on_output=on_output,
             observation_chars=self.config.settings.observation_tokens * CHARS_PER_TOKEN,
-            show_values=not self.spec.one_shot,
+            show_values=not self.spec.one_shot, notes=notes_for(self.spec, self.config.policy),
         )
         return build_gate(
             withhold(self.config.policy, self.spec.withheld_tools),

@@ -1,7 +1,8 @@
 // The datasets panel (upload by drop or picker with progress, preview, delete) and the quota.
 
 import { call, upload } from "./api.js";
-import { append, clear, el, formatSize, setText } from "./dom.js";
+import { append, clear, el, formatMoment, formatMoney, formatSize, setText } from "./dom.js";
+import { showNotes } from "./notes.js";
 import { $, guarded, say, state } from "./ui.js";
 
 /** Read and list the caller's datasets, each with its checkbox, preview and delete. */
@@ -20,6 +21,9 @@ export async function refreshDatasets() {
     });
     const preview = el("button", { type: "button", class: "small" }, "Preview");
     preview.addEventListener("click", () => guarded("data-status", () => showPreview(dataset)));
+    const notes = el("button", { type: "button", class: "small", "aria-label":
+      `Notes on ${dataset.name}` }, "Notes");
+    notes.addEventListener("click", () => guarded("data-status", () => showNotes(dataset)));
     const remove = el("button", { type: "button", class: "small subtle" }, "Delete");
     remove.setAttribute("aria-label", `Delete ${dataset.name}`);
     preview.setAttribute("aria-label", `Preview ${dataset.name}`);
@@ -27,7 +31,7 @@ export async function refreshDatasets() {
     append(list, el("li", { class: "dataset" },
       el("label", { for: box.id }, box, el("span", { class: "name" }, dataset.name),
         el("span", { class: "meta" }, formatSize(dataset.size))),
-      el("span", { class: "actions" }, preview, remove)));
+      el("span", { class: "actions" }, preview, notes, remove)));
   }
 }
 
@@ -71,11 +75,12 @@ function spendRows(spend) {
   const currency = spend.currency ?? "";
   return (spend.budgets ?? []).map((budget) => {
     const whose = budget.scope === "team" ? `Team ${budget.name}` : "You";
-    const spent = `${Number(budget.spent).toFixed(4)} ${currency}`;
-    const cap = budget.limit === null ? "no cap" : `of ${budget.limit} ${currency}`;
+    const spent = `${formatMoney(budget.spent, currency)} spent`;
     const estimated = budget.estimated ? " (estimated)" : "";
-    return [`${whose}, money this ${budget.period}`,
-      `${spent} ${cap}${estimated}; resets ${budget.resets_at}`];
+    const value = budget.limit === null || budget.limit === undefined
+      ? `${spent}${estimated}; no cap`
+      : `${spent}${estimated} of ${formatMoney(budget.limit, currency)}; starts again ${formatMoment(budget.resets_at)}`;
+    return [`${whose}, money this ${budget.period}`, value];
   });
 }
 
