@@ -31,7 +31,6 @@ replays here and a field added by one emitter is never silently dropped.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -340,6 +339,10 @@ class StateRestored(_Event):
     """Executions the replay had to re-run."""
     replayed: int = 0
     """Executions re-run, in order, before it ended."""
+    from_snapshot: int = 0
+    """Executions whose state a snapshot brought back instead (`sbx.agent.core.snapshot`)."""
+    snapshot: str = ""
+    """Why a snapshot was not used, when there was one (then every cell was replayed)."""
     differed: list[CellDifference] = Field(default_factory=list)
     """Re-run without error, but their output differs from the record."""
     failed: list[CellDifference] = Field(default_factory=list)
@@ -414,29 +417,3 @@ def fanout(*sinks: EventSink) -> EventSink:
             sink(event)
 
     return emit
-
-
-class LiveRelay:
-    """One run's live output as `output_chunk` events, to subscribers only, until it ends.
-
-    Called from the thread that runs the execution; once the run has ended
-    (an abandoned call's thread may still be printing) nothing more goes out.
-    """
-
-    def __init__(self, run_id: str, publish: Callable[[Event], None]) -> None:
-        self.run_id = run_id
-        self._publish = publish
-        self._lock = threading.Lock()
-        self._open = True
-
-    def __call__(self, call_id: str, stream: str, text: str) -> None:
-        """Publish one chunk of the execution of `call_id` (several events if it is long)."""
-        with self._lock:
-            if self._open:
-                for event in output_chunks(self.run_id, call_id, stream, text):
-                    self._publish(event)
-
-    def close(self) -> None:
-        """The run ended: drop whatever comes later."""
-        with self._lock:
-            self._open = False
