@@ -63,9 +63,13 @@ MAX_SESSION_DATASETS = 100
 class ServiceAdmission:
     """The `Admission` of `sbx serve`'s `/mcp` (see the module docstring); thread-safe."""
 
-    def __init__(self, service: Service, output_root: Path) -> None:
+    def __init__(self, service: Service, output_root: Path, *, model: str = MCP_MODEL,
+                 label: str = "MCP session") -> None:
         self.service = service
         self.output_root = output_root
+        self.model = model
+        """The conversation row's `model` (the client brings its own): "mcp", "e2b"."""
+        self.label = label
         self.datasets = ServiceDatasets(service)
 
     def open(self, caller: Caller, session_id: str) -> Opened:
@@ -82,7 +86,7 @@ class ServiceAdmission:
                 session.add(Conversation(
                     id=session_id, principal=caller.principal, status="active",
                     replica_id=service.replica_id, datasets=[row.id for row in chosen],
-                    model=MCP_MODEL, limits={}, sandbox="none", message="MCP session",
+                    model=self.model, limits={}, sandbox="none", message=self.label,
                     created_at=now, last_active_at=now,
                 ))
         data = tuple(service.paths.datasets / row.id / row.name for row in chosen)

@@ -1,0 +1,144 @@
+"""The code interpreter's side of the sandbox URL: `/execute` (an NDJSON stream), `/contexts`.
+
+An execution is the sandbox's `ToolSession` call (gate, audit, the key's
+quotas). Its output is streamed as it comes (`stdout`/`stderr` lines), then
+its error (name, value, traceback), `number_of_executions` and
+`end_of_execution`, as E2B's Jupyter server sends them. A refusal before it
+starts is an HTTP error (429 for a quota). A client that goes away (its
+`timeout`) cancels the execution: the sandbox is replaced, and the next call
+restores its variables by replay. A sandbox killed meanwhile cuts the
+stream, which the SDK reports as a sandbox killed mid-request.
+
+One namespace per sandbox: the `default` Python context. Other languages
+and further contexts are refused with a sentence saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from sbx.agent.e2b.files import HOME
+from sbx.agent.e2b.host import Refused
+from sbx.agent.e2b.sandboxes import E2bSandbox
+
+DEFAULT_CONTEXT = {"id": "default", "language": "python", "cwd": HOME}
+PYTHON = (None, "", "python", "python3")
+ONE_CONTEXT = ("sbx runs one Python namespace per E2B sandbox (the default context); "
+               "create another sandbox for an independent namespace")
+
+
+class Cut(Exception):
+    """The sandbox ended under a running execution: the stream is cut, not finished."""
+
+
+def _line(kind: str, **fields: Any) -> bytes:
+    return (json.dumps({"type": kind, **fields}) + "\n").encode()
+
+
+def _closing(sandbox: E2bSandbox, outcome: Any, sent: dict[str, int]) -> Iterator[bytes]:
+    """What follows the streamed output: the rest of it, the error if any, the count, the end.
+
+    A quick cell's output comes with its result rather than streamed (the runner
+    waits a moment before its first frame): its stdout, then its stderr.
+    """
+    execution = outcome.execution
+    if outcome.status == "cancelled" or sandbox.killed:
+        raise Cut(sandbox.id)
+    if execution is not None:
+        for stream, text in (("stdout", execution.stdout), ("stderr", execution.stderr)):
+            if text[sent[stream]:]:
+                yield _line(stream, text=text[sent[stream]:], timestamp=time.time_ns() // 1000)
+    if execution is None:  # the gate refused it (policy, validation): no code ran
+        yield _line("error", name="PolicyError", value=outcome.text, traceback=outcome.text)
+    elif execution.error is not None:
+        error = execution.error
+        yield _line("error", name=error.type, value=error.message, traceback=error.traceback)
+    elif not execution.ok:
+        name = "TimeoutError" if execution.timed_out else "SandboxError"
+        value = "; ".join(execution.notes) or outcome.text[:500]
+        yield _line("error", name=name, value=value, traceback=value)
+    sandbox.executions += 1
+    yield _line("number_of_executions", execution_count=sandbox.executions)
+    yield _line("end_of_execution")
+
+
+async def execute(request: Request, sandbox: E2bSandbox) -> Response:
+    """`POST /execute`: the code's output as it comes, then its error and count."""
+    body = await request.json()
+    code, language = body.get("code"), body.get("language")
+    if not isinstance(code, str):
+        raise Refused(400, "code: a string")
+    if language not in PYTHON:
+        raise Refused(400, f"language {language!r}: sbx runs Python only")
+    if body.get("context_id") not in (None, "default"):
+        raise Refused(404, f"context {body.get('context_id')!r} not found: " + ONE_CONTEXT)
+    if body.get("env_vars"):
+        raise Refused(400, "envs per execution are not supported by sbx yet; pass envs to "
+                      "Sandbox.create")
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def put(kind: str, value: Any = None) -> None:
+        loop.call_soon_threadsafe(events.put_nowait, (kind, value))
+
+    def work() -> None:
+        with sandbox.streaming(put, lambda: put("started")):
+            try:
+                put("done", sandbox.python(code))
+            except Exception as exc:  # a refusal before it ran, or the sandbox ended
+                put("failed", exc)
+
+    loop.run_in_executor(None, work)
+    first = await events.get()
+    if first[0] == "failed":
+        raise first[1]
+    return StreamingResponse(_stream(sandbox, first, events), media_type="application/x-ndjson")
+
+
+async def _stream(sandbox: E2bSandbox, first: tuple[str, Any],
+                  events: asyncio.Queue[tuple[str, Any]]) -> AsyncIterator[bytes]:
+    finished = False
+    sent = {"stdout": 0, "stderr": 0}
+    try:
+        kind, value = first
+        while True:
+            if kind in ("stdout", "stderr"):
+                sent[kind] += len(value)
+                yield _line(kind, text=value, timestamp=time.time_ns() // 1000)
+            elif kind == "done":
+                finished = True
+                for line in _closing(sandbox, value, sent):
+                    yield line
+                return
+            elif kind == "failed":
+                finished = True
+                raise Cut(sandbox.id) from value
+            kind, value = await events.get()
+    finally:
+        if not finished:  # the client went away (its timeout): stop the code
+            asyncio.get_running_loop().run_in_executor(None, sandbox.cancel_running)
+
+
+async def contexts(request: Request, sandbox: E2bSandbox) -> Response:
+    """`GET /contexts` lists the default one; `POST` another is refused (`ONE_CONTEXT`)."""
+    if request.method == "GET":
+        return JSONResponse([DEFAULT_CONTEXT])
+    raise Refused(400, ONE_CONTEXT)
+
+
+async def context(request: Request, sandbox: E2bSandbox) -> Response:
+    """`POST /contexts/default/restart`: a fresh namespace; removing it is refused."""
+    if request.path_params["context_id"] != "default":
+        raise Refused(404, f"context {request.path_params['context_id']!r} not found")
+    if request.method == "DELETE":
+        raise Refused(400, "the default context cannot be removed: kill the sandbox")
+    await run_in_threadpool(sandbox.restart)
+    return Response(status_code=204)

@@ -1,0 +1,233 @@
+"""E2B sandboxes: each one the door's `ToolSession`, under the key that created it.
+
+A sandbox lives from `create` until `kill` or its E2B timeout (`end_at`,
+which `set_timeout` moves). Its container is released when idle for the
+host's `idle_s`, or on `pause`; its executions are then replayed into a new
+one at the next call, so a resumed or reconnected sandbox has its variables
+back. Lookups are by (principal, id): another key's sandbox is not found.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sbx.agent import (
+    Closing,
+    ConversationSpec,
+    RunOutcome,
+    RunRecorder,
+    RunTicket,
+    ToolSession,
+    Workspace,
+)
+from sbx.agent.e2b.host import E2bHost, Refused, Tenant
+
+logger = logging.getLogger(__name__)
+
+Sink = Callable[[str, str], None]
+"""`sink(stream, text)`: output of the running execution, as it comes."""
+MAX_TIMEOUT_S = 24 * 3600
+"""The longest E2B timeout a sandbox may ask for (E2B's own ceiling for paid plans)."""
+
+
+@dataclass(kw_only=True)
+class Info:
+    """What the control plane says about a sandbox."""
+
+    template: str
+    metadata: dict[str, str]
+    envs: dict[str, str]
+    started_at: float = field(default_factory=time.time)
+    end_at: float = 0.0
+    paused: bool = False
+
+
+class E2bSandbox(ToolSession):
+    """One E2B sandbox: a tool session, its access token, its E2B facts; thread-safe."""
+
+    def __init__(self, *, sandbox_id: str, workspace: Workspace, tenant: Tenant,
+                 recorder: RunRecorder, info: Info, on_close: Callable[[], None]) -> None:
+        self._sink: Sink | None = None
+        self._started: Callable[[], None] | None = None
+        super().__init__(session_id=sandbox_id, workspace=workspace,
+                         recorder=_Heard(recorder, self), run_kind="mcp",
+                         on_output=self._relay)
+        self.tenant = tenant
+        self.info = info
+        self.token = secrets.token_urlsafe(24)
+        """The sandbox's access token (`X-Access-Token`): given only to its key's callers."""
+        self.executions = 0
+        """The code interpreter's `execution_count`."""
+        self.turn = threading.Lock()
+        """One call at a time: a cancel reaches only the call that runs."""
+        self.killed = False
+        """Killed (or timed out): a call still running is cut, not finished."""
+        self._on_close = on_close
+        self._envs_set = not info.envs
+
+    @contextmanager
+    def streaming(self, sink: Sink | None, started: Callable[[], None] | None) -> Iterator[None]:
+        """Within: the running execution's output goes to `sink`; `started` once admitted."""
+        with self.turn:
+            self._sink, self._started = sink, started
+            try:
+                yield
+            finally:
+                self._sink = self._started = None
+
+    def python(self, code: str) -> Any:
+        """One program through the gate (audited, a run of the key's quotas); its outcome.
+
+        Raises `Refused` (a quota) before anything ran.
+        """
+        if not self._envs_set:
+            self._envs_set = True
+            setup = f"import os as _os\n_os.environ.update({dict(self.info.envs)!r})\ndel _os\n"
+            self.call("execute_python", {"code": setup})
+        return self.call("execute_python", {"code": code}).outcome
+
+    def restart(self) -> None:
+        """A fresh namespace (the SDK's context restart): nothing is restored later."""
+        with self.turn:
+            self.discard("the E2B client restarted the context", forget=True)
+            self._envs_set = not self.info.envs
+
+    def heard_started(self) -> None:
+        """The recorder admitted the execution: the response can begin."""
+        if self._started is not None:
+            self._started()
+
+    def _relay(self, call_id: str, stream: str, text: str) -> None:
+        if self._sink is not None:
+            self._sink(stream, text)
+
+    def closed(self) -> None:
+        """The host frees the sandbox's slot, whatever failed before."""
+        self._on_close()
+
+
+class _Heard:
+    """The host's recorder, telling the sandbox when an execution starts."""
+
+    def __init__(self, inner: RunRecorder, sandbox: E2bSandbox) -> None:
+        self.inner = inner
+        self.sandbox = sandbox
+
+    def admitted(self, ticket: RunTicket) -> None:
+        """The host's quotas decide (a `Refused` here ran nothing)."""
+        self.inner.admitted(ticket)
+
+    def started(self, ticket: RunTicket) -> None:
+        """The host marks it running; the sandbox's caller may stream."""
+        self.inner.started(ticket)
+        self.sandbox.heard_started()
+
+    def finished(self, ticket: RunTicket, outcome: RunOutcome) -> None:
+        """The host records the outcome."""
+        self.inner.finished(ticket, outcome)
+
+    def withdrawn(self, ticket: RunTicket) -> None:
+        """Nothing ran."""
+        self.inner.withdrawn(ticket)
+
+
+class Sandboxes(Closing):
+    """Every live E2B sandbox of one server, by principal and id; thread-safe."""
+
+    def __init__(self, host: E2bHost) -> None:
+        self.host = host
+        self._lock = threading.Lock()
+        self._live: dict[tuple[str, str], E2bSandbox] = {}
+
+    def create(self, tenant: Tenant, *, template: str, timeout_s: float,
+               metadata: Mapping[str, str], envs: Mapping[str, str]) -> E2bSandbox:
+        """A new sandbox of `tenant` (its container opens at the first call)."""
+        sandbox_id = "e2b-" + secrets.token_hex(8)
+        admitted = self.host.admit(tenant, sandbox_id)
+        spec = ConversationSpec(conversation_id=sandbox_id, principal=tenant.principal,
+                                team=tenant.team, data=admitted.data,
+                                output_root=self.host.output_root)
+        try:
+            workspace = self.host.app.workspace(spec)
+        except BaseException:
+            self.host.release(tenant, sandbox_id)
+            raise
+        info = Info(template=template, metadata=dict(metadata), envs=dict(envs))
+        sandbox = E2bSandbox(sandbox_id=sandbox_id, workspace=workspace, tenant=tenant,
+                             recorder=admitted.recorder, info=info,
+                             on_close=lambda: self.host.release(tenant, sandbox_id))
+        self.set_timeout(sandbox, timeout_s)
+        with self._lock:
+            self._live[(tenant.principal, sandbox_id)] = sandbox
+        return sandbox
+
+    def find(self, tenant: Tenant, sandbox_id: str) -> E2bSandbox:
+        """The tenant's live sandbox `sandbox_id`, or `Refused(404)` (never another key's)."""
+        with self._lock:
+            sandbox = self._live.get((tenant.principal, sandbox_id))
+        if sandbox is None:
+            raise Refused(404, f"sandbox {sandbox_id!r} not found")
+        return sandbox
+
+    def by_token(self, sandbox_id: str, token: str | None) -> E2bSandbox:
+        """The sandbox whose access token is `token` (the sandbox URL has no API key)."""
+        with self._lock:
+            found = [s for (_, sid), s in self._live.items() if sid == sandbox_id]
+        for sandbox in found:
+            if token and secrets.compare_digest(sandbox.token, token):
+                return sandbox
+        raise Refused(404, f"sandbox {sandbox_id!r} not found")
+
+    def of(self, tenant: Tenant) -> list[E2bSandbox]:
+        """The tenant's live sandboxes."""
+        with self._lock:
+            return [s for (p, _), s in self._live.items() if p == tenant.principal]
+
+    def set_timeout(self, sandbox: E2bSandbox, timeout_s: float) -> None:
+        """The sandbox is killed `timeout_s` from now unless told again."""
+        if not 0 < timeout_s <= MAX_TIMEOUT_S:
+            raise Refused(400, f"timeout: between 1 and {MAX_TIMEOUT_S} seconds")
+        sandbox.info.end_at = time.time() + timeout_s
+
+    def pause(self, sandbox: E2bSandbox) -> None:
+        """Release its container now; its variables come back at the next call."""
+        sandbox.info.paused = True
+        sandbox.discard_if_idle(0.0, reason="the E2B client paused the sandbox")
+
+    def kill(self, sandbox: E2bSandbox) -> None:
+        """End it: a running execution is cancelled, the container removed, `run_end` audited."""
+        with self._lock:
+            self._live.pop((sandbox.tenant.principal, sandbox.id), None)
+        sandbox.killed = True
+        sandbox.close()
+
+    def tick(self) -> None:
+        """Kill sandboxes past their E2B timeout; release idle containers (one heartbeat)."""
+        now = time.time()
+        with self._lock:
+            sandboxes = list(self._live.values())
+        for sandbox in sandboxes:
+            try:
+                if sandbox.info.end_at <= now:
+                    self.kill(sandbox)
+                elif sandbox.discard_if_idle(self.host.idle_s):
+                    sandbox.info.paused = True
+            except Exception:  # the others are still looked after
+                logger.warning("looking after E2B sandbox %s failed", sandbox.id, exc_info=True)
+
+    def close(self) -> None:
+        """Kill every sandbox (the server stops)."""
+        with self._lock:
+            sandboxes, self._live = list(self._live.values()), {}
+        for sandbox in sandboxes:
+            try:
+                sandbox.close()
+            except Exception:
+                logger.warning("closing E2B sandbox %s failed", sandbox.id, exc_info=True)
