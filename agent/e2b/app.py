@@ -22,12 +22,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from sbx.agent import HostBusy
 from sbx.agent.e2b import control, envd, interpreter
 from sbx.agent.e2b.host import E2bHost, Refused
 from sbx.agent.e2b.sandboxes import E2bSandbox, Sandboxes
 
 INTERPRETER_PORT = "49999"
 """The code interpreter's port in `E2b-Sandbox-Port` (the SDK's `JUPYTER_PORT`)."""
+BUSY_RETRY_S = 10.0
+"""Retry-After when the host's sandbox cap stays full (`HostBusy`)."""
 Handler = Callable[[Request, E2bSandbox], Awaitable[Response]]
 
 
@@ -108,4 +111,6 @@ class E2bFace:
                 return await handler(request, self._find(request))
             except Refused as exc:
                 return control.error(exc)
+            except HostBusy as exc:  # the host's sandbox cap stays full: retry soon
+                return control.error(Refused(503, str(exc), retry_after=BUSY_RETRY_S))
         return endpoint

@@ -144,4 +144,4 @@ def _unsupported(what: str) -> NoReturn:
 
 
 FILESYSTEM = FilesystemASGIApplication(Filesystem())  # type: ignore[arg-type]
-PROCESS = ProcessASGIApplication(Processes())  # type: ignore[arg-type]
+PROCESS = ProcessASGIApplication(Processes())

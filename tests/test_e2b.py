@@ -1,0 +1,199 @@
+"""E2B's own SDK, unchanged, against a real `sbx serve` and real Docker (the E2B face).
+
+The SDK is configured only by its own settings (`E2B_API_URL`,
+`E2B_SANDBOX_URL`, `E2B_API_KEY`: an sbx key). Waits are on events (a
+streamed line, an audit record), never on the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from e2b import (
+    NotFoundException,
+    RateLimitException,
+    SandboxException,
+    TimeoutException,
+)
+from e2b_code_interpreter import AsyncSandbox, Sandbox
+
+import service_support
+from service_support import SBX, Server, wait_for
+
+serve = service_support.serve
+llm = service_support.llm
+
+
+def point_sdk_at(monkeypatch: pytest.MonkeyPatch, server: Server, key: str) -> None:
+    """Only the SDK's own settings: where the control plane and sandbox URL are, and the key."""
+    monkeypatch.setenv("E2B_API_URL", f"{server.url}/e2b/api")
+    monkeypatch.setenv("E2B_SANDBOX_URL", f"{server.url}/e2b/sandbox")
+    monkeypatch.setenv("E2B_API_KEY", key)
+    monkeypatch.delenv("E2B_DOMAIN", raising=False)
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+
+
+def audit_records(server: Server) -> list[dict[str, Any]]:
+    """The server's audit log, record by record."""
+    path: Path = server.audit_log
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def sqlite(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'data' / 'sbx.db'}"
+
+
+def _executions(server, sandbox_id: str) -> list[dict]:
+    return [r for r in audit_records(server) if r.get("run_id") == sandbox_id
+            and r.get("event") == "outcome" and r["data"].get("tool") == "execute_python"]
+
+
+@pytest.mark.docker
+def test_the_sync_sdk_runs_code_statefully_streams_counts_errors_and_files(
+    sqlite, serve, engine, monkeypatch
+):
+    server = serve(sqlite)
+    point_sdk_at(monkeypatch, server, server.key("ann"))
+    sandbox = Sandbox.create()
+    try:
+        first = sandbox.run_code("x = 20")
+        heard: list[tuple[str, str]] = []
+        second = sandbox.run_code(
+            "import sys, time\nprint('one', flush=True)\ntime.sleep(0.3)\n"
+            "print('two', file=sys.stderr, flush=True)\ntime.sleep(0.3)\nprint(x + 22)",
+            on_stdout=lambda m: heard.append(("out", m.line)),
+            on_stderr=lambda m: heard.append(("err", m.line)))
+        assert first.error is None and first.execution_count == 1
+        assert second.execution_count == 2
+        assert "".join(text for _, text in heard) == "one\ntwo\n42\n"
+        assert [kind for kind, _ in heard] == ["out", "err", "out"]
+        assert "".join(second.logs.stdout) == "one\n42\n"
+        assert "".join(second.logs.stderr) == "two\n"
+        failed = sandbox.run_code("def f():\n    return 1 / 0\nf()")
+        assert failed.error is not None and failed.error.name == "ZeroDivisionError"
+        assert failed.error.value == "division by zero"
+        assert "return 1 / 0" in failed.error.traceback and failed.execution_count == 3
+        _files_round_trip(sandbox)
+        with pytest.raises(SandboxException, match="tools.execute_python"):
+            sandbox.commands.run("ls")
+        with pytest.raises(SandboxException, match="one Python namespace"):
+            sandbox.create_code_context()
+        assert [c.id for c in sandbox.list_code_contexts()] == ["default"]
+        with pytest.raises(SandboxException, match="custom templates") as unknown:
+            Sandbox.create(template="my-custom-template")
+        assert getattr(unknown.value, "status_code", None) == 404  # E2B's unknown template
+        sandbox_id = sandbox.sandbox_id
+        assert [s.sandbox_id for s in Sandbox.list().next_items()] == [sandbox_id]
+    finally:
+        sandbox.kill()
+    with pytest.raises(NotFoundException):
+        Sandbox.connect(sandbox_id)
+    assert len(_executions(server, sandbox_id)) >= 3  # the cells, and the file programs
+    verified = subprocess.run([*SBX, "audit", "verify", str(server.audit_log)],
+                              capture_output=True, text=True, timeout=120)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def _files_round_trip(sandbox: Sandbox) -> None:
+    sandbox.files.write("notes/hello.txt", "hello from E2B")
+    sandbox.files.write("/home/user/blob.bin", b"\x00\x01\xfe\xff")
+    assert sandbox.files.read("/home/user/notes/hello.txt") == "hello from E2B"
+    assert bytes(sandbox.files.read("blob.bin", format="bytes")) == b"\x00\x01\xfe\xff"
+    assert sandbox.run_code("print(open('notes/hello.txt').read())").logs.stdout == [
+        "hello from E2B\n"]
+    names = {entry.name for entry in sandbox.files.list("/home/user")}
+    assert {"notes", "blob.bin"} <= names
+    assert sandbox.files.exists("blob.bin") and not sandbox.files.exists("missing.txt")
+    assert sandbox.files.make_dir("made/deeper") is True
+    assert sandbox.files.make_dir("made/deeper") is False
+    moved = sandbox.files.rename("blob.bin", "made/blob.bin")
+    assert moved.path == "/home/user/made/blob.bin"
+    sandbox.files.remove("made")
+    assert not sandbox.files.exists("made/blob.bin")
+
+
+@pytest.mark.docker
+def test_the_async_sdk_survives_a_client_timeout_and_a_kill_ends_a_running_execution(
+    sqlite, serve, engine, monkeypatch
+):
+    server = serve(sqlite)
+    point_sdk_at(monkeypatch, server, server.key("ann"))
+
+    async def scenario() -> None:
+        sandbox = await AsyncSandbox.create()
+        await sandbox.run_code("kept = 'still here'")
+        with pytest.raises(TimeoutException):
+            await sandbox.run_code("import time\ntime.sleep(60)", timeout=2)
+        after = await sandbox.run_code("print(kept)")
+        assert after.error is None and after.logs.stdout == ["still here\n"]
+
+        started = asyncio.Event()
+        running = asyncio.create_task(sandbox.run_code(
+            "import time\nprint('running', flush=True)\ntime.sleep(60)",
+            on_stdout=lambda m: started.set()))
+        await asyncio.wait_for(started.wait(), 60)
+        await sandbox.kill()
+        with pytest.raises(TimeoutException, match="killed"):
+            await asyncio.wait_for(running, 60)
+        assert not await sandbox.is_running()
+
+    asyncio.run(scenario())
+    wait_for(lambda: not service_support.server_containers(engine, server),
+             what="the killed sandbox's container removed")
+
+
+@pytest.mark.docker
+def test_connect_after_an_idle_release_or_a_pause_finds_the_variables(
+    sqlite, serve, engine, monkeypatch
+):
+    server = serve(sqlite, policy={"service": {"idle_timeout": "1s", "heartbeat": "0.2s"}})
+    point_sdk_at(monkeypatch, server, server.key("ann"))
+    sandbox = Sandbox.create()
+    sandbox.run_code("answer = 6 * 7")
+    sandbox_id = sandbox.sandbox_id
+    wait_for(lambda: [r for r in audit_records(server) if r.get("run_id") == sandbox_id
+                      and r.get("event") == "sandbox_reset"], what="the idle release")
+    again = Sandbox.connect(sandbox_id)
+    assert again.run_code("print(answer)").logs.stdout == ["42\n"]
+    again.pause()
+    assert Sandbox.get_info(sandbox_id).state.value == "paused"
+    resumed = Sandbox.connect(sandbox_id)
+    assert resumed.run_code("print(answer + 1)").logs.stdout == ["43\n"]
+    resumed.kill()
+
+
+@pytest.mark.docker
+def test_another_keys_sandbox_is_not_found_and_over_quota_is_the_rate_limit_error(
+    sqlite, serve, engine, monkeypatch
+):
+    server = serve(sqlite)
+    ann, bob = server.key("ann", max_conversations=1), server.key("bob")
+    point_sdk_at(monkeypatch, server, ann)
+    sandbox = Sandbox.create()
+    sandbox.run_code("secret = 'ann only'")
+    with pytest.raises(RateLimitException, match="max_conversations"):
+        Sandbox.create()
+    point_sdk_at(monkeypatch, server, bob)
+    with pytest.raises(NotFoundException):
+        Sandbox.connect(sandbox.sandbox_id)
+    assert Sandbox.kill(sandbox.sandbox_id) is False
+    assert Sandbox.list().next_items() == []
+    other = Sandbox.create()
+    with httpx.Client(base_url=f"{server.url}/e2b/sandbox", timeout=60) as client:
+        wrong = client.post("/execute", json={"code": "print(secret)"}, headers={
+            "E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "49999",
+            "X-Access-Token": other._envd_access_token or ""})
+    assert wrong.status_code == 404  # the sandbox URL takes only the sandbox's own token
+    other.kill()
+    point_sdk_at(monkeypatch, server, ann)
+    assert sandbox.run_code("print(secret)").logs.stdout == ["ann only\n"]
+    sandbox.kill()
