@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from e2b_code_interpreter import AsyncSandbox, Sandbox
 import service_support
 from service_support import SBX, Server, wait_for
 
+ROOT = Path(__file__).resolve().parents[1]
 serve = service_support.serve
 llm = service_support.llm
 
@@ -197,3 +201,20 @@ def test_another_keys_sandbox_is_not_found_and_over_quota_is_the_rate_limit_erro
     point_sdk_at(monkeypatch, server, ann)
     assert sandbox.run_code("print(secret)").logs.stdout == ["ann only\n"]
     sandbox.kill()
+
+
+@pytest.mark.docker
+def test_the_readme_example_runs_as_written(sqlite, serve, engine):
+    server = serve(sqlite)
+    section = (ROOT / "README.md").read_text().split("### Your E2B code on your own machines")[1]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block is not None
+    script = "\n".join(line for line in block.group(1).splitlines()
+                       if "pip install" not in line)  # installed here; no registry in tests
+    script = script.replace("http://127.0.0.1:8700", server.url)
+    script = script.replace(".venv/bin/python", sys.executable)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+    done = subprocess.run(["bash", "-euc", script], env={**env, "KEY": server.key("ann")},
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['42\\n']"
