@@ -201,6 +201,13 @@ def test_another_keys_sandbox_is_not_found_and_over_quota_is_the_rate_limit_erro
     point_sdk_at(monkeypatch, server, ann)
     assert sandbox.run_code("print(secret)").logs.stdout == ["ann only\n"]
     sandbox.kill()
+    point_sdk_at(monkeypatch, server, server.key("cap", runs_per_hour=2))
+    capped = Sandbox.create()
+    capped.run_code("ran = 1")
+    capped.run_code("ran += 1")
+    with pytest.raises(SandboxException, match="429.*runs_per_hour"):
+        capped.run_code("ran += 1")
+    capped.kill()
 
 
 @pytest.mark.docker

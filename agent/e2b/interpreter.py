@@ -43,7 +43,34 @@ def _line(kind: str, **fields: Any) -> bytes:
     return (json.dumps({"type": kind, **fields}) + "\n").encode()
 
 
-def _closing(sandbox: E2bSandbox, outcome: Any, sent: dict[str, int]) -> Iterator[bytes]:
+class Lines:
+    """What was streamed of each stream, sent whole lines at a time (as Jupyter does)."""
+
+    def __init__(self) -> None:
+        self.taken = {"stdout": 0, "stderr": 0}
+        self.held = {"stdout": "", "stderr": ""}
+
+    def add(self, stream: str, text: str) -> Iterator[bytes]:
+        """A chunk streamed while the code runs: its complete lines now, the rest held."""
+        self.taken[stream] += len(text)
+        held = self.held[stream] + text
+        cut = held.rfind("\n") + 1
+        self.held[stream] = held[cut:]
+        if cut:
+            yield _output(stream, held[:cut])
+
+    def rest(self, stream: str, text: str) -> Iterator[bytes]:
+        """At the end: what was held, and what came only with the result."""
+        tail = self.held[stream] + text[self.taken[stream]:]
+        if tail:
+            yield _output(stream, tail)
+
+
+def _output(stream: str, text: str) -> bytes:
+    return _line(stream, text=text, timestamp=time.time_ns() // 1000)
+
+
+def _closing(sandbox: E2bSandbox, outcome: Any, lines: Lines) -> Iterator[bytes]:
     """What follows the streamed output: the rest of it, the error if any, the count, the end.
 
     A quick cell's output comes with its result rather than streamed (the runner
@@ -53,9 +80,8 @@ def _closing(sandbox: E2bSandbox, outcome: Any, sent: dict[str, int]) -> Iterato
     if outcome.status == "cancelled" or sandbox.killed:
         raise Cut(sandbox.id)
     if execution is not None:
-        for stream, text in (("stdout", execution.stdout), ("stderr", execution.stderr)):
-            if text[sent[stream]:]:
-                yield _line(stream, text=text[sent[stream]:], timestamp=time.time_ns() // 1000)
+        yield from lines.rest("stdout", execution.stdout)
+        yield from lines.rest("stderr", execution.stderr)
     if execution is None:  # the gate refused it (policy, validation): no code ran
         yield _line("error", name="PolicyError", value=outcome.text, traceback=outcome.text)
     elif execution.error is not None:
@@ -106,16 +132,16 @@ async def execute(request: Request, sandbox: E2bSandbox) -> Response:
 async def _stream(sandbox: E2bSandbox, first: tuple[str, Any],
                   events: asyncio.Queue[tuple[str, Any]]) -> AsyncIterator[bytes]:
     finished = False
-    sent = {"stdout": 0, "stderr": 0}
+    lines = Lines()
     try:
         kind, value = first
         while True:
             if kind in ("stdout", "stderr"):
-                sent[kind] += len(value)
-                yield _line(kind, text=value, timestamp=time.time_ns() // 1000)
+                for line in lines.add(kind, value):
+                    yield line
             elif kind == "done":
                 finished = True
-                for line in _closing(sandbox, value, sent):
+                for line in _closing(sandbox, value, lines):
                     yield line
                 return
             elif kind == "failed":

@@ -57,7 +57,7 @@ class E2bSandbox(ToolSession):
         self._sink: Sink | None = None
         self._started: Callable[[], None] | None = None
         super().__init__(session_id=sandbox_id, workspace=workspace,
-                         recorder=_Heard(recorder, self), run_kind="mcp",
+                         recorder=_Heard(recorder, self), run_kind="e2b",
                          on_output=self._relay)
         self.tenant = tenant
         self.info = info
