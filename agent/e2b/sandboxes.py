@@ -65,8 +65,9 @@ class E2bSandbox(ToolSession):
         """The sandbox's access token (`X-Access-Token`): given only to its key's callers."""
         self.executions = 0
         """The code interpreter's `execution_count`."""
-        self.turn = threading.Lock()
-        """One call at a time: a cancel reaches only the call that runs."""
+        self.turn = threading.RLock()
+        """One call at a time (an execution, a file operation): a cancel reaches only the
+        call that runs, and its output only the stream that asked for it."""
         self.killed = False
         """Killed (or timed out): a call still running is cut, not finished."""
         self._on_close = on_close
@@ -87,11 +88,13 @@ class E2bSandbox(ToolSession):
 
         Raises `Refused` (a quota) before anything ran.
         """
-        if not self._envs_set:
-            self._envs_set = True
-            setup = f"import os as _os\n_os.environ.update({dict(self.info.envs)!r})\ndel _os\n"
-            self.call("execute_python", {"code": setup})
-        return self.call("execute_python", {"code": code}).outcome
+        with self.turn:
+            if not self._envs_set:
+                self._envs_set = True
+                envs = dict(self.info.envs)
+                setup = f"import os as _os\n_os.environ.update({envs!r})\ndel _os\n"
+                self.call("execute_python", {"code": setup})
+            return self.call("execute_python", {"code": code}).outcome
 
     def restart(self) -> None:
         """A fresh namespace (the SDK's context restart): nothing is restored later."""
@@ -144,7 +147,8 @@ class Sandboxes(Closing):
     def __init__(self, host: E2bHost) -> None:
         self.host = host
         self._lock = threading.Lock()
-        self._live: dict[tuple[str, str], E2bSandbox] = {}
+        self._live: dict[str, E2bSandbox] = {}
+        """By id (random, unique); each knows its principal."""
 
     def create(self, tenant: Tenant, *, template: str, timeout_s: float,
                metadata: Mapping[str, str], envs: Mapping[str, str]) -> E2bSandbox:
@@ -165,30 +169,29 @@ class Sandboxes(Closing):
                              on_close=lambda: self.host.release(tenant, sandbox_id))
         self.set_timeout(sandbox, timeout_s)
         with self._lock:
-            self._live[(tenant.principal, sandbox_id)] = sandbox
+            self._live[sandbox_id] = sandbox
         return sandbox
 
     def find(self, tenant: Tenant, sandbox_id: str) -> E2bSandbox:
         """The tenant's live sandbox `sandbox_id`, or `Refused(404)` (never another key's)."""
         with self._lock:
-            sandbox = self._live.get((tenant.principal, sandbox_id))
-        if sandbox is None:
+            sandbox = self._live.get(sandbox_id)
+        if sandbox is None or sandbox.tenant.principal != tenant.principal:
             raise Refused(404, f"sandbox {sandbox_id!r} not found")
         return sandbox
 
     def by_token(self, sandbox_id: str, token: str | None) -> E2bSandbox:
         """The sandbox whose access token is `token` (the sandbox URL has no API key)."""
         with self._lock:
-            found = [s for (_, sid), s in self._live.items() if sid == sandbox_id]
-        for sandbox in found:
-            if token and secrets.compare_digest(sandbox.token, token):
-                return sandbox
-        raise Refused(404, f"sandbox {sandbox_id!r} not found")
+            sandbox = self._live.get(sandbox_id)
+        if sandbox is None or not token or not secrets.compare_digest(sandbox.token, token):
+            raise Refused(404, f"sandbox {sandbox_id!r} not found")
+        return sandbox
 
     def of(self, tenant: Tenant) -> list[E2bSandbox]:
         """The tenant's live sandboxes."""
         with self._lock:
-            return [s for (p, _), s in self._live.items() if p == tenant.principal]
+            return [s for s in self._live.values() if s.tenant.principal == tenant.principal]
 
     def set_timeout(self, sandbox: E2bSandbox, timeout_s: float) -> None:
         """The sandbox is killed `timeout_s` from now unless told again."""
@@ -204,7 +207,7 @@ class Sandboxes(Closing):
     def kill(self, sandbox: E2bSandbox) -> None:
         """End it: a running execution is cancelled, the container removed, `run_end` audited."""
         with self._lock:
-            self._live.pop((sandbox.tenant.principal, sandbox.id), None)
+            self._live.pop(sandbox.id, None)
         sandbox.killed = True
         sandbox.close()
 
