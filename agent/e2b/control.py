@@ -122,10 +122,17 @@ async def get(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> Respons
     return JSONResponse(detail(_found(request, tenant, sandboxes)))
 
 
-async def kill(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> Response:
-    """`DELETE /sandboxes/{id}`: a running execution ends with the SDK's error."""
-    await run_in_threadpool(sandboxes.kill, _found(request, tenant, sandboxes))
-    return Response(status_code=204)
+def acting(action: Callable[[Sandboxes, E2bSandbox], None]) -> Handler:
+    """A handler doing `action` to the caller's sandbox, then answering 204.
+
+    `DELETE /sandboxes/{id}` (`Sandboxes.kill`: a running execution ends with the SDK's
+    error) and `POST .../pause` (`Sandboxes.pause`: sbx's idle release; the state comes
+    back on resume).
+    """
+    async def handler(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> Response:
+        await run_in_threadpool(action, sandboxes, _found(request, tenant, sandboxes))
+        return Response(status_code=204)
+    return handler
 
 
 async def set_timeout(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> Response:
@@ -136,12 +143,6 @@ async def set_timeout(request: Request, tenant: Tenant, sandboxes: Sandboxes) ->
     if isinstance(seconds, bool) or not isinstance(seconds, int):
         raise Refused(400, "timeout: whole seconds")
     sandboxes.set_timeout(sandbox, seconds)
-    return Response(status_code=204)
-
-
-async def pause(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> Response:
-    """`POST /sandboxes/{id}/pause`: sbx's idle release; the state comes back on resume."""
-    await run_in_threadpool(sandboxes.pause, _found(request, tenant, sandboxes))
     return Response(status_code=204)
 
 
@@ -183,9 +184,9 @@ def routes(sandboxes: Sandboxes, authenticate: Callable[[str], Tenant]) -> list[
     table: list[tuple[str, Handler, list[str]]] = [
         ("/sandboxes", create, ["POST"]), ("/v2/sandboxes", create, ["POST"]),
         ("/sandboxes", listing, ["GET"]), ("/v2/sandboxes", listing, ["GET"]),
-        (one, get, ["GET"]), (one, kill, ["DELETE"]),
+        (one, get, ["GET"]), (one, acting(Sandboxes.kill), ["DELETE"]),
         (one + "/timeout", set_timeout, ["POST"]), (one + "/refreshes", set_timeout, ["POST"]),
-        (one + "/pause", pause, ["POST"]), (one + "/resume", connect, ["POST"]),
+        (one + "/pause", acting(Sandboxes.pause), ["POST"]), (one + "/resume", connect, ["POST"]),
         (one + "/connect", connect, ["POST"]), ("/v2" + one + "/connect", connect, ["POST"]),
     ]
     return [Route(path, guarded(handler), methods=methods) for path, handler, methods in table]

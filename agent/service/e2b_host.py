@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sbx.agent import App, RunOutcome, RunRecorder, RunTicket
+from sbx.agent import App
 from sbx.agent.e2b.host import Admitted, Refused, Tenant
 from sbx.agent.mcp.admission import Caller
-from sbx.agent.mcp.admission import Refused as McpRefused
 from sbx.agent.service.core import Service
 from sbx.agent.service.mcp_tenancy import ServiceAdmission
 from sbx.agent.store.keys import lookup_key
@@ -33,7 +32,7 @@ class ServiceE2bHost:
         self.output_root.mkdir(mode=0o700, exist_ok=True)
         self.idle_s = service.settings.idle_timeout
         self.admission = ServiceAdmission(service, self.output_root, model=E2B_MODEL,
-                                          label="E2B sandbox")
+                                          label="E2B sandbox", failure=_too_many)
 
     def authenticate(self, api_key: str) -> Tenant:
         """The key's principal and team, or 401."""
@@ -43,12 +42,12 @@ class ServiceE2bHost:
         return Tenant(principal=key.principal, team=key.team, grant=key)
 
     def admit(self, tenant: Tenant, sandbox_id: str) -> Admitted:
-        """A conversation slot and the key's datasets, or 429 naming the quota."""
-        try:
-            opened = self.admission.open(_caller(tenant, sandbox_id), sandbox_id)
-        except McpRefused as exc:
-            raise Refused(429, str(exc), retry_after=_retry(str(exc))) from None
-        return Admitted(data=opened.data, recorder=_Translated(opened.recorder))
+        """A conversation slot and the key's datasets, or 429 naming the quota.
+
+        Its recorder refuses an execution over a quota the same way.
+        """
+        opened = self.admission.open(_caller(tenant, sandbox_id), sandbox_id)
+        return Admitted(data=opened.data, recorder=opened.recorder)
 
     def release(self, tenant: Tenant, sandbox_id: str) -> None:
         """The slot is freed, the sandbox's artifacts deleted."""
@@ -60,36 +59,11 @@ def _caller(tenant: Tenant, sandbox_id: str) -> Caller:
                   team=tenant.team, grant=tenant.grant)
 
 
-def _retry(detail: str) -> float | None:
-    """The seconds in the refusal's "(retry in N s)", if it says."""
+def _too_many(detail: str) -> Refused:
+    """A quota's refusal as 429, with the seconds of its "(retry in N s)" as Retry-After."""
     _, found, rest = detail.rpartition("(retry in ")
     try:
-        return float(rest.split(" ", 1)[0]) if found else None
+        retry = float(rest.split(" ", 1)[0]) if found else None
     except ValueError:
-        return None
-
-
-class _Translated:
-    """The admission's recorder, whose refusals the E2B face answers as 429."""
-
-    def __init__(self, inner: RunRecorder) -> None:
-        self.inner = inner
-
-    def admitted(self, ticket: RunTicket) -> None:
-        """Admitted, or `Refused(429)` naming the quota."""
-        try:
-            self.inner.admitted(ticket)
-        except McpRefused as exc:
-            raise Refused(429, str(exc), retry_after=_retry(str(exc))) from None
-
-    def started(self, ticket: RunTicket) -> None:
-        """Marked running."""
-        self.inner.started(ticket)
-
-    def finished(self, ticket: RunTicket, outcome: RunOutcome) -> None:
-        """Recorded."""
-        self.inner.finished(ticket, outcome)
-
-    def withdrawn(self, ticket: RunTicket) -> None:
-        """Nothing ran."""
-        self.inner.withdrawn(ticket)
+        retry = None
+    return Refused(429, detail, retry_after=retry)

@@ -33,7 +33,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sqlalchemy import select
@@ -64,8 +64,11 @@ class ServiceAdmission:
     """The `Admission` of `sbx serve`'s `/mcp` (see the module docstring); thread-safe."""
 
     def __init__(self, service: Service, output_root: Path, *, model: str = MCP_MODEL,
-                 label: str = "MCP session") -> None:
+                 label: str = "MCP session",
+                 failure: Callable[[str], Exception] = Refused) -> None:
         self.service = service
+        self.failure = failure
+        """What a refusal raises, from its detail: MCP's `Refused`, or another face's."""
         self.output_root = output_root
         self.model = model
         """The conversation row's `model` (the client brings its own): "mcp", "e2b"."""
@@ -117,7 +120,7 @@ class ServiceAdmission:
         return quotas_of(self.service, caller)
 
     def _refusals(self, caller: Caller) -> _Refusals:
-        return _Refusals(self.service, caller)
+        return _Refusals(self.service, caller, failure=self.failure)
 
 
 
@@ -199,7 +202,7 @@ class _Refusals:
     """A `Problem` raised inside becomes the MCP layer's refusal (the observer hears quotas)."""
 
     def __init__(self, service: Service, caller: Caller,
-                 failure: type[Exception] = Refused) -> None:
+                 failure: Callable[[str], Exception] = Refused) -> None:
         self.service = service
         self.caller = caller
         self.failure = failure
