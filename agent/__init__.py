@@ -22,9 +22,9 @@ The map (each name's own docstring says more):
 The app and its conversations: every way a run starts.
     App, Answer, answer_one, os_principal, require_image, DEFAULT_IMAGE, OUTPUT_DIR, RUNS_DIR,
     Conversation, ConversationSpec, new_conversation_id, Workspace, check_data, idle_reason,
-    ProgramSpec, execute_program, ToolSession, CallReport, Cancellation, Resumable,
-    read_resumable, resume_conversation, continue_paused, find_transcript, read_paused, rerun,
-    RerunReport, ExecutionCheck, recorded_data
+    ProgramSpec, execute_program, ToolSession, CallReport, file_op, read_file, write_file,
+    Cancellation, Resumable, read_resumable, resume_conversation, continue_paused,
+    find_transcript, read_paused, rerun, RerunReport, ExecutionCheck, recorded_data
 
 Configuration: the policy file and the model endpoint, read once into typed values.
     load_config, AppConfig, ServiceSettings, ServiceQuotas, OidcSettings, TeamSettings,
@@ -55,7 +55,7 @@ Utilities: what every face needs to show untrusted text and read sizes and durat
 
 Errors: one root, `SbxError`: what an operator must fix; the model's errors are data.
     SbxError, SandboxError, HostBusy, SettingsError, LimitRefused, PolicyError, AuditError,
-    TranscriptError, RecordError, RerunError, SessionClosed, TracingError, ModelError
+    TranscriptError, RecordError, RerunError, SessionClosed, TracingError, ModelError, FileOpError
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.restore_text": ("restore_summary",),
     "sbx.agent.core.resume": ("Resumable", "read_resumable", "resume_conversation",
         "continue_paused", "find_transcript", "read_paused"),
+    "sbx.agent.core.sandbox_files": ("file_op", "read_file", "write_file", "FileOpError"),
     "sbx.agent.core.run_recorder": ("RunRecorder", "NoRecorder", "RunTicket", "RunOutcome",
         "failed_outcome", "call_status", "new_run_id"),
     "sbx.agent.core.settings": ("Endpoint", "resolve_endpoint", "SettingsError"),
@@ -137,25 +138,26 @@ __all__ = [
     "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Answer", "App", "AppConfig", "Artifact", "AuditError",
     "CallReport", "Cancellation", "Cell", "Closing", "Compaction", "Conversation",
     "ConversationSpec", "ConversationStart", "DEFAULT_IMAGE", "EXPORT_FORMATS", "Endpoint",
-    "Event", "EventSink", "ExecutionCheck", "ExecutionResult", "ExportFormat", "HostBusy",
-    "LimitRefused", "Limits", "LimitsRequest", "MessageAdded", "ModelError", "ModelReplied",
-    "NoRecorder", "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS",
-    "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError",
-    "RecordedConversation", "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd",
-    "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket",
-    "SandboxError", "SbxError", "ServiceQuotas", "ServiceSettings", "SessionClosed",
+    "Event", "EventSink", "ExecutionCheck", "ExecutionResult", "ExportFormat", "FileOpError",
+    "HostBusy", "LimitRefused", "Limits", "LimitsRequest", "MessageAdded", "ModelError",
+    "ModelReplied", "NoRecorder", "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink",
+    "PLAN_MARKS", "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR",
+    "RecordError", "RecordedConversation", "Redactor", "RerunError", "RerunReport", "Resumable",
+    "RunEnd", "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart", "RunStatus",
+    "RunTicket", "SandboxError", "SbxError", "ServiceQuotas", "ServiceSettings", "SessionClosed",
     "SettingsError", "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure",
     "ToolResult", "ToolReturn", "ToolSession", "TracingError", "TranscriptError",
     "UploadDatasetRule", "Workspace", "answer_one", "audit_call_rows", "audit_key_from_env",
     "build_tool", "call_status", "check_data", "configure_tracing", "continue_paused",
     "describe_validation_error", "execute_program", "export_transcript", "failed_outcome",
-    "find_transcript", "format_size", "idle_reason", "index_data_files", "iter_audit_records",
-    "load_config", "metrics_team", "module_from_error", "new_conversation_id", "new_run_id",
-    "not_found", "numbered_events", "open_artifact", "os_principal", "parse_duration",
-    "parse_event", "parse_size", "pending_note", "quota_exceeded", "read_paused", "read_record",
-    "read_resumable", "recorded_data", "require_image", "rerun", "resolve_endpoint",
-    "restore_summary", "resume_conversation", "safe_json", "safe_text", "summarize_data",
-    "unavailable", "unsafe_name_reason", "verify_audit_log",
+    "file_op", "find_transcript", "format_size", "idle_reason", "index_data_files",
+    "iter_audit_records", "load_config", "metrics_team", "module_from_error",
+    "new_conversation_id", "new_run_id", "not_found", "numbered_events", "open_artifact",
+    "os_principal", "parse_duration", "parse_event", "parse_size", "pending_note",
+    "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable", "recorded_data",
+    "require_image", "rerun", "resolve_endpoint", "restore_summary", "resume_conversation",
+    "safe_json", "safe_text", "summarize_data", "unavailable", "unsafe_name_reason",
+    "verify_audit_log", "write_file",
 ]
 
 
@@ -232,6 +234,10 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.run_recorder import call_status as call_status
     from sbx.agent.core.run_recorder import failed_outcome as failed_outcome
     from sbx.agent.core.run_recorder import new_run_id as new_run_id
+    from sbx.agent.core.sandbox_files import FileOpError as FileOpError
+    from sbx.agent.core.sandbox_files import file_op as file_op
+    from sbx.agent.core.sandbox_files import read_file as read_file
+    from sbx.agent.core.sandbox_files import write_file as write_file
     from sbx.agent.core.settings import Endpoint as Endpoint
     from sbx.agent.core.settings import SettingsError as SettingsError
     from sbx.agent.core.settings import resolve_endpoint as resolve_endpoint
