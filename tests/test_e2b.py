@@ -67,7 +67,7 @@ def test_the_sync_sdk_runs_code_statefully_streams_counts_errors_and_files(
 ):
     server = serve(sqlite)
     point_sdk_at(monkeypatch, server, server.key("ann"))
-    sandbox = Sandbox.create()
+    sandbox = Sandbox.create(envs={"GREETING": "hello from create"}, metadata={"job": "t1"})
     try:
         first = sandbox.run_code("x = 20")
         heard: list[tuple[str, str]] = []
@@ -86,6 +86,8 @@ def test_the_sync_sdk_runs_code_statefully_streams_counts_errors_and_files(
         assert failed.error is not None and failed.error.name == "ZeroDivisionError"
         assert failed.error.value == "division by zero"
         assert "return 1 / 0" in failed.error.traceback and failed.execution_count == 3
+        greeting = sandbox.run_code("import os\nprint(os.environ['GREETING'])")
+        assert greeting.logs.stdout == ["hello from create\n"]
         _files_round_trip(sandbox)
         with pytest.raises(SandboxException, match="tools.execute_python"):
             sandbox.commands.run("ls")
@@ -97,6 +99,7 @@ def test_the_sync_sdk_runs_code_statefully_streams_counts_errors_and_files(
         assert getattr(unknown.value, "status_code", None) == 404  # E2B's unknown template
         sandbox_id = sandbox.sandbox_id
         assert [s.sandbox_id for s in Sandbox.list().next_items()] == [sandbox_id]
+        assert Sandbox.get_info(sandbox_id).metadata == {"job": "t1"}
     finally:
         sandbox.kill()
     with pytest.raises(NotFoundException):

@@ -116,11 +116,10 @@ async def execute(request: Request, sandbox: E2bSandbox) -> Response:
         loop.call_soon_threadsafe(events.put_nowait, (kind, value))
 
     def work() -> None:
-        with sandbox.streaming(put, lambda: put("started")):
-            try:
-                put("done", sandbox.python(code))
-            except Exception as exc:  # a refusal before it ran, or the sandbox ended
-                put("failed", exc)
+        try:
+            put("done", sandbox.python(code, on_output=put, on_start=lambda: put("started")))
+        except Exception as exc:  # a refusal before it ran, or the sandbox ended
+            put("failed", exc)
 
     loop.run_in_executor(None, work)
     first = await events.get()

@@ -13,17 +13,14 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sbx.agent import (
     Closing,
     ConversationSpec,
-    RunOutcome,
     RunRecorder,
-    RunTicket,
     ToolSession,
     Workspace,
 )
@@ -54,11 +51,8 @@ class E2bSandbox(ToolSession):
 
     def __init__(self, *, sandbox_id: str, workspace: Workspace, tenant: Tenant,
                  recorder: RunRecorder, info: Info, on_close: Callable[[], None]) -> None:
-        self._sink: Sink | None = None
-        self._started: Callable[[], None] | None = None
-        super().__init__(session_id=sandbox_id, workspace=workspace,
-                         recorder=_Heard(recorder, self), run_kind="e2b",
-                         on_output=self._relay)
+        super().__init__(session_id=sandbox_id, workspace=workspace, recorder=recorder,
+                         run_kind="e2b")
         self.tenant = tenant
         self.info = info
         self.token = secrets.token_urlsafe(24)
@@ -73,19 +67,11 @@ class E2bSandbox(ToolSession):
         self._on_close = on_close
         self._envs_set = not info.envs
 
-    @contextmanager
-    def streaming(self, sink: Sink | None, started: Callable[[], None] | None) -> Iterator[None]:
-        """Within: the running execution's output goes to `sink`; `started` once admitted."""
-        with self.turn:
-            self._sink, self._started = sink, started
-            try:
-                yield
-            finally:
-                self._sink = self._started = None
-
-    def python(self, code: str) -> Any:
+    def python(self, code: str, *, on_output: Sink | None = None,
+               on_start: Callable[[], None] | None = None) -> Any:
         """One program through the gate (audited, a run of the key's quotas); its outcome.
 
+        `on_start()` once it is admitted, `on_output(stream, text)` while it runs.
         Raises `Refused` (a quota) before anything ran.
         """
         with self.turn:
@@ -94,7 +80,8 @@ class E2bSandbox(ToolSession):
                 envs = dict(self.info.envs)
                 setup = f"import os as _os\n_os.environ.update({envs!r})\ndel _os\n"
                 self.call("execute_python", {"code": setup})
-            return self.call("execute_python", {"code": code}).outcome
+            return self.call("execute_python", {"code": code}, on_output=on_output,
+                             on_start=on_start).outcome
 
     def restart(self) -> None:
         """A fresh namespace (the SDK's context restart): nothing is restored later."""
@@ -102,43 +89,9 @@ class E2bSandbox(ToolSession):
             self.discard("the E2B client restarted the context", forget=True)
             self._envs_set = not self.info.envs
 
-    def heard_started(self) -> None:
-        """The recorder admitted the execution: the response can begin."""
-        if self._started is not None:
-            self._started()
-
-    def _relay(self, call_id: str, stream: str, text: str) -> None:
-        if self._sink is not None:
-            self._sink(stream, text)
-
     def closed(self) -> None:
         """The host frees the sandbox's slot, whatever failed before."""
         self._on_close()
-
-
-class _Heard:
-    """The host's recorder, telling the sandbox when an execution starts."""
-
-    def __init__(self, inner: RunRecorder, sandbox: E2bSandbox) -> None:
-        self.inner = inner
-        self.sandbox = sandbox
-
-    def admitted(self, ticket: RunTicket) -> None:
-        """The host's quotas decide (a `Refused` here ran nothing)."""
-        self.inner.admitted(ticket)
-
-    def started(self, ticket: RunTicket) -> None:
-        """The host marks it running; the sandbox's caller may stream."""
-        self.inner.started(ticket)
-        self.sandbox.heard_started()
-
-    def finished(self, ticket: RunTicket, outcome: RunOutcome) -> None:
-        """The host records the outcome."""
-        self.inner.finished(ticket, outcome)
-
-    def withdrawn(self, ticket: RunTicket) -> None:
-        """Nothing ran."""
-        self.inner.withdrawn(ticket)
 
 
 class Sandboxes(Closing):
