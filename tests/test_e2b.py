@@ -11,8 +11,10 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +230,24 @@ def test_the_readme_example_runs_as_written(sqlite, serve, engine):
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['42\\n']"
+
+
+@pytest.mark.docker
+def test_sigterm_gives_a_running_execution_the_grace_then_cancels_it(
+    sqlite, serve, engine, monkeypatch
+):
+    server = serve(sqlite, args=("--grace", "2s"))
+    point_sdk_at(monkeypatch, server, server.key("ann"))
+    sandbox = Sandbox.create()
+    sandbox_id = sandbox.sandbox_id
+    started = threading.Event()
+    threading.Thread(target=lambda: started.wait(120) and server.proc.send_signal(
+        signal.SIGTERM), daemon=True).start()
+    ended = sandbox.run_code("import time\nprint('started', flush=True)\ntime.sleep(600)",
+                             on_stdout=lambda m: started.set(), timeout=120)
+    assert ended.error is not None and ended.error.name == "CancelledError"
+    assert server.stop() == 0
+    assert not service_support.server_containers(engine, server)
+    mine = [r for r in audit_records(server) if r.get("run_id") == sandbox_id]
+    assert [r["data"].get("status") for r in mine if r["event"] == "outcome"] == ["cancelled"]
+    assert mine[-1]["event"] == "run_end"

@@ -77,12 +77,14 @@ def _closing(sandbox: E2bSandbox, outcome: Any, lines: Lines) -> Iterator[bytes]
     waits a moment before its first frame): its stdout, then its stderr.
     """
     execution = outcome.execution
-    if outcome.status == "cancelled" or sandbox.killed:
+    if sandbox.killed:
         raise Cut(sandbox.id)
     if execution is not None:
         yield from lines.rest("stdout", execution.stdout)
         yield from lines.rest("stderr", execution.stderr)
-    if execution is None:  # the gate refused it (policy, validation): no code ran
+    if outcome.status == "cancelled":  # the server's drain stopped it
+        yield _line("error", name="CancelledError", value=outcome.text, traceback=outcome.text)
+    elif execution is None:  # the gate refused it (policy, validation): no code ran
         yield _line("error", name="PolicyError", value=outcome.text, traceback=outcome.text)
     elif execution.error is not None:
         error = execution.error
