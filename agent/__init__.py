@@ -23,8 +23,9 @@ The app and its conversations: every way a run starts.
     App, Answer, answer_one, os_principal, require_image, DEFAULT_IMAGE, OUTPUT_DIR, RUNS_DIR,
     Conversation, ConversationSpec, new_conversation_id, Workspace, check_data, idle_reason,
     ProgramSpec, execute_program, ToolSession, CallReport, file_op, read_file, write_file,
-    Cancellation, Resumable, read_resumable, resume_conversation, continue_paused,
-    find_transcript, read_paused, rerun, RerunReport, ExecutionCheck, recorded_data
+    in_namespace, drop_namespace, clear_variables, Cancellation, Resumable, read_resumable,
+    resume_conversation, continue_paused, find_transcript, read_paused, rerun, RerunReport,
+    ExecutionCheck, recorded_data
 
 Configuration: the policy file and the model endpoint, read once into typed values.
     load_config, AppConfig, ServiceSettings, ServiceQuotas, OidcSettings, TeamSettings,
@@ -82,6 +83,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.restore_text": ("restore_summary",),
     "sbx.agent.core.resume": ("Resumable", "read_resumable", "resume_conversation",
         "continue_paused", "find_transcript", "read_paused"),
+    "sbx.agent.core.namespaces": ("in_namespace", "drop_namespace", "clear_variables"),
     "sbx.agent.core.sandbox_files": ("file_op", "read_file", "write_file", "FileOpError"),
     "sbx.agent.core.run_recorder": ("RunRecorder", "NoRecorder", "RunTicket", "RunOutcome",
         "failed_outcome", "call_status", "new_run_id"),
@@ -148,16 +150,16 @@ __all__ = [
     "SettingsError", "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure",
     "ToolResult", "ToolReturn", "ToolSession", "TracingError", "TranscriptError",
     "UploadDatasetRule", "Workspace", "answer_one", "audit_call_rows", "audit_key_from_env",
-    "build_tool", "call_status", "check_data", "configure_tracing", "continue_paused",
-    "describe_validation_error", "execute_program", "export_transcript", "failed_outcome",
-    "file_op", "find_transcript", "format_size", "idle_reason", "index_data_files",
-    "iter_audit_records", "load_config", "metrics_team", "module_from_error",
-    "new_conversation_id", "new_run_id", "not_found", "numbered_events", "open_artifact",
-    "os_principal", "parse_duration", "parse_event", "parse_size", "pending_note",
-    "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable", "recorded_data",
-    "require_image", "rerun", "resolve_endpoint", "restore_summary", "resume_conversation",
-    "safe_json", "safe_text", "summarize_data", "unavailable", "unsafe_name_reason",
-    "verify_audit_log", "write_file",
+    "build_tool", "call_status", "check_data", "clear_variables", "configure_tracing",
+    "continue_paused", "describe_validation_error", "drop_namespace", "execute_program",
+    "export_transcript", "failed_outcome", "file_op", "find_transcript", "format_size",
+    "idle_reason", "in_namespace", "index_data_files", "iter_audit_records", "load_config",
+    "metrics_team", "module_from_error", "new_conversation_id", "new_run_id", "not_found",
+    "numbered_events", "open_artifact", "os_principal", "parse_duration", "parse_event",
+    "parse_size", "pending_note", "quota_exceeded", "read_file", "read_paused", "read_record",
+    "read_resumable", "recorded_data", "require_image", "rerun", "resolve_endpoint",
+    "restore_summary", "resume_conversation", "safe_json", "safe_text", "summarize_data",
+    "unavailable", "unsafe_name_reason", "verify_audit_log", "write_file",
 ]
 
 
@@ -214,6 +216,9 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.execute_program import execute_program as execute_program
     from sbx.agent.core.limits_request import LimitRefused as LimitRefused
     from sbx.agent.core.limits_request import LimitsRequest as LimitsRequest
+    from sbx.agent.core.namespaces import clear_variables as clear_variables
+    from sbx.agent.core.namespaces import drop_namespace as drop_namespace
+    from sbx.agent.core.namespaces import in_namespace as in_namespace
     from sbx.agent.core.plan import pending_note as pending_note
     from sbx.agent.core.problem import Problem as Problem
     from sbx.agent.core.problem import not_found as not_found

@@ -93,9 +93,7 @@ def test_the_sync_sdk_runs_code_statefully_streams_counts_errors_and_files(
         _files_round_trip(sandbox)
         with pytest.raises(SandboxException, match="tools.execute_python"):
             sandbox.commands.run("ls")
-        with pytest.raises(SandboxException, match="one Python namespace"):
-            sandbox.create_code_context()
-        assert [c.id for c in sandbox.list_code_contexts()] == ["default"]
+        _independent_contexts(sandbox)
         with pytest.raises(SandboxException, match="custom templates") as unknown:
             Sandbox.create(template="my-custom-template")
         assert getattr(unknown.value, "status_code", None) == 404  # E2B's unknown template
@@ -110,6 +108,28 @@ def test_the_sync_sdk_runs_code_statefully_streams_counts_errors_and_files(
     verified = subprocess.run([*SBX, "audit", "verify", str(server.audit_log)],
                               capture_output=True, text=True, timeout=120)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def _independent_contexts(sandbox: Sandbox) -> None:
+    context = sandbox.create_code_context(cwd="/home/user/elsewhere")
+    sandbox.run_code("x = 'in the context'", context=context)
+    assert sandbox.run_code("print(x)", context=context).logs.stdout == ["in the context\n"]
+    assert sandbox.run_code("print(x)").logs.stdout == ["20\n"]  # default's own x
+    cwd = sandbox.run_code("import os\nos.getcwd()", context=context)
+    assert cwd.logs.stdout == ["'/work/elsewhere'\n"]  # E2B's /home/user is sbx's /work
+    assert {c.id for c in sandbox.list_code_contexts()} == {"default", context.id}
+    sandbox.restart_code_context("default")  # its variables go, the context's stay
+    cleared = sandbox.run_code("x")
+    assert cleared.error is not None and cleared.error.name == "NameError"
+    assert sandbox.run_code("print(x)", context=context).logs.stdout == ["in the context\n"]
+    sandbox.restart_code_context(context)
+    gone = sandbox.run_code("x", context=context)
+    assert gone.error is not None and gone.error.name == "NameError"
+    sandbox.remove_code_context(context)
+    with pytest.raises(NotFoundException):
+        sandbox.run_code("1", context=context)
+    with pytest.raises(SandboxException, match="Python only"):
+        sandbox.run_code("1", language="r")
 
 
 def _files_round_trip(sandbox: Sandbox) -> None:

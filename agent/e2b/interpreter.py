@@ -9,14 +9,16 @@ starts is an HTTP error (429 for a quota). A client that goes away (its
 restores its variables by replay. A sandbox killed meanwhile cuts the
 stream, which the SDK reports as a sandbox killed mid-request.
 
-One namespace per sandbox: the `default` Python context. Other languages
-and further contexts are refused with a sentence saying so.
+Contexts: `default` is the sandbox's own namespace; each context created is
+a namespace of its own in the same interpreter (`sbx.agent.in_namespace`),
+with its own working directory. Other languages are refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -25,14 +27,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from sbx.agent.e2b.files import HOME
+from sbx.agent import clear_variables, drop_namespace, in_namespace
+from sbx.agent.e2b.files import HOME, inside
 from sbx.agent.e2b.host import Refused
 from sbx.agent.e2b.sandboxes import E2bSandbox
 
-DEFAULT_CONTEXT = {"id": "default", "language": "python", "cwd": HOME}
+DEFAULT = "default"
 PYTHON = (None, "", "python", "python3")
-ONE_CONTEXT = ("sbx runs one Python namespace per E2B sandbox (the default context); "
-               "create another sandbox for an independent namespace")
 
 
 class Cut(Exception):
@@ -106,8 +107,9 @@ async def execute(request: Request, sandbox: E2bSandbox) -> Response:
         raise Refused(400, "code: a string")
     if language not in PYTHON:
         raise Refused(400, f"language {language!r}: sbx runs Python only")
-    if body.get("context_id") not in (None, "default"):
-        raise Refused(404, f"context {body.get('context_id')!r} not found: " + ONE_CONTEXT)
+    context_id = body.get("context_id") or DEFAULT
+    if context_id != DEFAULT:
+        code = in_namespace(code, context_id, inside(_cwd(sandbox, context_id)))
     if body.get("env_vars"):
         raise Refused(400, "envs per execution are not supported by sbx yet; pass envs to "
                       "Sandbox.create")
@@ -154,18 +156,39 @@ async def _stream(sandbox: E2bSandbox, first: tuple[str, Any],
             asyncio.get_running_loop().run_in_executor(None, sandbox.cancel_running)
 
 
+def _context(context_id: str, cwd: str) -> dict[str, str]:
+    return {"id": context_id, "language": "python", "cwd": cwd}
+
+
+def _cwd(sandbox: E2bSandbox, context_id: str) -> str:
+    if context_id == DEFAULT:
+        return HOME
+    if context_id not in sandbox.contexts:
+        raise Refused(404, f"context {context_id!r} not found")
+    return sandbox.contexts[context_id]
+
+
 async def contexts(request: Request, sandbox: E2bSandbox) -> Response:
-    """`GET /contexts` lists the default one; `POST` another is refused (`ONE_CONTEXT`)."""
+    """`GET /contexts` lists them; `POST` makes a namespace of its own (Python only)."""
     if request.method == "GET":
-        return JSONResponse([DEFAULT_CONTEXT])
-    raise Refused(400, ONE_CONTEXT)
+        return JSONResponse([_context(DEFAULT, HOME)] + [
+            _context(cid, cwd) for cid, cwd in sandbox.contexts.items()])
+    body = await request.json()
+    if body.get("language") not in PYTHON:
+        raise Refused(400, f"language {body.get('language')!r}: sbx runs Python only")
+    context_id = "ctx-" + secrets.token_hex(6)
+    sandbox.contexts[context_id] = str(body.get("cwd") or HOME)
+    return JSONResponse(_context(context_id, sandbox.contexts[context_id]))
 
 
 async def context(request: Request, sandbox: E2bSandbox) -> Response:
-    """`POST /contexts/default/restart`: a fresh namespace; removing it is refused."""
-    if request.path_params["context_id"] != "default":
-        raise Refused(404, f"context {request.path_params['context_id']!r} not found")
+    """`POST /contexts/{id}/restart` empties a namespace; `DELETE` forgets one."""
+    context_id = request.path_params["context_id"]
+    _cwd(sandbox, context_id)  # 404 unless it exists
     if request.method == "DELETE":
-        raise Refused(400, "the default context cannot be removed: kill the sandbox")
-    await run_in_threadpool(sandbox.restart)
+        if context_id == DEFAULT:
+            raise Refused(400, "the default context cannot be removed: kill the sandbox")
+        del sandbox.contexts[context_id]
+    program = clear_variables() if context_id == DEFAULT else drop_namespace(context_id)
+    await run_in_threadpool(sandbox.python, program)
     return Response(status_code=204)

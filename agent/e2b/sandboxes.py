@@ -62,6 +62,8 @@ class E2bSandbox(ToolSession):
         self.turn = threading.RLock()
         """One call at a time (an execution, a file operation): a cancel reaches only the
         call that runs, and its output only the stream that asked for it."""
+        self.contexts: dict[str, str] = {}
+        """The code contexts created besides `default`: id to E2B working directory."""
         self.killed = False
         """Killed (or timed out): a call still running is cut, not finished."""
         self._on_close = on_close
@@ -82,12 +84,6 @@ class E2bSandbox(ToolSession):
                 self.call("execute_python", {"code": setup})
             return self.call("execute_python", {"code": code}, on_output=on_output,
                              on_start=on_start).outcome
-
-    def restart(self) -> None:
-        """A fresh namespace (the SDK's context restart): nothing is restored later."""
-        with self.turn:
-            self.discard("the E2B client restarted the context", forget=True)
-            self._envs_set = not self.info.envs
 
     def closed(self) -> None:
         """The host frees the sandbox's slot, whatever failed before."""
