@@ -90,6 +90,10 @@ def test_the_sync_sdk_runs_code_statefully_streams_counts_errors_and_files(
         assert "return 1 / 0" in failed.error.traceback and failed.execution_count == 3
         greeting = sandbox.run_code("import os\nprint(os.environ['GREETING'])")
         assert greeting.logs.stdout == ["hello from create\n"]
+        both = "import os\nprint(os.environ['GREETING'], os.environ.get('ONCE'))"
+        once = sandbox.run_code(both, envs={"GREETING": "for one run", "ONCE": "yes"})
+        assert once.logs.stdout == ["for one run yes\n"]
+        assert sandbox.run_code(both).logs.stdout == ["hello from create None\n"]
         _files_round_trip(sandbox)
         with pytest.raises(SandboxException, match="tools.execute_python"):
             sandbox.commands.run("ls")

@@ -110,9 +110,11 @@ async def execute(request: Request, sandbox: E2bSandbox) -> Response:
     context_id = body.get("context_id") or DEFAULT
     if context_id != DEFAULT:
         code = in_namespace(code, context_id, inside(_cwd(sandbox, context_id)))
-    if body.get("env_vars"):
-        raise Refused(400, "envs per execution are not supported by sbx yet; pass envs to "
-                      "Sandbox.create")
+    envs = body.get("env_vars") or {}
+    if not isinstance(envs, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in envs.items()
+    ):
+        raise Refused(400, "env_vars: an object of strings")
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -121,7 +123,8 @@ async def execute(request: Request, sandbox: E2bSandbox) -> Response:
 
     def work() -> None:
         try:
-            put("done", sandbox.python(code, on_output=put, on_start=lambda: put("started")))
+            put("done", sandbox.python(code, on_output=put, on_start=lambda: put("started"),
+                                       envs=envs))
         except Exception as exc:  # a refusal before it ran, or the sandbox ended
             put("failed", exc)
 

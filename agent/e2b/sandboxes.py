@@ -30,6 +30,29 @@ logger = logging.getLogger(__name__)
 
 Sink = Callable[[str, str], None]
 """`sink(stream, text)`: output of the running execution, as it comes."""
+_ENVS = r'''
+import os, sys, types
+held = sys.modules.setdefault("_sbx_e2b_envs", types.ModuleType("_sbx_e2b_envs"))
+if SAVE:
+    held.saved = {key: os.environ.get(key) for key in ENVS}
+os.environ.update(ENVS)
+'''
+_ENVS_BACK = r'''
+import os, sys
+for key, value in sys.modules["_sbx_e2b_envs"].saved.items():
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
+'''
+"""Programs (each run in a namespace of its own) that set env vars in a sandbox, saving
+what an execution's own envs replace, and put the saved values back after it."""
+
+
+def _set_envs(envs: Mapping[str, str], *, save: bool) -> str:
+    return f"exec({_ENVS!r}, {{'ENVS': {dict(envs)!r}, 'SAVE': {save!r}}})\n"
+
+
 MAX_TIMEOUT_S = 24 * 3600
 """The longest E2B timeout a sandbox may ask for (E2B's own ceiling for paid plans)."""
 
@@ -70,20 +93,27 @@ class E2bSandbox(ToolSession):
         self._envs_set = not info.envs
 
     def python(self, code: str, *, on_output: Sink | None = None,
-               on_start: Callable[[], None] | None = None) -> Any:
+               on_start: Callable[[], None] | None = None,
+               envs: Mapping[str, str] | None = None) -> Any:
         """One program through the gate (audited, a run of the key's quotas); its outcome.
 
         `on_start()` once it is admitted, `on_output(stream, text)` while it runs.
-        Raises `Refused` (a quota) before anything ran.
+        `envs` hold for this program only: a program before it sets them and one after
+        restores them (two more runs, both audited). Raises `Refused` (a quota) before
+        anything ran.
         """
         with self.turn:
             if not self._envs_set:
                 self._envs_set = True
-                envs = dict(self.info.envs)
-                setup = f"import os as _os\n_os.environ.update({envs!r})\ndel _os\n"
-                self.call("execute_python", {"code": setup})
-            return self.call("execute_python", {"code": code}, on_output=on_output,
-                             on_start=on_start).outcome
+                self.call("execute_python", {"code": _set_envs(self.info.envs, save=False)})
+            if envs:
+                self.call("execute_python", {"code": _set_envs(envs, save=True)})
+            try:
+                return self.call("execute_python", {"code": code}, on_output=on_output,
+                                 on_start=on_start).outcome
+            finally:
+                if envs:
+                    self.call("execute_python", {"code": f"exec({_ENVS_BACK!r}, {{}})\n"})
 
     def closed(self) -> None:
         """The host frees the sandbox's slot, whatever failed before."""
