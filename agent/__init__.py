@@ -27,6 +27,9 @@ The app and its conversations: every way a run starts.
     resume_conversation, continue_paused, find_transcript, read_paused, rerun, RerunReport,
     ExecutionCheck, recorded_data
 
+Dataset notes: what analysts wrote down about a dataset, shown to later runs.
+    DatasetNotes, Note, local_note_store, data_digests
+
 Configuration: the policy file and the model endpoint, read once into typed values.
     load_config, AppConfig, ServiceSettings, ServiceQuotas, OidcSettings, TeamSettings,
     metrics_team, describe_validation_error, Endpoint, resolve_endpoint, LimitsRequest, Limits,
@@ -36,7 +39,8 @@ Results and events: what a run returns and what it tells its subscribers on the 
     RunResult, RunStatus, ExecutionResult, Artifact, Event, EventSink, ConversationStart,
     RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult, PlanUpdated, Compaction,
     RunEnd, RunError, StateRestored, parse_event, restore_summary, pending_note, PLAN_MARKS,
-    Cell, numbered_events, open_artifact, unsafe_name_reason
+    Cell, ANSWER_PART_KEYS, ANSWER_PART_TITLES, numbered_events, open_artifact,
+    unsafe_name_reason
 
 A face's store: how a face with a store hears of every run: one ticket, one lifecycle.
     RunRecorder, NoRecorder, RunTicket, RunOutcome, failed_outcome, call_status, new_run_id
@@ -55,8 +59,9 @@ Utilities: what every face needs to show untrusted text and read sizes and durat
     not_found, quota_exceeded, unavailable
 
 Errors: one root, `SbxError`: what an operator must fix; the model's errors are data.
-    SbxError, SandboxError, HostBusy, SettingsError, LimitRefused, PolicyError, AuditError,
-    TranscriptError, RecordError, RerunError, SessionClosed, TracingError, ModelError, FileOpError
+    SbxError, SandboxError, HostBusy, SettingsError, LimitRefused, LimitTooLow, NoteError,
+    UnreadableLine, PolicyError, AuditError, TranscriptError, RecordError, RerunError,
+    SessionClosed, TracingError, ModelError, FileOpError
 """
 
 from __future__ import annotations
@@ -76,15 +81,16 @@ _OWNERS: dict[str, tuple[str, ...]] = {
         "MessageAdded", "ModelReplied", "OutputChunk", "ToolResult", "PlanUpdated", "Compaction",
         "RunEnd", "RunError", "StateRestored", "parse_event"),
     "sbx.agent.core.execute_program": ("ProgramSpec", "execute_program"),
-    "sbx.agent.core.limits_request": ("LimitsRequest", "LimitRefused"),
+    "sbx.agent.core.limits_request": ("LimitsRequest", "LimitRefused", "LimitTooLow"),
+    "sbx.agent.core.notes": ("DatasetNotes", "Note", "local_note_store", "NoteError"),
+    "sbx.agent.core.namespaces": ("in_namespace", "drop_namespace", "clear_variables"),
+    "sbx.agent.core.sandbox_files": ("file_op", "read_file", "write_file", "FileOpError"),
     "sbx.agent.core.plan": ("pending_note",),
     "sbx.agent.core.problem": ("Problem", "not_found", "quota_exceeded", "unavailable"),
     "sbx.agent.core.restore": ("Cell",),
     "sbx.agent.core.restore_text": ("restore_summary",),
     "sbx.agent.core.resume": ("Resumable", "read_resumable", "resume_conversation",
         "continue_paused", "find_transcript", "read_paused"),
-    "sbx.agent.core.namespaces": ("in_namespace", "drop_namespace", "clear_variables"),
-    "sbx.agent.core.sandbox_files": ("file_op", "read_file", "write_file", "FileOpError"),
     "sbx.agent.core.run_recorder": ("RunRecorder", "NoRecorder", "RunTicket", "RunOutcome",
         "failed_outcome", "call_status", "new_run_id"),
     "sbx.agent.core.settings": ("Endpoint", "resolve_endpoint", "SettingsError"),
@@ -96,6 +102,8 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.workspace": ("ConversationSpec", "Workspace", "check_data", "idle_reason"),
     "sbx.agent.export.formats": ("export_transcript", "EXPORT_FORMATS", "ExportFormat"),
     "sbx.agent.model.reply": ("ModelError",),
+    "sbx.agent.provenance.data": ("data_digests",),
+    "sbx.agent.provenance.parts": ("ANSWER_PART_KEYS", "ANSWER_PART_TITLES"),
     "sbx.agent.provenance.record": ("read_record", "RecordedConversation", "RecordError"),
     "sbx.agent.replay.rerun": ("rerun", "RerunReport", "ExecutionCheck", "recorded_data",
         "RerunError"),
@@ -106,7 +114,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.sandbox.units": ("format_size", "parse_size", "parse_duration"),
     "sbx.tools.audit": ("audit_key_from_env", "AUDIT_PATH_ENV", "AuditError"),
     "sbx.tools.audit_show": ("audit_call_rows", "AUDIT_COLUMNS"),
-    "sbx.tools.audit_verify": ("verify_audit_log", "iter_audit_records"),
+    "sbx.tools.audit_verify": ("verify_audit_log", "iter_audit_records", "UnreadableLine"),
     "sbx.tools.builtin.data_files": ("index_data_files",),
     "sbx.tools.builtin.data_summary": ("summarize_data",),
     "sbx.tools.builtin.plan": ("PLAN_MARKS",),
@@ -119,6 +127,8 @@ _OWNERS: dict[str, tuple[str, ...]] = {
 }
 """Each module below the door and the public names it owns."""
 _RENAMED: dict[str, str] = {
+    "ANSWER_PART_KEYS": "PART_KEYS",
+    "ANSWER_PART_TITLES": "PART_TITLES",
     "AUDIT_COLUMNS": "COLUMNS",
     "AUDIT_PATH_ENV": "PATH_ENV",
     "EXPORT_FORMATS": "FORMATS",
@@ -137,29 +147,30 @@ _RENAMED: dict[str, str] = {
 _EXPORTS = {name: module for module, names in _OWNERS.items() for name in names}
 
 __all__ = [
-    "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Answer", "App", "AppConfig", "Artifact", "AuditError",
-    "CallReport", "Cancellation", "Cell", "Closing", "Compaction", "Conversation",
-    "ConversationSpec", "ConversationStart", "DEFAULT_IMAGE", "EXPORT_FORMATS", "Endpoint",
-    "Event", "EventSink", "ExecutionCheck", "ExecutionResult", "ExportFormat", "FileOpError",
-    "HostBusy", "LimitRefused", "Limits", "LimitsRequest", "MessageAdded", "ModelError",
-    "ModelReplied", "NoRecorder", "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink",
-    "PLAN_MARKS", "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR",
-    "RecordError", "RecordedConversation", "Redactor", "RerunError", "RerunReport", "Resumable",
-    "RunEnd", "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart", "RunStatus",
-    "RunTicket", "SandboxError", "SbxError", "ServiceQuotas", "ServiceSettings", "SessionClosed",
+    "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Answer", "App",
+    "AppConfig", "Artifact", "AuditError", "CallReport", "Cancellation", "Cell", "Closing",
+    "Compaction", "Conversation", "ConversationSpec", "ConversationStart", "DEFAULT_IMAGE",
+    "DatasetNotes", "EXPORT_FORMATS", "Endpoint", "Event", "EventSink", "ExecutionCheck",
+    "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy", "LimitRefused", "LimitTooLow",
+    "Limits", "LimitsRequest", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note",
+    "NoteError", "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS",
+    "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError",
+    "RecordedConversation", "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd",
+    "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket",
+    "SandboxError", "SbxError", "ServiceQuotas", "ServiceSettings", "SessionClosed",
     "SettingsError", "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure",
-    "ToolResult", "ToolReturn", "ToolSession", "TracingError", "TranscriptError",
+    "ToolResult", "ToolReturn", "ToolSession", "TracingError", "TranscriptError", "UnreadableLine",
     "UploadDatasetRule", "Workspace", "answer_one", "audit_call_rows", "audit_key_from_env",
     "build_tool", "call_status", "check_data", "clear_variables", "configure_tracing",
-    "continue_paused", "describe_validation_error", "drop_namespace", "execute_program",
-    "export_transcript", "failed_outcome", "file_op", "find_transcript", "format_size",
-    "idle_reason", "in_namespace", "index_data_files", "iter_audit_records", "load_config",
-    "metrics_team", "module_from_error", "new_conversation_id", "new_run_id", "not_found",
-    "numbered_events", "open_artifact", "os_principal", "parse_duration", "parse_event",
-    "parse_size", "pending_note", "quota_exceeded", "read_file", "read_paused", "read_record",
-    "read_resumable", "recorded_data", "require_image", "rerun", "resolve_endpoint",
-    "restore_summary", "resume_conversation", "safe_json", "safe_text", "summarize_data",
-    "unavailable", "unsafe_name_reason", "verify_audit_log", "write_file",
+    "continue_paused", "data_digests", "describe_validation_error", "drop_namespace",
+    "execute_program", "export_transcript", "failed_outcome", "file_op", "find_transcript",
+    "format_size", "idle_reason", "in_namespace", "index_data_files", "iter_audit_records",
+    "load_config", "local_note_store", "metrics_team", "module_from_error", "new_conversation_id",
+    "new_run_id", "not_found", "numbered_events", "open_artifact", "os_principal",
+    "parse_duration", "parse_event", "parse_size", "pending_note", "quota_exceeded", "read_file",
+    "read_paused", "read_record", "read_resumable", "recorded_data", "require_image", "rerun",
+    "resolve_endpoint", "restore_summary", "resume_conversation", "safe_json", "safe_text",
+    "summarize_data", "unavailable", "unsafe_name_reason", "verify_audit_log", "write_file",
 ]
 
 
@@ -216,9 +227,14 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.execute_program import execute_program as execute_program
     from sbx.agent.core.limits_request import LimitRefused as LimitRefused
     from sbx.agent.core.limits_request import LimitsRequest as LimitsRequest
+    from sbx.agent.core.limits_request import LimitTooLow as LimitTooLow
     from sbx.agent.core.namespaces import clear_variables as clear_variables
     from sbx.agent.core.namespaces import drop_namespace as drop_namespace
     from sbx.agent.core.namespaces import in_namespace as in_namespace
+    from sbx.agent.core.notes import DatasetNotes as DatasetNotes
+    from sbx.agent.core.notes import Note as Note
+    from sbx.agent.core.notes import NoteError as NoteError
+    from sbx.agent.core.notes import local_note_store as local_note_store
     from sbx.agent.core.plan import pending_note as pending_note
     from sbx.agent.core.problem import Problem as Problem
     from sbx.agent.core.problem import not_found as not_found
@@ -265,6 +281,9 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.export.formats import Format as ExportFormat
     from sbx.agent.export.formats import export as export_transcript
     from sbx.agent.model.reply import ModelError as ModelError
+    from sbx.agent.provenance.data import data_digests as data_digests
+    from sbx.agent.provenance.parts import PART_KEYS as ANSWER_PART_KEYS
+    from sbx.agent.provenance.parts import PART_TITLES as ANSWER_PART_TITLES
     from sbx.agent.provenance.record import RecordedConversation as RecordedConversation
     from sbx.agent.provenance.record import RecordError as RecordError
     from sbx.agent.provenance.record import read_record as read_record
@@ -288,6 +307,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.tools.audit import audit_key_from_env as audit_key_from_env
     from sbx.tools.audit_show import COLUMNS as AUDIT_COLUMNS
     from sbx.tools.audit_show import call_rows as audit_call_rows
+    from sbx.tools.audit_verify import UnreadableLine as UnreadableLine
     from sbx.tools.audit_verify import iter_records as iter_audit_records
     from sbx.tools.audit_verify import verify_log as verify_audit_log
     from sbx.tools.builtin.data_files import index_data_files as index_data_files

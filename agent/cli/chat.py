@@ -25,6 +25,7 @@ import click
 
 from sbx.agent import Conversation, RunResult, read_resumable, safe_text
 from sbx.agent import resume_conversation as resume
+from sbx.agent.cli.answer_parts import answer_text
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
@@ -115,7 +116,7 @@ def converse(conversation: Conversation) -> int:
                 click.echo("(the sandbox and the conversation were reset)", err=True)
             elif question in ("/help", "/?"):
                 click.echo(HELP, err=True)
-            elif conversation.pending is not None:
+            elif conversation.question.value is not None:
                 show(conversation.answer(question))
             else:
                 show(conversation.ask(question))
@@ -141,7 +142,7 @@ def _read_line() -> str | None:
 def show(result: RunResult) -> None:
     """The answer on stdout, or why there is none on stderr."""
     if result.status == "completed":
-        click.echo(safe_text(str(result.answer), multiline=True))
+        click.echo(safe_text(answer_text(result.as_dict()), multiline=True))
         for path in result.artifacts:
             click.echo(f"  artifact: {safe_text(path)}")
     elif result.status == "cancelled":

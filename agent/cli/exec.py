@@ -27,10 +27,10 @@ from sbx.agent import (
     safe_json,
     safe_text,
 )
-from sbx.agent.cli.display import ProgramOutput
 from sbx.agent.cli.errors import EXIT_OOM, EXIT_TIMEOUT, fail, operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, opened_core
+from sbx.agent.cli.program_output import ProgramOutput
 
 _RECORD = click.Path(path_type=Path)
 

@@ -31,6 +31,7 @@ from sbx.agent import (
     SettingsError,
     TranscriptError,
     load_config,
+    local_note_store,
     os_principal,
     resolve_endpoint,
 )
@@ -74,7 +75,8 @@ class FaceOptions:
     def spec(self) -> ConversationSpec:
         """The conversation these options describe, asked by the OS user."""
         return ConversationSpec(
-            principal=os_principal(), data=self.data, output=self.output, label=self.label
+            principal=os_principal(), data=self.data, output=self.output, label=self.label,
+            notes=local_note_store(os.environ),
         )
 
 

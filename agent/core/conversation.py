@@ -30,11 +30,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from sbx.agent.core.asking import PendingInput, answer_message
+from sbx.agent.core.asking import PendingInput, PendingQuestion, answer_message
 from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, LiveRelay, RunEnd, RunError, RunStart
 from sbx.agent.core.loop import run
+from sbx.agent.core.notes import notes_for
 from sbx.agent.core.plan import plan_from_messages
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.core.restore import forgotten, prior_cells, replace_killed, restore_workspace
@@ -99,7 +100,7 @@ class Conversation(Closing):
         self._cancel: Cancellation | None = None
         self.runs: list[RunResult] = []
         """Every run's result, in order."""
-        self.pending: PendingInput | None = None
+        self.question = PendingQuestion()
         """The last run ended `needs_input`: `answer()` continues it (a new question drops it)."""
 
     # ------------------------------------------------------------ subscribers
@@ -130,10 +131,18 @@ class Conversation(Closing):
         """The next run's ticket, admitted by `recorder` (it raises to refuse the run).
 
         `ask` (or, `answering`, `answer`) runs that same ticket later: a face that
-        admits a run when it is posted and a run's ticket are one, built here.
+        admits a run when it is posted and a run's ticket are one, built here. An
+        answer first claims the pending question (`ValueError` when none waits or
+        another answer has it), given back if the recorder refuses the run.
         """
         ticket = self._ticket(text, None, None, answering=answering)
-        recorder.admitted(ticket)
+        if answering:
+            self.question.claim(ticket.run_id)
+        try:
+            recorder.admitted(ticket)
+        except BaseException:
+            self.question.unclaim(ticket.run_id)
+            raise
         return ticket
 
     def ask(self, question: str, *, run_id: str | None = None,
@@ -147,7 +156,7 @@ class Conversation(Closing):
         gives the run's id and token instead of `run_id` and `cancel`.
         """
         with self._lock:
-            self.pending = None
+            self.question.set(None)
             return self._recorded(question, ticket or self._ticket(question, run_id, cancel),
                                   recorder)
 
@@ -161,11 +170,9 @@ class Conversation(Closing):
         continues. `ValueError` when no run is waiting for an answer. `ticket` as in `ask`.
         """
         with self._lock:
-            pending = self.pending
-            if pending is None:
-                raise ValueError("no run of this conversation is waiting for an answer")
-            text = bounded_answer(answer)
             ticket = ticket or self._ticket(answer, run_id, cancel, answering=True)
+            pending = self.question.take(ticket.run_id)  # unless another answer claimed it
+            text = bounded_answer(answer)
             return self._recorded(answer_message(pending, text), ticket, recorder,
                                   continues=pending, answer=text)
 
@@ -207,7 +214,7 @@ class Conversation(Closing):
         """
         with self._lock:
             self._messages = list(messages)
-            self.pending = pending
+            self.question.set(pending)
             self.workspace.reset_pending = lost
             if lost:
                 self.workspace.lost("the previous process ended")
@@ -251,7 +258,7 @@ class Conversation(Closing):
 
         The token cancels the gate's running call and removes the sandbox when it fires.
         """
-        self.pending = None
+        self.question.set(None)
         cancel.check()
         replace_killed(self.workspace, self.config.restore)
         live = LiveRelay(run_id, self._publish)
@@ -275,18 +282,18 @@ class Conversation(Closing):
             if cells is not None:
                 restored = restore_workspace(self.workspace, cells, self.config.restore,
                                              run_id=run_id, reason=self.workspace.lost_reason())
-                self.emit(restored)
-                asked = f"{note(restored)}\n\n{question}"
+                self.emit(restored.event)
+                asked = f"{note(restored.event)}\n\n{question}"
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
-                cancel=cancel, spend=self.spec.spend,
+                cancel=cancel, spend=self.spec.spend, prior=restored.work if cells else None,
                 **last_plan(self.runs, self._messages),
             )
             reason = result.status
             self._messages = settle(list(result.messages), result.status)
             if result.status == "needs_input" and result.question is not None:
-                self.pending = PendingInput(run_id=run_id, question=result.question)
+                self.question.set(PendingInput(run_id=run_id, question=result.question))
         except (KeyboardInterrupt, Cancelled):
             reason = "cancelled"
             raise
@@ -312,9 +319,8 @@ class Conversation(Closing):
         if self._prompt is None or not self._messages:
             limits = self.config.limits
             self._prompt = build_system_prompt(
-                data=self.spec.data,
-                tools=gate.enabled_names(),
-                timeout_s=limits.timeout,
+                data=self.spec.data, notes=notes_for(self.spec, self.config.policy),
+                tools=gate.enabled_names(), timeout_s=limits.timeout,
                 memory=format_size(limits.memory),
                 tool_format=self.config.settings.tool_format,
                 guard=gate.guard,

@@ -231,6 +231,7 @@ class RunManager:
         except Exception:
             logger.exception("run %s could not be recorded", ticket.run_id)
         finally:
+            live.conversation.question.unclaim(ticket.run_id)  # `answer` took it, unless it failed
             self.release(ticket.run_id)
 
     def _on_event(self, live: Live, event: Event) -> None:
@@ -286,6 +287,7 @@ class _Relay:
                                    message=outcome.message))
             last = public_event(event, output_dir=live.output_root / ticket.run_id)
         self.done = True
+        live.run_id = None  # an answer posted on seeing the end finds no run in flight
         self.inner.finished(ticket, outcome, last_event=last)
 
     def withdrawn(self, ticket: RunTicket) -> None:

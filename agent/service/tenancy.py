@@ -16,7 +16,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from sbx.agent import AppConfig, LimitRefused, Limits, LimitsRequest
+from sbx.agent import AppConfig, LimitRefused, Limits, LimitsRequest, LimitTooLow
 from sbx.agent.service.problems import Problem, not_found
 from sbx.agent.store.models import Conversation, Dataset, Run
 
@@ -63,10 +63,13 @@ def limited(config: AppConfig, requested: LimitsRequest | None) -> AppConfig:
 
     A request above the policy's `[sandbox]` ceiling is a 422 naming the knob and the
     ceiling (`limits.memory: at most 512 MiB (the policy's [sandbox] memory)`); one below
-    the engine's minima (memory 6 MiB, cpus 0.01) a 422 as well.
+    what a sandbox starts in (memory 16 MiB, 48 MiB under runsc; cpus 0.01) a 422 naming
+    the minimum as well.
     """
     try:
         applied = config.limited(requested or LimitsRequest())
+    except LimitTooLow as exc:
+        raise Problem(422, "limit-below-minimum", exc.describe("limits.")) from None
     except LimitRefused as exc:
         raise Problem(422, "limit-above-policy", exc.describe("limits.")) from None
     try:  # validated again as a whole: the engine's minima hold whatever the face checked
