@@ -275,3 +275,18 @@ def test_sigterm_gives_a_running_execution_the_grace_then_cancels_it(
     mine = [r for r in audit_records(server) if r.get("run_id") == sandbox_id]
     assert [r["data"].get("status") for r in mine if r["event"] == "outcome"] == ["cancelled"]
     assert mine[-1]["event"] == "run_end"
+
+
+@pytest.mark.docker
+def test_the_policys_execution_timeout_holds_and_the_next_execution_works(
+    sqlite, serve, engine, monkeypatch
+):
+    server = serve(sqlite, policy={"sandbox": {"timeout": "2s"}})
+    point_sdk_at(monkeypatch, server, server.key("ann"))
+    with Sandbox.create() as sandbox:
+        sandbox.run_code("kept = 'before'")
+        slow = sandbox.run_code("import time\ntime.sleep(60)", timeout=120)
+        assert slow.error is not None and slow.error.name == "TimeoutError"
+        after = sandbox.run_code("print(kept)")
+        assert after.error is None and after.logs.stdout[-1] == "before\n"
+        assert "[sbx]" in "".join(after.logs.stderr)  # told what was restored

@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from sbx.agent import clear_variables, drop_namespace, in_namespace
+from sbx.agent import CallReport, clear_variables, drop_namespace, in_namespace
 from sbx.agent.e2b.files import HOME, inside
 from sbx.agent.e2b.host import Refused
 from sbx.agent.e2b.sandboxes import E2bSandbox
@@ -71,15 +71,19 @@ def _output(stream: str, text: str) -> bytes:
     return _line(stream, text=text, timestamp=time.time_ns() // 1000)
 
 
-def _closing(sandbox: E2bSandbox, outcome: Any, lines: Lines) -> Iterator[bytes]:
+def _closing(sandbox: E2bSandbox, report: CallReport, lines: Lines) -> Iterator[bytes]:
     """What follows the streamed output: the rest of it, the error if any, the count, the end.
 
     A quick cell's output comes with its result rather than streamed (the runner
-    waits a moment before its first frame): its stdout, then its stderr.
+    waits a moment before its first frame): its stdout, then its stderr. When the
+    sandbox had been replaced before it (an idle release, a timeout), what was
+    restored is said last on stderr, as sbx says it to every caller.
     """
-    execution = outcome.execution
+    outcome, execution = report.outcome, report.outcome.execution
     if sandbox.killed:
         raise Cut(sandbox.id)
+    if report.reset_note:
+        lines.held["stderr"] += report.reset_note.rstrip("\n") + "\n"
     if execution is not None:
         yield from lines.rest("stdout", execution.stdout)
         yield from lines.rest("stderr", execution.stderr)

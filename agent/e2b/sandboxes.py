@@ -15,9 +15,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from sbx.agent import (
+    CallReport,
     Closing,
     ConversationSpec,
     RunRecorder,
@@ -94,8 +94,8 @@ class E2bSandbox(ToolSession):
 
     def python(self, code: str, *, on_output: Sink | None = None,
                on_start: Callable[[], None] | None = None,
-               envs: Mapping[str, str] | None = None) -> Any:
-        """One program through the gate (audited, a run of the key's quotas); its outcome.
+               envs: Mapping[str, str] | None = None) -> CallReport:
+        """One program through the gate (audited, a run of the key's quotas); its report.
 
         `on_start()` once it is admitted, `on_output(stream, text)` while it runs.
         `envs` hold for this program only: a program before it sets them and one after
@@ -109,8 +109,13 @@ class E2bSandbox(ToolSession):
             if envs:
                 self.call("execute_python", {"code": _set_envs(envs, save=True)})
             try:
-                return self.call("execute_python", {"code": code}, on_output=on_output,
-                                 on_start=on_start).outcome
+                report = self.call("execute_python", {"code": code}, on_output=on_output,
+                                   on_start=on_start)
+                execution = report.outcome.execution
+                if execution is not None and execution.state_reset:
+                    # replaced, so the next call replays the journal into a new sandbox
+                    self.discard("its interpreter was restarted after a timeout or a kill")
+                return report
             finally:
                 if envs:
                     self.call("execute_python", {"code": f"exec({_ENVS_BACK!r}, {{}})\n"})
