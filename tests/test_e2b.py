@@ -164,6 +164,9 @@ def test_the_async_sdk_survives_a_client_timeout_and_a_kill_ends_a_running_execu
     async def scenario() -> None:
         sandbox = await AsyncSandbox.create()
         await sandbox.run_code("kept = 'still here'")
+        await sandbox.files.write("async.txt", "written by the async SDK")
+        assert await sandbox.files.read("/home/user/async.txt") == "written by the async SDK"
+        assert await sandbox.files.exists("async.txt")
         with pytest.raises(TimeoutException):
             await sandbox.run_code("import time\ntime.sleep(60)", timeout=2)
         after = await sandbox.run_code("print(kept)")
@@ -290,3 +293,19 @@ def test_the_policys_execution_timeout_holds_and_the_next_execution_works(
         after = sandbox.run_code("print(kept)")
         assert after.error is None and after.logs.stdout[-1] == "before\n"
         assert "[sbx]" in "".join(after.logs.stderr)  # told what was restored
+
+
+@pytest.mark.docker
+def test_a_sandbox_past_its_timeout_is_killed_and_set_timeout_moves_it(
+    sqlite, serve, engine, monkeypatch
+):
+    server = serve(sqlite)
+    point_sdk_at(monkeypatch, server, server.key("ann"))
+    sandbox = Sandbox.create(timeout=600)
+    sandbox.run_code("x = 1")
+    sandbox.set_timeout(1)
+    wait_for(lambda: not sandbox.is_running(), timeout=30, what="the sandbox killed at its timeout")
+    with pytest.raises(NotFoundException):
+        Sandbox.connect(sandbox.sandbox_id)
+    wait_for(lambda: not service_support.server_containers(engine, server),
+             what="its container removed")
