@@ -309,3 +309,22 @@ def test_a_sandbox_past_its_timeout_is_killed_and_set_timeout_moves_it(
         Sandbox.connect(sandbox.sandbox_id)
     wait_for(lambda: not service_support.server_containers(engine, server),
              what="its container removed")
+
+
+@pytest.mark.docker
+def test_another_key_gets_the_host_from_one_keys_idle_e2b_sandboxes(
+    sqlite, serve, engine, monkeypatch
+):
+    server = serve(sqlite, env={"SBX_MAX_SANDBOXES": "2", "SBX_HOST_WAIT": "30"})
+    ann = server.key("ann")
+    point_sdk_at(monkeypatch, server, ann)
+    held = [Sandbox.create(), Sandbox.create()]  # ann's two hold the host's two
+    for number, sandbox in enumerate(held):
+        sandbox.run_code(f"mine = {number}")
+    point_sdk_at(monkeypatch, server, server.key("bob"))
+    with Sandbox.create() as bobs:
+        assert bobs.run_code("print(40 + 2)").logs.stdout == ["42\n"]
+    point_sdk_at(monkeypatch, server, ann)
+    assert held[0].run_code("print(mine)").logs.stdout == ["0\n"]  # released, then restored
+    for sandbox in held:
+        sandbox.kill()

@@ -172,6 +172,11 @@ class Sandboxes(Closing):
             raise Refused(404, f"sandbox {sandbox_id!r} not found")
         return sandbox
 
+    def live(self) -> list[E2bSandbox]:
+        """Every live sandbox (the host shares its cap between keys)."""
+        with self._lock:
+            return list(self._live.values())
+
     def of(self, tenant: Tenant) -> list[E2bSandbox]:
         """The tenant's live sandboxes."""
         with self._lock:
