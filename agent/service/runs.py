@@ -41,7 +41,7 @@ from sbx.agent import (
 )
 from sbx.agent.service.eventlog import EventLog, artifact_name, public_event
 from sbx.agent.service.problems import unavailable
-from sbx.agent.service.tenant_view import incident
+from sbx.agent.service.tenant_view import incident, run_message
 from sbx.agent.store.db import Database
 from sbx.agent.store.models import ArtifactRow
 from sbx.agent.store.models import Conversation as ConversationRow
@@ -67,6 +67,9 @@ class Live:
     """The run executing now."""
     last_event: dict[str, Any] | None = None
     """The running run's `run_end` or `run_error`, held until its status is stored with it."""
+    end_message: str | None = None
+    """How the running run's end reads for its tenant, once its `run_end` was worded:
+    the stored run says the same (one incident id, not two)."""
 
 
 class RunManager:
@@ -214,9 +217,9 @@ class RunManager:
         """A worker: the question (cancelled while queued, it ends at once), recorded."""
         try:
             with live.lock:
-                live.last_event = None
+                live.last_event, live.end_message = None, None
                 live.run_id = ticket.run_id
-                conversation, heard = live.conversation, _Relay(live, recorder)
+                conversation, heard = live.conversation, _Relay(self, live, recorder)
                 try:
                     if answering:
                         conversation.answer(text, ticket=ticket, recorder=heard)
@@ -243,6 +246,9 @@ class RunManager:
         run_id = live.run_id or event.run_id
         if run_id is None:
             return  # conversation-level (conversation_start): the API shows the conversation
+        if isinstance(event, RunEnd):  # worded for the tenant, once
+            live.end_message = run_message(event.status, event.message, run_id)
+            event = event.model_copy(update={"message": live.end_message})
         try:
             data = public_event(event, output_dir=live.output_root / run_id)
             if data.get("type") in TERMINAL_EVENTS and run_id == live.run_id:
@@ -260,7 +266,8 @@ class _Relay:
     of its own; the client's event stream must still end.
     """
 
-    def __init__(self, live: Live, inner: StoreRecorder) -> None:
+    def __init__(self, manager: RunManager, live: Live, inner: StoreRecorder) -> None:
+        self.manager = manager
         self.live = live
         self.inner = inner
         self.done = False
@@ -279,13 +286,15 @@ class _Relay:
         if outcome.error is not None:  # the detail goes to the operator's log only
             outcome = replace(outcome, message=incident(f"run {ticket.run_id}", outcome.error),
                               error=None)
-        last, live.last_event = live.last_event, None
-        if last is None:
+        if live.last_event is None:
             event: Event = (RunError(run_id=ticket.run_id, error=outcome.message)
                             if outcome.status == "error" else
                             RunEnd(run_id=ticket.run_id, status=outcome.status,
                                    message=outcome.message))
-            last = public_event(event, output_dir=live.output_root / ticket.run_id)
+            self.manager._on_event(live, event)  # worded and held like the run's own
+        last, live.last_event = live.last_event, None
+        if live.end_message is not None:  # as its run_end was worded
+            outcome = replace(outcome, message=live.end_message)
         self.done = True
         live.run_id = None  # an answer posted on seeing the end finds no run in flight
         self.inner.finished(ticket, outcome, last_event=last)
