@@ -22,9 +22,10 @@ The map (each name's own docstring says more):
 The app and its conversations: every way a run starts.
     App, Answer, answer_one, os_principal, require_image, DEFAULT_IMAGE, OUTPUT_DIR, RUNS_DIR,
     Conversation, ConversationSpec, new_conversation_id, Workspace, check_data, idle_reason,
-    ProgramSpec, execute_program, ToolSession, CallReport, Cancellation, Resumable,
-    read_resumable, resume_conversation, continue_paused, find_transcript, read_paused, rerun,
-    RerunReport, ExecutionCheck, recorded_data
+    ProgramSpec, execute_program, ToolSession, CallReport, file_op, read_file, write_file,
+    in_namespace, drop_namespace, clear_variables, Cancellation, Resumable, read_resumable,
+    resume_conversation, continue_paused, find_transcript, read_paused, rerun, RerunReport,
+    ExecutionCheck, recorded_data
 
 Dataset notes: what analysts wrote down about a dataset, shown to later runs.
     DatasetNotes, Note, local_note_store, data_digests
@@ -60,7 +61,7 @@ Utilities: what every face needs to show untrusted text and read sizes and durat
 Errors: one root, `SbxError`: what an operator must fix; the model's errors are data.
     SbxError, SandboxError, HostBusy, SettingsError, LimitRefused, LimitTooLow, NoteError,
     UnreadableLine, PolicyError, AuditError, TranscriptError, RecordError, RerunError,
-    SessionClosed, TracingError, ModelError
+    SessionClosed, TracingError, ModelError, FileOpError
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.execute_program": ("ProgramSpec", "execute_program"),
     "sbx.agent.core.limits_request": ("LimitsRequest", "LimitRefused", "LimitTooLow"),
     "sbx.agent.core.notes": ("DatasetNotes", "Note", "local_note_store", "NoteError"),
+    "sbx.agent.core.namespaces": ("in_namespace", "drop_namespace", "clear_variables"),
+    "sbx.agent.core.sandbox_files": ("file_op", "read_file", "write_file", "FileOpError"),
     "sbx.agent.core.plan": ("pending_note",),
     "sbx.agent.core.problem": ("Problem", "not_found", "quota_exceeded", "unavailable"),
     "sbx.agent.core.restore": ("Cell",),
@@ -148,8 +151,8 @@ __all__ = [
     "AppConfig", "Artifact", "AuditError", "CallReport", "Cancellation", "Cell", "Closing",
     "Compaction", "Conversation", "ConversationSpec", "ConversationStart", "DEFAULT_IMAGE",
     "DatasetNotes", "EXPORT_FORMATS", "Endpoint", "Event", "EventSink", "ExecutionCheck",
-    "ExecutionResult", "ExportFormat", "HostBusy", "LimitRefused", "LimitTooLow", "Limits",
-    "LimitsRequest", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note",
+    "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy", "LimitRefused", "LimitTooLow",
+    "Limits", "LimitsRequest", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note",
     "NoteError", "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS",
     "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError",
     "RecordedConversation", "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd",
@@ -158,16 +161,16 @@ __all__ = [
     "SettingsError", "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure",
     "ToolResult", "ToolReturn", "ToolSession", "TracingError", "TranscriptError", "UnreadableLine",
     "UploadDatasetRule", "Workspace", "answer_one", "audit_call_rows", "audit_key_from_env",
-    "build_tool", "call_status", "check_data", "configure_tracing", "continue_paused",
-    "data_digests", "describe_validation_error", "execute_program", "export_transcript",
-    "failed_outcome", "find_transcript", "format_size", "idle_reason", "index_data_files",
-    "iter_audit_records", "load_config", "local_note_store", "metrics_team", "module_from_error",
-    "new_conversation_id", "new_run_id", "not_found", "numbered_events", "open_artifact",
-    "os_principal", "parse_duration", "parse_event", "parse_size", "pending_note",
-    "quota_exceeded", "read_paused", "read_record", "read_resumable", "recorded_data",
-    "require_image", "rerun", "resolve_endpoint", "restore_summary", "resume_conversation",
-    "safe_json", "safe_text", "summarize_data", "unavailable", "unsafe_name_reason",
-    "verify_audit_log",
+    "build_tool", "call_status", "check_data", "clear_variables", "configure_tracing",
+    "continue_paused", "data_digests", "describe_validation_error", "drop_namespace",
+    "execute_program", "export_transcript", "failed_outcome", "file_op", "find_transcript",
+    "format_size", "idle_reason", "in_namespace", "index_data_files", "iter_audit_records",
+    "load_config", "local_note_store", "metrics_team", "module_from_error", "new_conversation_id",
+    "new_run_id", "not_found", "numbered_events", "open_artifact", "os_principal",
+    "parse_duration", "parse_event", "parse_size", "pending_note", "quota_exceeded", "read_file",
+    "read_paused", "read_record", "read_resumable", "recorded_data", "require_image", "rerun",
+    "resolve_endpoint", "restore_summary", "resume_conversation", "safe_json", "safe_text",
+    "summarize_data", "unavailable", "unsafe_name_reason", "verify_audit_log", "write_file",
 ]
 
 
@@ -225,6 +228,9 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.limits_request import LimitRefused as LimitRefused
     from sbx.agent.core.limits_request import LimitsRequest as LimitsRequest
     from sbx.agent.core.limits_request import LimitTooLow as LimitTooLow
+    from sbx.agent.core.namespaces import clear_variables as clear_variables
+    from sbx.agent.core.namespaces import drop_namespace as drop_namespace
+    from sbx.agent.core.namespaces import in_namespace as in_namespace
     from sbx.agent.core.notes import DatasetNotes as DatasetNotes
     from sbx.agent.core.notes import Note as Note
     from sbx.agent.core.notes import NoteError as NoteError
@@ -249,6 +255,10 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.run_recorder import call_status as call_status
     from sbx.agent.core.run_recorder import failed_outcome as failed_outcome
     from sbx.agent.core.run_recorder import new_run_id as new_run_id
+    from sbx.agent.core.sandbox_files import FileOpError as FileOpError
+    from sbx.agent.core.sandbox_files import file_op as file_op
+    from sbx.agent.core.sandbox_files import read_file as read_file
+    from sbx.agent.core.sandbox_files import write_file as write_file
     from sbx.agent.core.settings import Endpoint as Endpoint
     from sbx.agent.core.settings import SettingsError as SettingsError
     from sbx.agent.core.settings import resolve_endpoint as resolve_endpoint

@@ -26,7 +26,7 @@ APPLICATION_LAYER = {
     "agent/core/workspace.py", "agent/core/run_recorder.py", "agent/core/artifacts.py",
     "agent/core/limits_request.py", "agent/core/execute_program.py", "agent/core/tool_session.py",
 }
-FACES = ("agent/cli/", "agent/mcp/", "agent/service/")
+FACES = ("agent/cli/", "agent/mcp/", "agent/service/", "agent/e2b/")
 SANDBOX_VALUE_TYPES = (
     "sbx.sandbox.limits", "sbx.sandbox.units", "sbx.sandbox.result", "sbx.sandbox.errors",
     "sbx.sandbox.closing",
@@ -45,10 +45,11 @@ THE_DOOR = "sbx.agent"
 ERROR_ROOT = "sbx.sandbox.errors"
 """Where `SbxError` lives (the lowest layer), so every layer's errors can derive from it."""
 FACE_PACKAGES = {"agent/cli/": "sbx.agent.cli", "agent/mcp/": "sbx.agent.mcp",
-                 "agent/service/": "sbx.agent.service"}
+                 "agent/service/": "sbx.agent.service", "agent/e2b/": "sbx.agent.e2b"}
 HOSTED_FACES = {"sbx.agent.cli": ("sbx.agent.service", "sbx.agent.mcp"),
-                "sbx.agent.service": ("sbx.agent.mcp",)}
-"""A face that starts another: the CLI runs `sbx serve` and `sbx mcp`; the service serves MCP."""
+                "sbx.agent.service": ("sbx.agent.mcp", "sbx.agent.e2b")}
+"""A face that starts another: the CLI runs `sbx serve` and `sbx mcp`; the service serves MCP
+and E2B's API."""
 FACE_EXTRAS = {
     "agent/service/": ("sbx.agent.store",),
     "agent/cli/keys.py": ("sbx.agent.store",),

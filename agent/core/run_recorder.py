@@ -38,8 +38,8 @@ from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.session import new_run_id as new_run_id
 from sbx.tools.outcome import ToolOutcome
 
-RunKind = Literal["question", "execute", "mcp"]
-"""A conversation's run, one program, one execution of an MCP session."""
+RunKind = Literal["question", "execute", "mcp", "e2b"]
+"""A conversation's run, one program, one execution of an MCP session or of an E2B sandbox."""
 NOTHING_RAN = ("invalid", "denied", "unknown", "halted")
 """Gate statuses of a call that ran no code (without an execution record)."""
 MAX_MESSAGE_CHARS = 2000
