@@ -28,6 +28,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from sbx.agent.core.asking import PendingInput, PendingQuestion, answer_message
@@ -36,9 +37,15 @@ from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.core.loop import run
 from sbx.agent.core.notes import notes_for
-from sbx.agent.core.plan import plan_from_messages
+from sbx.agent.core.plan import last_plan
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
-from sbx.agent.core.restore import forgotten, prior_cells, replace_killed, restore_workspace
+from sbx.agent.core.restore import (
+    forgotten,
+    held_cells,
+    prior_cells,
+    replace_killed,
+    restore_workspace,
+)
 from sbx.agent.core.restore_text import note
 from sbx.agent.core.run_recorder import NoRecorder, RunRecorder, RunTicket, recorded, result_outcome
 from sbx.agent.core.state import RunResult, SandboxUsage
@@ -92,6 +99,7 @@ class Conversation(Closing):
             spec=replace(spec, conversation_id=self.id), config=config, audit=audit, pool=pool,
             image=image,
         )
+        self.workspace.held_cells = partial(held_cells, transcript.path, config.restore)
         self._messages: list[dict[str, Any]] = []
         self._prompt: SystemPrompt | None = None
         self._sinks: list[EventSink] = []
@@ -127,43 +135,69 @@ class Conversation(Closing):
 
     # ------------------------------------------------------------ questions
 
+    def admit(self, text: str, recorder: RunRecorder, *, answering: bool = False) -> RunTicket:
+        """The next run's ticket, admitted by `recorder` (it raises to refuse the run).
+
+        `ask` (or, `answering`, `answer`) runs that same ticket later: a face that
+        admits a run when it is posted and a run's ticket are one, built here. An
+        answer first claims the pending question (`ValueError` when none waits or
+        another answer has it), given back if the recorder refuses the run.
+        """
+        ticket = self._ticket(text, None, None, answering=answering)
+        if answering:
+            self.question.claim(ticket.run_id)
+        try:
+            recorder.admitted(ticket)
+        except BaseException:
+            self.question.unclaim(ticket.run_id)
+            raise
+        return ticket
+
     def ask(self, question: str, *, run_id: str | None = None,
-            cancel: Cancellation | None = None, recorder: RunRecorder | None = None
-            ) -> RunResult:
+            cancel: Cancellation | None = None, recorder: RunRecorder | None = None,
+            ticket: RunTicket | None = None) -> RunResult:
         """Answer one question, continuing the conversation; one question at a time.
 
         A `RunResult` for every ending, Ctrl-C and a fired `cancel` included
         (`cancelled`); raises only for operator errors (sandbox, audit log), after a
-        `run_error` event. `recorder` (an admitted run's) hears it start and end.
+        `run_error` event. `recorder` hears it start and end; `ticket` (from `admit`)
+        gives the run's id and token instead of `run_id` and `cancel`.
         """
         with self._lock:
             self.question.set(None)
-            return self._recorded(question, run_id or new_run_id(), cancel, recorder)
+            return self._recorded(question, ticket or self._ticket(question, run_id, cancel),
+                                  recorder)
 
     def answer(self, answer: str, *, run_id: str | None = None,
-               cancel: Cancellation | None = None, recorder: RunRecorder | None = None
-               ) -> RunResult:
+               cancel: Cancellation | None = None, recorder: RunRecorder | None = None,
+               ticket: RunTicket | None = None) -> RunResult:
         """Continue the run that ended `needs_input` with the user's answer: a new run.
 
         The same sandbox if alive, else a fresh one and the model is told (`RESET_NOTE`);
         the new run's records (`run_start`, audit `user_answer`) name the run it
-        continues. `ValueError` when no run is waiting for an answer.
+        continues. `ValueError` when no run is waiting for an answer. `ticket` as in `ask`.
         """
         with self._lock:
-            run_id = run_id or new_run_id()
-            pending = self.question.take(run_id)  # unless another answer claimed it
+            ticket = ticket or self._ticket(answer, run_id, cancel, answering=True)
+            pending = self.question.take(ticket.run_id)  # unless another answer claimed it
             text = bounded_answer(answer)
-            return self._recorded(answer_message(pending, text), run_id, cancel,
-                                  recorder, continues=pending, answer=text)
+            return self._recorded(answer_message(pending, text), ticket, recorder,
+                                  continues=pending, answer=text)
 
-    def _recorded(self, question: str, run_id: str, cancel: Cancellation | None,
-                  recorder: RunRecorder | None, *, continues: PendingInput | None = None,
-                  answer: str | None = None) -> RunResult:
+    def _ticket(self, text: str, run_id: str | None, cancel: Cancellation | None, *,
+                answering: bool = False) -> RunTicket:
+        run_id = run_id or new_run_id()
+        return RunTicket(kind="question", principal=self.spec.principal, team=self.spec.team,
+                         run_id=run_id, conversation_id=self.id,
+                         question=bounded_answer(text) if answering else text,
+                         output_dir=self.workspace.output_dir(run_id),
+                         cancel=cancel or Cancellation())
+
+    def _recorded(self, question: str, ticket: RunTicket, recorder: RunRecorder | None, *,
+                  continues: PendingInput | None = None, answer: str | None = None) -> RunResult:
         """One run under the lock: its token, its recorder, its result kept."""
-        token = self._cancel = cancel or Cancellation()
-        ticket = RunTicket(kind="question", principal=self.spec.principal, team=self.spec.team,
-                           run_id=run_id, conversation_id=self.id, question=answer or question,
-                           output_dir=self.workspace.output_dir(run_id), cancel=token)
+        token, run_id = ticket.cancel, ticket.run_id
+        self._cancel = token
 
         def work() -> RunResult:
             try:
@@ -204,6 +238,7 @@ class Conversation(Closing):
         """Forget the messages and replace the sandbox: the next question starts afresh."""
         with self._lock:
             self.workspace.discard()
+            self.workspace.forget_snapshot()
             self.workspace.take_reset()  # a fresh start needs no note
             self.workspace.lost_reason()
             self._messages = []
@@ -363,19 +398,6 @@ class LiveRelay:
         """The run ended: drop whatever comes later."""
         with self._lock:
             self._open = False
-
-
-def last_plan(runs: list[RunResult], messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The plan a follow-up starts from: the last run's, else the messages' (`restore`).
-
-    None after `reset()` or at the start.
-    """
-    if not messages:
-        return {}
-    if runs:
-        return {"plan": runs[-1].plan, "plan_revision": runs[-1].plan_revision}
-    plan, revision = plan_from_messages(messages)
-    return {"plan": plan, "plan_revision": revision}
 
 
 def settle(messages: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:

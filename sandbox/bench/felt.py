@@ -1,10 +1,11 @@
 """The speed users feel: one list of targets, each a ratio from one run, for every bench.
 
-`sbx bench`, `sbx bench serve` (and `sbx bench restore`) each measure some of
-these; each reports the whole list, so a reader sees in one place what was
-met, what was not, and which command measures what it left out (`measured`
-is null there). Every figure is a ratio of two things measured in the same
-run on the same host, so a slow or shared host moves both sides.
+`sbx bench` and `sbx bench serve` each measure some of these and report the
+whole list (`sbx bench restore` reports its two, under the same names), so a
+reader sees in one place what was met, what was not, and which command
+measures what it left out (`measured` is null there). Every figure is a ratio
+of two things measured in the same run on the same host, so a slow or shared
+host moves both sides.
 
     burst              32 new conversations over HTTP, each a first pandas question
                        of a 10 MB CSV, pool sized from demand: p99 to `run_end` over
@@ -14,9 +15,11 @@ run on the same host, so a slow or shared host moves both sides.
                        core's p99 in the same run
     first_event        first event's p99 over HTTP at the highest level over at 1
     busy_cores         the host's busy CPU during the burst, as a share of its cores
-    restore_vs_live    first answer after restoring a 10-cell conversation over a
-                       live question's
-    restore_vs_replay  the same over a full replay's
+    restore_first_answer_vs_live
+                       first answer after restoring a 10-cell conversation from its
+                       snapshot over a live question's
+    restore_first_answer_vs_full_replay
+                       the same over the first answer after a full replay
     pooled_cpu         a pooled new conversation (take, first pandas question,
                        teardown, the refill it causes) in host CPU over a hardened
                        `docker run` of the same program
@@ -61,10 +64,10 @@ GOALS = (
     Goal(key="busy_cores", by=SERVE, limit=0.9, at_least=True, unit="share",
          name="busy cores during a 32-conversation burst with no container builds, "
              "share of the host's"),
-    Goal(key="restore_vs_live", by=RESTORE, limit=5.0,
+    Goal(key="restore_first_answer_vs_live", by=RESTORE, limit=5.0,
          name="first answer after restoring a 10-cell conversation vs a live question"),
-    Goal(key="restore_vs_replay", by=RESTORE, limit=0.2,
-         name="first answer after restoring a 10-cell conversation vs a full replay"),
+    Goal(key="restore_first_answer_vs_full_replay", by=RESTORE, limit=0.2,
+         name="first answer after restoring a 10-cell conversation vs after a full replay"),
     Goal(key="pooled_cpu", limit=1.0,
          name="pooled new conversation (take, first pandas question, teardown): host CPU vs "
               "a hardened docker run of the same program"),
