@@ -41,8 +41,10 @@ fi
 # socket, and setup.sh touches that engine alone. It signals or starts only a dockerd it can
 # name by a pid file: for the default socket, dockerd's own /var/run/docker.pid; for another
 # unix socket, the dockerd setup.sh starts for it, with its own config, pid file, data and
-# exec roots in SBX_DOCKERD_STATE (default: sbx-dockerd beside the socket), no bridge and no
-# iptables rules (the host's network belongs to the first engine). A tcp:// engine is only
+# exec roots in SBX_DOCKERD_STATE (default: sbx-dockerd beside the socket), in a network
+# namespace of its own (`unshare --net`): the host's network belongs to the first engine, and a
+# dockerd started with `--bridge=none` in the host's namespace deletes the host's docker0,
+# which the first engine's bridge mode needs. A tcp:// engine is only
 # probed: setup.sh neither configures nor starts a remote one. Never a signal by name.
 DEFAULT_SOCKET=/var/run/docker.sock
 engine="${DOCKER_HOST:-unix://$DEFAULT_SOCKET}"
@@ -53,15 +55,16 @@ case "$engine" in
      exit 1 ;;
 esac
 if [ -z "$socket" ]; then
-  config="" pidfile="" log="" start_args=()
+  config="" pidfile="" log="" start_args=() own_netns=()
 elif [ "$(realpath -m "$socket")" = "$(realpath -m "$DEFAULT_SOCKET")" ]; then
   config=/etc/docker/daemon.json pidfile=/var/run/docker.pid log=/var/log/sbx-dockerd.log
-  start_args=()
+  start_args=() own_netns=()
 else
   state="${SBX_DOCKERD_STATE:-$(dirname "$socket")/sbx-dockerd}"
   config="$state/daemon.json" pidfile="$state/dockerd.pid" log="$state/dockerd.log"
   start_args=(--config-file "$config" --data-root "$state/data" --exec-root "$state/exec"
-              --bridge=none --iptables=false)
+              --iptables=false)
+  own_netns=(unshare --net)
   mkdir -p "$state"
 fi
 
@@ -147,7 +150,8 @@ if ! docker_up; then
       && systemctl is-system-running >/dev/null 2>&1; then
     systemctl start docker
   else
-    setsid nohup dockerd -H "unix://$socket" --pidfile "$pidfile" "${start_args[@]}" \
+    setsid nohup "${own_netns[@]}" dockerd -H "unix://$socket" --pidfile "$pidfile" \
+      "${start_args[@]}" \
       >"$log" 2>&1 < /dev/null &
   fi
   wait_until docker_up || { echo "setup.sh: dockerd did not come up; see $log" >&2; exit 1; }

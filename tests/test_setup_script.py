@@ -86,6 +86,7 @@ def second_socket() -> Iterator[Path]:
 def test_docker_host_names_the_engine_setup_starts_and_reloads(second_socket: Path) -> None:
     default_pid = DEFAULT_PIDFILE.read_text().strip()
     default_reloads = reloads_heard(DEFAULT_LOG)
+    host_links = _bridges_and_devices()
     state = second_socket.parent / "sbx-dockerd"
 
     started = run_engine_step(second_socket)  # nothing answers there: it starts its own
@@ -110,6 +111,15 @@ def test_docker_host_names_the_engine_setup_starts_and_reloads(second_socket: Pa
     assert engine_get(DEFAULT_SOCKET, "/_ping") == "OK"
     assert "sbx-marker" not in engine_get(DEFAULT_SOCKET, "/info")["Runtimes"]
     assert reloads_heard(DEFAULT_LOG) == default_reloads
+    # The host's network is the default engine's: the second one, in a network namespace of its
+    # own, neither removes docker0 (a dockerd with --bridge=none does) nor adds a bridge here.
+    assert _bridges_and_devices() == host_links
+    assert "docker0" in host_links
+
+
+def _bridges_and_devices() -> set[str]:
+    """The host's network interfaces but containers' veth ends (other tests come and go)."""
+    return {name for name in os.listdir("/sys/class/net") if not name.startswith("veth")}
 
 
 def test_setup_signals_no_process_by_name() -> None:
