@@ -35,6 +35,7 @@ from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.core.loop import run
+from sbx.agent.core.outcomes import loss_text
 from sbx.agent.core.plan import plan_from_messages
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.core.restore import forgotten, prior_cells, replace_killed, restore_workspace
@@ -58,7 +59,7 @@ from sbx.tools.gate import ToolGate
 
 logger = logging.getLogger(__name__)
 
-RESET_REASON = "it was replaced since the previous question"
+CANCEL_REASON = loss_text("cancel")
 UNANSWERED = "[sbx] Not run: the run ended before this call was made ({status})."
 
 
@@ -191,14 +192,15 @@ class Conversation(Closing):
             self.pending = pending
             self.workspace.reset_pending = lost
             if lost:
-                self.workspace.lost("the previous process ended")
+                self.workspace.lost(loss_text("restart", "the previous process ended"),
+                                    cause="restart")
 
     def cancel(self) -> None:
         """Cancel the run in progress from another thread: its sandbox is removed."""
         if self._cancel is not None:
             self._cancel.cancel()
         else:
-            self.workspace.discard(reason="the run was cancelled")
+            self.workspace.discard(reason=CANCEL_REASON, cause="cancel")
 
     def reset(self) -> None:
         """Forget the messages and replace the sandbox: the next question starts afresh."""
@@ -245,9 +247,13 @@ class Conversation(Closing):
         try:
             prompt = self._system_prompt(gate)
             reset = self.workspace.take_reset() and bool(self._messages)
+            cause = self.workspace.lost_cause
+            lost = self.workspace.lost_reason() if reset else ""
             cells = prior_cells(self.transcript.path, self.config.restore, reset=reset)
-            asked = f"{reset_note(RESET_REASON)}\n\n{question}" if reset else question
+            asked = f"{reset_note(lost)}\n\n{question}" if reset else question
             start = self._run_start(run_id, question, prompt, gate, reset=reset)
+            if reset:
+                start = start.model_copy(update={"reset_cause": cause})
             if continues is not None:
                 start = start.model_copy(update={"continues": continues.run_id})
                 gate.record_answer(continues=continues.run_id, question=continues.question,
@@ -255,7 +261,7 @@ class Conversation(Closing):
             self.emit(start)
             if cells is not None:
                 restored = restore_workspace(self.workspace, cells, self.config.restore,
-                                             run_id=run_id, reason=self.workspace.lost_reason())
+                                             run_id=run_id, reason=lost, cause=cause)
                 self.emit(restored)
                 asked = f"{note(restored)}\n\n{question}"
             result = run(
@@ -279,14 +285,14 @@ class Conversation(Closing):
             live.close()
             if reason == "cancelled":
                 gate.cancel()
-                self.workspace.discard(reason="the run was cancelled")
+                self.workspace.discard(reason=CANCEL_REASON, cause="cancel")
             self._gate = None
             gate.close(reason=reason)
         return result
 
     def _stop(self, gate: ToolGate) -> None:  # the token fired: the call ends, the sandbox goes
         gate.cancel()
-        self.workspace.discard(reason="the run was cancelled")
+        self.workspace.discard(reason=CANCEL_REASON, cause="cancel")
 
     def _system_prompt(self, gate: ToolGate) -> SystemPrompt:
         """Built once per conversation: later runs continue the messages it began."""

@@ -79,6 +79,8 @@ class RunStart(_Event):
     (`sales.csv`, `dir/a.csv`): re-run names a file that changed since."""
     sandbox_reset: bool = False
     """The sandbox was replaced since the previous run: earlier variables are gone."""
+    reset_cause: str = ""
+    """Why, with `sandbox_reset` (`sbx.agent.core.outcomes.LOSS_CAUSES`; "" in older files)."""
     continues: str | None = None
     """The run this one continues with the user's answer (it ended `needs_input`)."""
 
@@ -303,7 +305,10 @@ class StateRestored(_Event):
     variables: list[str] = Field(default_factory=list)
     """Every variable whose value may differ (from `differed` and `failed`)."""
     reason: str = ""
-    """Why it was lost (`idle release`, `timeout`...) and, when not restored, why not."""
+    """Why it was lost (`an idle release`, `a timeout`...) and, when not restored, why not."""
+    cause: str = ""
+    """The loss's cause (`sbx.agent.core.outcomes.LOSS_CAUSES`: `idle_release`, `cancel`,
+    `reset`...); "" in older transcripts."""
     duration_s: float = 0.0
     cpu_seconds: float = 0.0
 

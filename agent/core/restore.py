@@ -49,6 +49,7 @@ from sbx.agent.core.events import (
     StateRestored,
     ToolResult,
 )
+from sbx.agent.core.outcomes import loss_text
 from sbx.agent.core.restore_settings import RestoreSettings
 from sbx.agent.core.transcript import TranscriptError, read_transcript
 from sbx.agent.core.workspace import Workspace
@@ -259,7 +260,7 @@ def _ended(tally: _Tally, base: dict[str, object], status: str, differed: list[C
 
 def restore_workspace(
     workspace: Workspace, cells: list[Cell], settings: RestoreSettings, *, run_id: str,
-    reason: str,
+    reason: str, cause: str = "replaced",
 ) -> StateRestored:
     """Replay `cells` into `workspace`'s sandbox, through a gate of their own.
 
@@ -277,7 +278,7 @@ def restore_workspace(
     if event.status == "not_restored" and event.replayed:
         workspace.discard()  # half a state is worse than none: start empty, as the note says
         workspace.take_reset()
-    return event.model_copy(update={"run_id": run_id})
+    return event.model_copy(update={"run_id": run_id, "cause": cause})
 
 
 def prior_cells(path: Path, settings: RestoreSettings, *, reset: bool) -> list[Cell] | None:
@@ -302,12 +303,12 @@ def replace_killed(workspace: Workspace, settings: RestoreSettings) -> None:
     """
     reason = workspace.state_lost
     if settings.enabled and reason and not workspace.reset_pending:
-        workspace.discard(reason=reason)
+        workspace.discard(reason=reason, cause=workspace.lost_cause)
 
 
 def forgotten() -> StateRestored:
     """The event of a conversation reset on purpose: nothing before it is replayed later."""
-    return StateRestored(status="not_restored", reason="the conversation was reset")
+    return StateRestored(status="not_restored", reason=loss_text("reset"), cause="reset")
 
 
 def cell_of(call_id: str, code: object, outcome: ToolOutcome) -> Cell | None:
