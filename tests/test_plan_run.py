@@ -26,9 +26,9 @@ from sbx.agent.cli.main import cli
 from sbx.agent.core.app import App
 from sbx.agent.core.config import load_config
 from sbx.agent.core.conversation import ConversationSpec
+from sbx.agent.core.history import read_record
 from sbx.agent.core.settings import Endpoint
 from sbx.agent.export.formats import export
-from sbx.agent.provenance.record import read_record
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from scripted_llm import FAKE_KEY, policy
 from tools_support import events, make_gate

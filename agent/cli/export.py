@@ -21,9 +21,9 @@ import click
 
 from sbx.agent.cli.errors import fail
 from sbx.agent.core.app import RUNS_DIR
+from sbx.agent.core.history import RecordError, read_record
 from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.export.formats import FORMATS, Format, export
-from sbx.agent.provenance.record import RecordError, read_record
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 

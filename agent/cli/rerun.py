@@ -19,8 +19,8 @@ import click
 from sbx.agent.cli.errors import fail
 from sbx.agent.cli.opening import FaceOptions, opened_core
 from sbx.agent.core.app import os_principal
+from sbx.agent.core.history import RecordedConversation, RecordError, read_record
 from sbx.agent.core.transcript import TranscriptError
-from sbx.agent.provenance.record import RecordedConversation, RecordError, read_record
 from sbx.agent.replay.rerun import ExecutionCheck, RerunError, RerunReport, recorded_data, rerun
 from sbx.tools.audit import AuditError
 from sbx.tools.text_safety import safe_text

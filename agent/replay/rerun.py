@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sbx.agent.core.app import App
+from sbx.agent.core.history import RecordedConversation, RecordedExecution, RecordedRun
 from sbx.agent.core.workspace import ConversationSpec
 from sbx.agent.provenance.data import MISSING, DataChange, data_changes, data_digests
-from sbx.agent.provenance.record import RecordedConversation, RecordedExecution, RecordedRun
 from sbx.agent.replay.compare import Comparison, Observed, compare
 from sbx.tools.gate import ToolGate
 

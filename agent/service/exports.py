@@ -22,9 +22,9 @@ from sqlalchemy import select
 from starlette.responses import Response
 
 from sbx.agent.core.events import parse_event
+from sbx.agent.core.history import RecordError, read_record
 from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.export.formats import FORMATS, export
-from sbx.agent.provenance.record import RecordError, read_record
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.eventlog import public_event
