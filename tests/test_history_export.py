@@ -144,3 +144,26 @@ def test_an_exported_conversation_reproduces_its_outputs_past_every_loss(llm, tm
         result = sandbox.run(script)
     assert result.ok, result.stderr
     assert result.stdout == "".join(PRINTED)
+
+
+ASK_ONLY = "[tools.ask_user]\nenabled = true\n[tools.calculate]\nenabled = true\n"
+QUESTION = "Should the total count refunds?"
+
+
+def test_the_notebook_of_a_run_that_needs_input_keeps_its_question(llm, tmp_path):
+    (tmp_path / "sbx.toml").write_text(ASK_ONLY)
+    llm.script([tool_call("ask_user", question=QUESTION)])
+    asked = CliRunner().invoke(cli, [
+        "ask", "What is the total?", "--policy", str(tmp_path / "sbx.toml"), "--base-url",
+        llm.base_url, "--api-key", FAKE_KEY, "--model", "scripted", "--image", TEST_IMAGE,
+        "--audit-log", str(tmp_path / "audit.jsonl"), "--transcript",
+        str(tmp_path / "conv.jsonl")])
+    assert asked.exit_code == 6, asked.output  # needs input
+
+    notebook = nbformat.reads(_export(tmp_path, "ipynb"), as_version=4)
+    script = _export(tmp_path, "py")
+
+    last = notebook.cells[-1]
+    assert last.cell_type == "markdown" and last.source.startswith("### The model asked")
+    assert QUESTION in last.source
+    assert f"# The model asked: {QUESTION}" in script
