@@ -114,6 +114,28 @@ def test_the_plan_is_revised_after_a_failure_recorded_exported_and_seen_by_a_fol
 
 
 @pytest.mark.docker
+def test_a_follow_up_that_does_not_revise_the_plan_is_not_warned_about_its_steps(llm, tmp_path):
+    llm.script([
+        _plan((LOAD, "done"), (REPORT, "pending")),
+        assistant("The total is 6."),
+        assistant("Yes: 6 is the sum of the rows."),  # the follow-up keeps the plan as it was
+    ])
+    transcript = tmp_path / "conv.jsonl"
+    spec = ConversationSpec(principal="os:tester", output_root=tmp_path / "out")
+    with App.open(load_config(None), environ={}, audit_log=tmp_path / "audit.jsonl",
+                  image=TEST_IMAGE) as app:
+        endpoint = Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model="scripted")
+        with app.conversation(spec, endpoint=endpoint, transcript=transcript) as conversation:
+            first = conversation.ask("What is the total?")
+            second = conversation.ask("Is that the sum of the rows?")
+
+    assert first.plan_pending == (REPORT,)  # its own plan leaves a step open
+    assert second.status == "completed" and second.plan_pending == ()
+    ends = [line for line in _transcript(transcript) if line["type"] == "run_end"]
+    assert [end.get("plan_pending") for end in ends] == [[REPORT], []]
+
+
+@pytest.mark.docker
 def test_sbx_ask_shows_the_checklist_as_it_changes_and_replay_shows_every_revision(
     llm, tmp_path
 ):

@@ -125,6 +125,7 @@ def run(
         add_message(state, {"role": "system", "content": system_prompt}, emit)
     elif plan:
         state.plan, state.plan_revision = tuple(plan), plan_revision
+        state.plan_inherited = plan_revision
         add_message(state, {"role": "user", "content": follow_up_notice(plan)}, emit)
     add_message(state, {"role": "user", "content": question}, emit)
     tools = gate.schemas()
@@ -322,7 +323,8 @@ def finish(
         unsupported=traced.unsupported if traced is not None else (),
         plan=state.plan,
         plan_revision=state.plan_revision,
-        plan_pending=pending_steps(state.plan) if ending.status == "completed" else (),
+        plan_pending=pending_steps(state.plan) if ending.status == "completed"
+        and state.plan_revision > state.plan_inherited else (),
         cost=tariff.cost(state.usage, state.sandbox).as_dict() if tariff is not None else None,
     )
     emit(RunEnd.model_validate(result.as_dict()))

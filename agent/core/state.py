@@ -138,6 +138,9 @@ class RunState:
     """The model's current plan (`update_plan`); a follow-up starts from the last run's."""
     plan_revision: int = 0
     """Plans saved in the conversation so far (the last one's number; 0: none yet)."""
+    plan_inherited: int = 0
+    """The revision the run started from: a plan this run never revised is an earlier
+    question's, and its open steps are not this answer's to warn about."""
 
 
 @dataclass(kw_only=True, frozen=True)
