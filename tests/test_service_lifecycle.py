@@ -131,8 +131,11 @@ def test_kill_9_then_a_restart_leaves_the_run_interrupted_and_no_container(
     reader = again.client(key)
     found = reader.get(f"/v1/runs/{run}").json()
     assert found["status"] == "interrupted"
-    assert "restarted" in found["message"]
-    assert stream(reader, run)[-1]["data"]["status"] == "interrupted"  # the stream ends too
+    assert "restarted" in found["message"]  # named as what it was: a restart, not a loss
+    assert "the next question rebuilds its state" in found["message"]
+    assert "start a new conversation" not in found["message"]  # the conversation goes on
+    ended = stream(reader, run)[-1]["data"]  # the stream ends too
+    assert (ended["status"], ended["outcome"]) == ("interrupted", "interrupted by a restart")
     kept = reader.get(f"/v1/conversations/{conversation}").json()
     assert (kept["status"], kept["sandbox"]) == ("active", "lost")
     assert "the next question rebuilds its state" in kept["message"]

@@ -253,7 +253,7 @@ class Conversation(Closing):
             asked = f"{reset_note(lost)}\n\n{question}" if reset else question
             start = self._run_start(run_id, question, prompt, gate, reset=reset)
             if reset:
-                start = start.model_copy(update={"reset_cause": cause})
+                start = start.model_copy(update={"reset_cause": cause, "reset_reason": lost})
             if continues is not None:
                 start = start.model_copy(update={"continues": continues.run_id})
                 gate.record_answer(continues=continues.run_id, question=continues.question,

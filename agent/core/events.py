@@ -81,6 +81,8 @@ class RunStart(_Event):
     """The sandbox was replaced since the previous run: earlier variables are gone."""
     reset_cause: str = ""
     """Why, with `sandbox_reset` (`sbx.agent.core.outcomes.LOSS_CAUSES`; "" in older files)."""
+    reset_reason: str = ""
+    """The same in words (`a cancel by the user`), as the model and every face read it."""
     continues: str | None = None
     """The run this one continues with the user's answer (it ended `needs_input`)."""
 
@@ -180,6 +182,9 @@ class ToolResult(_Event):
     artifacts: list[str] = Field(default_factory=list)
     execution: ExecutionRecord | None = None
     """For `execute_python`: stdout, stderr and the error apart (None in older transcripts)."""
+    outcome: str = ""
+    """How the call ended, in the one vocabulary (`sbx.agent.core.outcomes.call_outcome`:
+    `ok`, `error`, `timed out`, `cancelled`...); "" in older transcripts."""
 
 
 class PlanStepRecord(BaseModel):
@@ -251,6 +256,8 @@ class RunEnd(_Event):
 
     type: Literal["run_end"] = "run_end"
     status: str
+    outcome: str = ""
+    """The status in the one vocabulary (`sbx.agent.core.outcomes.run_outcome`)."""
     answer: str | None = None
     message: str = ""
     turns: int = 0

@@ -210,7 +210,7 @@ class _Reader:
             self._calls = {}
             if event.sandbox_reset and len(self.runs) > 1:
                 cause = event.reset_cause or "replaced"
-                self._lose(cause, loss_text(cause))
+                self._lose(cause, event.reset_reason or loss_text(cause))
         elif isinstance(event, StateRestored):
             self._settle(event)
         elif not self.runs:

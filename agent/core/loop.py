@@ -40,6 +40,7 @@ from sbx.agent.core.events import (
     discard,
 )
 from sbx.agent.core.feedback import artifact_paths, count_execution, repeated_failure_notices
+from sbx.agent.core.outcomes import call_outcome
 from sbx.agent.core.plan import follow_up_notice, note_plan, pending_steps
 from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.spend import SpendLimit
@@ -257,6 +258,7 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
         state.artifacts.extend(saved)
         count_execution(state, outcome)
         note_output(state, outcome)
+        record = execution_record(outcome)
         emit(
             ToolResult(
                 run_id=state.run_id,
@@ -270,7 +272,9 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
                 duration_s=round(outcome.duration_s, 3),
                 content=outcome.text,
                 artifacts=saved,
-                execution=execution_record(outcome),
+                execution=record,
+                outcome=call_outcome(outcome.status, failed=failed,
+                                     execution=record.model_dump() if record else None),
             )
         )
         note_plan(state, outcome, emit)

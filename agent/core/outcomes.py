@@ -47,12 +47,12 @@ def call_outcome(status: str, *, failed: bool, execution: Mapping[str, Any] | No
 
 RUN_OUTCOMES: dict[str, str] = {
     "completed": "completed",
-    "step_limit": "limit reached: steps",
-    "time_limit": "limit reached: wall time",
-    "token_limit": "limit reached: tokens",
-    "tool_limit": "limit reached: tool calls",
-    "cost_limit": "limit reached: cost",
-    "budget_exceeded": "limit reached: spending budget",
+    "step_limit": "limit reached (steps)",
+    "time_limit": "limit reached (wall time)",
+    "token_limit": "limit reached (tokens)",
+    "tool_limit": "limit reached (tool calls)",
+    "cost_limit": "limit reached (cost)",
+    "budget_exceeded": "limit reached (spending budget)",
     "gate_halt": "halted by the gate",
     "truncated": "answer cut off",
     "needs_input": "needs input",
@@ -81,7 +81,7 @@ LOSS_CAUSES: dict[str, str] = {
     "killed": "the interpreter stopped (killed or exited)",
     "cancel": "a cancel by the user",
     "idle_release": "an idle release",
-    "restart": "a restart of the server",
+    "restart": "a restart",
     "reset": "a reset the user asked for",
     "replaced": "the sandbox was replaced",
 }

@@ -28,6 +28,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sbx.agent.core.outcomes import run_outcome
 from sbx.agent.model.reply import TokenUsage
 from sbx.agent.provenance.trace import Output, Provenance, Source
 from sbx.tools.builtin.plan import PlanStep
@@ -219,6 +220,7 @@ class RunResult:
         return {
             "run_id": self.run_id,
             "status": self.status,
+            "outcome": run_outcome(self.status),
             "answer": self.answer,
             "message": self.message,
             "turns": self.turns,
