@@ -176,7 +176,8 @@ def result_outcome(result: RunResult) -> RunOutcome:
     """A conversation run's outcome from its `RunResult`."""
     data = result.as_dict()
     summary = {key: data[key] for key in ("turns", "tool_calls", "usage", "duration_s", "sandbox")}
-    summary.update({key: data[key] for key in ("plan", "plan_pending", "cost") if key in data})
+    summary.update({key: data[key] for key in ("plan", "plan_pending", "cost", "verified",
+                                               "sources", "unsupported") if key in data})
     return RunOutcome(
         status=result.status, message=result.message[:MAX_MESSAGE_CHARS], answer=result.answer,
         question=result.question, result=summary, cpu_seconds=result.sandbox.cpu_seconds,
