@@ -96,7 +96,7 @@ def test_cancelling_a_busy_loop_kills_it_and_the_next_call_says_state_was_reset(
 
     assert seen.progress and "time limit 60 s" in seen.progress[0]
     text = text_of(seen.after)
-    assert text.startswith(RESTORED) and "cancelled" in text.splitlines()[0]
+    assert text.startswith(RESTORED) and "(a cancel by the user" in text.splitlines()[0]
     assert "restored 1 cells" in text.splitlines()[0]  # `kept = 1` replayed, never the loop
     assert "NameError" not in text  # the state came back (issue 21)
     assert "[stdout]\nalive" in text

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from sbx.agent.cli.display_restored import render_restored
 from sbx.agent.core.events import Event
-from sbx.agent.core.outcomes import call_outcome, run_outcome
+from sbx.agent.core.outcomes import outcome_of
 from sbx.agent.core.plan import pending_note
 from sbx.agent.core.transcript import TranscriptError, numbered_events
 from sbx.tools.builtin.plan import MARKS as PLAN_MARKS
@@ -193,10 +193,7 @@ class Progress:
     def _on_tool_result(self, event: Row) -> None:
         self._end_live_output(_text(event.get("call_id")))
         failed = bool(event.get("failed"))
-        execution = event.get("execution")
-        word = _text(event.get("outcome")) or call_outcome(  # older transcripts: derived
-            _text(event.get("status")), failed=failed,
-            execution=execution if isinstance(execution, dict) else None)
+        word = outcome_of(event)  # the core's word (derived alike for older transcripts)
         outcome = one_line(event.get("content"))
         line = f"<- {_clip(word)} ({_num(event, 'duration_s'):.1f} s): {outcome}"
         self._echo(line, fg="red" if failed else "green")
@@ -244,8 +241,7 @@ class Progress:
             f"{_num(event, 'duration_s'):.1f} s"
         )
         colour = "green" if status == "completed" else "red"
-        word = _text(event.get("outcome")) or run_outcome(status)
-        self._echo(f"== {_clip(word)}: {summary}", fg=colour, bold=True)
+        self._echo(f"== {_clip(outcome_of(event))}: {summary}", fg=colour, bold=True)
         self._sandbox_totals(_map(event, "sandbox"))
         cost = cost_line(_map(event, "cost"))
         if cost:

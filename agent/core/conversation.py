@@ -35,17 +35,17 @@ from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.core.loop import run
-from sbx.agent.core.outcomes import loss_text
-from sbx.agent.core.plan import plan_from_messages
+from sbx.agent.core.outcomes import RESET_NOTE as RESET_NOTE
+from sbx.agent.core.outcomes import loss_text, reset_note
+from sbx.agent.core.plan import last_plan
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.core.restore import forgotten, prior_cells, replace_killed, restore_workspace
 from sbx.agent.core.restore_text import note
 from sbx.agent.core.run_recorder import NoRecorder, RunRecorder, RunTicket, recorded, result_outcome
 from sbx.agent.core.state import RunResult, SandboxUsage
 from sbx.agent.core.transcript import Transcript
-from sbx.agent.core.workspace import RESET_NOTE as RESET_NOTE
 from sbx.agent.core.workspace import ConversationSpec as ConversationSpec
-from sbx.agent.core.workspace import Workspace, reset_note
+from sbx.agent.core.workspace import Workspace
 from sbx.agent.model.client import ModelClient, TokenUsage
 from sbx.agent.provenance.data import data_digests
 from sbx.sandbox.closing import Closing
@@ -370,19 +370,6 @@ class LiveRelay:
         """The run ended: drop whatever comes later."""
         with self._lock:
             self._open = False
-
-
-def last_plan(runs: list[RunResult], messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The plan a follow-up starts from: the last run's, else the messages' (`restore`).
-
-    None after `reset()` or at the start.
-    """
-    if not messages:
-        return {}
-    if runs:
-        return {"plan": runs[-1].plan, "plan_revision": runs[-1].plan_revision}
-    plan, revision = plan_from_messages(messages)
-    return {"plan": plan, "plan_revision": revision}
 
 
 def settle(messages: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:

@@ -27,15 +27,15 @@ _REFUSED = {"denied": "denied", "invalid": "invalid arguments", "unknown": "unkn
             "halted": "halted", "cancelled": "cancelled"}
 
 
-def call_outcome(status: str, *, failed: bool, execution: Mapping[str, Any] | None) -> str:
+def call_outcome(status: str, *, failed: bool, execution: object) -> str:
     """The word for one call: the gate's `status` first, then what its execution did.
 
     `execution` is the execution's record (`tool_result.execution`) as plain data,
-    None for a tool that runs no code.
+    None (or anything not a mapping) for a tool that runs no code.
     """
     if status in _REFUSED:
         return _REFUSED[status]
-    if execution:
+    if isinstance(execution, Mapping):
         if execution.get("timed_out"):
             return "timed out"
         if execution.get("oom_killed"):
@@ -67,6 +67,17 @@ RUN_OUTCOMES: dict[str, str] = {
 def run_outcome(status: str) -> str:
     """The word for a run's ending; an unknown status is shown as it is."""
     return RUN_OUTCOMES.get(status, status)
+
+
+def outcome_of(event: Mapping[str, Any]) -> str:
+    """The word a `tool_result` or `run_end` carries; derived the same way for older files."""
+    word = event.get("outcome")
+    if isinstance(word, str) and word:
+        return word
+    status = str(event.get("status") or "")
+    if event.get("type") == "run_end":
+        return run_outcome(status)
+    return call_outcome(status, failed=bool(event.get("failed")), execution=event.get("execution"))
 
 
 LossCause = Literal[
@@ -101,3 +112,21 @@ def execution_loss(execution: Mapping[str, Any]) -> LossCause:
     if execution.get("oom_killed"):
         return "memory_limit"
     return "killed"
+
+
+def idle_reason(idle_s: float) -> str:
+    """Why an idle release removed a sandbox (the model's and the client's note)."""
+    return loss_text("idle_release", f"idle for more than {idle_s:g} s")
+
+
+RESET_NOTE = "[sbx] The sandbox was reset"
+"""How every note of a reset begins (`reset_note`), for the model and for tests."""
+
+
+def reset_note(reason: str, *, before: str = "before this call") -> str:
+    """What the model is told when its sandbox was replaced since it last ran code."""
+    return (
+        f"{RESET_NOTE} {before} ({reason}): variables, imports and files written in the "
+        "sandbox by earlier calls are gone (artifacts already copied out are kept). "
+        "Re-run what you need."
+    )

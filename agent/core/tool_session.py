@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sbx.agent.core.outcomes import loss_text
+from sbx.agent.core.outcomes import idle_reason, loss_text, reset_note
 from sbx.agent.core.restore import Cell, cell_of, replace_killed, restore_workspace
 from sbx.agent.core.restore_text import note as restore_note
 from sbx.agent.core.run_recorder import (
@@ -43,7 +43,7 @@ from sbx.agent.core.run_recorder import (
     new_run_id,
     recorded_call,
 )
-from sbx.agent.core.workspace import Workspace, idle_reason, reset_note
+from sbx.agent.core.workspace import Workspace
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.result import Artifact
 from sbx.tools.audit import AuditError

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sbx.agent.core.config import AppConfig
-from sbx.agent.core.outcomes import LossCause, execution_loss, loss_text
+from sbx.agent.core.outcomes import LossCause, execution_loss, idle_reason, loss_text
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.core.spend import SpendLimit
 from sbx.agent.core.teams import withhold
@@ -45,23 +45,6 @@ from sbx.tools.context import Operator, OutputSink, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.observation_size import CHARS_PER_TOKEN
 from sbx.tools.registry import Tool
-
-RESET_NOTE = "[sbx] The sandbox was reset"
-"""How every note of a reset begins (`reset_note`), for the model and for tests."""
-
-
-def idle_reason(idle_s: float) -> str:
-    """Why an idle release removed a sandbox (the model's and the client's note)."""
-    return loss_text("idle_release", f"idle for more than {idle_s:g} s")
-
-
-def reset_note(reason: str, *, before: str = "before this call") -> str:
-    """What the model is told when its sandbox was replaced since it last ran code."""
-    return (
-        f"{RESET_NOTE} {before} ({reason}): variables, imports and files written in the "
-        "sandbox by earlier calls are gone (artifacts already copied out are kept). "
-        "Re-run what you need."
-    )
 
 QUERY_DIR = "queries"
 """The name of the query drop in the sandbox: `query_sql` results are `/data/queries/NAME`."""
