@@ -32,8 +32,7 @@ from sbx.agent.store.db import Database, StoreError
 from sbx.agent.store.models import Conversation, EventRow, Replica, Run
 
 UNFINISHED = ("queued", "running")
-KEPT = ("the conversation goes on: the next question rebuilds its state on any replica "
-        "(restore by replay)")
+KEPT = "the conversation goes on: the next question rebuilds its state on any replica (restore)"
 """What an interrupted run and its conversation say when restore keeps the conversation."""
 GONE = "its sandbox, variables and messages are gone: start a new conversation"
 """What they say when restore is off."""
