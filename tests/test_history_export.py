@@ -11,25 +11,18 @@ scripted server, the real sandbox.
 
 from __future__ import annotations
 
-import threading
-from dataclasses import replace
 from pathlib import Path
 
 import nbformat
 import pytest
 from click.testing import CliRunner
+from conversation_support import ask_code, cancel_while_running, open_conversation
 
 import scripted_llm
 from conftest import TEST_IMAGE
 from sbx.agent.cli.main import cli
-from sbx.agent.core.app import App
-from sbx.agent.core.cancellation import Cancellation
-from sbx.agent.core.config import load_config
-from sbx.agent.core.conversation import Conversation, ConversationSpec
-from sbx.agent.core.events import Event, OutputChunk
-from sbx.agent.core.settings import Endpoint
 from sbx.agent.replay.compare import Observed, compare
-from sbx.agent.testing.scripted_model import assistant, tool_call
+from sbx.agent.testing.scripted_model import tool_call
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
 from sbx.sandbox.spec import SessionSpec
@@ -49,50 +42,19 @@ AFTER_RESET = ("import pandas as pd\nprint('again', len(pd.read_csv('/data/sales
                "print('sales' in globals())")
 
 
-def _ask(conversation: Conversation, llm, *codes: str) -> None:
-    llm.script([*(tool_call("execute_python", code=code) for code in codes), assistant("done")])
-    result = conversation.ask("next step")
-    assert result.status == "completed", result
-
-
-def _cancelled_run(conversation: Conversation, llm) -> None:
-    """A question whose code the user cancels while it runs (seen by its live output)."""
-    llm.script([tool_call("execute_python", code=SLEEPER)])
-    token = Cancellation()
-    running = threading.Event()
-
-    def watch(event: Event) -> None:
-        if isinstance(event, OutputChunk) and "sleeping" in event.text:
-            running.set()
-
-    unsubscribe = conversation.subscribe(watch)
-    waiter = threading.Thread(target=lambda: running.wait(60) and token.cancel())
-    waiter.start()
-    result = conversation.ask("a slow step", cancel=token)
-    waiter.join()
-    unsubscribe()
-    assert result.status == "cancelled", result
-
-
 def _record(llm, tmp_path: Path) -> Path:
     data = tmp_path / "sales.csv"
     data.write_text("region,revenue\nWest,100\nEast,250\nWest,125.5\n")
-    config = load_config(None)
-    config = replace(config, limits=config.limits.model_copy(update={"timeout": 3.0}))
-    spec = ConversationSpec(principal="os:analyst", data=(data,), output_root=tmp_path / "out")
-    endpoint = Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model="scripted")
-    with App.open(config, environ={}, audit_log=tmp_path / "audit.jsonl",
-                  image=TEST_IMAGE) as app, app.conversation(
-                      spec, endpoint=endpoint, transcript=tmp_path / "conv.jsonl") as conv:
-        _ask(conv, llm, LOAD)
-        _ask(conv, llm, TOTAL, KILLER)  # a timeout: the next question restores
-        _ask(conv, llm, AFTER_TIMEOUT)
-        _cancelled_run(conv, llm)  # a cancel: the next question restores
-        _ask(conv, llm, AFTER_CANCEL)
+    with open_conversation(llm, tmp_path, timeout=8.0, data=(data,)) as conv:
+        ask_code(conv, llm, LOAD)
+        ask_code(conv, llm, TOTAL, KILLER)  # a timeout: the next question restores
+        ask_code(conv, llm, AFTER_TIMEOUT)
+        cancel_while_running(conv, llm, SLEEPER, "sleeping")  # the next question restores
+        ask_code(conv, llm, AFTER_CANCEL)
         assert conv.workspace.discard_if_idle(0.0)  # an idle release, as housekeeping does
-        _ask(conv, llm, AFTER_IDLE)
+        ask_code(conv, llm, AFTER_IDLE)
         conv.reset()  # asked for: nothing before it comes back
-        _ask(conv, llm, AFTER_RESET)
+        ask_code(conv, llm, AFTER_RESET)
     return data
 
 

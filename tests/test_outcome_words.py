@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import io
 import json
-import threading
-from dataclasses import replace
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conversation_support import ask_code, cancel_while_running, open_conversation
 from playwright.sync_api import expect
 
 import scripted_llm
@@ -24,12 +23,6 @@ import web_support
 from conftest import TEST_IMAGE
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.main import cli
-from sbx.agent.core.app import App
-from sbx.agent.core.cancellation import Cancellation
-from sbx.agent.core.config import load_config
-from sbx.agent.core.conversation import Conversation, ConversationSpec
-from sbx.agent.core.events import Event, OutputChunk
-from sbx.agent.core.settings import Endpoint
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from scripted_llm import FAKE_KEY
 
@@ -61,45 +54,18 @@ def test_a_run_killed_at_its_timeout_shows_timed_out_in_the_progress_line(llm, t
     assert "timed out" in llm.requests[1].last_tool_message  # what the model read
 
 
-def _ask(conversation: Conversation, llm, code: str) -> None:
-    llm.script([tool_call("execute_python", code=code), assistant("done")])
-    assert conversation.ask("next").status == "completed"
-
-
-def _cancel_while_running(conversation: Conversation, llm) -> None:
-    llm.script([tool_call("execute_python", code=SLEEP)])
-    token, running = Cancellation(), threading.Event()
-
-    def watch(event: Event) -> None:
-        if isinstance(event, OutputChunk) and "sleeping" in event.text:
-            running.set()
-
-    unsubscribe = conversation.subscribe(watch)
-    waiter = threading.Thread(target=lambda: running.wait(60) and token.cancel())
-    waiter.start()
-    assert conversation.ask("slow", cancel=token).status == "cancelled"
-    waiter.join()
-    unsubscribe()
-
-
 def _losses(llm, tmp_path) -> list[list[dict[str, Any]]]:
     """A conversation that meets a timeout, a cancel and an idle release: its runs' events."""
-    config = load_config(None)
-    config = replace(config, limits=config.limits.model_copy(update={"timeout": 2.0}))
     seen: list[dict[str, Any]] = []
-    spec = ConversationSpec(principal="os:analyst", output_root=tmp_path / "out")
-    endpoint = Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model="scripted")
-    with App.open(config, environ={}, audit_log=tmp_path / "audit.jsonl",
-                  image=TEST_IMAGE) as app, app.conversation(
-                      spec, endpoint=endpoint, transcript=tmp_path / "conv.jsonl") as conv:
+    with open_conversation(llm, tmp_path, timeout=2.0) as conv:
         conv.subscribe(lambda event: seen.append(event.model_dump(mode="json")))
-        _ask(conv, llm, "kept = 1\nprint(kept)")
-        _ask(conv, llm, TICK)
-        _ask(conv, llm, "print(kept + 1)")
-        _cancel_while_running(conv, llm)
-        _ask(conv, llm, "print(kept + 2)")
+        ask_code(conv, llm, "kept = 1\nprint(kept)")
+        ask_code(conv, llm, TICK)
+        ask_code(conv, llm, "print(kept + 1)")
+        cancel_while_running(conv, llm, SLEEP, "sleeping")
+        ask_code(conv, llm, "print(kept + 2)")
         assert conv.workspace.discard_if_idle(0.0)
-        _ask(conv, llm, "print(kept + 3)")
+        ask_code(conv, llm, "print(kept + 3)")
     runs: list[list[dict[str, Any]]] = []
     for event in seen:
         if event["type"] == "run_start":

@@ -168,6 +168,7 @@ def test_an_idle_conversation_releases_its_sandbox_and_the_next_question_restore
     assert events[0]["data"]["sandbox_reset"] is True
     [restored] = [e["data"] for e in events if e["event"] == "state_restored"]
     assert (restored["status"], restored["replayed"]) == ("restored", 1)
+    assert restored["cause"] == events[0]["data"]["reset_cause"] == "idle_release"
     assert events[-1]["data"]["status"] == "completed"
     asked = llm.requests[-2]
     assert ("(an idle release: idle for more than 1 s); sbx restored its state: restored 1 cells"
@@ -192,7 +193,8 @@ def test_cancel_ends_the_run_removes_its_sandbox_and_the_conversation_goes_on(
 
     assert client.post(f"/v1/runs/{run}/cancel").status_code == 202
     events = stream(client, run)
-    assert events[-1]["data"]["status"] == "cancelled"
+    assert (events[-1]["data"]["status"], events[-1]["data"]["outcome"]) == (
+        "cancelled", "cancelled")
     assert client.get(f"/v1/runs/{run}").json()["status"] == "cancelled"
     wait_for(lambda: not managed_containers(engine, f"{RUN_ID_LABEL}={run}"),
              what="the cancelled run's sandbox to be removed")
@@ -200,7 +202,9 @@ def test_cancel_ends_the_run_removes_its_sandbox_and_the_conversation_goes_on(
 
     after = client.post(f"/v1/conversations/{conversation}/questions",
                         json={"question": "What is x?"}).json()["run_id"]
-    assert stream(client, after)[0]["data"]["sandbox_reset"] is True
+    start = stream(client, after)[0]["data"]
+    assert start["sandbox_reset"] is True  # named as what it was, never a limit kill
+    assert (start["reset_cause"], start["reset_reason"]) == ("cancel", "a cancel by the user")
     assert "NameError" in llm.requests[-1].last_tool_message
     ready = server.client().get("/readyz")
     assert ready.status_code == 200, ready.text
