@@ -107,6 +107,12 @@ def test_an_exported_conversation_reproduces_its_outputs_past_every_loss(llm, tm
     assert result.ok, result.stderr
     assert result.stdout == "".join(PRINTED)
 
+    again = CliRunner().invoke(cli, ["replay", "--rerun", str(tmp_path / "conv.jsonl"),
+                                     "--image", TEST_IMAGE, "--audit-log",
+                                     str(tmp_path / "audit.jsonl")])
+    assert again.exit_code == 0, again.output  # a re-run agrees: restored, not reset
+    assert "DIFFERS" not in again.stdout and again.stdout.count(": skipped: ") == 1
+
 
 ASK_ONLY = "[tools.ask_user]\nenabled = true\n[tools.calculate]\nenabled = true\n"
 QUESTION = "Should the total count refunds?"
