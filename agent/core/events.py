@@ -12,16 +12,22 @@ transcript line back into the same types (what `sbx replay` renders).
     model_reply         the assistant message (text and tool calls), usage, timing
     output_chunk        live stdout or stderr of an execution while it runs (subscribers
                         only: never written to the transcript, where tool_result keeps it)
-    tool_result         one observation exactly as the model received it, status, artifacts,
-                        and an execution's own stdout, stderr and error
+    tool_result         one observation exactly as the model received it, status, its outcome
+                        in words, artifacts, and an execution's own stdout, stderr and error
     plan                the model saved its plan (the first or a revision): every step with
                         its status, and what changed since the previous one
     compaction          which older observations were shortened before a request
-    run_end             how the run ended, the answer (completed only), totals, and whether
-                        the answer's numbers were printed by an output (verified, sources)
+    run_end             how the run ended (status and outcome), the answer (completed only),
+                        totals, and whether the answer's numbers were printed by an output
+                        (verified, sources)
     run_error           an operator error stopped the run (engine, audit log)
     state_restored      a lost sandbox's state was rebuilt by replaying earlier executions
-                        (or could not be): how many, what differed, which variables may differ
+                        (or could not be): the loss's cause, how many, what differed, which
+                        variables may differ
+
+The outcome and cause words come from `sbx.agent.core.outcomes`, so every face
+shows the same words; `sbx.agent.core.history` reads a transcript's events back
+into what happened.
 
 Events keep unknown keys (`extra="allow"`), so a newer transcript still
 replays here and a field added by one emitter is never silently dropped.
