@@ -90,7 +90,8 @@ class Exchange:
         """Take output and artifact frames until the result frame; SandboxBroken on anything else.
 
         The result's text is what the output frames did not carry: it is returned
-        joined to them, so `stdout` and `stderr` read as they always did.
+        joined to them, so `stdout` and `stderr` read as they always did, and its
+        head's share goes to the live callback too, so the live lines end whole.
         """
         while True:
             frame = self.channel.receive(self.deadline)
@@ -99,6 +100,7 @@ class Exchange:
             if isinstance(frame, ReadyFrame) or frame.id != self.request_id:
                 raise SandboxBroken("runner answered out of turn")
             if isinstance(frame, ResultFrame):
+                self.live.finish(frame)
                 return frame.model_copy(
                     update={
                         "stdout": self.live.text("stdout") + frame.stdout,

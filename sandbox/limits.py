@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     StrictInt,
+    model_validator,
 )
 
 from sbx.sandbox.units import (
@@ -38,19 +39,30 @@ Wait = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
 """Seconds written like `Seconds` that may also be `0s`: a wait the operator can turn off."""
 Cpus = Annotated[float, BeforeValidator(parse_cpus), Field(gt=0, le=64)]
 
-MIN_MEMORY = 6 * 1024**2
-"""The engine refuses a container with less memory ("Minimum memory limit allowed is 6MB")."""
+MIN_MEMORY = 16 * 1024**2
+"""The least memory a sandbox of this image starts in and runs `print(1)`, under runc.
+
+The engine itself takes 6 MiB, but the runner dies at start below 14 MiB (measured
+with runc, the data stack not imported); 16 MiB keeps a margin."""
+MIN_MEMORY_BY_RUNTIME = {"runsc": 48 * 1024**2}
+"""Runtimes whose own processes count against the container's memory: gVisor's sentry
+needs more (40 MiB measured, 36 MiB did not start)."""
 MIN_CPUS = 0.01
 """The engine refuses a CPU quota below a hundredth of a CPU ("Range of CPUs is from 0.01")."""
 MIN_PIDS = 16
 """Fewer cannot start the runner; the engine would take it, the sandbox would not work."""
 
 
+def memory_floor(runtime: str) -> int:
+    """The least memory a sandbox starts in under `runtime` (`MIN_MEMORY_BY_RUNTIME`)."""
+    return MIN_MEMORY_BY_RUNTIME.get(runtime, MIN_MEMORY)
+
+
 def at_least_memory(value: int) -> int:
-    """Refuse memory below `MIN_MEMORY` here, so no face ever shows the engine's own refusal."""
+    """Refuse memory below `MIN_MEMORY` here, so no face shows a sandbox dying at its start."""
     if value < MIN_MEMORY:
-        raise ValueError(f"memory must be at least {format_size(MIN_MEMORY)} (the engine's "
-                         "minimum)")
+        raise ValueError(f"memory must be at least {format_size(MIN_MEMORY)} (the least a "
+                         "sandbox starts in)")
     return value
 
 
@@ -122,3 +134,12 @@ class Limits(BaseModel):
     """Open file descriptors per process (RLIMIT_NOFILE)."""
     fsize: Bytes = parse_size("256m")
     """Largest file a process may write (RLIMIT_FSIZE), a second bound beside the tmpfs sizes."""
+
+    @model_validator(mode="after")
+    def _memory_for_the_runtime(self) -> Limits:
+        """A runtime whose own processes share the container's memory needs more of it."""
+        floor = memory_floor(self.runtime)
+        if self.memory < floor:
+            raise ValueError(f"memory must be at least {format_size(floor)} with runtime "
+                             f"{self.runtime} (the least a sandbox starts in)")
+        return self

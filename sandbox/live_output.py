@@ -18,6 +18,11 @@ anything is kept or shown.
 
 Breaking any of these raises `StreamOverrun` and the session replaces the
 container. Host memory stays bounded by the caps whatever the runner sends.
+
+The runner cuts its frames by time, not by line: `print('TOTAL', x)` may stream
+`TOTAL` and leave ` 1234.5\n` to the result when the cell ends within the
+interval. `finish` hands the callback that rest of the head once the result has
+come, so a subscriber sees every line whole, the last one included.
 """
 
 from __future__ import annotations
@@ -29,7 +34,12 @@ from dataclasses import dataclass, field
 
 from sbx.sandbox.errors import SandboxBroken
 from sbx.sandbox.limits import Limits
-from sbx.sandbox.protocol import OUTPUT_CHUNK_BYTES, OUTPUT_INTERVAL_S, OutputFrame
+from sbx.sandbox.protocol import (
+    OUTPUT_CHUNK_BYTES,
+    OUTPUT_INTERVAL_S,
+    OutputFrame,
+    ResultFrame,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +101,15 @@ class LiveOutput:
             )
         self._parts[stream].append(text)
         self._deliver(stream, text)
+
+    def finish(self, result: ResultFrame) -> None:
+        """The result came: hand on the rest of the head that no frame carried.
+
+        Only the head goes on (not the runner's cut marker, not the kept tail),
+        so the live stream keeps the bound it always had and repeats nothing.
+        """
+        for stream in STREAMS:
+            self._deliver(stream, result.unstreamed_head(stream))
 
     def text(self, stream: str) -> str:
         """Everything streamed on `stream` so far."""

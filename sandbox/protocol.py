@@ -98,6 +98,22 @@ class ResultFrame(_Frame):
     refused: list[RefusedFrame] = Field(max_length=MAX_REFUSED_LISTED)
     refused_more: int = Field(default=0, ge=0)
 
+    def unstreamed_head(self, stream: str) -> str:
+        """The head's text of `stream` that no output frame carried.
+
+        That is what precedes the runner's cut marker (`[... N bytes cut ...]` on a
+        line of its own), or all of the text when nothing was cut. A character the
+        head's end split (one U+FFFD before the marker) is left to the result.
+        """
+        text, dropped = (
+            (self.stdout, self.stdout_dropped) if stream == "stdout"
+            else (self.stderr, self.stderr_dropped)
+        )
+        if dropped <= 0:
+            return text
+        cut = text.find(f"\n[... {dropped} bytes cut ...]\n")
+        return text[:cut].removesuffix("\ufffd") if cut >= 0 else ""
+
 
 class FatalFrame(_Frame):
     """The runner could not serve the request."""

@@ -259,7 +259,10 @@ class Session(Closing):
             sink=self._artifact_sink(),
             deadline=started + limits.timeout + EXECUTION_GRACE_S,
             run_bytes_left=self.limits.max_run_artifact_bytes - self.artifact_bytes,
-            live=LiveOutput(limits=self.limits, started=started, callback=on_output),
+            live=LiveOutput(  # not streaming: nothing is live, the result holds it all
+                limits=self.limits, started=started,
+                callback=on_output if self.stream_output else None,
+            ),
         )
 
     def _converse(

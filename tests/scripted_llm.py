@@ -14,7 +14,8 @@ expect or if turns were left unconsumed (G8).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from sbx.agent.core.settings import AgentSettings, Budget, Endpoint
 from sbx.agent.core.state import RunResult
 from sbx.agent.core.transcript import Event
 from sbx.agent.model.client import ModelClient
-from sbx.agent.testing.scripted_model import ScriptedLLM
+from sbx.agent.testing.scripted_model import Reply, ScriptedLLM, ScriptedRequest
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import Session
@@ -37,6 +38,17 @@ from sbx.tools.policy import Policy
 FIXTURES = Path(__file__).parent / "fixtures" / "turns"
 FAKE_KEY = "sk-test-SCRIPTED0123456789abcdefghijkl"
 SYSTEM = "You are a test. Use tools when told."
+HELD_BACK_S = 60.0
+
+
+def held_back(release: threading.Event, reply: Reply) -> Callable[[ScriptedRequest], Reply]:
+    """A scripted turn that answers only once the test releases it (a slow model, on cue)."""
+
+    def responder(request: ScriptedRequest) -> Reply:
+        release.wait(HELD_BACK_S)
+        return reply
+
+    return responder
 
 
 @pytest.fixture

@@ -40,6 +40,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.orm import Session
 
 import scripted_llm
 from conftest import TEST_IMAGE
@@ -196,11 +197,21 @@ class Server:
         self.clients.append(client)
         return client
 
-    def key(self, name: str, **overrides: Any) -> str:
-        """A new API key in this server's store."""
+    def key(self, name: str, *, team: str | None = None, **overrides: Any) -> str:
+        """A new API key in this server's store (in `team`, with its quota `overrides`)."""
         db = Database.open(self.database)
         try:
-            return create_key(db, name, overrides=overrides)
+            return create_key(db, name, overrides=overrides, team=team)
+        finally:
+            db.close()
+
+    @contextlib.contextmanager
+    def stored(self) -> Iterator[Session]:
+        """A read session on this server's store, for what the API does not show."""
+        db = Database.open(self.database)
+        try:
+            with db.read() as session:
+                yield session
         finally:
             db.close()
 
@@ -320,6 +331,16 @@ def stream(client: httpx.Client, run_id: str, *, after: int | None = None
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
         return list(sse_events(response))
+
+
+def ask_run(client: httpx.Client, conversation: str, question: str) -> dict[str, Any]:
+    """Ask in `conversation`, follow the run's events to its `run_end`, return the stored run."""
+    posted = client.post(f"/v1/conversations/{conversation}/questions",
+                         json={"question": question})
+    assert posted.status_code == 202, posted.text
+    run_id = posted.json()["run_id"]
+    assert stream(client, run_id)[-1]["event"] == "run_end"
+    return dict(client.get(f"/v1/runs/{run_id}").json())
 
 
 def upload(client: httpx.Client, name: str, content: bytes) -> httpx.Response:

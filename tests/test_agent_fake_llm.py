@@ -6,6 +6,7 @@ import pytest
 
 import scripted_llm
 from sbx.agent.core.settings import AgentSettings, Endpoint
+from sbx.agent.model.boundary import RequestGuard
 from sbx.agent.model.client import ModelClient, ModelError
 from sbx.agent.testing.scripted_model import (
     HttpFailure,
@@ -14,11 +15,14 @@ from sbx.agent.testing.scripted_model import (
     assistant,
     load_turns,
 )
+from sbx.tools.guard import DataGuard
+from sbx.tools.guard_policy import GuardRules
 from scripted_llm import FAKE_KEY, FIXTURES
 
 no_real_model = scripted_llm.no_real_model
 
 HELLO = [{"role": "user", "content": "hello"}]
+GUARD = RequestGuard(DataGuard(GuardRules()))
 
 
 def _client(server: ScriptedLLM) -> ModelClient:
@@ -28,9 +32,9 @@ def _client(server: ScriptedLLM) -> ModelClient:
 
 def test_an_extra_request_is_an_error_naming_the_call_index_and_is_not_retried():
     with ScriptedLLM([assistant("one")]) as server, _client(server) as model:
-        assert model.complete(HELLO, [], timeout=5).content == "one"
+        assert model.complete(HELLO, [], timeout=5, guard=GUARD).content == "one"
         with pytest.raises(ModelError, match=r"unexpected model call #2 \(the script had 1 turn"):
-            model.complete(HELLO, [], timeout=5)
+            model.complete(HELLO, [], timeout=5, guard=GUARD)
         assert len(server.requests) == 2
         with pytest.raises(ScriptError, match="unexpected model call #2"):
             server.assert_complete()
@@ -38,7 +42,7 @@ def test_an_extra_request_is_an_error_naming_the_call_index_and_is_not_retried()
 
 def test_turns_left_unconsumed_fail_the_check():
     with ScriptedLLM([assistant("one"), assistant("two")]) as server, _client(server) as model:
-        model.complete(HELLO, [], timeout=5)
+        model.complete(HELLO, [], timeout=5, guard=GUARD)
         with pytest.raises(ScriptError, match="1 scripted turn"):
             server.assert_complete()
 
@@ -49,9 +53,9 @@ def test_a_responder_sees_the_request_and_a_broken_one_fails_the_test():
 
     with ScriptedLLM([lambda r: assistant(r.messages[-1]["content"].upper()), broken]) as server:
         with _client(server) as model:
-            assert model.complete(HELLO, [], timeout=5).content == "HELLO"
+            assert model.complete(HELLO, [], timeout=5, guard=GUARD).content == "HELLO"
             with pytest.raises(ModelError, match="responder for call #2 raised KeyError"):
-                model.complete(HELLO, [], timeout=5)
+                model.complete(HELLO, [], timeout=5, guard=GUARD)
         with pytest.raises(ScriptError, match=r"responder for call #2 raised KeyError\('oops'\)"):
             server.assert_complete()
 
@@ -59,7 +63,7 @@ def test_a_responder_sees_the_request_and_a_broken_one_fails_the_test():
 def test_http_failures_carry_their_status_and_a_short_retry_delay():
     with ScriptedLLM([HttpFailure(status=429, message="slow down")] * 3) as server:
         with _client(server) as model, pytest.raises(ModelError, match="HTTP 429 after 2 retries"):
-            model.complete(HELLO, [], timeout=5)
+            model.complete(HELLO, [], timeout=5, guard=GUARD)
         server.assert_complete()
 
 

@@ -71,7 +71,7 @@ def test_dtype_inference_and_cell_clipping():
     assert infer_dtype(["2024-01-01T10:00:00Z", "2024-01-02 11:30"]) == "datetime"
     assert infer_dtype(["", ""]) == "empty"
     assert infer_dtype(["1", "one"]) == "text"
-    table = describe_table(b"name\n" + b"y" * 100 + b"\n", size=106, tsv=False)
+    table = describe_table(b"name\n" + b"y" * 100 + b"\n", size=106, name="t.csv") or ""
     assert "y" * 39 + "…" in table and "y" * 40 not in table
 
 
@@ -84,7 +84,7 @@ def test_the_prompt_is_versioned_filled_and_sent_without_its_header(tmp_path):
         data=[sales], tools=["execute_python", "calculate"], timeout_s=30, memory="512 MiB"
     )
 
-    assert version == prompt.version == "4"
+    assert version == prompt.version == "5"
     assert "<!--" not in prompt.text and "$" not in prompt.text
     assert "You can call: `execute_python`, `calculate`." in prompt.text
     assert "- /data/sales.csv (" in prompt.text and "region (text), revenue (float)" in prompt.text

@@ -1,4 +1,4 @@
-"""`sbx audit show`: one readable row per call, with the run, tool and denial filters."""
+"""`sbx audit show`: one readable row per call, with the run, tool and refusal filters."""
 
 from __future__ import annotations
 
@@ -57,3 +57,27 @@ def test_show_missing_file_is_one_line(tmp_path) -> None:
     result = CliRunner().invoke(cli, ["audit", "show", str(tmp_path / "none.jsonl")])
     assert result.exit_code == 1
     assert result.output.startswith("Error: cannot read") and result.output.count("\n") == 1
+
+
+def test_denied_lists_every_refusal_with_its_reason(tmp_path) -> None:
+    """Unknown tools and invalid arguments count toward `max_denied` like denials, but
+    `--denied` showed an empty table for a model calling `rm_rf_everything` six times."""
+    policy = policy_from({"tools": {"calculate": {"enabled": True}}})
+    gate, log = make_gate(tmp_path, policy, run_id="run-refused")
+    gate.call(name="rm_rf_everything", arguments='{"path": "/"}', call_id="call-1")
+    gate.call(name="calculate", arguments='{"expresion": "1"}', call_id="call-2")
+    gate.call(name="http_get", arguments='{"url": "http://x.test/"}', call_id="call-3")
+    gate.call(name="calculate", arguments='{"expression": "1+1"}', call_id="call-4")
+    gate.close()
+
+    rows = show(log, "--denied")
+
+    assert [(r["call"], r["tool"], r["decision"], r["rule"]) for r in rows] == [
+        ("run-refused-c1", "rm_rf_everything", "unknown", ""),
+        ("run-refused-c2", "calculate", "invalid", ""),
+        ("run-refused-c3", "http_get", "denied", "tools.http_get.enabled"),
+    ]
+    assert rows[0]["reason"].startswith("Unknown tool name: 'rm_rf_everything'.")
+    assert rows[1]["reason"].startswith("2 validation errors for tool 'calculate'")
+    assert rows[2]["reason"].startswith("Call to 'http_get' denied by policy rule")
+    assert all(r["reason"] == "" for r in show(log) if r["decision"] == "allowed")

@@ -121,4 +121,31 @@ def test_audit_verify_and_show_of_an_odd_line_say_what_is_wrong(tmp_path, line):
 
     assert verified.exit_code == 1
     assert f"FAILED at line {count + 1}:" in verified.stderr
-    assert shown.exit_code == 0  # display only: the line is skipped, verify judges it
+    assert shown.exit_code == 2  # never skipped in silence: the line is named
+    assert shown.stderr.startswith(f"sbx: {log}:{count + 1}: ")
+    assert shown.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (b"not json at all\n", "not a JSON line"),
+        (b'{"a": "\xff"}\n', "not UTF-8 text"),
+        (b'["a", "list"]\n', "not a JSON object"),
+        (b'{"event": "req', "torn: the last line is incomplete (a writer stopped mid-write)"),
+        (RUN_START.encode() + b"\n", "not an audit record (no event, seq and hash)"),
+        (b'{"event": "request", "seq": true, "hash": "h", "run_id": "r"}\n',
+         "not an audit record (no event, seq and hash)"),
+    ],
+)
+def test_audit_show_of_a_damaged_or_foreign_line_exits_2_naming_it(tmp_path, line, why):
+    """The README promises exit 2 naming the line; a damaged line was skipped with exit 0."""
+    log = _good_log(tmp_path)
+    count = len(log.read_bytes().splitlines())
+    with log.open("ab") as handle:
+        handle.write(line)
+
+    shown = invoke("audit", "show", str(log))
+
+    assert shown.exit_code == 2
+    assert shown.stderr == f"sbx: {log}:{count + 1}: {why}\n"

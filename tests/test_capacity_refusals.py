@@ -11,8 +11,9 @@ from conftest import TEST_IMAGE
 from sbx.sandbox.capacity import HostCapacity
 from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.host_caps import HostCaps
-from sbx.sandbox.limits import MIN_CPUS, MIN_MEMORY, Limits
+from sbx.sandbox.limits import MIN_CPUS, MIN_MEMORY, Limits, memory_floor
 from sbx.sandbox.pool import Pool, PoolConfig
+from sbx.sandbox.session import Session
 from sbx.sandbox.spec import SessionSpec
 
 GIB = 1 << 30
@@ -48,11 +49,30 @@ def test_a_refused_start_gives_the_lease_back(engine, tmp_path, limits) -> None:
 
 
 @pytest.mark.parametrize(("field", "value", "named"), [
-    ("memory", "1", "6 MiB"), ("memory", "6143k", "6 MiB"), ("cpus", "0.001", "0.01"),
-    ("pids", 8, "16"),
+    ("memory", "1", "16 MiB"), ("memory", "6m", "16 MiB"), ("memory", "16383k", "16 MiB"),
+    ("cpus", "0.001", "0.01"), ("pids", 8, "16"),
 ])
 def test_limits_below_the_engines_minimum_are_refused_with_the_minimum_named(
         field, value, named) -> None:
     with pytest.raises(ValueError, match=named):
         Limits(**{field: value})
     assert Limits(memory=MIN_MEMORY, cpus=MIN_CPUS).memory == MIN_MEMORY
+
+
+def test_gvisor_needs_more_memory_and_says_so() -> None:
+    with pytest.raises(ValueError, match="48 MiB with runtime runsc"):
+        Limits(memory="32m", runtime="runsc")
+    assert Limits(memory="48m", runtime="runsc").memory == memory_floor("runsc")
+
+
+@pytest.mark.docker
+def test_the_memory_floor_is_where_a_sandbox_starts(engine, runtime, tmp_path) -> None:
+    """At the floor a sandbox starts and runs; at the engine's own 6 MiB it dies at its start."""
+    floor = Limits(memory=memory_floor(runtime), runtime=runtime, timeout="20s")
+    with Session.open(SessionSpec(limits=floor, image=TEST_IMAGE, output_dir=tmp_path / "a"),
+                      engine=engine) as session:
+        assert session.run("print(1)").stdout == "1\n"
+    below = Limits.model_construct(**{**floor.__dict__, "memory": 6 * 1024**2})
+    with pytest.raises(SandboxError):
+        Session.open(SessionSpec(limits=below, image=TEST_IMAGE, output_dir=tmp_path / "b"),
+                     engine=engine).close()

@@ -20,6 +20,7 @@ from sbx.agent.core.charts import PNG_MAGIC
 from sbx.agent.core.config import load_config
 from sbx.agent.core.conversation import ConversationSpec
 from sbx.agent.core.settings import Endpoint
+from sbx.agent.model.boundary import IMAGE_WITHHELD
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from scripted_llm import FAKE_KEY
 
@@ -37,8 +38,8 @@ PLOT = (
 )
 
 
-def _ask(llm, tmp_path: Path, vision: list[str]):
-    llm.script([tool_call("execute_python", code=PLOT), assistant("The line dips in Q2.")])
+def _ask(llm, tmp_path: Path, vision: list[str], code: str = PLOT):
+    llm.script([tool_call("execute_python", code=code), assistant("The line dips in Q2.")])
     config = load_config(None)
     config = replace(config, settings=config.settings.model_copy(update={"vision_models": vision}))
     spec = ConversationSpec(principal="os:tester", output_root=tmp_path / "out")
@@ -74,6 +75,18 @@ def test_without_vision_the_model_gets_a_description_instead(llm, tmp_path):
     assert "you cannot see them" in message["content"]
     assert "figure-1.png: image/png" in message["content"]
     assert "'Revenue by quarter'" in message["content"] and " px" in message["content"]
+    assert "data:image" not in json.dumps(llm.requests[1].body)
+
+
+@pytest.mark.docker
+def test_a_chart_whose_own_text_holds_a_card_number_is_described_not_shown(llm, tmp_path):
+    code = ("import matplotlib.pyplot as plt\n"
+            "card = ''.join(['4111', '1111', '1111', '1111'])\n"
+            "plt.plot([1, 2], [2, 1])\nplt.title('paid with ' + card)\nplt.show()\n")
+    message, _ = _ask(llm, tmp_path, ["scripted"], code)
+    text, withheld = message["content"]
+    assert "'paid with [card]'" in text["text"]
+    assert withheld == {"type": "text", "text": IMAGE_WITHHELD}  # the pixels show the title
     assert "data:image" not in json.dumps(llm.requests[1].body)
 
 

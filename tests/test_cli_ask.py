@@ -60,7 +60,7 @@ def test_ask_shows_progress_answers_and_its_transcript_and_audit_log_agree(
     llm, tmp_path, engine
 ):
     data = tmp_path / "numbers.csv"
-    data.write_text("n\n1\n2\n3\n")
+    data.write_text("n\n10\n20\n30\n")
     code = (
         "import csv\n"
         "rows = list(csv.DictReader(open('/data/numbers.csv')))\n"
@@ -69,8 +69,8 @@ def test_ask_shows_progress_answers_and_its_transcript_and_audit_log_agree(
     )
     llm.script([
         tool_calls(call("execute_python", "call_exec", code=code),
-                   call("calculate", "call_calc", expression="1 + 2 + 3")),
-        assistant("The total is 6."),
+                   call("calculate", "call_calc", expression="10 + 20 + 30")),
+        assistant("The total is 60."),
     ])
 
     outcome = CliRunner().invoke(
@@ -80,14 +80,14 @@ def test_ask_shows_progress_answers_and_its_transcript_and_audit_log_agree(
     assert outcome.exit_code == 0, outcome.output
     artifact = tmp_path / "out" / "total.txt"
     assert outcome.stdout == (
-        "The total is 6.\n\n"
+        "The total is 60.\n\n"
         "Verified: every number checked was printed by an output (1 traced)\n"
-        "  6  <- calculate [call_calc], line 1: 6\n\n"
+        "  60  <- calculate [call_calc], line 1: 60\n\n"
         f"Artifacts:\n  {artifact}\n"
     )
-    assert artifact.read_text() == "6"
+    assert artifact.read_text() == "60"
     for shown in ("-- turn 1", "-> execute_python [call_exec]", "   | rows = list(csv.DictReader",
-                  "<- ok", "total 6", "-> calculate [call_calc]", "== completed: 2 turn(s)"):
+                  "<- ok", "total 60", "-> calculate [call_calc]", "== completed: 2 turn(s)"):
         assert shown in outcome.stderr
     transcript = _transcript(tmp_path)
     audit = records(tmp_path / "audit.jsonl")
@@ -196,6 +196,9 @@ def test_demo_fails_first_fixes_itself_and_answers_with_computed_numbers(tmp_pat
         "(scripted demo model) South grew fastest in 2024: revenue 609,667 vs 432,268 in 2023 "
         "(+41.0%)."
     )
+    # The years are not checked claims, although the program printed them: not traced.
+    assert [s["number"] for s in document["sources"]] == ["609,667", "432,268", "+41.0%"]
+    assert "(3 traced)" in outcome.stderr
     results = [e for e in _transcript(tmp_path) if e["type"] == "tool_result"]
     assert [r["failed"] for r in results] == [True, False]
     assert results[0]["content"].startswith(

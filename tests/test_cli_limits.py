@@ -69,6 +69,18 @@ def test_ask_above_the_policy_is_refused_before_the_model_is_asked(llm, tmp_path
     assert llm.requests == []
 
 
+@pytest.mark.parametrize(("flags", "line"), [
+    (["--memory", "6m"], "sbx: --memory: at least 16 MiB (the least a sandbox starts in)"),
+    (["--memory", "32m", "--runtime", "runsc"],
+     "sbx: --memory: at least 48 MiB (the least a sandbox starts in under runsc)"),
+])
+def test_memory_a_sandbox_cannot_start_in_is_refused_naming_the_minimum(llm, tmp_path, flags,
+                                                                         line) -> None:
+    outcome = CliRunner().invoke(cli, ["ask", "q", *_model(llm), *_files(tmp_path), *flags])
+    _refused(outcome, line, tmp_path)
+    assert llm.requests == []
+
+
 @pytest.mark.docker
 def test_chat_takes_the_same_flags(llm, tmp_path, engine) -> None:
     llm.script([tool_call("execute_python", code="print(1)"), assistant("One.")])

@@ -112,3 +112,31 @@ def test_progress_shows_whole_live_lines_escaped_and_bounded() -> None:
     assert sum(line.startswith("   > ") for line in shown[5:]) == MAX_LIVE_LINES
     assert any("more output while it runs is not shown" in line for line in shown)
     assert shown[-1].startswith("<- ok")
+
+
+SLOW_NUMBER = (  # print writes 'TOTAL ' first; the number comes within one frame interval
+    "import time\nclass Total:\n    def __str__(self):\n        time.sleep(0.005)\n"
+    "        return '1234.5'\ntime.sleep(0.01)\nprint('TOTAL', Total())"
+)
+
+
+@pytest.mark.docker
+def test_a_printed_line_reaches_the_events_and_the_progress_whole(llm, tmp_path, engine) -> None:
+    """`print('TOTAL', x)` was shown live as `> TOTAL`: the runner had streamed `TOTAL ` and
+    the number came with the result, which never reached the subscribers."""
+    llm.script([tool_call("execute_python", code=SLOW_NUMBER), assistant("It is 1234.5.")])
+    chunks: list[OutputChunk] = []
+    shown = io.StringIO()
+    progress = Progress(shown)
+    app = App.open(
+        load_config(None), environ={}, audit_log=tmp_path / "audit.jsonl", image=TEST_IMAGE
+    )
+    endpoint = Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model="scripted")
+    spec = ConversationSpec(principal="os:tester", output_root=tmp_path / "out")
+    with app, app.conversation(spec, endpoint=endpoint, transcript=tmp_path / "c.jsonl") as conv:
+        conv.subscribe(lambda e: chunks.append(e) if isinstance(e, OutputChunk) else None)
+        conv.subscribe(progress)
+        result = conv.ask("What is the total?")
+    assert result.status == "completed"
+    assert "".join(chunk.text for chunk in chunks) == "TOTAL 1234.5\n"
+    assert "   > TOTAL 1234.5" in shown.getvalue().splitlines()

@@ -6,6 +6,8 @@ import pytest
 
 from sbx.agent.core.prompt import build_system_prompt
 from sbx.tools.builtin.data_preview import preview_text
+from sbx.tools.builtin.data_summary import summarize_data
+from sbx.tools.builtin.tables import read_table
 from sbx.tools.guard import DataGuard, iban_valid, luhn_valid
 from sbx.tools.guard_policy import GuardOverride, GuardPolicy, GuardRules
 
@@ -112,3 +114,72 @@ def test_the_prompt_summary_passes_the_detectors_and_counts_them(tmp_path):
                                  memory="512 MiB", guard=ALL)
     assert "ada@example.com" not in prompt.text and "4111111111111111" not in prompt.text
     assert prompt.redactions == {"card": 2, "email": 2}
+
+
+@pytest.mark.parametrize(("spelled", "expected"), [
+    ("４１１１１１１１１１１１１１１１", "[card]"),  # full-width digits
+    ("٤١١١١١١١١١١١١١١١", "[card]"),  # Arabic-Indic digits
+    ("4111\u00a01111\u00a01111\u00a01111", "[card]"),  # no-break spaces
+    ("4111\u202f1111\u202f1111\u202f1111", "[card]"),  # narrow no-break spaces
+    ("4111.1111.1111.1111", "[card]"),  # dot grouping
+    ("acct_4111111111111111", "acct_[card]"),  # joined to a word by `_`
+    ("4111111111111111_statement.pdf", "[card]_statement.pdf"),
+    ("key_sk-abcdefghijklmnopqrstuvwxyz123456", "key_[secret]"),
+    ("ＡＫＩＡIOSFODNN7EXAMPLE", "[secret]"),  # full-width letters
+    ("jörg.müller@example.com", "[email]"),  # a non-ASCII local part
+    ("de89 3704 0044 0532 0130 00", "[iban]"),  # lower case
+])
+def test_spellings_real_data_uses_are_folded_before_matching(spelled, expected):
+    guarded = ALL.text(f"seen: {spelled} (end)")
+    assert guarded.text == f"seen: {expected} (end)"
+
+
+@pytest.mark.parametrize("kept", ["x4111111111111111", "0.4111111111111111", "12345678.90",
+                                  "٤١١١١١١١١١١١١١١٢", "release ٢٠٢٤-٠١-١٥"])
+def test_folding_does_not_make_numbers_inside_words_or_bad_checksums_match(kept):
+    assert ALL.text(kept).text == kept
+
+
+def test_hostile_unicode_output_is_scanned_in_linear_time():
+    for hostile in ("٤" * 120_000, "４\u00a0" * 60_000, "ö" * 100_000 + "@", "_4" * 60_000):
+        assert ALL.text(hostile).text == hostile
+
+
+MASKED_VALUE = "Zebulon Quux"
+TABLES = {
+    "semicolon.csv": "name;card;spend\nZebulon Quux;4111111111111111;12,5\n",
+    "pipes.csv": "name|card|spend\nZebulon Quux|4111111111111111|12.5\n",
+    "tabs.tsv": "name\tcard\tspend\nZebulon Quux\t4111111111111111\t12.5\n",
+    "rows.jsonl": '{"name": "Zebulon Quux", "card": "4111111111111111", "spend": 12.5}\n',
+    "records.json": '[{"name": "Zebulon Quux", "card": "4111111111111111", "spend": 12.5}]',
+}
+
+
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_column_rules_apply_to_every_table_format_in_the_summary_and_the_preview(name, tmp_path):
+    path = tmp_path / name
+    path.write_text(TABLES[name])
+    guard = DataGuard(GuardRules(cards=False, mask_columns=["name"], drop_columns=["card"]))
+
+    summary = summarize_data([path], guard=guard)
+    preview = preview_text(name, path.read_bytes(), rows=5, size=path.stat().st_size,
+                           guard=guard)
+
+    for shown in (summary, preview):
+        assert MASKED_VALUE not in shown and "4111111111111111" not in shown, shown
+        assert "[masked]" in shown and "12" in shown and "withheld by policy" in shown, shown
+
+
+def test_a_cut_json_array_shows_its_whole_records_only():
+    text = '[{"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"a": 3, "b": "z'
+    table = read_table("t.json", text, complete=False)
+    assert table is not None and table.kind == "JSON records"
+    assert (table.header, table.rows) == (["a", "b"], [["1", "x"], ["2", "y"]])
+    assert read_table("t.json", '{"not": "records"}', complete=True) is None
+
+
+def test_a_head_of_ever_new_keys_is_held_bounded_and_still_counted():
+    text = "".join(f'{{"k{i}": {i}}}\n' for i in range(8000))
+    table = read_table("t.jsonl", text, complete=True)
+    assert table is not None and table.count == 8000
+    assert (len(table.rows), len(table.header)) == (1000, 200)

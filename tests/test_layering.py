@@ -41,7 +41,8 @@ BUILT_BY_THE_CORE = {
 }
 """What only the core builds (a face that imports them from elsewhere fails the import check)."""
 APP_INSIDES = {"audit", "pool", "image"}
-MAX_MODULE_LINES = 400
+MAX_MODULE_LINES = 600
+"""What one concept may need; a module past it is two concepts (split by meaning, never by size)."""
 OVERSIZE_ALLOWED = {"images/runner.py"}  # one stdlib file shipped into the image
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sbx.agent.core.config import load_config
-from sbx.agent.core.limits_request import LimitRefused, LimitsRequest
+from sbx.agent.core.limits_request import LimitRefused, LimitsRequest, LimitTooLow
 from sbx.agent.core.settings import SettingsError
 from sbx.sandbox.limits import Limits
 
@@ -42,6 +42,16 @@ def test_above_the_ceiling_is_refused_naming_the_knob_and_the_ceiling(values, kn
     assert refused.value.describe("--") == f"--{knob}: {reason}"
     assert refused.value.describe("limits.") == f"limits.{knob}: {reason}"
     assert isinstance(refused.value, SettingsError)
+
+
+def test_below_what_a_sandbox_starts_in_is_refused_naming_the_minimum() -> None:
+    with pytest.raises(LimitTooLow) as low:
+        LimitsRequest.parse({"memory": "6m"}).within(POLICY)
+    assert low.value.describe("limits.") == (
+        "limits.memory: at least 16 MiB (the least a sandbox starts in)")
+    with pytest.raises(LimitTooLow, match="at least 48 MiB .* under runsc"):
+        LimitsRequest.parse({"memory": "32m", "runtime": "runsc"}).within(POLICY)
+    assert LimitsRequest.parse({"memory": "16m"}).within(POLICY).memory == 16 * 1024**2
 
 
 def test_network_and_runtime_follow_the_policy_they_tighten() -> None:

@@ -169,3 +169,34 @@ def test_a_callback_that_raises_is_dropped_and_the_execution_goes_on(
     # Called once, then dropped (the first chunk may be "one" alone when the newline comes
     # in a later read of the pipe).
     assert len(calls) == 1 and "one\n".startswith(calls[0])
+
+
+SLOW_NUMBER = """import time
+class Total:
+    def __str__(self):
+        time.sleep(0.005)  # print writes 'TOTAL ' first, then this, within one frame interval
+        return '1234.5'
+time.sleep(0.01)
+print('TOTAL', Total())
+"""
+
+
+def test_a_line_cut_between_frames_ends_whole_in_the_live_output(session: Session) -> None:
+    """The runner cuts frames by time: `TOTAL ` streamed and the number came with the result,
+    so a live watcher saw `TOTAL` alone. The rest of the head now follows the result."""
+    for code in (SLOW_NUMBER, "print('quick', 1)"):
+        listener = Listener()
+        result = session.run(code, on_output=listener)
+        assert result.ok, result
+        assert listener.text("stdout") == result.stdout, listener.chunks
+    assert listener.chunks == [("stdout", "quick 1\n")]  # nothing streamed: all with the result
+
+
+def test_the_live_output_stays_within_the_head(engine: Engine, runtime: str, tmp_path) -> None:
+    limits = Limits(runtime=runtime, stdout_bytes="4k")
+    spec = SessionSpec(limits=limits, image=TEST_IMAGE, output_dir=tmp_path)
+    with Session.open(spec, engine=engine) as session:
+        listener = Listener()
+        result = session.run("print('x' * 100_000)", on_output=listener)
+    assert result.stdout_dropped_bytes > 0
+    assert listener.text("stdout") == "x" * 2048  # the head; the cut marker and tail are not live

@@ -19,8 +19,11 @@ import pytest
 from http_support import QuietHandler, serving
 
 from sbx.agent.core.settings import AgentSettings, Endpoint
+from sbx.agent.model.boundary import RequestGuard
 from sbx.agent.model.client import ModelClient, ModelError
 from sbx.agent.model.http import GuardedTransport, _ssl_context, shared_ssl_context
+from sbx.tools.guard import DataGuard
+from sbx.tools.guard_policy import GuardRules
 
 REPLY = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
          "choices": [{"index": 0, "finish_reason": "stop",
@@ -53,7 +56,8 @@ def _ask(base_url: str) -> str:
     settings = AgentSettings(max_retries=0)
     with ModelClient.connect(Endpoint(base_url=base_url, api_key="sk-test", model="m"),
                              settings) as client:
-        reply = client.complete([{"role": "user", "content": "hi"}], [], timeout=30)
+        reply = client.complete([{"role": "user", "content": "hi"}], [], timeout=30,
+                                guard=RequestGuard(DataGuard(GuardRules())))
     return str(reply.content)
 
 

@@ -136,10 +136,14 @@ def test_skips_do_not_hide_claims_written_with_precision_or_units():
     assert result.unsupported == ("2024.5", "7%", "2,024", "11")
 
 
-def test_a_printed_year_or_count_is_traced_rather_than_skipped():
-    result = traced("In 2024 there were 3 regions", "2024: 3 regions")
-    assert [s.number for s in result.sources] == ["2024", "3"]
-    assert result.skipped == ()
+def test_a_printed_year_or_count_is_skipped_not_counted_as_traced():
+    """A year found in a table's header once made the traced count: not a checked claim."""
+    result = traced("In 2024 revenue was 609,667, 3 regions.",
+                    "year 2023 2024 growth_pct\nSouth 609667 3 regions")
+    assert [s.number for s in result.sources] == ["609,667"]
+    assert [(s.number, s.reason) for s in result.skipped] == [
+        ("2024", "year"), ("3", "small count"),
+    ]
 
 
 def test_only_python_fences_are_code_other_fences_are_claims():

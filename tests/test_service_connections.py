@@ -7,12 +7,16 @@ import select
 import socket
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 import service_support
+from sbx.agent.core.config import load_config
+from sbx.agent.service.edge import MAX_ANONYMOUS, MAX_CONNECTIONS, TrustedProxies
+from sbx.tools.policy import PolicyError
 
 serve = service_support.serve
 llm = service_support.llm
@@ -94,3 +98,108 @@ def test_one_address_holding_many_slow_connections_leaves_others_served(serve, t
     held = [o for o in outcomes if o == b""]  # closed at the head's deadline, no answer
     assert len(refused) == 32 and len(held) == 8, (outcomes, legit_s)
     assert b"Retry-After: 5" in refused[0]
+
+
+@pytest.mark.docker
+def test_a_refused_connection_reads_its_503(serve, tmp_path):
+    server = serve(sqlite(tmp_path),
+                   policy={"service": {"client_timeout": "5s", "client_connections": 2}})
+    held = [connect(server.url) for _ in range(2)]
+    for sock in held:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # a head that never ends
+    transport = httpx.HTTPTransport(local_address=HOSTILE, retries=0)
+    with httpx.Client(transport=transport, timeout=30) as client:
+        for _ in range(5):  # the client sends its whole body before it reads the answer
+            answer = client.post(server.url + "/web/session", content=b" " * (512 * 1024),
+                                 headers={"Content-Type": "application/json"})
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["Retry-After"] == "5"
+            assert answer.text == "too many connections from this address; retry\r\n"
+    for sock in held:
+        sock.close()
+
+
+def answered(socks: list[socket.socket], count: int, within_s: float) -> list[socket.socket]:
+    """The sockets with something to read, once `count` of them have (or `within_s` passed)."""
+    deadline = time.monotonic() + within_s
+    readable: list[socket.socket] = []
+    while len(readable) < count and time.monotonic() < deadline:
+        readable, _, _ = select.select(socks, [], [], 0.5)
+    return readable
+
+
+SLOW_BODY = (b"POST /web/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             b"Content-Length: 100000\r\n\r\n{")
+"""A request without credentials whose body never comes."""
+
+
+def behind_proxy(serve, tmp_path, per_client: int) -> tuple[Any, bytes]:
+    """A server trusting 127.0.0.1 as its proxy, and a keyed request's head (a listing)."""
+    server = serve(sqlite(tmp_path), policy={"service": {
+        "client_timeout": "5s", "client_connections": per_client,
+        "trusted_proxies": ["127.0.0.1"]}})
+    listing = (b"GET /v1/conversations HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+               b"Authorization: Bearer " + server.key("tess").encode() + b"\r\n\r\n")
+    return server, listing
+
+
+def forwarded(url: str, client: str, head: bytes) -> socket.socket:
+    """A connection from the proxy (127.0.0.1) carrying a request of `client`."""
+    sock = connect(url, source="127.0.0.1")
+    sock.sendall(head.replace(b"\r\n\r\n", f"\r\nX-Forwarded-For: {client}\r\n\r\n".encode(), 1))
+    return sock
+
+
+@pytest.mark.docker
+def test_behind_a_trusted_proxy_one_clients_slow_bodies_leave_the_others_served(serve, tmp_path):
+    server, listing = behind_proxy(serve, tmp_path, per_client=8)
+    flood = [forwarded(server.url, "203.0.113.7", SLOW_BODY) for _ in range(40)]
+    started = time.monotonic()
+    for n in range(10):  # other clients of the same proxy, each request on a new connection
+        sock = forwarded(server.url, f"spoofed, 198.51.100.{n % 2}", listing)
+        answer = read_to_end(sock)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    served_s = time.monotonic() - started
+    outcomes = [read_to_end(sock) for sock in flood]
+    refused = [o for o in outcomes if o.startswith(b"HTTP/1.1 503")]
+    assert len(refused) == 32, (outcomes, served_s)  # the flooding client's own 8 held theirs
+    assert b"too many connections from this address" in refused[0]
+
+
+@pytest.mark.docker
+def test_requests_without_credentials_cannot_take_the_places_kept_for_keys(serve, tmp_path):
+    server, listing = behind_proxy(serve, tmp_path, per_client=1000)
+    flood = [forwarded(server.url, f"10.1.{n // 250}.{n % 250 + 1}", SLOW_BODY)
+             for n in range(MAX_ANONYMOUS + 8)]  # each its own client, none with a key
+    over = 8
+    assert len(answered(flood, over, within_s=30)) >= over  # the refusals are out
+    for _ in range(5):
+        answer = read_to_end(forwarded(server.url, "198.51.100.9", listing))
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    outcomes = [read_to_end(sock) for sock in flood]
+    refused = [o for o in outcomes if o.startswith(b"HTTP/1.1 503")]
+    assert len(refused) == over, refused[:1]
+    assert all(b"too many requests without credentials" in o for o in refused)
+    assert MAX_CONNECTIONS - MAX_ANONYMOUS >= 128
+
+
+@pytest.mark.parametrize(("peer", "forwarded", "client"), [
+    ("10.0.0.5", [b"198.51.100.2"], "198.51.100.2"),  # the proxy's own entry
+    ("10.0.0.5", [b"1.2.3.4, 198.51.100.2"], "198.51.100.2"),  # the client's own is never read
+    ("10.0.0.5", [b"1.2.3.4", b"198.51.100.2, 10.0.0.9"], "198.51.100.2"),  # two proxies deep
+    ("10.0.0.5", [b"[2001:db8::1]:443"], "2001:db8::1"),
+    ("10.0.0.5", [b"198.51.100.2:5000"], "198.51.100.2"),
+    ("10.0.0.5", [b"unknown"], "10.0.0.5"),  # not an address: the proxy itself
+    ("10.0.0.5", [], "10.0.0.5"),
+    ("192.0.2.7", [b"198.51.100.2"], "192.0.2.7"),  # not a trusted proxy: its header is ignored
+])
+def test_the_client_behind_trusted_proxies_is_the_one_the_nearest_proxy_saw(peer, forwarded,
+                                                                              client):
+    assert TrustedProxies(["10.0.0.0/16"]).client(peer, forwarded) == client
+
+
+def test_trusted_proxies_must_be_addresses_or_networks(tmp_path):
+    path = tmp_path / "sbx.toml"
+    path.write_text('[service]\ntrusted_proxies = ["10.0.0.0/8", "proxy.internal"]\n')
+    with pytest.raises(PolicyError, match="'proxy.internal' is not an IP address or network"):
+        load_config(path)

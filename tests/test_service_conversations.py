@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import service_support
-from sbx.agent.testing.scripted_model import Reply, assistant, tool_call
+from sbx.agent.testing.scripted_model import assistant, tool_call
+from scripted_llm import held_back
 from service_support import SBX, stream, upload
 
 store = service_support.store
@@ -34,16 +35,6 @@ def _ask(client, conversation: str, question: str) -> str:
     return str(answer.json()["run_id"])
 
 
-def _held_back(release: threading.Event, reply: Reply):
-    """A scripted turn that answers only once the test releases it."""
-
-    def responder(request):
-        release.wait(60)
-        return reply
-
-    return responder
-
-
 @pytest.mark.docker
 def test_a_follow_up_uses_the_first_runs_variable_and_the_stream_resumes_without_loss(
     store, serve, llm
@@ -61,7 +52,7 @@ def test_a_follow_up_uses_the_first_runs_variable_and_the_stream_resumes_without
     llm.script([
         tool_call("execute_python", code=READ_ROWS),
         assistant("There are 96 rows."),
-        _held_back(release, tool_call("execute_python", code="print(rows * 2)")),
+        held_back(release, tool_call("execute_python", code="print(rows * 2)")),
         assistant("Twice that is 192."),
     ])
     first = _ask(alice, conversation, "How many rows?")

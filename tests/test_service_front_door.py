@@ -91,6 +91,47 @@ def test_a_run_that_asks_ends_needs_input_and_the_answer_continues_it(store, ser
     _verify(server.audit_log)
 
 
+def _race_answers(clients: list[httpx.Client], conversation: str) -> list[httpx.Response]:
+    """Each client posts an answer to the conversation at the same moment."""
+    start = threading.Barrier(len(clients))
+    answers: list[httpx.Response] = []
+
+    def answer(client: httpx.Client, text: str) -> None:
+        start.wait(10)
+        answers.append(client.post(f"/v1/conversations/{conversation}/answer",
+                                   json={"answer": text}))
+
+    threads = [threading.Thread(target=answer, args=(client, f"answer {n}"))
+               for n, client in enumerate(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return answers
+
+
+@pytest.mark.docker
+def test_two_answers_at_once_one_is_taken_the_other_is_409(store, serve, llm):
+    server = serve(store, policy=ASKING)
+    key = server.key("nina")
+    client = server.client(key)
+    conversation = _conversation(client)
+    llm.script([tool_call("ask_user", question=QUESTION)])
+    assert stream(client, _ask(client, conversation, "What is the total?"))[-1]["event"] == \
+        "run_end"
+    racers = [server.client(key) for _ in range(2)]
+    for trial in range(4):
+        llm.script([tool_call("ask_user", question=f"{QUESTION} ({trial})")])  # one answer runs
+        answers = _race_answers(racers, conversation)
+        assert sorted(a.status_code for a in answers) == [202, 409], [a.text for a in answers]
+        [taken] = [a for a in answers if a.status_code == 202]
+        [refused] = [a for a in answers if a.status_code == 409]
+        assert refused.json()["type"].endswith("no-question-pending")  # taken at the conversation
+        ended = stream(client, taken.json()["run_id"])[-1]
+        assert (ended["event"], ended["data"]["status"]) == ("run_end", "needs_input"), ended
+    _verify(server.audit_log)
+
+
 @pytest.mark.docker
 def test_cancel_ends_a_run_whose_model_request_hangs(store, serve, llm):
     # a request timeout far beyond the test's wait: only the token can end this run in time
@@ -201,6 +242,12 @@ def test_per_request_limits_apply_below_the_policy_and_are_refused_above_it(stor
         assert refused.json()["detail"].startswith(knob), refused.json()["detail"]
         opened = client.post("/v1/conversations", json={"limits": limits})
         assert opened.status_code == 422 and opened.json()["detail"].startswith(knob)
+    for path, body in (("/v1/execute", {"code": "print(1)"}), ("/v1/conversations", {})):
+        low = client.post(path, json={**body, "limits": {"memory": "6m"}})  # dies at its start
+        assert low.status_code == 422, low.text
+        assert low.json()["type"].endswith("limit-below-minimum")
+        assert low.json()["detail"] == "limits.memory: at least 16 MiB (the least a sandbox " \
+                                       "starts in)"
 
     conversation = client.post("/v1/conversations", json={"limits": {"timeout": "2s"}})
     assert conversation.status_code == 201, conversation.text

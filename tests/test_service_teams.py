@@ -22,7 +22,7 @@ import service_support
 from sbx.agent.store.db import Database
 from sbx.agent.store.keys import create_key
 from sbx.agent.testing.scripted_model import Reply, assistant, call
-from service_support import SBX, stream
+from service_support import SBX, ask_run
 
 store = service_support.store
 serve = service_support.serve
@@ -49,15 +49,6 @@ def _key(server, name: str, *, team: str | None = None, role: str = "user") -> s
         db.close()
 
 
-def _ask(client, conversation: str, question: str) -> dict:
-    posted = client.post(f"/v1/conversations/{conversation}/questions",
-                         json={"question": question})
-    assert posted.status_code == 202, posted.text
-    run_id = posted.json()["run_id"]
-    assert stream(client, run_id)[-1]["event"] == "run_end"
-    return client.get(f"/v1/runs/{run_id}").json()
-
-
 def _next_midnight() -> datetime:
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     return today + timedelta(days=1)
@@ -73,7 +64,7 @@ def test_a_team_at_its_budget_stops_and_is_refused_while_another_team_runs_on(
     conversation = ana.post("/v1/conversations", json={}).json()["id"]
 
     llm.script([assistant("Nothing to compute.", usage=(1000, 100))])
-    first = _ask(ana, conversation, "hello?")
+    first = ask_run(ana, conversation, "hello?")
     assert first["status"] == "completed"
     assert first["team"] == "small"
     assert first["cost"]["total"] == pytest.approx(0.201)  # stored with the run, shown
@@ -83,7 +74,7 @@ def test_a_team_at_its_budget_stops_and_is_refused_while_another_team_runs_on(
     # tool call it asks for never runs and the run stops with its own status.
     llm.script([Reply(tool_calls=(call("execute_python", code="print('ran')"),),
                       usage=(1000, 200))])
-    second = _ask(ana, conversation, "compute")
+    second = ask_run(ana, conversation, "compute")
     assert second["status"] == "budget_exceeded", second
     assert "team 'small' per day (0.5 EUR)" in second["message"]
     assert second["cost"]["total"] == pytest.approx(0.401)
@@ -99,7 +90,7 @@ def test_a_team_at_its_budget_stops_and_is_refused_while_another_team_runs_on(
     # Another team is unaffected: its question and its program run.
     other = bo.post("/v1/conversations", json={}).json()["id"]
     llm.script([assistant("Fine.", usage=(1000, 100))])
-    assert _ask(bo, other, "hello?")["status"] == "completed"
+    assert ask_run(bo, other, "hello?")["status"] == "completed"
     offered = [[t["function"]["name"] for t in request.body.get("tools", [])]
                for request in llm.requests]
     assert "list_data_files" in offered[0] and "list_data_files" not in offered[-1]
@@ -143,7 +134,7 @@ def test_a_keys_own_daily_budget_from_the_cli_refuses_it_alone(tmp_path, serve, 
     cy = server.client(made.stdout.strip())
     conversation = cy.post("/v1/conversations", json={}).json()["id"]
     llm.script([assistant("One.", usage=(1000, 100))])
-    assert _ask(cy, conversation, "1?")["status"] == "completed"
+    assert ask_run(cy, conversation, "1?")["status"] == "completed"
     refused = cy.post(f"/v1/conversations/{conversation}/questions", json={"question": "2?"})
     _budget_problem(refused, scope="key", name="key:cy", period="day")
     dee = server.client(_key(server, "dee"))  # no budget of its own, no team: unaffected

@@ -88,7 +88,7 @@ def test_the_prompt_says_how_to_write_code_in_text_mode():
     text = build_system_prompt(
         data=[], tools=["execute_python"], timeout_s=30, memory="1 GiB", tool_format="text"
     )
-    assert native.version == text.version == "4"
+    assert native.version == text.version == "5"
     assert "starts with a line ```python" in text.text and "You can call" not in text.text
     assert "You can call: `execute_python`." in native.text and "```python" not in native.text
 
@@ -143,7 +143,7 @@ def test_text_format_answers_the_demo_question(llm, tmp_path, engine):
         ("execute_python", True), ("execute_python", False)
     ]
     start = next(line for line in lines if line["type"] == "run_start")
-    assert start["settings"]["tool_format"] == "text" and start["prompt_version"] == "4"
+    assert start["settings"]["tool_format"] == "text" and start["prompt_version"] == "5"
     audit = tmp_path / "audit.jsonl"
     assert [o["tool"] for o in events(audit, "outcome")] == ["execute_python"] * 2
     assert Path(document["artifacts"][0]).read_bytes().startswith(b"\x89PNG")

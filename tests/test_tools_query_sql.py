@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+import sqlalchemy
 from pydantic import ValidationError
 
 import service_support
@@ -51,8 +57,6 @@ def sqlite_db(tmp_path: Path) -> Path:
 
 def pg_db(cluster: service_support.PgCluster) -> str:
     url = cluster.new_database()
-    import sqlalchemy
-
     engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE sales (region text, amount int)")
@@ -210,3 +214,127 @@ def test_the_policy_refuses_what_it_cannot_wall():
         policy({"db": {"url": "mysql://root@localhost/x", "principals": ["*"]}})
     with pytest.raises(ValidationError, match="exactly one of url or url_env"):
         policy({"db": {"principals": ["*"]}})
+
+
+# ------------------------------------------------------------------ bounds per call
+
+PEAK = """
+import json, sys
+from sbx.tools.builtin.sql_engine import QueryLimits, run_query
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+
+limits = QueryLimits(timeout_s=120, max_rows=100_000, max_bytes=1 << 20)
+run_query(sys.argv[1], "SELECT 1 AS warm", limits)
+with open("/proc/self/clear_refs", "w") as clear:  # the peak (VmHWM) starts again from here
+    clear.write("5")
+before = status("VmRSS")
+result = run_query(sys.argv[1], sys.argv[2], limits)
+print(json.dumps({"growth": status("VmHWM") - before, "rows": result.table.num_rows,
+                  "cut": result.cut}))
+"""
+WIDE = {  # two small rows, then ten of 40 MB each
+    "sqlite": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 12) "
+              "SELECT x, CASE WHEN x <= 2 THEN 'small' ELSE zeroblob(40000000) END AS v FROM c",
+    "postgresql": "SELECT x, repeat('y', CASE WHEN x <= 2 THEN 5 ELSE 40000000 END) AS v "
+                  "FROM generate_series(1, 12) AS x",
+}
+
+
+def test_wide_rows_are_cut_before_the_server_holds_them(tmp_path, source_url):
+    """With max_bytes 1 MiB, ten 40 MB rows grow the process by a small multiple of the cap."""
+    kind = "sqlite" if source_url.startswith("sqlite") else "postgresql"
+    done = subprocess.run([sys.executable, "-c", PEAK, source_url, WIDE[kind]],
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(done.stdout)
+    assert measured["cut"] == "tools.query_sql.max_bytes"
+    assert 1 <= measured["rows"] <= 2  # SQLite reads a row ahead: the second small one may go
+    assert measured["growth"] < 8 * 1024 * 1024, measured  # 400 MB and more when held first
+
+
+def test_a_stored_value_over_the_cap_is_refused_before_it_is_read(tmp_path):
+    path = tmp_path / "blobs.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE files (name TEXT, body BLOB)")
+        conn.executemany("INSERT INTO files VALUES (?, zeroblob(?))",
+                         [("a", 10), ("b", 10), ("c", 10), ("big", 3_000_000)])
+    gate, drop = gate_for(tmp_path, policy({"f": {"url": f"sqlite:///{path}",
+                                                  "principals": ["*"]}}, max_bytes="1m"))
+    cut = query(gate, "f", "SELECT name, body FROM files ORDER BY rowid", name="files")
+    alone = query(gate, "f", "SELECT body FROM files WHERE name = 'big'")
+    gate.close()
+    assert cut.status == "ok" and "tools.query_sql.max_bytes" in cut.text, cut.text
+    assert pq.read_table(drop.dir.path / "files.parquet").column("name").to_pylist() == ["a", "b"]
+    assert alone.status == "error" and "larger than tools.query_sql.max_bytes" in alone.text
+
+
+def sessions(url: str) -> list[Any]:
+    """The other sessions on the test's database, with what they run (a cursor's `FETCH`)."""
+    engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        running = conn.exec_driver_sql(
+            "SELECT state, query FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()").all()
+    engine.dispose()
+    return list(running)
+
+
+LIFTED = ("SELECT set_config('statement_timeout', '0', true) AS lifted, "
+          "CASE WHEN x > 1000 THEN pg_sleep(30) END AS slept FROM generate_series(1, 1200) AS x")
+"""Lifts the session's timeout in the first fetches; a later one (past a batch of 1000 rows
+whatever the batch sizes) sleeps under no timeout of the session's."""
+
+
+def test_a_query_that_lifts_its_own_timeout_is_cancelled_at_the_deadline(tmp_path, pg_cluster):
+    url = pg_db(pg_cluster)
+    pol = policy({"pg": {"url": url, "principals": ["*"]}}, statement_timeout="2s")
+    gate, _ = gate_for(tmp_path, pol)
+    outcome = query(gate, "pg", LIFTED)
+    gate.close()
+    running = sessions(url)
+    assert running == []  # the statement was cancelled and its connection closed
+    assert outcome.status == "error" and "statement timeout of 2 s" in outcome.text, outcome.text
+    assert outcome.duration_s < 2 + 4  # the gate's own bound (2 s + 5 s grace) never came
+
+
+def test_a_call_bounded_below_its_statement_timeout_cancels_its_statement(tmp_path, pg_cluster):
+    url = pg_db(pg_cluster)
+    pol = policy({"pg": {"url": url, "principals": ["*"]}}, statement_timeout="30s",
+                 timeout="1s")
+    gate, _ = gate_for(tmp_path, pol)
+    outcome = query(gate, "pg", "SELECT pg_sleep(30) AS slept")
+    gate.close()
+    running = sessions(url)
+    assert running == []  # not abandoned to run on: cancelled before the gate gave up (6 s)
+    assert outcome.status == "error" and "statement timeout of 1 s" in outcome.text, outcome.text
+
+
+def test_a_cancelled_run_cancels_its_query_at_once(tmp_path, pg_cluster):
+    url = pg_db(pg_cluster)
+    gate, _ = gate_for(tmp_path, policy({"pg": {"url": url, "principals": ["*"]}},
+                                        statement_timeout="60s"))
+    outcomes: list[Any] = []
+    caller = threading.Thread(target=lambda: outcomes.append(
+        query(gate, "pg", "SELECT pg_sleep(30) AS slept")))
+    caller.start()
+    assert until(lambda: sessions(url) != [], within_s=20)
+    gate.cancel()
+    caller.join(20)
+    ended = until(lambda: sessions(url) == [], within_s=5)
+    gate.close()
+    assert outcomes and outcomes[0].status == "cancelled", outcomes
+    assert ended  # the statement was cancelled with the run, not left for its 60 s
+
+
+def until(condition: Callable[[], bool], within_s: float) -> bool:
+    """Whether `condition` held within `within_s` seconds (looked at ten times a second)."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True

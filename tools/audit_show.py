@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
-COLUMNS = ("line", "time", "run", "call", "tool", "decision", "status", "rule", "secs", "arguments")
+COLUMNS = (
+    "line", "time", "run", "call", "tool", "decision", "status", "rule", "secs", "arguments",
+    "reason",
+)
+REFUSED = frozenset({"denied", "unknown", "invalid", "halted"})
+"""Decisions that refused a call (`--denied`): each counts toward `quotas.max_denied`."""
+MAX_REASON_CHARS = 100
 
 
 @dataclass
@@ -46,6 +52,8 @@ class CallRow:
     """Duration of the call, for calls that ran."""
     arguments: str = ""
     """The (redacted) arguments, shortened."""
+    reason: str = ""
+    """Why a refused call was refused: the first line the model was given, shortened."""
 
     def cells(self) -> list[str]:
         """The row's values in `COLUMNS` order (text that is not valid Unicode shown as U+FFFD)."""
@@ -85,6 +93,9 @@ def _merge(row: CallRow, event: Any, data: dict[str, Any]) -> None:
     elif event == "decision":
         row.decision = str(data.get("decision", ""))
         row.rule = str(data.get("rule") or "")
+        if row.decision in REFUSED:
+            row.reason = _shortened(str(data.get("text") or "").split("\n", 1)[0],
+                                    MAX_REASON_CHARS)
     elif event == "outcome":
         row.status = str(data.get("status", ""))
         row.secs = f"{float(data.get('duration_s', 0.0)):.3f}"
@@ -96,7 +107,7 @@ def _keep(row: CallRow, *, run: str | None, tool: str | None, denied: bool) -> b
         return False
     if tool is not None and (not is_call or row.tool != tool):
         return False
-    return not denied or (is_call and row.decision in ("denied", "halted"))
+    return not denied or (is_call and row.decision in REFUSED)
 
 
 def _clock(record: dict[str, Any]) -> str:
@@ -109,5 +120,10 @@ def _short_arguments(data: dict[str, Any]) -> str:
         text = str(data["arguments_raw"])
     else:
         text = json.dumps(data.get("arguments"), ensure_ascii=False, separators=(",", ":"))
+    return _shortened(text, 60)
+
+
+def _shortened(text: str, limit: int) -> str:
+    """One line of at most `limit` characters (whitespace runs as one space)."""
     text = " ".join(text.split())
-    return text if len(text) <= 60 else text[:59] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

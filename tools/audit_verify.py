@@ -319,10 +319,33 @@ def _find_seq(path: Path, *, after: int, seq: int) -> int | None:
     return None
 
 
-def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line number, record) for every parseable line; for display, not for trust."""
+class UnreadableLine(ValueError):
+    """A line that is no JSON object (or a torn last line): `LINE: why`."""
+
+
+def iter_records(path: Path, *, strict: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, record) for every parseable line; for display, not for trust.
+
+    Lines that are no JSON object are skipped, or with `strict` end the reading
+    with `UnreadableLine` naming the line (what `sbx audit show` promises).
+    """
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
             record = _load(raw.rstrip(b"\n"))
             if record is not None:
                 yield number, record
+            elif strict:
+                raise UnreadableLine(f"{number}: {_unreadable(raw)}")
+
+
+def _unreadable(raw: bytes) -> str:
+    """Why a line that `_load` refused is no record."""
+    if not raw.endswith(b"\n"):
+        return "torn: the last line is incomplete (a writer stopped mid-write)"
+    try:
+        json.loads(raw)
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except (ValueError, RecursionError):
+        return "not a JSON line"
+    return "not a JSON object"

@@ -64,6 +64,17 @@ class Operator(Protocol):
         ...
 
 
+class NoteKeeper(Protocol):
+    """Where `remember` saves a note: the conversation's notes, for its principal."""
+
+    def remember(self, dataset: str, text: str) -> str:
+        """Save `text` about `dataset` (a name under /data); the confirmation for the model.
+
+        Raises `ValueError` (its message for the model) when the note is refused.
+        """
+        ...
+
+
 class PlanBook:
     """A run's count of accepted `update_plan` calls (the plan itself is the agent's state).
 
@@ -141,6 +152,8 @@ class ToolContext:
     data_drop: DataDrop | None = None
     """Where `query_sql` writes its results (the workspace's `/data/queries`); None: no
     sandbox in this run, so no query result has anywhere to go."""
+    notes: NoteKeeper | None = None
+    """Where `remember` saves notes (the face's note store); None: no notes, no `remember`."""
     call_id: str | None = None
     """The call being served: the gate sets it on the copy each call receives (`for_call`)."""
 

@@ -322,7 +322,7 @@ class ToolGate:
         if self._cancels != cancels:
             status, text, extra = "cancelled", CANCELLED_TEXT, {}
             returned = None
-        if tool.name != "ask_user":  # the person's own answer is theirs to send
+        if tool.name != "ask_user":  # the audit keeps the answer as given; the boundary filters it
             text, extra = self.guard.outcome(text, extra)
         execution = returned.execution if isinstance(returned, ToolReturn) else None
         if status != "cancelled" and self._breaker.record(

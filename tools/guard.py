@@ -1,11 +1,13 @@
 """The data guard: personal data and secrets replaced before any text leaves for the model.
 
 The sandbox's code still reads the real data (it runs on the operator's
-machine); only what sbx sends to the model provider is filtered: tool
-observations and tool errors (at the gate, `ToolGate`), previews and the
-system prompt's data summary (column rules too). The person who asked sees
-the real output; the audit log records each redaction's rule and count, never
-the value.
+machine); only what sbx sends to the model provider is filtered. The guarantee
+is the model client's boundary (`sbx.agent.model.boundary`): every request,
+whatever built its messages. Filtering early saves work and keeps the audit
+precise: tool observations and tool errors at the gate (`ToolGate`), previews
+and the system prompt's data summary (column rules too, on every table format
+`tools.builtin.tables` reads). The person who asked sees the real output; the
+audit log records each redaction's rule and count, never the value.
 
 Detectors (each a typed placeholder):
 
@@ -17,6 +19,15 @@ Detectors (each a typed placeholder):
     [phone]   +<country> numbers with 8 to 15 digits, or (555) 123-4567 shapes
     [iban]    two letters, two check digits, 11 to 30 characters, valid mod-97
 
+Before matching, the text is folded character for character (`fold`): every
+Unicode decimal digit (full-width, Arabic-Indic, ...) becomes its ASCII digit,
+every space separator (no-break, narrow, thin) a space, and each compatibility
+form with one ASCII equivalent (full-width letters, `＠`) that character. The
+folded text has the same length, so what matches in it is replaced in the
+original. A number or key joined to a word by `_` (`acct_4111...`,
+`4111..._statement.pdf`) is matched; one inside a word or after a decimal point
+is not. E-mail local parts and domains may be non-ASCII; IBANs any case.
+
 Every pattern has bounded quantifiers, so a scan is linear in the text: a
 hostile program's output cannot make the host spin. What the detectors cannot
 catch (free text, encodings the code invents) is in security.md.
@@ -25,6 +36,7 @@ catch (free text, encodings the code invents) is in security.md.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,33 +47,77 @@ from sbx.tools.guard_policy import GuardRules
 
 MASKED = "[masked]"
 
+_START = r"(?<![^\W_])"
+"""Not inside a word: no letter or digit before (an underscore may join it to one)."""
+_END = r"(?![^\W_])"
+"""Nor a letter or digit after."""
 _CARD = re.compile(
-    r"(?<![\w.])[2-6](?:\d{12,18}|\d{3}(?:[ -]\d{4}){3}(?:[ -]\d{3})?|\d{3}[ -]\d{6}[ -]\d{5})"
-    r"(?![\w])"
+    _START + r"(?<!\.)[2-6](?:\d{12,18}|\d{3}(?:[ .-]\d{4}){3}(?:[ .-]\d{3})?"
+    r"|\d{3}[ .-]\d{6}[ .-]\d{5})" + _END
 )
 _SECRET = re.compile(
-    r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,200}"
-    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
-    r"|\bgh[pousr]_[A-Za-z0-9]{30,80}\b|\bgithub_pat_[A-Za-z0-9_]{40,120}"
-    r"|\bxox[abprs]-[A-Za-z0-9-]{10,120}"
-    r"|\bAIza[0-9A-Za-z_-]{35}"
-    r"|\b(?:sk|rk)_live_[A-Za-z0-9]{16,120}"
-    r"|\beyJ[A-Za-z0-9_-]{8,2000}\.eyJ[A-Za-z0-9_-]{8,4000}\.[A-Za-z0-9_-]{8,2000}"
+    _START + r"sk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,200}"
+    r"|" + _START + r"(?:AKIA|ASIA)[0-9A-Z]{16}" + _END
+    + r"|" + _START + r"gh[pousr]_[A-Za-z0-9]{30,80}" + _END
+    + r"|" + _START + r"github_pat_[A-Za-z0-9_]{40,120}"
+    r"|" + _START + r"xox[abprs]-[A-Za-z0-9-]{10,120}"
+    r"|" + _START + r"AIza[0-9A-Za-z_-]{35}"
+    r"|" + _START + r"(?:sk|rk)_live_[A-Za-z0-9]{16,120}"
+    r"|" + _START + r"eyJ[A-Za-z0-9_-]{8,2000}\.eyJ[A-Za-z0-9_-]{8,4000}\.[A-Za-z0-9_-]{8,2000}"
 )
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END [A-Z ]{0,40}PRIVATE KEY-----")
 MAX_PEM = 16 * 1024
 """Longest private-key block replaced whole (an RSA-8192 PEM is under 7 KiB)."""
 _EMAIL = re.compile(
-    r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}"
-    r"\.[A-Za-z]{2,24}(?![\w-])"
+    r"(?<![\w.%+-])[\w.%+-]{1,64}@[^\W_](?:[\w-]{0,62})(?:\.[\w-]{1,63}){0,8}"
+    r"\.[^\W\d_]{2,24}(?![\w-])"
 )
 _PHONE = re.compile(
     r"(?<![\w+.])(?:\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,6}(?:[ .-]\d{1,6}){0,4}"
     r"|\(\d{3}\)[ .-]?\d{3}[ .-]\d{4}|\d{3}[.-]\d{3}[.-]\d{4})(?![\w.])"
 )
 _LAST_GROUP = re.compile(r"[ .-]\d{1,6}$")
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b")
+_IBAN = re.compile(
+    _START + r"[A-Za-z]{2}\d{2}(?: ?[A-Za-z0-9]{4}){2,7}(?: ?[A-Za-z0-9]{1,3})?" + _END
+)
+_DASHES = frozenset("\u2010\u2011\u2012\u2013\u2014\u2212\ufe63\uff0d")
+MAX_FOLDED_CHARS = 4096
+"""Distinct non-ASCII characters whose folding is remembered (the rest is computed each time)."""
+
+
+def _fold_char(char: str) -> str:
+    """The one ASCII character `char` stands for where detectors are concerned, else `char`."""
+    digit = unicodedata.decimal(char, None)
+    if digit is not None:
+        return str(digit)
+    if unicodedata.category(char) == "Zs":
+        return " "
+    if char in _DASHES:
+        return "-"
+    compatible = unicodedata.normalize("NFKC", char)
+    return compatible if len(compatible) == 1 and compatible.isascii() else char
+
+
+class _Folding(dict[int, str]):
+    """A `str.translate` table that computes (and remembers) each character's folding."""
+
+    def __missing__(self, code: int) -> str:
+        folded = _fold_char(chr(code))
+        if len(self) < MAX_FOLDED_CHARS:
+            self[code] = folded
+        return folded
+
+
+_FOLDING = _Folding()
+
+
+def fold(text: str) -> str:
+    """`text` as the detectors read it: Unicode digits, spaces and compatibility forms as ASCII.
+
+    One character for one, so a position in the folded text is the same position in `text`.
+    """
+    return text if text.isascii() else text.translate(_FOLDING)
 
 
 def luhn_valid(digits: str) -> bool:
@@ -77,7 +133,7 @@ def luhn_valid(digits: str) -> bool:
 
 def iban_valid(text: str) -> bool:
     """Whether `text` (spaces allowed) is an IBAN with a valid ISO 13616 mod-97 checksum."""
-    compact = text.replace(" ", "")
+    compact = text.replace(" ", "").upper()
     if not 15 <= len(compact) <= 34:
         return False
     moved = compact[4:] + compact[:4]
@@ -196,15 +252,17 @@ class Columns:
 
 
 def _replace(text: str, detector: _Detector, counts: Counter[str]) -> str:
-    def one(match: re.Match[str]) -> str:
-        whole = match.group(0)
-        found = detector.found(whole)
+    """Each match in the folded text replaced, at the same place, in the original."""
+    parts: list[str] = []
+    position = 0
+    for match in detector.pattern.finditer(fold(text)):
+        found = detector.found(match.group(0))
         if found is None:
-            return whole
+            continue
         counts[detector.name] += 1
-        return f"[{detector.name}]{whole[len(found):]}"
-
-    return detector.pattern.sub(one, text)
+        parts += [text[position:match.start()], f"[{detector.name}]"]
+        position = match.start() + len(found)
+    return "".join(parts) + text[position:] if parts else text
 
 
 def _replace_pem(text: str, counts: Counter[str]) -> str:

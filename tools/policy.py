@@ -39,7 +39,7 @@ from sbx.tools.sql_policy import QuerySqlRule
 
 BUILTIN_TOOLS = (
     "execute_python", "calculate", "list_data_files", "preview_data_file", "http_get", "ask_user",
-    "upload_dataset", "update_plan", "query_sql",
+    "upload_dataset", "update_plan", "query_sql", "remember",
 )
 DEFAULT_CALL_TIMEOUT_S = 30.0
 """`[tools] timeout`: seconds one tool call may take at the gate, unless its own rule says."""
@@ -148,6 +148,23 @@ class PlanRule(ToolRule):
     execution (`execute_python` is refused until then); 0: every run; None: never."""
 
 
+class RememberRule(ToolRule):
+    """`remember`: the model saves a short note about a dataset when the user states a fact.
+
+    Notes reach later conversations' system prompts (`sbx.agent.core.notes`), so the tool
+    is off unless the operator enables it; people's own notes (`sbx notes`, the API) obey
+    the same bounds and sharing either way.
+    """
+
+    max_chars: int = Field(default=300, ge=10, le=4000)
+    """Longest note, in characters (whitespace runs count as one)."""
+    max_notes: int = Field(default=20, ge=1, le=1000)
+    """Most notes one author keeps on one dataset."""
+    share_with_team: bool = False
+    """Notes are seen by the author's team too (the service's teams); false: by the author
+    alone."""
+
+
 class UploadDatasetRule(ToolRule):
     """`upload_dataset`: an MCP client over `sbx serve`'s `/mcp` stores a file as a dataset.
 
@@ -199,6 +216,8 @@ class ToolsPolicy(BaseModel):
     """The model's plan: its steps and their status, revised as results arrive."""
     query_sql: QuerySqlRule = QuerySqlRule()
     """Read-only SQL against the operator's named sources; results land in `/data/queries`."""
+    remember: RememberRule = RememberRule()
+    """Save a note about a dataset for later conversations (its bounds bind people too)."""
     custom: dict[str, CustomToolRule] = Field(default_factory=dict)
     """Tools loaded from `entry` or registered by the embedding program; each must exist when
     the gate is built."""

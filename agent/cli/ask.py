@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 import click
 
+from sbx.agent.cli.answer_parts import answer_text, mislabelled_line
 from sbx.agent.cli.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, demo_turns
 from sbx.agent.cli.display import Progress, replay, source_line, verdict_line
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
@@ -217,7 +218,7 @@ def _finish(outcome: Answer, *, as_json: bool) -> NoReturn:
     if as_json:
         click.echo(safe_json(json.dumps(outcome.as_dict(), indent=2, ensure_ascii=False)))
     elif result.status == "completed":
-        click.echo(safe_text(str(result.answer), multiline=True))
+        click.echo(safe_text(answer_text(outcome.as_dict()), multiline=True))
         _provenance(outcome)
         if result.artifacts:
             click.echo("\nArtifacts:")
@@ -241,11 +242,13 @@ def _provenance(outcome: Answer) -> None:
     """The verdict on the answer's numbers, then where each traced one was printed."""
     row = outcome.as_dict()
     verdict = verdict_line(row)
-    if verdict is None:
-        return
-    click.echo(f"\n{verdict[0].upper()}{verdict[1:]}")
-    for source in row["sources"]:
-        click.echo(f"  {source_line(source)}")
+    if verdict is not None:
+        click.echo(f"\n{verdict[0].upper()}{verdict[1:]}")
+        for source in row["sources"]:
+            click.echo(f"  {source_line(source)}")
+    mislabelled = mislabelled_line(row)
+    if mislabelled:
+        click.echo(f"\n{safe_text(mislabelled)}")
 
 
 def register(cli: click.Group) -> None:

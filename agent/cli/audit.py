@@ -8,7 +8,9 @@ head hash and record count; given back with `--expect-head` and
 `--expect-records` they catch what a chain alone cannot: records cut from the
 end, an emptied file. `show` prints one row per call, every cell escaped (the
 model chose the arguments and the ids). Errors are one line, never a stack
-trace; a record `show` cannot render exits 2 naming its line.
+trace; a line `show` cannot render (damaged, torn, not an audit record)
+exits 2 naming it. `show --denied` lists every refused call with the reason the
+model was given: denied by a rule, unknown tool, invalid arguments, halted.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import click
 
 from sbx.tools.audit import AuditError, audit_key_from_env
 from sbx.tools.audit_show import COLUMNS, call_rows
-from sbx.tools.audit_verify import iter_records, verify_log
+from sbx.tools.audit_verify import UnreadableLine, iter_records, verify_log
 from sbx.tools.text_safety import safe_text
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
@@ -79,14 +81,19 @@ def verify(file: Path, expect_head: str | None, expect_records: int | None) -> N
 @click.argument("file", type=_FILE)
 @click.option("--run", "run_id", metavar="ID", help="Only this run (a prefix of the id is enough).")
 @click.option("--tool", metavar="NAME", help="Only calls to this tool.")
-@click.option("--denied", is_flag=True, help="Only denied (or halted) calls.")
+@click.option("--denied", is_flag=True,
+              help="Only refused calls: denied, unknown tool, invalid arguments, halted.")
 def show(file: Path, run_id: str | None, tool: str | None, denied: bool) -> None:
-    """Print the calls recorded in FILE as a table (display only: use `verify` to trust it)."""
+    """Print the calls recorded in FILE as a table (display only: use `verify` to trust it).
+
+    A line that is not an audit record (damaged, torn, or another file's) exits 2 naming it.
+    """
     try:
-        rows = call_rows(_shaped(iter_records(file)), run=run_id, tool=tool, denied=denied)
+        records = _shaped(iter_records(file, strict=True))
+        rows = call_rows(records, run=run_id, tool=tool, denied=denied)
     except OSError as exc:
         raise click.ClickException(f"cannot read {file}: {exc.strerror}") from None
-    except BadRecord as exc:
+    except (BadRecord, UnreadableLine) as exc:
         click.echo(safe_text(f"sbx: {file}:{exc}"), err=True)
         raise SystemExit(2) from None
     table = [[name.upper() for name in COLUMNS]]
@@ -126,4 +133,15 @@ def _shaped(
             value = (data or {}).get(name, 0)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise BadRecord(f"{line}: data.{name} is not a number")
+        if not _is_audit_record(record):
+            raise BadRecord(f"{line}: not an audit record (no event, seq and hash)")
         yield line, record
+
+
+def _is_audit_record(record: dict[str, Any]) -> bool:
+    """The fields every record the audit log writes has: a line of another file has not."""
+    seq = record.get("seq")
+    return (
+        isinstance(record.get("event"), str) and isinstance(record.get("hash"), str)
+        and isinstance(seq, int) and not isinstance(seq, bool)
+    )

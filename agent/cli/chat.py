@@ -23,6 +23,7 @@ from typing import Any
 
 import click
 
+from sbx.agent.cli.answer_parts import answer_text
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
@@ -117,7 +118,7 @@ def converse(conversation: Conversation) -> int:
                 click.echo("(the sandbox and the conversation were reset)", err=True)
             elif question in ("/help", "/?"):
                 click.echo(HELP, err=True)
-            elif conversation.pending is not None:
+            elif conversation.question.value is not None:
                 show(conversation.answer(question), restores=conversation.config.restore.enabled)
             else:
                 show(conversation.ask(question), restores=conversation.config.restore.enabled)
@@ -146,7 +147,7 @@ def show(result: RunResult, *, restores: bool = False) -> None:
     `restores`: the next question restores a lost sandbox's state (`[restore]` is on).
     """
     if result.status == "completed":
-        click.echo(safe_text(str(result.answer), multiline=True))
+        click.echo(safe_text(answer_text(result.as_dict()), multiline=True))
         for path in result.artifacts:
             click.echo(f"  artifact: {safe_text(path)}")
     elif result.status == "cancelled":

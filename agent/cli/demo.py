@@ -109,10 +109,13 @@ def _answer(request: ScriptedRequest) -> Reply:
             "see its observation above."
         )
     return assistant(
-        f"(scripted demo model) {found[0].removeprefix('ANSWER:').strip()}\n"
-        "Computed in the sandbox with pandas: revenue summed by region and year, growth = "
+        f"(scripted demo model) {found[0].removeprefix('ANSWER:').strip()}\n\n"
+        "Measured:\n"
+        "- Revenue summed by region and year in the sandbox with pandas; growth = "
         "2024 / 2023 - 1. The first program failed (a list has no .mean()), and the second "
-        "fixed it. Chart: growth_by_region.png."
+        "fixed it. Chart: growth_by_region.png.\n\n"
+        "Interpretation:\n- None: the data shows which region grew, not why.\n\n"
+        "Assumptions:\n- Revenue is in one currency across regions and years."
     )
 
 

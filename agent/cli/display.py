@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import click
 from pydantic import BaseModel
 
+from sbx.agent.cli.answer_parts import answer_text, mislabelled_line
 from sbx.agent.cli.display_restored import render_restored
 from sbx.agent.core.events import Event
 from sbx.agent.core.outcomes import outcome_of
@@ -39,46 +40,10 @@ MAX_CODE_LINES = 30
 MAX_LINE = 160
 MAX_LIVE_LINES = 200
 """Live output lines shown per tool call while it runs; then one note, and the result."""
+WAIT_NOTE_S = 5
+"""Off a terminal, a model waited on gets one line per this many seconds (and per retry)."""
+_CLEAR_LINE = "\r\x1b[2K"
 _SECTION = re.compile(r"^\[(stdout|stderr|notes)\]$")
-
-
-class ProgramOutput:
-    """A program's own output (`sbx exec`), written as it arrives from the sandbox.
-
-    To a terminal each piece is escaped (`safe_text`), so the program cannot drive it;
-    to a pipe or file it goes as written. What was written stays written when the
-    user presses Ctrl-C. `remaining` is what the result holds beyond what arrived
-    live (the kept tail, the sandbox's cut marker), so nothing is written twice.
-    """
-
-    def __init__(self, out: TextIO, err: TextIO) -> None:
-        self._streams = {"stdout": out, "stderr": err}
-        self._written = {"stdout": 0, "stderr": 0}
-
-    def __call__(self, stream: str, text: str) -> None:
-        """The sandbox's live output callback: write `text` to its stream now."""
-        target = self._streams.get(stream)
-        if target is None:
-            return
-        self.write(target, text)
-        self._written[stream] += len(text)
-
-    def relay(self, call_id: str, stream: str, text: str) -> None:
-        """The core's output sink (`on_output(call_id, stream, text)`): one program, any call."""
-        self(stream, text)
-
-    def remaining(self, stream: str, whole: str) -> str:
-        """The part of the result's `whole` stream not written live."""
-        done = self._written.get(stream, 0)
-        return whole[done:] if done <= len(whole) else ""
-
-    @staticmethod
-    def write(target: TextIO, text: str) -> None:
-        """Escaped on a terminal, as written elsewhere; a lone surrogate as `\\udXXX`."""
-        if target.isatty():
-            text = safe_text(text, multiline=True)
-        target.write(text.encode("utf-8", "backslashreplace").decode("utf-8"))
-        target.flush()
 
 
 class EventShapeError(ValueError):
@@ -95,6 +60,11 @@ class Progress:
         self._partial: dict[tuple[str, str], str] = {}
         """A live line not finished yet, per (call, stream): shown when its newline comes."""
         self._live_lines: dict[str, int] = {}
+        self._terminal = bool(getattr(stream, "isatty", lambda: False)())
+        self._status = False
+        """A waiting line is on the terminal: cleared before the next line is written."""
+        self._waited: tuple[Any, ...] | None = None
+        """Off a terminal: what the last waiting line said (run, turn, 5 s step, retries)."""
 
     def __call__(self, event: Event | Row) -> None:
         """Render one event (unknown types are skipped: newer transcripts stay readable).
@@ -114,6 +84,9 @@ class Progress:
             self._echo(f"   (event not shown: {exc})", dim=True)
 
     def _echo(self, text: str, *, multiline: bool = False, **style: Any) -> None:
+        if self._status:
+            click.echo(_CLEAR_LINE, file=self._stream, nl=False)
+            self._status = False
         shown = safe_text(text, multiline=multiline)
         click.echo(click.style(shown, **style) if style else shown, file=self._stream)
 
@@ -137,6 +110,25 @@ class Progress:
             if isinstance(content, list):  # text parts (an image shown is a text part here)
                 content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
             self._echo(f"!  {_clip(_text(content))}", fg="yellow")
+
+    def _on_model_waiting(self, event: Row) -> None:
+        """A model still waited on, so a slow model does not look like a hang.
+
+        On a terminal one line redrawn in place (cleared by the next line); elsewhere
+        a line every `WAIT_NOTE_S` seconds and at each retry, so a log is not flooded.
+        """
+        elapsed, retries = _num(event, "elapsed_s"), _num(event, "retries")
+        line = f"   .. waiting for the model {_clip(_text(event.get('model')))}: {elapsed:.0f} s"
+        if retries:
+            line += f" (retry {retries:g} after {_clip(_text(event.get('retry_reason')))})"
+        if self._terminal:
+            click.echo(_CLEAR_LINE + click.style(line, dim=True), file=self._stream, nl=False)
+            self._status = True
+            return
+        said = (event.get("run_id"), event.get("turn"), int(elapsed // WAIT_NOTE_S), retries)
+        if (retries or elapsed >= WAIT_NOTE_S) and said != self._waited:
+            self._waited = said
+            self._echo(line, dim=True)
 
     def _on_model_reply(self, event: Row) -> None:
         tokens = _num(_map(event, "usage"), "total_tokens", "usage")
@@ -256,17 +248,16 @@ class Progress:
         for path in _list(event, "artifacts"):
             self._echo(f"   artifact: {_clip(_text(path))}")
         if self._show_answer and event.get("answer"):
-            self._echo("")
-            self._echo(_text(event["answer"]), multiline=True)
+            self._echo("\n" + answer_text(event), multiline=True)
 
     def _provenance(self, event: Row) -> None:
         """Whether the answer's numbers were printed by an output, and by which."""
-        verdict = verdict_line(event)
-        if verdict is None:
-            return
-        self._echo(f"   {verdict}", fg="green" if event.get("verified") else "yellow")
+        if (verdict := verdict_line(event)) is not None:
+            self._echo(f"   {verdict}", fg="green" if event.get("verified") else "yellow")
         for source in _list(event, "sources"):
             self._echo(f"     {source_line(_as_map(source, 'sources[]'))}", dim=True)
+        if mislabelled := mislabelled_line(event):
+            self._echo(f"   {mislabelled}", fg="yellow")
 
     def _sandbox_totals(self, sandbox: dict[str, Any]) -> None:
         if not _num(sandbox, "executions", "sandbox"):

@@ -17,10 +17,10 @@ from typing import Any, TextIO
 
 import click
 
-from sbx.agent.cli.display import ProgramOutput
 from sbx.agent.cli.errors import EXIT_OOM, EXIT_TIMEOUT, fail, operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, opened_core
+from sbx.agent.cli.program_output import ProgramOutput
 from sbx.agent.core.app import DEFAULT_IMAGE, os_principal
 from sbx.agent.core.execute_program import ProgramSpec, execute_program
 from sbx.sandbox.result import ExecutionResult

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Re-render a past run from its transcript (or run it again).",
     ),
     "export": ("export", "export_command", "A past run as a notebook, a script or a report."),
+    "notes": ("notes", "notes", "See, add, edit and delete notes about your data files."),
     "serve": (
         "serve",
         "serve_command",

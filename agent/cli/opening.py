@@ -24,6 +24,7 @@ from sbx.agent.core.app import DEFAULT_IMAGE, App, os_principal
 from sbx.agent.core.config import AppConfig, load_config
 from sbx.agent.core.conversation import ConversationSpec
 from sbx.agent.core.limits_request import LimitRefused, LimitsRequest
+from sbx.agent.core.notes import local_note_store
 from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
 from sbx.agent.core.transcript import TranscriptError
 from sbx.tools.audit import AuditError
@@ -66,7 +67,8 @@ class FaceOptions:
     def spec(self) -> ConversationSpec:
         """The conversation these options describe, asked by the OS user."""
         return ConversationSpec(
-            principal=os_principal(), data=self.data, output=self.output, label=self.label
+            principal=os_principal(), data=self.data, output=self.output, label=self.label,
+            notes=local_note_store(os.environ),
         )
 
 

@@ -9,7 +9,8 @@ one that used the last tokens: the request was allowed, and its answer was
 paid for. An execution is given only the run's remaining time (the loop sets
 the gate's deadline, and the sandbox cuts the code there); so are a model
 request, its retries and their waits (`remaining_s`), and `model_ending` turns
-the model client's `OutOfTime` into `time_limit`.
+the model client's `OutOfTime` into `time_limit`. `work_ending` asks the money
+budgets about sandbox work done for a run before its loop (a restore's replay).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from sbx.agent.core.cost import Tariff
 from sbx.agent.core.settings import Budget
 from sbx.agent.core.spend import SpendLimit, spend_ending
-from sbx.agent.core.state import Ending, RunState
+from sbx.agent.core.state import Ending, RunState, SandboxUsage
 from sbx.agent.model.client import ModelError, OutOfTime
 
 
@@ -140,4 +141,16 @@ def before_tools(
                 f"{budget.max_total_tokens} (--max-tokens)"
             ),
         )
+    return cost_ending(state, budget, tariff) or spend_ending(state, tariff, spend)
+
+
+def work_ending(
+    used: SandboxUsage, budget: Budget, tariff: Tariff | None, spend: SpendLimit | None
+) -> Ending | None:
+    """`cost_limit` or `budget_exceeded` when sandbox work done before a run's loop used them up.
+
+    A restore's replay asks it before each cell it re-runs, as the loop asks before each
+    batch of tool calls; the run then stops at its first budget check with the same status.
+    """
+    state = RunState(run_id="", started=0.0, messages=[], sandbox=used)
     return cost_ending(state, budget, tariff) or spend_ending(state, tariff, spend)

@@ -7,7 +7,9 @@ saves as `figure-N.png`) are shown to the model in one user message:
 - to a model the policy names in `[agent] vision_models` (`"*"`: any), as
   Chat Completions image parts (`image_url` with a `data:` URL), at most
   `max_images` of them, each at most `max_image_bytes` (larger ones, and
-  those past the count, are described instead);
+  those past the count, are described instead); the model client's boundary
+  withholds the images of a message whose text the data guard had to change
+  (`sbx.agent.model.boundary`): the pixels would show that text;
 - to any other model, as a short text description: the file, its type and
   pixel size read from its header, and, where matplotlib made it, the
   titles, axis labels and how much each axes holds (the runner writes them

@@ -25,6 +25,7 @@ in one way, a `LimitsRequest` (`limited`), only ever below `[sandbox]`.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import tomllib
 from collections.abc import Mapping
@@ -163,8 +164,12 @@ class ServiceSettings(BaseModel):
     and may pause between two chunks of its body (then 408); its whole body must arrive
     within twice this plus 1 s per 16 KiB (else the connection is closed)."""
     client_connections: int = Field(default=64, ge=1, le=100_000)
-    """Connections one client address may hold open at once; the next gets 503 (raise it
-    behind a reverse proxy, whose address every client shares)."""
+    """Connections one client address may hold open at once; the next gets 503. Behind a
+    proxy named in `trusted_proxies`, the requests in progress of one forwarded client."""
+    trusted_proxies: list[str] = Field(default_factory=list, max_length=256)
+    """Reverse proxies (addresses or CIDR networks) whose `X-Forwarded-For` is believed:
+    their requests count against the client the nearest of them saw (none: every peer is
+    its own client, and a proxy's clients share its `client_connections`)."""
     mcp_sessions: int = Field(default=8, ge=1, le=1000)
     """MCP transport sessions (`initialize` on `/mcp`) one key may hold open at once on a
     replica; a request that would open another is 429 (the replica's limit is 1000)."""
@@ -186,6 +191,16 @@ class ServiceSettings(BaseModel):
     teams: Annotated[dict[str, TeamSettings], AfterValidator(check_team_names)] = Field(
         default_factory=dict)
     """Teams by name: shared money budgets, tools withheld, members' quota defaults."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"{network!r} is not an IP address or network") from None
+        return value
 
     @model_validator(mode="after")
     def _team_quotas(self) -> ServiceSettings:

@@ -30,11 +30,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from sbx.agent.core.asking import PendingInput, answer_message
+from sbx.agent.core.asking import PendingInput, PendingQuestion, answer_message
 from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.core.loop import run
+from sbx.agent.core.notes import notes_for
 from sbx.agent.core.outcomes import RESET_NOTE as RESET_NOTE
 from sbx.agent.core.outcomes import loss_text, reset_note
 from sbx.agent.core.plan import last_plan
@@ -100,7 +101,7 @@ class Conversation(Closing):
         self._cancel: Cancellation | None = None
         self.runs: list[RunResult] = []
         """Every run's result, in order."""
-        self.pending: PendingInput | None = None
+        self.question = PendingQuestion()
         """The last run ended `needs_input`: `answer()` continues it (a new question drops it)."""
 
     # ------------------------------------------------------------ subscribers
@@ -137,7 +138,7 @@ class Conversation(Closing):
         `run_error` event. `recorder` (an admitted run's) hears it start and end.
         """
         with self._lock:
-            self.pending = None
+            self.question.set(None)
             return self._recorded(question, run_id or new_run_id(), cancel, recorder)
 
     def answer(self, answer: str, *, run_id: str | None = None,
@@ -150,11 +151,10 @@ class Conversation(Closing):
         continues. `ValueError` when no run is waiting for an answer.
         """
         with self._lock:
-            pending = self.pending
-            if pending is None:
-                raise ValueError("no run of this conversation is waiting for an answer")
+            run_id = run_id or new_run_id()
+            pending = self.question.take(run_id)  # unless another answer claimed it
             text = bounded_answer(answer)
-            return self._recorded(answer_message(pending, text), run_id or new_run_id(), cancel,
+            return self._recorded(answer_message(pending, text), run_id, cancel,
                                   recorder, continues=pending, answer=text)
 
     def _recorded(self, question: str, run_id: str, cancel: Cancellation | None,
@@ -189,7 +189,7 @@ class Conversation(Closing):
         """
         with self._lock:
             self._messages = list(messages)
-            self.pending = pending
+            self.question.set(pending)
             self.workspace.reset_pending = lost
             if lost:
                 self.workspace.lost(loss_text("restart", "the previous process ended"),
@@ -234,7 +234,7 @@ class Conversation(Closing):
 
         The token cancels the gate's running call and removes the sandbox when it fires.
         """
-        self.pending = None
+        self.question.set(None)
         cancel.check()
         replace_killed(self.workspace, self.config.restore)
         live = LiveRelay(run_id, self._publish)
@@ -262,18 +262,18 @@ class Conversation(Closing):
             if cells is not None:
                 restored = restore_workspace(self.workspace, cells, self.config.restore,
                                              run_id=run_id, reason=lost, cause=cause)
-                self.emit(restored)
-                asked = f"{note(restored)}\n\n{question}"
+                self.emit(restored.event)
+                asked = f"{note(restored.event)}\n\n{question}"
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,
-                cancel=cancel, spend=self.spec.spend,
+                cancel=cancel, spend=self.spec.spend, prior=restored.work if cells else None,
                 **last_plan(self.runs, self._messages),
             )
             reason = result.status
             self._messages = settle(list(result.messages), result.status)
             if result.status == "needs_input" and result.question is not None:
-                self.pending = PendingInput(run_id=run_id, question=result.question)
+                self.question.set(PendingInput(run_id=run_id, question=result.question))
         except (KeyboardInterrupt, Cancelled):
             reason = "cancelled"
             raise
@@ -299,9 +299,8 @@ class Conversation(Closing):
         if self._prompt is None or not self._messages:
             limits = self.config.limits
             self._prompt = build_system_prompt(
-                data=self.spec.data,
-                tools=gate.enabled_names(),
-                timeout_s=limits.timeout,
+                data=self.spec.data, notes=notes_for(self.spec, self.config.policy),
+                tools=gate.enabled_names(), timeout_s=limits.timeout,
                 memory=format_size(limits.memory),
                 tool_format=self.config.settings.tool_format,
                 guard=gate.guard,

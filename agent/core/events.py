@@ -9,6 +9,8 @@ transcript line back into the same types (what `sbx replay` renders).
     run_start           one question's run: question, model, prompt version, budget, tools,
                         the data files' SHA-256
     message             a message the harness added (system prompt, question, notices)
+    model_waiting       the run waits on the model: which model, seconds so far, retries
+                        (subscribers only, once a second while a request is out)
     model_reply         the assistant message (text and tool calls), usage, timing
     output_chunk        live stdout or stderr of an execution while it runs (subscribers
                         only: never written to the transcript, where tool_result keeps it)
@@ -99,6 +101,31 @@ class MessageAdded(_Event):
     type: Literal["message"] = "message"
     turn: int = 0
     message: dict[str, Any]
+
+
+class ModelWaiting(_Event):
+    """The run waits on the model, so a slow one is not a hang; for watching, not transcribed.
+
+    Sent every `WAITING_INTERVAL_S` while a request is out, and at once on a retry.
+    """
+
+    type: Literal["model_waiting"] = "model_waiting"
+    turn: int
+    """The turn the reply will be."""
+    model: str
+    """The model asked."""
+    elapsed_s: float
+    """Seconds since the request began, every attempt included."""
+    retries: int = 0
+    """Attempts that failed and were tried again so far."""
+    retry_reason: str = ""
+    """Why the last one was tried again (`HTTP 503`, `no answer within 60 s`)."""
+
+
+WAITING_INTERVAL_S = 1.0
+"""Seconds between two `model_waiting` events of one request."""
+LIVE_ONLY = frozenset({"output_chunk", "model_waiting"})
+"""Event types for watching a run as it happens: subscribers get them, transcripts do not."""
 
 
 class ModelReplied(_Event):
@@ -257,6 +284,18 @@ class SourceRecord(BaseModel):
     text: str = ""
 
 
+class AnswerPartsRecord(BaseModel):
+    """An answer's parts (`sbx.agent.provenance.parts.AnswerParts`)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    measured: str = ""
+    interpretation: str = ""
+    assumptions: str = ""
+    unmarked: str = ""
+    """The whole answer when it has no parts."""
+
+
 class RunEnd(_Event):
     """How a run ended (`sbx.agent.core.state.RunResult.as_dict`)."""
 
@@ -277,6 +316,10 @@ class RunEnd(_Event):
     sources: list[SourceRecord] = Field(default_factory=list)
     unsupported: list[str] = Field(default_factory=list)
     """Numbers of the answer no output printed."""
+    parts: AnswerPartsRecord | None = None
+    """The answer's measured part, interpretation and assumptions (None before they existed)."""
+    mislabelled: list[str] = Field(default_factory=list)
+    """Sentences presented as measured that explain, guess or state an untraced number."""
     plan: list[PlanStepRecord] = Field(default_factory=list)
     """The final plan (empty when the model wrote none)."""
     plan_revision: int = 0
@@ -337,6 +380,7 @@ Event = Annotated[
     ConversationStart
     | RunStart
     | MessageAdded
+    | ModelWaiting
     | ModelReplied
     | OutputChunk
     | ToolResult
@@ -352,8 +396,8 @@ _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 KNOWN_TYPES = frozenset(
     str(model.model_fields["type"].default)
     for model in (
-        ConversationStart, RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult,
-        PlanUpdated, Compaction, RunEnd, RunError, StateRestored,
+        ConversationStart, RunStart, MessageAdded, ModelWaiting, ModelReplied, OutputChunk,
+        ToolResult, PlanUpdated, Compaction, RunEnd, RunError, StateRestored,
     )
 )
 

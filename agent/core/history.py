@@ -47,6 +47,7 @@ from sbx.agent.core.events import (
 )
 from sbx.agent.core.outcomes import execution_loss, loss_text
 from sbx.agent.core.transcript import read_transcript
+from sbx.agent.provenance.parts import PART_KEYS, AnswerParts
 from sbx.tools.observation import error_type_of, section_of
 
 
@@ -128,6 +129,11 @@ class RecordedRun:
     verified: bool | None = None
     sources: list[dict[str, Any]] = field(default_factory=list)
     unsupported: list[str] = field(default_factory=list)
+    parts: AnswerParts | None = None
+    """The answer's measured part, interpretation and assumptions (None: recorded before
+    answers had parts, or no answer)."""
+    mislabelled: list[str] = field(default_factory=list)
+    """Sentences the answer presented as measured that are interpretation."""
     plan: list[dict[str, Any]] = field(default_factory=list)
     """The plan as the run left it (its last `plan` event, or `run_end`'s)."""
     plan_revisions: int = 0
@@ -327,5 +333,8 @@ def _end(run: RecordedRun, event: RunEnd) -> None:
     run.verified = event.verified
     run.sources = [source.model_dump() for source in event.sources]
     run.unsupported = list(event.unsupported)
+    run.parts = AnswerParts(**event.parts.model_dump(include=set(PART_KEYS))) if event.parts \
+        else None
+    run.mislabelled = list(event.mislabelled)
     if event.plan:
         run.plan = [step.model_dump() for step in event.plan]

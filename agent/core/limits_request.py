@@ -26,7 +26,15 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from sbx.agent.core.config import describe_validation_error
 from sbx.agent.core.settings import SettingsError
-from sbx.sandbox.limits import MAX_TIMEOUT_S, Bytes, Cpus, Limits, Seconds
+from sbx.sandbox.limits import (
+    MAX_TIMEOUT_S,
+    MIN_MEMORY,
+    Bytes,
+    Cpus,
+    Limits,
+    Seconds,
+    memory_floor,
+)
 from sbx.sandbox.units import at_most_seconds, format_duration, format_size
 
 SHARED_KERNEL_RUNTIME = "runc"
@@ -50,6 +58,10 @@ class LimitRefused(SettingsError):
     def describe(self, prefix: str) -> str:
         """The message as a face names the knob: `--memory: ...` or `limits.memory: ...`."""
         return f"{prefix}{self.knob}: {self.reason}"
+
+
+class LimitTooLow(LimitRefused):
+    """A requested memory is below the least a sandbox starts in (under the runtime asked for)."""
 
 
 class LimitsRequest(BaseModel):
@@ -94,7 +106,13 @@ class LimitsRequest(BaseModel):
             refusal = _refusal(knob, value, ceiling)
             if refusal is not None:
                 raise LimitRefused(knob, refusal)
-        return ceiling.model_copy(update=changes)
+        applied = ceiling.model_copy(update=changes)
+        floor = memory_floor(applied.runtime)
+        if applied.memory < floor:  # the sandbox would die at its start: say so now
+            where = f" under {applied.runtime}" if floor != MIN_MEMORY else ""
+            raise LimitTooLow("memory", f"at least {format_size(floor)} (the least a sandbox "
+                                        f"starts in{where})")
+        return applied
 
     def over(self, base: Limits) -> Limits:
         """`base` with this request applied and no ceiling: only for the operator's own probes.

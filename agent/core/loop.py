@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sbx.agent.core.asking import awaiting_input
@@ -44,8 +44,10 @@ from sbx.agent.core.outcomes import call_outcome
 from sbx.agent.core.plan import follow_up_notice, note_plan, pending_steps
 from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.spend import SpendLimit
-from sbx.agent.core.state import Ending, Observation, RunResult, RunState
+from sbx.agent.core.state import Ending, Observation, PriorWork, RunResult, RunState
 from sbx.agent.core.tracing import traced_complete, traced_run
+from sbx.agent.core.waiting import ModelWait
+from sbx.agent.model.boundary import RequestGuard
 from sbx.agent.model.client import ModelClient, ModelError, ModelReply, ToolCallRequest
 from sbx.agent.provenance.run import answer_ending, execution_record, note_output, settle_ending
 from sbx.tools.builtin.plan import PlanStep
@@ -106,6 +108,7 @@ def run(
     plan: Sequence[PlanStep] = (),
     plan_revision: int = 0,
     spend: SpendLimit | None = None,
+    prior: PriorWork | None = None,
 ) -> RunResult:
     """Answer `question` with the model and the gate's tools, within `settings.budget`.
 
@@ -117,11 +120,14 @@ def run(
     (`cancelled`); raises only for operator errors from the gate (the sandbox
     or the audit log failed). `spend` is the budget above the run (a key's or team's,
     from the face's store): asked before every request and tool batch (`budget_exceeded`).
+    `prior` is sandbox work done for the run before it (a restore's replay): counted as its own.
     """
     state = RunState(
         run_id=gate.run_id, started=time.monotonic(), messages=list(history), question=question,
         history=len(history),
     )
+    if prior is not None:
+        state.sandbox, state.artifacts = replace(prior.sandbox), list(prior.artifacts)
     if not history:
         add_message(state, {"role": "system", "content": system_prompt}, emit)
     elif plan:
@@ -133,9 +139,12 @@ def run(
     gate.set_deadline(state.started + settings.budget.max_wall_time)  # running code is cut too
     dispatcher = ToolDispatcher(gate, workers=settings.parallel_tools)
     cancel = cancel or Cancellation()
+    outgoing = RequestGuard(gate.guard, on_redaction=lambda counts: gate.record_redactions(
+        "model_request", counts))  # the boundary: every request, whatever built its messages
     try:
         while True:
-            ending = take_turn(state, model, dispatcher, tools, settings, emit, cancel, spend)
+            ending = take_turn(state, model, dispatcher, tools, settings, emit, cancel, spend,
+                               outgoing=outgoing)
             if ending is not None:
                 break
     except (KeyboardInterrupt, Cancelled):
@@ -155,10 +164,13 @@ def take_turn(
     emit: EventSink,
     cancel: Cancellation,
     spend: SpendLimit | None = None,
+    *,
+    outgoing: RequestGuard,
 ) -> Ending | None:
     """One model request and its tool calls; an `Ending` when the run must stop here.
 
-    Raises `Cancelled` once `cancel` fired (before the request, during it, or after the tools).
+    Every request passes `outgoing`, the run's data guard at the boundary. Raises
+    `Cancelled` once `cancel` fired (before the request, during it, or after the tools).
     """
     budget, tariff = settings.budget, settings.prices.tariff(model.model)
     cancel.check()
@@ -170,8 +182,10 @@ def take_turn(
         return ending
     timeout = remaining_s(state, budget, time.monotonic())  # retries included
     try:
-        reply = traced_complete(model, state.messages, tools, timeout=max(timeout, 0.001),
-                                cancel=cancel)
+        with ModelWait(run_id=state.run_id, turn=state.turns + 1, model=model.model,
+                       emit=emit) as wait:
+            reply = traced_complete(model, state.messages, tools, timeout=max(timeout, 0.001),
+                                    guard=outgoing, cancel=cancel, on_retry=wait.retried)
     except ModelError as exc:
         return model_ending(state, budget, exc, now=time.monotonic())
     record_reply(state, reply, emit)
@@ -325,6 +339,7 @@ def finish(
         verified=traced.verdict if traced is not None else None,
         sources=traced.sources if traced is not None else (),
         unsupported=traced.unsupported if traced is not None else (),
+        parts=ending.parts if ending.status == "completed" else None,
         plan=state.plan,
         plan_revision=state.plan_revision,
         plan_pending=pending_steps(state.plan) if ending.status == "completed"

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
+from sbx.agent.core.notes import DatasetNotes
 from sbx.tools.builtin.data_summary import summarize_data
 from sbx.tools.guard import DataGuard
 
@@ -25,6 +26,11 @@ PLANNING = """- When the question needs more than one or two executions, first w
   answer.
 """
 """The prompt's planning paragraph, included when `update_plan` is enabled."""
+REMEMBERING = """- When the user states or confirms a fact about a data file (its units, what a code
+  means, rows to exclude), save it with `remember` in their words, so the next conversation
+  on that file knows it. Never save your own results as notes.
+"""
+"""The prompt's paragraph about notes, included when `remember` is enabled."""
 _HEADER = re.compile(r"\A<!--(.*?)-->\s*", re.DOTALL)
 _VERSION = re.compile(r"version (\d+)")
 
@@ -65,19 +71,24 @@ def build_system_prompt(
     memory: str,
     tool_format: str = "native",
     guard: DataGuard | None = None,
+    notes: DatasetNotes | None = None,
 ) -> SystemPrompt:
     """Fill the template with the data summary, the enabled tools and the sandbox's limits.
 
     `tool_format` picks the section that says how to run code: native tool calls, or
     fenced ```python blocks for models without tool calling (`--tool-format text`).
-    The data summary passes the `guard` (column rules, then the detectors) first.
+    The data summary passes the `guard` (column rules, then the detectors) first, and so
+    do the `notes` people saved about the data, which follow it (marked as notes).
     """
-    summary = summarize_data(data, guard=guard)
+    section = notes.prompt_section() if notes is not None else ""
+    summary = summarize_data(data, guard=guard) + (f"\n\n{section}" if section else "")
     guarded = guard.text(summary) if guard is not None else None
     body, version = load_template()
     body = body.replace("$how_to_run", load_section(tool_format).strip())
     planning = "update_plan" in tools and tool_format != "text"  # text mode offers no tools
     body = body.replace("$planning\n", PLANNING if planning else "")
+    remembering = "remember" in tools and tool_format != "text"
+    body = body.replace("$remembering\n", REMEMBERING if remembering else "")
     text = Template(body).substitute(
         tools=", ".join(f"`{name}`" for name in tools) or "(no tools)",
         data=guarded.text if guarded is not None else summary,

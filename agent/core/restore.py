@@ -23,7 +23,17 @@ sandbox and before the question, the executions that built the state:
 - bounds (`[restore]`): the number of cells, then CPU seconds and wall time
   checked after each cell. Past one, or when the engine fails, the sandbox is
   replaced by an empty one and the model is told "state not restored", as
-  without restore. An engine that fails is the operator's error, as in any run.
+  without restore. An engine that fails is the operator's error, as in any run;
+- charged: the replay is work of the run that caused it. Its executions' CPU
+  seconds, wall time and memory (`Restored.sandbox`) are added to that run's
+  usage, so they count in its cost, its money budgets and the daily CPU quota;
+  the budgets are asked before each cell, and one that is used up stops the
+  replay (then the run stops at its first budget check, with the budget's status);
+- artifacts: the re-run cells write into a directory of their own below the
+  run's output (`restored-<token>/`). A file whose SHA-256 equals a recorded
+  artifact still on this host is removed again (a conversation resumed three
+  times keeps one copy, not four); one that differs, or whose original is on
+  another host, is kept and recorded as the run's artifact (`storage_bytes`).
 
 The outcome is one `state_restored` event (transcript, subscribers, the
 service's stream) and a note put before the question the model reads.
@@ -32,15 +42,18 @@ service's stream) and a note put before the question the model reads.
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import logging
+import secrets
+import shutil
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from sbx.agent.core.artifacts import file_sha256, keep_new
+from sbx.agent.core.budget import work_ending
 from sbx.agent.core.events import (
     CellDifference,
     Event,
@@ -49,6 +62,7 @@ from sbx.agent.core.events import (
 from sbx.agent.core.history import history_of
 from sbx.agent.core.outcomes import loss_text
 from sbx.agent.core.restore_settings import RestoreSettings
+from sbx.agent.core.state import PriorWork, SandboxUsage
 from sbx.agent.core.transcript import TranscriptError, read_transcript
 from sbx.agent.core.workspace import Workspace
 from sbx.agent.replay.compare import Comparison, Observed, compare
@@ -62,6 +76,12 @@ RELATIVE_NOISE = 1e-12
 differs after a millisecond, where `sbx replay --rerun`'s 1e-9 would allow 1.7 seconds."""
 MAX_NAMES = 20
 """Most variable names one notice lists (a cell may assign hundreds)."""
+RESTORED_DIR = "restored"
+"""The replay's artifacts go to `<run's output>/restored-<token>/` (see the module)."""
+
+BudgetCheck = Callable[[SandboxUsage], str | None]
+"""Asked before each cell with what the replay used so far: why it must stop (a money budget
+is used up), or None."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +130,25 @@ def assigned_names(code: str) -> list[str]:
     return list(dict.fromkeys(name for name in names if name != "_"))
 
 
+@dataclass(frozen=True, kw_only=True)
+class Restored:
+    """What a restore came to, and the work it did for the run that caused it."""
+
+    event: StateRestored
+    """The outcome (transcript, subscribers, the model's note)."""
+    sandbox: SandboxUsage = field(default_factory=SandboxUsage)
+    """What the re-run cells used: charged to the run that caused the replay."""
+    written: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Every file the re-run cells wrote: host path -> (size, SHA-256)."""
+    kept: tuple[str, ...] = ()
+    """The written files kept by `restore_workspace` (the others matched a recorded one)."""
+
+    @property
+    def work(self) -> PriorWork:
+        """The replay as work of its run (its usage and the artifacts it records)."""
+        return PriorWork(sandbox=replace(self.sandbox), artifacts=self.kept)
+
+
 @dataclass(kw_only=True)
 class _Tally:
     """A replay in progress: what it has spent and found."""
@@ -117,21 +156,29 @@ class _Tally:
     started: float
     cpu: float = 0.0
     replayed: int = 0
+    used: SandboxUsage = field(default_factory=SandboxUsage)
+    written: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 def replay(
-    gate: ToolGate, cells: list[Cell], settings: RestoreSettings, *, reason: str
-) -> StateRestored:
-    """Re-run `cells` through `gate`, in order, within the bounds; what came of it."""
+    gate: ToolGate, cells: list[Cell], settings: RestoreSettings, *, reason: str,
+    budget: BudgetCheck | None = None,
+) -> Restored:
+    """Re-run `cells` through `gate`, in order, within the bounds and `budget`; what came of it."""
     base: dict[str, object] = {"cells": len(cells)}
     if len(cells) > settings.max_cells:
-        return StateRestored(status="not_restored", cells=len(cells),
-                             reason=f"{reason}; {len(cells)} cells exceed the replay bound "
-                                    f"of {settings.max_cells} cells")
+        return Restored(event=StateRestored(
+            status="not_restored", cells=len(cells),
+            reason=f"{reason}; {len(cells)} cells exceed the replay bound of "
+                   f"{settings.max_cells} cells"))
     tally = _Tally(started=time.monotonic())
     differed: list[CellDifference] = []
     failed: list[CellDifference] = []
     for cell in cells:
+        spent = budget(tally.used) if budget is not None else None
+        if spent is not None:
+            return _ended(tally, base, "not_restored", [], [], f"{reason}; the replay stopped "
+                                                               f"at a budget: {spent}")
         outcome = gate.call(name="execute_python", arguments=json.dumps({"code": cell.code}),
                             call_id=f"restore-{cell.call_id}"[:128])
         tally.replayed += 1
@@ -141,6 +188,8 @@ def replay(
             failed.append(_difference(cell, f"not re-run ({outcome.status}): {first}"))
             continue
         tally.cpu += result.cpu_seconds if result.cpu_seconds is not None else result.duration_s
+        tally.used.add(result.duration_s, result.cpu_seconds, result.peak_memory_bytes)
+        tally.written.update((a.path, (a.size, a.sha256)) for a in result.artifacts)
         verdict = _verdict(cell, outcome)
         if not result.ok:
             failed.append(_difference(cell, verdict.detail))
@@ -177,18 +226,10 @@ def _artifact_difference(cell: Cell, written: dict[str, str]) -> str | None:
         name = Path(recorded).name
         if name not in written:
             return f"artifact {name!r} was not written again"
-        then = _sha256(Path(recorded))
+        then = file_sha256(Path(recorded))
         if then is not None and then != written[name]:
             return f"artifact {name!r} differs (sha256 {then[:12]} then, {written[name][:12]} now)"
     return None
-
-
-def _sha256(path: Path) -> str | None:
-    try:
-        with path.open("rb") as stream:
-            return hashlib.file_digest(stream, "sha256").hexdigest()
-    except OSError:  # on another host, or removed since: compared by name alone
-        return None
 
 
 def _over_bound(tally: _Tally, settings: RestoreSettings) -> str | None:
@@ -207,37 +248,56 @@ def _difference(cell: Cell, detail: str) -> CellDifference:
 
 
 def _ended(tally: _Tally, base: dict[str, object], status: str, differed: list[CellDifference],
-           failed: list[CellDifference], reason: str) -> StateRestored:
+           failed: list[CellDifference], reason: str) -> Restored:
     names = [name for item in (*differed, *failed) for name in item.variables]
-    return StateRestored.model_validate({
+    event = StateRestored.model_validate({
         **base, "status": status, "replayed": tally.replayed, "differed": differed,
         "failed": failed, "variables": list(dict.fromkeys(names))[:MAX_NAMES],
         "reason": reason, "duration_s": round(time.monotonic() - tally.started, 3),
         "cpu_seconds": round(tally.cpu, 3),
     })
+    return Restored(event=event, sandbox=tally.used, written=tally.written)
 
 
 def restore_workspace(
     workspace: Workspace, cells: list[Cell], settings: RestoreSettings, *, run_id: str,
     reason: str, cause: str = "replaced",
-) -> StateRestored:
+) -> Restored:
     """Replay `cells` into `workspace`'s sandbox, through a gate of their own.
 
     Their audit run id is `<run_id>-restore`; a replay that does not finish
     leaves an empty sandbox behind (the note then says "state not restored").
+    Its artifacts go below `output_dir(run_id)` and are settled by digest, and the
+    owner's money budgets are asked before each cell (see the module).
     """
     workspace.prepare(run_id)  # the sandbox carries the owner's run id, not the replay's
-    gate = workspace.open_gate(f"{run_id}-restore")
+    scratch = workspace.output_dir(run_id) / f"{RESTORED_DIR}-{secrets.token_hex(4)}"
+    gate = workspace.open_gate(f"{run_id}-restore", output=scratch)
     outcome = "error"  # the engine failed: the run's own handling reports it
     try:
-        event = replay(gate, cells, settings, reason=reason)
+        restored = replay(gate, cells, settings, reason=reason, budget=_budget(workspace))
         outcome = "completed"
     finally:
         gate.close(reason=outcome)
-    if event.status == "not_restored" and event.replayed:
+        if outcome == "error":  # nothing of a failed replay is recorded: nothing stays
+            shutil.rmtree(scratch, ignore_errors=True)
+    if restored.event.status == "not_restored" and restored.event.replayed:
         workspace.discard()  # half a state is worse than none: start empty, as the note says
         workspace.take_reset()
-    return event.model_copy(update={"run_id": run_id, "cause": cause})
+    recorded = [Path(path) for cell in cells for path in cell.artifacts]
+    event = restored.event.model_copy(update={"run_id": run_id, "cause": cause})
+    return replace(restored, event=event, kept=keep_new(restored.written, recorded, scratch))
+
+
+def _budget(workspace: Workspace) -> BudgetCheck:
+    """The owner's `max_cost` and key's or team's budgets, for sandbox time (no model asked)."""
+    settings = workspace.config.settings
+    tariff = settings.prices.tariff("")  # no tokens are spent: only the sandbox's prices count
+
+    def check(used: SandboxUsage) -> str | None:
+        ended = work_ending(used, settings.budget, tariff, workspace.spec.spend)
+        return ended.message if ended is not None else None
+    return check
 
 
 def prior_cells(path: Path, settings: RestoreSettings, *, reset: bool) -> list[Cell] | None:

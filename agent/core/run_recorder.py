@@ -23,13 +23,13 @@ tool call's outcome maps to a run's status is written here once
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.cost import Tariff
-from sbx.agent.core.state import RunResult, SandboxUsage
+from sbx.agent.core.state import PriorWork, RunResult, SandboxUsage
 from sbx.agent.model.reply import TokenUsage
 from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.session import new_run_id as new_run_id
@@ -157,13 +157,16 @@ def recorded(recorder: RunRecorder, ticket: RunTicket, work: Callable[[], T],
 
 
 def recorded_call(recorder: RunRecorder, ticket: RunTicket,
-                  call: Callable[[], ToolOutcome], tariff: Tariff | None = None) -> ToolOutcome:
+                  call: Callable[[], ToolOutcome], tariff: Tariff | None = None,
+                  prior: Callable[[], PriorWork | None] | None = None) -> ToolOutcome:
     """One program's whole life: admitted, started, then finished or withdrawn.
 
-    `tariff` prices its sandbox time (CPU seconds, GB-seconds) as the run's cost.
+    `tariff` prices its sandbox time (CPU seconds, GB-seconds) as the run's cost;
+    `prior()`, asked when it ends, is work `call` did for it first (a restore's replay).
     """
     recorder.admitted(ticket)
-    return recorded(recorder, ticket, call, lambda outcome: call_outcome(outcome, tariff))
+    return recorded(recorder, ticket, call, lambda outcome: call_outcome(
+        outcome, tariff, prior() if prior is not None else None))
 
 
 def failed_outcome(exc: BaseException) -> RunOutcome:
@@ -176,8 +179,9 @@ def result_outcome(result: RunResult) -> RunOutcome:
     """A conversation run's outcome from its `RunResult`."""
     data = result.as_dict()
     summary = {key: data[key] for key in ("turns", "tool_calls", "usage", "duration_s", "sandbox")}
-    summary.update({key: data[key] for key in ("plan", "plan_pending", "cost", "verified",
-                                               "sources", "unsupported") if key in data})
+    summary.update({key: data[key] for key in ("plan", "plan_pending", "cost", "parts",
+                                               "mislabelled", "verified", "sources",
+                                               "unsupported") if key in data})
     return RunOutcome(
         status=result.status, message=result.message[:MAX_MESSAGE_CHARS], answer=result.answer,
         question=result.question, result=summary, cpu_seconds=result.sandbox.cpu_seconds,
@@ -187,26 +191,33 @@ def result_outcome(result: RunResult) -> RunOutcome:
     )
 
 
-def call_outcome(outcome: ToolOutcome, tariff: Tariff | None = None) -> RunOutcome | None:
-    """One program's outcome from the gate's; None when the gate refused it (nothing ran)."""
-    if outcome.execution is None and outcome.status in NOTHING_RAN:
+def call_outcome(outcome: ToolOutcome, tariff: Tariff | None = None,
+                 prior: PriorWork | None = None) -> RunOutcome | None:
+    """One program's outcome from the gate's; None when nothing ran (the gate refused it).
+
+    `prior` (a restore's replay before it) counts in its CPU seconds, cost and artifacts.
+    """
+    ran = outcome.execution
+    if ran is None and outcome.status in NOTHING_RAN and prior is None:
         return None
-    status = call_status(outcome)
-    execution = outcome.execution.model_dump(mode="json") if outcome.execution else None
-    cpu = float((execution or {}).get("cpu_seconds") or 0.0)
+    execution = ran.model_dump(mode="json") if ran is not None else None
     message = outcome.text.splitlines()[0] if outcome.text else ""
     result: dict[str, Any] | None = {"execution": execution} if execution is not None else None
-    cost = 0.0
-    if tariff is not None and outcome.execution is not None:
-        used = SandboxUsage()
-        ran = outcome.execution
+    used = replace(prior.sandbox) if prior is not None else SandboxUsage()
+    if ran is not None:
         used.add(ran.duration_s, ran.cpu_seconds, ran.peak_memory_bytes)
+    cost = 0.0
+    if tariff is not None and used.executions:
         priced = tariff.cost(TokenUsage(), used)
         cost, result = priced.total, {**(result or {}), "cost": priced.as_dict()}
+    if prior is not None:
+        result = {**(result or {}), "restore": prior.sandbox.as_dict()}
     return RunOutcome(
-        status=status, message=message[:MAX_MESSAGE_CHARS], result=result, cpu_seconds=cpu,
-        cost=cost,
-        artifacts=tuple(artifact.path for artifact in outcome.artifacts), holds_sandbox=True,
+        status=call_status(outcome), message=message[:MAX_MESSAGE_CHARS], result=result,
+        cpu_seconds=used.cpu_seconds, cost=cost,
+        artifacts=(*(prior.artifacts if prior is not None else ()),
+                   *(artifact.path for artifact in outcome.artifacts)),
+        holds_sandbox=True,
     )
 
 

@@ -122,6 +122,10 @@ class AgentSettings(BaseModel):
     `text` for models served without a tool-call parser: each ```python fenced block of a
     reply runs as one `execute_python` call (`sbx.agent.core.textformat`); other tools are not
     offered in text mode."""
+    require_answer_parts: bool = False
+    """Send back, once, every final answer written without its parts (Measured,
+    Interpretation, Assumptions). Off, an unmarked answer is sent back only when it mixes in
+    interpretation ("because", "probably"), and is shown as unmarked otherwise."""
     budget: Budget = Budget()
     """The run's hard limits (`[agent.budget]`)."""
     prices: Prices = Prices()

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from sbx.agent.core.outcomes import run_outcome
 from sbx.agent.model.reply import TokenUsage
+from sbx.agent.provenance.parts import PartsCheck
 from sbx.agent.provenance.trace import Output, Provenance, Source
 from sbx.tools.builtin.plan import PlanStep
 
@@ -82,6 +83,20 @@ class SandboxUsage:
             "peak_memory_bytes": self.peak_memory_bytes,
             "gb_seconds": round(self.gb_seconds, 6),
         }
+
+
+@dataclass(kw_only=True, frozen=True)
+class PriorWork:
+    """Sandbox work done for a run before its loop began (a restore's replay), charged to it.
+
+    It counts in the run's usage, cost, budgets and quotas like the run's own executions:
+    work the run caused is never free because it ran before the first model request.
+    """
+
+    sandbox: SandboxUsage
+    """The executions' wall time, CPU seconds and memory."""
+    artifacts: tuple[str, ...] = ()
+    """Host paths of the files it kept (recorded as the run's artifacts)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -168,6 +183,8 @@ class Ending:
     """The model's question to the user; set only with `needs_input`."""
     provenance: Provenance | None = None
     """Its numbers traced to the run's outputs; set only with `completed`."""
+    parts: PartsCheck | None = None
+    """Its measured and interpreted parts, checked; set only with `completed`."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -206,6 +223,9 @@ class RunResult:
     """Each traced number of the answer, with the execution and output line that printed it."""
     unsupported: tuple[str, ...] = ()
     """Numbers of the answer that no output printed, as written."""
+    parts: PartsCheck | None = None
+    """With an answer: its measured part, its interpretation and assumptions, and the
+    sentences presented as measured that are interpretation (`agent.provenance.parts`)."""
     plan: tuple[PlanStep, ...] = ()
     """The final plan, as the model last saved it (empty when it wrote none)."""
     plan_revision: int = 0
@@ -235,6 +255,7 @@ class RunResult:
             "unsupported": list(self.unsupported),
             **({"cost": self.cost} if self.cost is not None else {}),
             **(self._plan_dict() if self.plan else {}),
+            **(_parts_dict(self.parts) if self.parts is not None else {}),
         }
 
     def _plan_dict(self) -> dict[str, Any]:
@@ -243,3 +264,7 @@ class RunResult:
             "plan_revision": self.plan_revision,
             "plan_pending": list(self.plan_pending),
         }
+
+
+def _parts_dict(checked: PartsCheck) -> dict[str, Any]:
+    return {"parts": checked.parts.as_dict(), "mislabelled": list(checked.mislabelled)}

@@ -43,12 +43,14 @@ from sbx.agent.core.run_recorder import (
     new_run_id,
     recorded_call,
 )
+from sbx.agent.core.state import PriorWork
 from sbx.agent.core.workspace import Workspace
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.result import Artifact
 from sbx.tools.audit import AuditError
 from sbx.tools.context import OutputSink
 from sbx.tools.gate import ToolGate
+from sbx.tools.guard import DataGuard
 from sbx.tools.outcome import ToolOutcome
 
 logger = logging.getLogger(__name__)
@@ -111,6 +113,16 @@ class ToolSession(Closing):
         self._artifacts: dict[str, Artifact] = {}
         self._journal: list[Cell] = list(journal)
         """The executions that built the sandbox's state, replayed after a reset (issue 21)."""
+        rules = workspace.config.policy.guard.for_principal(self.principal, workspace.spec.team)
+        self._guard = DataGuard(rules)
+
+    def guarded(self, text: str) -> str:
+        """`text` as it may leave for the client's model: the principal's data guard applied.
+
+        The gate filters each observation; what the session says beside it (a restore's
+        note quoting replayed output, a running execution's newest line) passes here.
+        """
+        return self._guard.text(text).text
 
     @property
     def output_dir(self) -> Path:
@@ -124,12 +136,13 @@ class ToolSession(Closing):
         raises `Refused` and leaves the session as it was.
         """
         note: str | None = None
+        prior: PriorWork | None = None
 
         def through_gate() -> ToolOutcome:
-            nonlocal note
+            nonlocal note, prior
             gate = self._open_gate()
             if name == "execute_python":
-                note = self._restored(self._take_reset_note())
+                note, prior = self._restored(self._take_reset_note())
             call_id = "call-" + uuid.uuid4().hex[:12]
             outcome = gate.call(name=name, arguments=json.dumps(arguments), call_id=call_id)
             if name == "execute_python":
@@ -142,7 +155,7 @@ class ToolSession(Closing):
                     raise SessionClosed(f"session {self.id} has ended")
                 using.enter_context(self.workspace.in_use())
             if name == "execute_python":
-                outcome = self._execution(through_gate)
+                outcome = self._execution(through_gate, lambda: prior)
             else:
                 outcome = through_gate()
             self._remember(outcome.artifacts)
@@ -153,17 +166,22 @@ class ToolSession(Closing):
             if name == self.data_tool and outcome.status == "ok" and isinstance(outcome.value,
                                                                                  Path):
                 footer = self._add_data(outcome.value)
-            return CallReport(outcome=outcome, reset_note=note, footer=footer)
+            shown = self.guarded(note) if note is not None else None
+            return CallReport(outcome=outcome, reset_note=shown, footer=footer)
 
-    def _execution(self, call: Callable[[], ToolOutcome]) -> ToolOutcome:
-        """One execution as a run: recorded, and cancelled (the drain) through its token."""
+    def _execution(self, call: Callable[[], ToolOutcome],
+                   prior: Callable[[], PriorWork | None]) -> ToolOutcome:
+        """One execution as a run: recorded, and cancelled (the drain) through its token.
+
+        A restore's replay before it (`prior()`) is charged to it.
+        """
         ticket = RunTicket(run_id=new_run_id(), kind=self.run_kind, principal=self.principal,
                            team=self.workspace.spec.team, conversation_id=self.id,
                            output_dir=self.output_dir)
         unhook = ticket.cancel.on_cancel(self.cancel_running)
         tariff = self.workspace.config.settings.prices.tariff("")  # sandbox time: its cost
         try:
-            return recorded_call(self.recorder, ticket, call, tariff)
+            return recorded_call(self.recorder, ticket, call, tariff, prior)
         finally:
             unhook()
 
@@ -283,19 +301,22 @@ class ToolSession(Closing):
             return None
         return reset_note(reason or "its sandbox was replaced")
 
-    def _restored(self, note: str | None) -> str | None:
-        """After a reset, the journal replayed into the new sandbox; what the client is told."""
+    def _restored(self, note: str | None) -> tuple[str | None, PriorWork | None]:
+        """After a reset, the journal replayed into the new sandbox; the client's note.
+
+        Also the replay's work, charged to the execution that caused it.
+        """
         settings = self.workspace.config.restore
         with self._lock:
             cells, reason = list(self._journal), self._last_reason
         if note is None or not cells or not settings.enabled:
-            return note
-        event = restore_workspace(self.workspace, cells, settings, run_id=self.id,
-                                  reason=reason or "its sandbox was replaced")
-        if event.status == "not_restored":
+            return note, None
+        restored = restore_workspace(self.workspace, cells, settings, run_id=self.id,
+                                     reason=reason or "its sandbox was replaced")
+        if restored.event.status == "not_restored":
             with self._lock:
                 self._journal.clear()
-        return restore_note(event)
+        return restore_note(restored.event), restored.work
 
     def _journal_add(self, cell: Cell | None) -> None:
         settings = self.workspace.config.restore

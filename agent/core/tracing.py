@@ -28,7 +28,8 @@ from opentelemetry.trace import Span, SpanKind
 
 from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.state import RunResult
-from sbx.agent.model.client import ModelClient, ModelReply
+from sbx.agent.model.boundary import RequestGuard
+from sbx.agent.model.client import ModelClient, ModelReply, RetryHook
 from sbx.tools.tracing import TRACER, failed
 
 if TYPE_CHECKING:
@@ -109,8 +110,9 @@ def record_result(span: Span, result: RunResult) -> None:
 
 
 def traced_complete(model: ModelClient, messages: Sequence[dict[str, Any]],
-                    tools: Sequence[dict[str, Any]], *, timeout: float,
-                    cancel: Cancellation | None = None) -> ModelReply:
+                    tools: Sequence[dict[str, Any]], *, timeout: float, guard: RequestGuard,
+                    cancel: Cancellation | None = None,
+                    on_retry: RetryHook | None = None) -> ModelReply:
     """`model.complete(...)` inside a `chat {model}` span; errors propagate unchanged."""
     attributes = {"gen_ai.operation.name": "chat", **model_attributes(model)}
     with TRACER.start_as_current_span(
@@ -118,7 +120,8 @@ def traced_complete(model: ModelClient, messages: Sequence[dict[str, Any]],
         record_exception=False, set_status_on_exception=False,
     ) as span:
         try:
-            reply = model.complete(messages, tools, timeout=timeout, cancel=cancel)
+            reply = model.complete(messages, tools, timeout=timeout, guard=guard, cancel=cancel,
+                                   on_retry=on_retry)
         except BaseException as exc:
             failed(span, type(exc).__name__)
             raise

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from sbx.agent.core.events import Event, parse_event
+from sbx.agent.core.events import LIVE_ONLY, Event, parse_event
 
 MAX_FIELD_CHARS = 4 * 1024 * 1024
 """Longest string one event field keeps; the sources' own caps are far lower."""
@@ -71,7 +71,13 @@ class Transcript:
         return record
 
     def record(self, event: Event) -> None:
-        """Append one event, flushed at once so a crash keeps everything before it."""
+        """Append one event, flushed at once so a crash keeps everything before it.
+
+        Events only for watching (`LIVE_ONLY`: a model still waited on) are not
+        written: the events that follow them are the record.
+        """
+        if event.type in LIVE_ONLY:
+            return
         line = {
             "seq": self._seq,
             "ts": round(time.time(), 3),

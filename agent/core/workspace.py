@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sbx.agent.core.config import AppConfig
+from sbx.agent.core.notes import NoteStore, notes_for
 from sbx.agent.core.outcomes import LossCause, execution_loss, idle_reason, loss_text
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.core.spend import SpendLimit
@@ -67,8 +68,7 @@ class ConversationSpec:
     team: str | None = None
     """The principal's team (the service's key or sign-in says which); audited beside it."""
     spend: SpendLimit | None = None
-    """The budgets above each run (the key's, the team's), from the face's store; None: the
-    per-run `max_cost` alone (the CLI)."""
+    """Budgets above each run (the key's, the team's), from the face's store; None: none."""
     withheld_tools: tuple[str, ...] = ()
     """Tools the policy enables that this principal's team is not offered (off at its gate)."""
     data: tuple[Path, ...] = ()
@@ -80,16 +80,16 @@ class ConversationSpec:
     label: str | None = None
     """Shown first in the progress and kept in the transcript (the demo's "scripted model")."""
     conversation_id: str | None = None
-    """The owner's id (a conversation's, an MCP session's, one program's run id); the core
-    makes a new conversation id when None."""
+    """The owner's id (a conversation's, an MCP session's, a program's run); None: a new one."""
     operator: Operator | None = None
     """Who answers the model's `ask_user` at once (the CLI's terminal prompt); None: no one."""
     defer_questions: bool = False
     """Without an operator, `ask_user` ends the run `needs_input` and `answer()` continues it;
     with neither, the model is not offered `ask_user`."""
+    notes: NoteStore | None = None
+    """Where notes about the data live (the CLI's file, the service's database); None: none."""
     one_shot: bool = False
-    """One program, as a script runs (`execute_program`): its stdout is exactly what it wrote,
-    no trailing expression's value is printed as a notebook would."""
+    """One program (`execute_program`): stdout is what it wrote, no trailing value printed."""
 
 
 def check_data(data: Sequence[Path]) -> None:
@@ -150,7 +150,8 @@ class Workspace(Closing):
         return self.spec.output or self.spec.output_root / run_id
 
     def open_gate(
-        self, run_id: str, *, continues: str | None = None, on_output: OutputSink | None = None
+        self, run_id: str, *, continues: str | None = None, on_output: OutputSink | None = None,
+        output: Path | None = None,
     ) -> ToolGate:
         """A started gate for one run, its code sent to this workspace's sandbox.
 
@@ -159,12 +160,13 @@ class Workspace(Closing):
         The gate may outlive a `discard()`: its next program opens a new
         sandbox. The caller closes the gate (`run_end`) when the run ends. `continues`
         names the run this one continues (after `needs_input`) in the audit's `run_start`;
-        `on_output(call_id, stream, text)` receives executions' output while they run.
+        `on_output(call_id, stream, text)` receives executions' output while they run;
+        `output` replaces `output_dir(run_id)` (a restore's replay writes apart, see `restore`).
         """
-        opened = self._sandbox(run_id)
+        opened = self._sandbox(run_id, output)
         context = ToolContext(
             run_id=run_id,
-            runner=_CurrentSandbox(self, run_id) if opened is not None else None,
+            runner=_CurrentSandbox(self, run_id, output) if opened is not None else None,
             data_paths=list(self._data()),
             data_drop=_QueryDrop(self) if self._drop is not None else None,
             principal=self.spec.principal,
@@ -175,7 +177,7 @@ class Workspace(Closing):
             continues=continues,
             on_output=on_output,
             observation_chars=self.config.settings.observation_tokens * CHARS_PER_TOKEN,
-            show_values=not self.spec.one_shot,
+            show_values=not self.spec.one_shot, notes=notes_for(self.spec, self.config.policy),
         )
         return build_gate(
             withhold(self.config.policy, self.spec.withheld_tools),
@@ -306,7 +308,7 @@ class Workspace(Closing):
         rule = self.config.policy.tools.query_sql
         return rule.enabled and bool(rule.sources_for(self.spec.principal))
 
-    def _sandbox(self, run_id: str) -> Session | None:
+    def _sandbox(self, run_id: str, output: Path | None = None) -> Session | None:
         """The workspace's session, opened at first use, its output set for `run_id`."""
         if not self.enabled or self._pool is None:
             return None
@@ -321,11 +323,11 @@ class Workspace(Closing):
                         limits=self.config.limits,
                         image=self.image,
                         data=self._data(),
-                        output_dir=self.output_dir(run_id),
+                        output_dir=output or self.output_dir(run_id),
                         run_id=run_id,
                     )
                 )
-            self._session.output_dir = self.output_dir(run_id)
+            self._session.output_dir = output or self.output_dir(run_id)
             self.used = True
             return self._session
 
@@ -359,9 +361,10 @@ class _CurrentSandbox:
     workspace's back (`Session.run` restarts a closed session).
     """
 
-    def __init__(self, workspace: Workspace, run_id: str) -> None:
+    def __init__(self, workspace: Workspace, run_id: str, output: Path | None) -> None:
         self._workspace = workspace
         self._run_id = run_id
+        self._output = output
 
     def run(
         self,
@@ -372,7 +375,7 @@ class _CurrentSandbox:
         show_values: bool = True,
     ) -> ExecutionResult:
         """Run `code` in the workspace's current sandbox (opened again after a discard)."""
-        session = self._workspace._sandbox(self._run_id)
+        session = self._workspace._sandbox(self._run_id, self._output)
         if session is None:
             raise SandboxError("no sandbox is available in this workspace")
         try:

@@ -26,9 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from sbx.agent.core.history import RecordedConversation, StateLoss
+from sbx.agent.core.history import RecordedConversation, RecordedRun, StateLoss
 from sbx.agent.export.code import RESET_CODE, comment, rewrite_paths
 from sbx.agent.export.common import executions, header_for, outcome_phrase
+from sbx.agent.provenance.parts import UNMARKED_NOTE
 from sbx.tools.text_safety import safe_text
 
 Format = Literal["ipynb", "py", "md"]
@@ -69,6 +70,15 @@ def run_cell(source, name):
 '''
 
 
+def answer_comment(run: RecordedRun) -> str:
+    """The answer for a script's comment: each part under its title when it has parts."""
+    if run.parts is None or not run.parts.marked:
+        note = f"\n{UNMARKED_NOTE}" if run.parts is not None else ""
+        return f"Answer: {run.answer}{note}"
+    titled = [f"{title}:\n{text}" for title, text in run.parts.titled()]
+    return "Answer:\n" + "\n".join(titled)
+
+
 def to_script(record: RecordedConversation) -> str:
     """The code as one Python script with `# %%` cells."""
     parts = [header_for(record)]
@@ -88,7 +98,7 @@ def to_script(record: RecordedConversation) -> str:
                 code = f"run_cell({code!r}, {f'execution {execution.number}'!r})\n"
             parts.append(f"# %% {safe_text(title)}\n{code.rstrip()}\n")
         if run.answer is not None:
-            parts.append(f"# %% [markdown]\n{comment('Answer: ' + run.answer)}\n")
+            parts.append(f"# %% [markdown]\n{comment(answer_comment(run))}\n")
         if run.needs_input is not None:
             parts.append(f"# %% [markdown]\n{comment('The model asked: ' + run.needs_input)}\n")
     return "\n\n".join(part.rstrip("\n") for part in parts) + "\n"

@@ -23,6 +23,7 @@ from sbx.agent.core.history import (
     StateLoss,
 )
 from sbx.agent.export.common import markdown_text, outcome_phrase, png_bytes
+from sbx.agent.provenance.parts import UNMARKED_NOTE
 from sbx.tools.text_safety import safe_text
 
 MAX_OUTPUT_LINES = 200
@@ -129,7 +130,10 @@ def answer_section(run: RecordedRun) -> str:
         return f"### The model asked\n\n{markdown_text(run.needs_input)}"
     if run.answer is None:
         return f"### No answer\n\nThe run ended `{_code_span(str(run.status))}`."
-    parts = ["### Answer", markdown_text(run.answer)]
+    parts = ["### Answer", *answer_parts(run)]
+    if run.mislabelled:
+        quoted = "; ".join(f"“{markdown_text(sentence)}”" for sentence in run.mislabelled)
+        parts.append(f"**Interpretation presented as measured**: {quoted}")
     if run.verified is True and run.sources:  # an answer without numbers is not "verified"
         parts.append("**Verified**: every number checked was printed by the run's code.")
     elif run.verified is False:
@@ -138,6 +142,16 @@ def answer_section(run: RecordedRun) -> str:
     if run.sources:
         parts.append(_sources_table(run.sources))
     return "\n\n".join(parts)
+
+
+def answer_parts(run: RecordedRun) -> list[str]:
+    """The answer under its parts' titles, or whole and marked unmarked (markdown)."""
+    answer = run.answer or ""
+    if run.parts is None:  # recorded before answers had parts
+        return [markdown_text(answer)]
+    if not run.parts.marked:
+        return [markdown_text(answer), f"*{UNMARKED_NOTE}*"]
+    return [f"#### {title}\n\n{markdown_text(text)}" for title, text in run.parts.titled()]
 
 
 def _sources_table(sources: list[dict[str, Any]]) -> str:

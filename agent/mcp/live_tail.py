@@ -9,6 +9,7 @@ and cut, never the whole stream: the full output comes with the result.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from sbx.tools.text_safety import safe_text
 
@@ -43,11 +44,14 @@ class LiveTail:
             self._pending.clear()
             self._newest = None
 
-    def newest_line(self) -> str | None:
-        """The newest complete line so far, escaped (no terminal control) and cut."""
+    def newest_line(self, guard: Callable[[str], str] = str) -> str | None:
+        """The newest complete line so far, passed through `guard`, escaped and cut.
+
+        `guard` is the session's data guard: it sees the whole line, before the cut.
+        """
         with self._lock:
             line = self._newest
         if line is None:
             return None
-        shown = safe_text(line)
+        shown = safe_text(guard(line))
         return shown if len(shown) <= MAX_LINE_CHARS else shown[: MAX_LINE_CHARS - 1] + "…"

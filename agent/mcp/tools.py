@@ -10,7 +10,8 @@ calling model can read it and adapt. `reset_sandbox` only removes the
 caller's own sandbox; it is audited as a `sandbox_reset` record.
 
 Executions run on a worker thread while this side sends progress
-notifications (elapsed seconds against the time limit). A cancellation from
+notifications (elapsed seconds against the time limit, and the newest line
+printed, through the session's data guard like every text sent to the client). A cancellation from
 the client marks the call `cancelled` at the gate and removes the sandbox
 (the code dies with it) before the handler gives up; the next call runs in
 a fresh sandbox and says so. One execution runs at a time per session; a
@@ -175,7 +176,7 @@ async def _report_progress(
         await anyio.sleep(PROGRESS_INTERVAL_S)
         elapsed = anyio.current_time() - started
         message = f"running for {elapsed:.0f} s (time limit {timeout_s:g} s)"
-        line = session.live.newest_line()
+        line = session.live.newest_line(session.guarded)
         if line is not None:
             message += f"; last output: {line}"
         await ctx.report_progress(round(elapsed, 1), timeout_s, message)
@@ -191,10 +192,14 @@ async def call_host_tool(
 
 
 def result_of(report: CallReport, session: McpSession) -> CallToolResult:
-    """The gate's observation as text (the reset note first, a footer last), then artifacts."""
+    """The gate's observation as text (the reset note first, a footer last), then artifacts.
+
+    The text passes the session's data guard as it leaves, whatever built it; the
+    artifacts are the caller's own files, linked by the names the code gave them.
+    """
     outcome = report.outcome
     parts = [report.reset_note, outcome.text, report.footer]
-    text = "\n\n".join(part for part in parts if part is not None)
+    text = session.guarded("\n\n".join(part for part in parts if part is not None))
     content: list[ContentBlock] = [TextContent(text=text)]
     limit = session.workspace.config.limits.max_artifact_bytes
     content += artifact_blocks(session.id, session.output_dir, outcome.artifacts, max_bytes=limit)

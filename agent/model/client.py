@@ -11,6 +11,10 @@ time left; when it does not, `OutOfTime` says so at once instead of sleeping
 is one `ModelError` whose message says what failed, where, and which knob to
 turn. sbx parses the reply body itself (`agent.model_reply`): the SDK's
 lenient models let a hostile body through as half-typed objects.
+
+Every request passes the run's `RequestGuard` (`agent.model.boundary`) last,
+after the messages are in their final shape: that is the one boundary where
+data leaves for the provider, whatever built the messages.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import openai
@@ -30,6 +34,7 @@ from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.compaction import estimate_tokens
 from sbx.agent.core.settings import AgentSettings, Endpoint
 from sbx.agent.core.textformat import as_text_messages, with_code_calls
+from sbx.agent.model.boundary import RequestGuard
 from sbx.agent.model.http import UnusableReply, attempt_deadline, guarded_client
 from sbx.agent.model.reply import (
     ModelError,
@@ -43,7 +48,7 @@ from sbx.agent.model.reply import (
 )
 
 __all__ = [
-    "CONNECT_TIMEOUT_S", "ModelClient", "ModelError", "ModelReply", "OutOfTime",
+    "CONNECT_TIMEOUT_S", "ModelClient", "ModelError", "ModelReply", "OutOfTime", "RetryHook",
     "ToolCallRequest", "TokenUsage", "request_timeout",
 ]
 
@@ -60,6 +65,8 @@ class OutOfTime(ModelError):
     """The time the caller gave ran out, or a retry's wait would not fit in what is left."""
 
 
+RetryHook = Callable[[int, str], None]
+"""`on_retry(retries, reason)`: the request failed and is tried again (`reason`: `HTTP 503`)."""
 _NOTE = "\x00"
 """Where a failure's message says how often it was retried."""
 
@@ -67,14 +74,18 @@ _NOTE = "\x00"
 class _Retry(Exception):
     """One failed attempt that may be retried after `wait` seconds (None: the backoff).
 
-    `template` holds `_NOTE` where the retry count goes; `status` picks its wording.
+    `template` holds `_NOTE` where the retry count goes; `status` picks its wording;
+    `reason` is the short why a waiting line shows (`HTTP 503`), without the endpoint.
     """
 
-    def __init__(self, template: str, wait: float | None = None, *, status: bool) -> None:
+    def __init__(
+        self, template: str, wait: float | None = None, *, status: bool, reason: str
+    ) -> None:
         super().__init__(template.replace(_NOTE, ""))
         self.template = template
         self.wait = wait
         self.status = status
+        self.reason = reason
 
     def final(self, retries: int) -> str:
         """The message once no retry is left."""
@@ -131,13 +142,17 @@ class ModelClient:
         tools: Sequence[dict[str, Any]],
         *,
         timeout: float,
+        guard: RequestGuard,
         cancel: Cancellation | None = None,
+        on_retry: RetryHook | None = None,
     ) -> ModelReply:
         """Send the conversation and the tool list; all attempts together take at most `timeout` s.
 
+        Every message passes `guard` (the run principal's data guard) as it leaves.
         Raises `OutOfTime` when `timeout` runs out first, `Cancelled` within about
         `CANCEL_POLL_S` of `cancel` firing (the request in flight is abandoned),
-        `ModelError` for anything else.
+        `ModelError` for anything else. `on_retry(retries, reason)` hears each retry
+        before its wait (the waiting line's count and why).
         """
         started = time.monotonic()
         deadline = started + timeout
@@ -150,7 +165,7 @@ class ModelClient:
         if text_format:  # no tools on the wire; code comes back in fenced blocks
             messages, tools = as_text_messages(messages), ()
         logger.debug("Requesting a completion from %s (%d messages)", self.model, len(messages))
-        sendable = clean_value(list(messages))  # a lone surrogate cannot be sent as UTF-8
+        sendable = clean_value(guard.messages(messages))  # a lone surrogate cannot be UTF-8
         attempt = 0
         while True:
             try:
@@ -158,6 +173,8 @@ class ModelClient:
             except _Retry as failed:
                 if attempt >= self.max_retries:
                     raise ModelError(failed.final(self.max_retries)) from None
+                if on_retry is not None:
+                    on_retry(attempt + 1, failed.reason)
                 self._wait(failed, attempt, deadline, cancel)
                 attempt += 1
                 continue
@@ -206,7 +223,7 @@ class ModelClient:
             raise _Retry(
                 f"the model endpoint {self.base_url} did not answer within {per_attempt:g} s "
                 f"({_NOTE}raise --request-timeout)",
-                status=False,
+                status=False, reason=f"no answer within {per_attempt:g} s",
             ) from None
         except openai.APIConnectionError as exc:
             cause = _cause(exc)
@@ -217,7 +234,7 @@ class ModelClient:
             raise _Retry(
                 f"cannot reach the model endpoint {self.base_url}: {cause} "
                 f"({_NOTE}check --base-url / OPENAI_BASE_URL)",
-                status=False,
+                status=False, reason="cannot connect",
             ) from None
         except openai.OpenAIError as exc:
             raise ModelError(f"the model endpoint's reply could not be used: {exc}") from None
@@ -237,7 +254,8 @@ class ModelClient:
         retried = status >= 500 or status in _RETRIED_STATUS
         if should == "false" or (not retried and should != "true"):
             return ModelError(template.replace(_NOTE, ""))
-        return _Retry(template, _retry_after(exc.response.headers), status=True)
+        wait = _retry_after(exc.response.headers)
+        return _Retry(template, wait, status=True, reason=f"HTTP {status}")
 
     def _wait(self, failed: _Retry, attempt: int, deadline: float,
               cancel: Cancellation | None = None) -> None:

@@ -5,10 +5,11 @@ The loop calls three helpers, so its own functions stay small (G1):
 - `note_output` after every tool outcome: an `execute_python` stdout (as the
   sandbox returned it) or a `calculate` result is kept in `RunState.outputs`;
 - `answer_ending` in the `FinalAnswer` path: trace the answer's numbers
-  (`agent.provenance`); if any is unsupported, and no validation turn was
-  asked yet, and the budget allows one more request, append one harness
-  message that names them and let the loop go on; else end `completed` with
-  the verdict;
+  (`agent.provenance`) and split it into its measured and interpreted parts
+  (`agent.provenance.parts`); if a number is unsupported or interpretation is
+  presented as measurement, and no validation turn was asked yet, and the
+  budget allows one more request, append one harness message that names them
+  and let the loop go on; else end `completed` with the verdict;
 - `settle_ending` when the run ends: a budget or model failure during the
   validation turn still ends `completed`, with the first answer, unverified
   (the model did answer; only the re-check was cut short). A cancel or a gate
@@ -29,6 +30,7 @@ from sbx.agent.core.compaction import estimate_tokens
 from sbx.agent.core.events import EventSink, ExecutionRecord, MessageAdded
 from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.state import Ending, PendingAnswer, RunState
+from sbx.agent.provenance.parts import check_parts, parts_request
 from sbx.agent.provenance.trace import Output, Provenance, trace_numbers, validation_request
 from sbx.tools.outcome import ToolOutcome
 
@@ -96,9 +98,13 @@ def answer_ending(
 ) -> Ending | None:
     """`completed` with the verdict, or None after asking for the one validation turn."""
     report = check(state, answer)
-    if report.verified or state.pending is not None or not tools:
+    labels = check_parts(answer, report)
+    relabel = labels.needs_turn(require_parts=settings.require_answer_parts)
+    if (report.verified and not relabel) or state.pending is not None or not tools:
         return completed(answer, report)
-    message = {"role": "user", "content": validation_request(report.unsupported)}
+    asked = [validation_request(report.unsupported) if not report.verified else "",
+             parts_request(labels) if relabel else ""]
+    message = {"role": "user", "content": "\n\n".join(text for text in asked if text)}
     estimate = estimate_tokens([*state.messages, message], tools)
     blocked = before_request(state, settings.budget, now=time.monotonic(), prompt_estimate=estimate)
     if blocked is not None:
@@ -110,7 +116,8 @@ def answer_ending(
 
 
 def completed(answer: str, report: Provenance, *, note: str = "") -> Ending:
-    """The `completed` ending; its message names any unsupported number."""
+    """The `completed` ending; its message names any unsupported number and mislabelled part."""
+    labels = check_parts(answer, report)
     message = "The model answered."
     if not report.verified:
         count = len(report.unsupported)
@@ -119,9 +126,13 @@ def completed(answer: str, report: Provenance, *, note: str = "") -> Ending:
             f"The model answered, but {count} number(s) in it were not printed by any output: "
             f"{listed}"
         )
+    if labels.mislabelled:
+        message = f"{message} {len(labels.mislabelled)} sentence(s) presented as measured are " \
+                  "interpretation."
     if note:
         message = f"{message} ({note})"
-    return Ending(status="completed", message=message, answer=answer, provenance=report)
+    return Ending(status="completed", message=message, answer=answer, provenance=report,
+                  parts=labels)
 
 
 def settle_ending(state: RunState, ending: Ending) -> Ending:

@@ -15,7 +15,9 @@ Numbers that no output printed are `unsupported`, except those skipped (see
 numbers the question itself gave, and digits in dates, times, URLs and
 ```python blocks. The skips are a judgement: each is a kind of number that
 is rarely a computed claim, and an unsupported one would cost the model a
-validation turn for nothing.
+validation turn for nothing. A skipped number is not checked at all, printed
+or not: `2024` found in a table's header (`year 2023 2024 growth_pct`) proves
+nothing, so the traced count a user reads counts checked claims only.
 
 Everything here is pure and bounded: at most `MAX_OUTPUT_NUMBERS` output
 numbers are indexed (the newest outputs first) and matching is a binary
@@ -210,15 +212,15 @@ def trace_numbers(answer: str, outputs: Sequence[Output], *, question: str = "")
         if text in sources or text in unsupported or text in skipped:
             continue
         reason = number.masked or ("code" if _inside(number, code) else None)
-        found = index.find(number) if reason is None else None
+        reason = reason or skip_reason(number, given)
+        if reason is not None:  # not checked, so not counted as traced even when printed
+            skipped[text] = Skipped(number=text, reason=reason)
+            continue
+        found = index.find(number)
         if found is not None:
             sources[text] = _source(text, found)
-            continue
-        reason = reason or skip_reason(number, given)
-        if reason is None:
-            unsupported[text] = None
         else:
-            skipped[text] = Skipped(number=text, reason=reason)
+            unsupported[text] = None
     return Provenance(
         sources=tuple(sources.values()), unsupported=tuple(unsupported),
         skipped=tuple(skipped.values()),

@@ -29,6 +29,7 @@ from sbx.agent.service.runs import Live
 from sbx.agent.service.teams import tenant_of_principal
 from sbx.agent.service.tenancy import dataset_paths
 from sbx.agent.store.models import Conversation
+from sbx.agent.store.notes import DbNoteStore
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +99,8 @@ def _hold(service: Service, row: _Taken, record: Resumable, *, reason: str) -> L
     tenant = tenant_of_principal(service, row.principal)
     spec = ConversationSpec(principal=row.principal, team=tenant.team, spend=tenant.spend,
                             withheld_tools=tenant.withheld_tools,
-                            output_root=directory / "output", defer_questions=True)
+                            output_root=directory / "output", defer_questions=True,
+                            notes=DbNoteStore(service.db))
     conversation = resume(service.app, record, spec=spec, endpoint=chosen, data=row.data,
                           limits=requested)
     if record.executions:

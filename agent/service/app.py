@@ -6,6 +6,7 @@
            ├─ /metrics (admin keys)                                   metrics.py
            ├─ /openapi.json                                           openapi.py
            ├─ /v1/datasets ...                                        datasets.py
+           ├─ /v1/datasets/{id}/notes ...                             notes.py
            ├─ /v1/conversations ...                                   conversations.py
            ├─ /v1/runs ... (SSE events, artifacts)                    runs_api.py, sse.py
            ├─ /v1/execute                                             execute.py
@@ -40,6 +41,7 @@ from sbx.agent.service import (
     exports,
     health,
     metrics,
+    notes,
     runs_api,
     usage,
 )
@@ -54,7 +56,8 @@ from sbx.agent.service.web import oidc, pages, signin
 from sbx.agent.service.web.headers import SecurityHeaders
 
 ENDPOINT_MODULES = (
-    conversations, datasets, execute, exports, health, metrics, oidc, runs_api, signin, usage
+    conversations, datasets, execute, exports, health, metrics, notes, oidc, runs_api, signin,
+    usage,
 )
 """Imported for their `@api` declarations."""
 

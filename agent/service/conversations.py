@@ -38,6 +38,7 @@ from sbx.agent.service.schemas import (
 from sbx.agent.service.teams import tenant_of
 from sbx.agent.service.tenancy import dataset_paths, limited, owned
 from sbx.agent.store.models import Conversation, Run
+from sbx.agent.store.notes import DbNoteStore
 from sbx.agent.store.quotas import reserve_conversation
 
 LIST_LIMIT = 200
@@ -71,7 +72,8 @@ def create_conversation(call: Call, body: CreateConversation) -> Response:
         spec = ConversationSpec(principal=call.principal, team=tenant.team,
                                 spend=tenant.spend, withheld_tools=tenant.withheld_tools,
                                 data=data, output_root=directory / "output",
-                                conversation_id=row.id, defer_questions=True)
+                                conversation_id=row.id, defer_questions=True,
+                                notes=DbNoteStore(service.db))
         conversation = service.app.conversation(
             spec, endpoint=replace(endpoint, model=model),
             transcript=directory / "transcript.jsonl", limits=body.limits)
@@ -144,20 +146,33 @@ def _submit(call: Call, text: str, *, answering: bool = False) -> Response:
         return held
     if held is None:  # pragma: no cover - _held answers inactive conversations itself
         raise Problem(409, "conversation-closed", "the conversation is closed")
-    pending = held.conversation.pending
-    if answering and (pending is None or held.run_id is not None):
-        raise Problem(409, "no-question-pending", "no run of this conversation is waiting "
-                      "for an answer (a run asks with ask_user and ends needs_input)")
     run_id = new_run_id()
+    if answering:
+        _claim(held, run_id)
     ticket = RunTicket(run_id=run_id, kind="question", principal=call.principal,
                        conversation_id=held.id, question=text,
                        output_dir=held.conversation.workspace.output_dir(run_id))
     recorder = StoreRecorder(service, tenant_of(service, call.key))
-    recorder.admitted(ticket)
-    service.runs.submit(held, ticket, recorder, text, answering=answering)
+    try:
+        recorder.admitted(ticket)
+        service.runs.submit(held, ticket, recorder, text, answering=answering)
+    except BaseException:
+        held.conversation.question.unclaim(run_id)  # refused: it waits for another answer
+        raise
     accepted = RunAccepted(run_id=run_id, status="queued", url=f"/v1/runs/{run_id}",
                            events_url=f"/v1/runs/{run_id}/events")
     return json_response(accepted, 202, headers={"Location": accepted.url})
+
+
+def _claim(held: Live, run_id: str) -> None:
+    """The pending question, taken for this answer in one step (a second answer gets 409)."""
+    try:
+        if held.run_id is not None:
+            raise ValueError("a run is executing")
+        held.conversation.question.claim(run_id)
+    except ValueError:
+        raise Problem(409, "no-question-pending", "no run of this conversation is waiting "
+                      "for an answer (a run asks with ask_user and ends needs_input)") from None
 
 
 def _held(call: Call, *, allow_inactive: bool = False) -> Live | Response | None:

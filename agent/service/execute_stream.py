@@ -9,7 +9,8 @@ A caller that asks for `Accept: text/event-stream` gets
     data: {"run_id": "run-...", "status": "ok", "observation": "...", ...}
 
 `output` events carry what the sandbox streamed (the head of each stream,
-bounded by the caps, C25), then one `result` event with the same document the
+bounded by the caps, C25; the head's last part follows as the program ends, so
+its lines end whole), then one `result` event with the same document the
 JSON answer has, or one `error` event with a problem document (RFC 9457) when
 the execution could not run. The execution runs on a thread of its own; the
 events reach the client through a queue. A client that goes away cancels the

@@ -223,6 +223,7 @@ class RunManager:
         except Exception:
             logger.exception("run %s could not be recorded", ticket.run_id)
         finally:
+            live.conversation.question.unclaim(ticket.run_id)  # `answer` took it, unless it failed
             self.release(ticket.run_id)
 
     def _on_event(self, live: Live, event: Event, *, run_id: str | None = None) -> None:

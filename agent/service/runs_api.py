@@ -31,7 +31,7 @@ from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.problems import Problem, not_found
 from sbx.agent.service.retention import delete_runs, run_directory
-from sbx.agent.service.schemas import ArtifactOut, Listing, PlanStepOut, RunOut
+from sbx.agent.service.schemas import AnswerPartsOut, ArtifactOut, Listing, PlanStepOut, RunOut
 from sbx.agent.service.sse import event_stream, last_event_id
 from sbx.agent.service.tenancy import owned
 from sbx.agent.store.models import ArtifactRow, EventRow, Run
@@ -178,6 +178,9 @@ def run_out(run: Run, artifacts: list[ArtifactRow], *, plan: list[Any] | None = 
         asked=_asked(run.result), artifacts=[artifact_out(row) for row in artifacts],
         plan=[PlanStepOut.model_validate(step) for step in result.get("plan") or []],
         plan_pending=[str(step) for step in result.get("plan_pending") or []],
+        parts=AnswerPartsOut.model_validate(result["parts"])
+        if isinstance(result.get("parts"), dict) else None,
+        mislabelled=[str(sentence) for sentence in result.get("mislabelled") or []],
         cost=result.get("cost") if isinstance(result.get("cost"), dict) else None,
         team=run.team, created_at=run.created_at,
         started_at=run.started_at, ended_at=run.ended_at,

@@ -72,6 +72,35 @@ class DatasetOut(BaseModel):
     """What the model is told about the file (columns, dtypes, first rows) when it is used."""
 
 
+class NoteIn(BaseModel):
+    """A note's text (a new note on the dataset, or new text for one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=10_000)
+    """What the note says; the policy's `[tools.remember] max_chars` bounds it."""
+
+
+class NoteOut(BaseModel):
+    """A note about a dataset: context the model sees in later conversations, never a fact."""
+
+    id: str
+    dataset: str
+    """The dataset's name (`/data/<name>`); a note holds for every upload of that name."""
+    text: str
+    """Written by a person or the model (escape it where shown)."""
+    author: str
+    """Who wrote it (the model writes on behalf of the principal who asked)."""
+    team: str | None
+    """The team it is shared with (None: its author's alone)."""
+    by_model: bool
+    """Saved by the model's `remember` tool."""
+    stale: bool
+    """This dataset's content differs from the one the note was written about."""
+    created_at: float
+    updated_at: float
+
+
 class ArtifactOut(BaseModel):
     """A file a run saved under `/output`."""
 
@@ -87,6 +116,19 @@ class PlanStepOut(BaseModel):
     description: str
     status: Literal["pending", "in_progress", "done", "dropped"]
     tool: str | None = None
+
+
+class AnswerPartsOut(BaseModel):
+    """A completed answer in its parts, as the model wrote them (escape them where shown)."""
+
+    measured: str = ""
+    """The direct answer and what the code measured (its numbers are in the run's sources)."""
+    interpretation: str = ""
+    """Conclusions the model drew from the measurements."""
+    assumptions: str = ""
+    """What the model took for granted about the data."""
+    unmarked: str = ""
+    """The whole answer when the model did not separate it into parts."""
 
 
 class RunOut(BaseModel):
@@ -122,6 +164,12 @@ class RunOut(BaseModel):
     `plan` events in the run's event stream."""
     plan_pending: list[str] = Field(default_factory=list)
     """Steps of the final plan the answer leaves pending or in progress."""
+    parts: AnswerPartsOut | None = None
+    """A completed answer's parts: what was measured apart from interpretation and
+    assumptions (None for other runs)."""
+    mislabelled: list[str] = Field(default_factory=list)
+    """Sentences the answer presents as measured that explain, guess or state a number no
+    output printed."""
     cost: dict[str, Any] | None = None
     """What the run cost once it ended: `total`, `model`, `sandbox`, `currency`, `estimated`
     (some token count was estimated), `priced` (its model had a price)."""

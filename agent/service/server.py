@@ -11,8 +11,11 @@ body would keep its connection (and a slot of `limit_concurrency`) for ever.
 all arrived `client_timeout` seconds after it opened (or after the previous
 response), or whose body has not arrived `client_timeout` later plus what its
 bytes need at `MIN_BODY_RATE`; the gateway also answers a pause of `client_timeout`
-mid-body with 408. One client address holds at most `client_connections`
-connections (`[service]`), so it cannot take all of `MAX_CONNECTIONS`.
+mid-body with 408. One client holds at most `client_connections` connections
+(`[service]`; behind `trusted_proxies`, the forwarded client's requests), so it
+cannot take all of `MAX_CONNECTIONS`, and requests without credentials cannot take
+the places kept for those with them (`sbx.agent.service.edge`). A refused connection
+is answered 503 after its request head is read, and closed without a reset.
 """
 
 from __future__ import annotations
@@ -22,65 +25,105 @@ import contextlib
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, ClassVar
 
+import h11
 import uvicorn
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from sbx.agent.service.app import create_app
 from sbx.agent.service.core import Service
+from sbx.agent.service.edge import (
+    MAX_CONNECTIONS,
+    EdgeSlots,
+    TrustedProxies,
+    has_credentials,
+    sends_body,
+)
 
 SHUTDOWN_MARGIN_S = 15
 """Seconds past the grace for cancelled runs to end before open streams are cut."""
-MAX_CONNECTIONS = 512
-"""Connections and requests at once; past it uvicorn answers 503."""
 MIN_BODY_RATE = 16 * 1024
 """Bytes per second a request body must average, past the head's `client_timeout`."""
-TOO_MANY_CONNECTIONS = (
-    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 5\r\nContent-Type: text/plain\r\n"
-    b"Content-Length: 48\r\nConnection: close\r\n\r\n"
-    b"too many connections from this address; retry\r\n"
-)
-"""The answer to a connection past its address's cap (`[service] client_connections`)."""
+REFUSED_HEAD_BYTES = 16 * 1024
+"""Most bytes of a refused connection's request head read before it is answered."""
+REFUSED_HEAD_S = 2.0
+"""Seconds a refused connection's request head may take; it is answered then, whole or not."""
+LINGER_S = 2.0
+"""Seconds a connection answered before its request ended is still read (and what comes
+dropped) after the answer and a FIN: closing it with unread bytes would reset it, and the
+client would lose the answer."""
+LINGER_BYTES = 1024 * 1024
+"""Most bytes dropped while lingering; past them the connection is closed at once."""
+
+
+def _refusal(reason: bytes) -> bytes:
+    body = reason + b"; retry\r\n"
+    return (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 5\r\n"
+            b"Content-Type: text/plain\r\nContent-Length: " + str(len(body)).encode() +
+            b"\r\nConnection: close\r\n\r\n" + body)
+
+
+TOO_MANY_CONNECTIONS = _refusal(b"too many connections from this address")
+"""The answer past a client's cap (`[service] client_connections`)."""
+TOO_MANY_ANONYMOUS = _refusal(b"too many requests without credentials at once")
+"""The answer past the share of requests without credentials (`edge.MAX_ANONYMOUS`)."""
 
 
 class GuardedH11(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol with a total deadline per request and a cap per client address.
+    """uvicorn's HTTP/1.1 protocol with a total deadline per request and caps per client.
 
     The deadline of a request runs from when its connection opened (or the previous
     response ended): its head must be complete within `head_timeout_s`, and its whole
     body within another `head_timeout_s` plus the time its bytes need at
     `MIN_BODY_RATE`; a client sending a large `Content-Length` and then a byte now
     and then is cut, however regular its trickle (a pause of `head_timeout_s` is a
-    408 from the gateway first). A client address with `per_client` connections open
-    gets 503 on the next.
+    408 from the gateway first).
+
+    The caps (`edge.EdgeSlots`): a client address holding `client_connections`
+    connections gets 503 on the next; behind a trusted proxy (`edge.TrustedProxies`)
+    the client is the forwarded one and each request in progress counts as its
+    connection; requests without credentials that send a body hold at most
+    `edge.MAX_ANONYMOUS` places. A refused connection's head is read first (bounded
+    in bytes and time), so the client reads the 503 instead of a reset; any request
+    answered before its body ended is closed the same careful way (`_linger`).
     """
 
     head_timeout_s = 30.0
-    per_client = 64
-    clients: ClassVar[dict[str, int]] = {}
-    """Connections open per client address (each server gets its own subclass and dict)."""
+    slots: ClassVar[EdgeSlots] = EdgeSlots(per_client=64)
+    """What clients hold (each server gets its own subclass and slots)."""
+    proxies: ClassVar[TrustedProxies] = TrustedProxies()
+    """Whose `X-Forwarded-For` is believed (`[service] trusted_proxies`)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Count the client's address (refuse past its cap), then start the first deadline."""
         super().connection_made(transport)
         self._head_timer: asyncio.TimerHandle | None = None
+        self._edge_timer: asyncio.TimerHandle | None = None
+        self._edge_state: str | None = None  # None, "refusing" or "lingering"
+        self._edge_bytes = b""
+        self._dropped = 0
+        self._holds: list[Callable[[], None]] = []
         self._armed_for = self.cycle
         self._started, self._body_bytes = self.loop.time(), 0
         self._address = self.client[0] if self.client else ""
-        held = self.clients.get(self._address, 0)
-        self._counted = held < self.per_client
-        if not self._counted:
-            transport.write(TOO_MANY_CONNECTIONS)
-            transport.close()
-            return
-        self.clients[self._address] = held + 1
+        self._inner_app, self.app = self.app, self._admit
+        self._counted = False
+        if not self.proxies.trusts(self._address):  # a proxy's clients count per request
+            if not self.slots.take(self._address):
+                self._refuse_after_head()
+                return
+            self._counted = True
         self._arm()
 
     def data_received(self, data: bytes) -> None:
         """Body bytes earn time (at `MIN_BODY_RATE`); a complete request meets its deadline."""
+        if self._edge_state is not None:
+            self._edge_data(data)
+            return
         if self._in_body():
             self._body_bytes += len(data)
         super().data_received(data)
@@ -90,21 +133,104 @@ class GuardedH11(H11Protocol):
             self._disarm()
 
     def on_response_complete(self) -> None:
-        """The next request on this connection gets a deadline of its own."""
+        """The request's places are given back; the next request gets a deadline of its own.
+
+        A response that ended before its request's body did (a 401, a 413, a 404) does
+        not wait for a slow body: the connection is closed, without a reset (`_linger`).
+        """
         super().on_response_complete()
+        self._release()
+        if self._edge_state is None and self.conn.their_state is h11.SEND_BODY:
+            self._linger()
+            return
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """No deadline for a closed connection; its address holds one connection fewer."""
+        """No timers for a closed connection; its client holds one place fewer."""
         self._disarm()
+        self._stop_edge_timer()
+        self._release()
         if getattr(self, "_counted", False):
             self._counted = False
-            left = self.clients.get(self._address, 1) - 1
-            if left > 0:
-                self.clients[self._address] = left
-            else:
-                self.clients.pop(self._address, None)
+            self.slots.give(self._address)
         super().connection_lost(exc)
+
+    # ------------------------------------------------------------ the edge's caps
+
+    async def _admit(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Take the request's places (or answer 503 and close), then run the application."""
+        refusal = self._take_places(scope)
+        if refusal is not None:
+            if self.cycle is not None:
+                self.cycle.disconnected = True  # answered here: uvicorn adds nothing
+            self._answer(refusal)
+            return
+        await self._inner_app(scope, receive, send)
+
+    def _take_places(self, scope: Scope) -> bytes | None:
+        """The request's places at the edge, held until its response ends; else the refusal."""
+        headers = scope["headers"]
+        if self.proxies.trusts(self._address):
+            client = self.proxies.client(
+                self._address, [value for name, value in headers if name == b"x-forwarded-for"])
+            scope["client"] = (client, 0)
+            if not self.slots.take(client):
+                return TOO_MANY_CONNECTIONS
+            self._holds.append(lambda: self.slots.give(client))
+        if sends_body(headers) and not has_credentials(headers):
+            if not self.slots.take_anonymous():
+                self._release()
+                return TOO_MANY_ANONYMOUS
+            self._holds.append(self.slots.give_anonymous)
+        return None
+
+    def _release(self) -> None:
+        holds, self._holds = getattr(self, "_holds", []), []
+        for give in holds:
+            give()
+
+    def _refuse_after_head(self) -> None:
+        """Past the cap: read the request head (bounded), then answer 503 (`_edge_data`)."""
+        self._edge_state = "refusing"
+        self.connections.discard(self)  # uvicorn's count is of the connections it serves
+        self._edge_timer = self.loop.call_later(REFUSED_HEAD_S, self._answer,
+                                                TOO_MANY_CONNECTIONS)
+
+    def _edge_data(self, data: bytes) -> None:
+        if self._edge_state == "refusing":
+            self._edge_bytes += data[: REFUSED_HEAD_BYTES - len(self._edge_bytes)]
+            if b"\r\n\r\n" in self._edge_bytes or len(self._edge_bytes) >= REFUSED_HEAD_BYTES:
+                self._answer(TOO_MANY_CONNECTIONS)
+            return
+        self._dropped += len(data)  # lingering: what still comes is dropped
+        if self._dropped > LINGER_BYTES:
+            self.transport.close()
+
+    def _answer(self, refusal: bytes) -> None:
+        if self.transport.is_closing():
+            return
+        self.transport.write(refusal)
+        self._linger()
+
+    def _linger(self) -> None:
+        """Close after an answer without a reset: FIN now, drop what comes, close in `LINGER_S`."""
+        self._disarm()
+        self._stop_edge_timer()
+        self._unset_keepalive_if_required()
+        self._release()
+        self.connections.discard(self)
+        self._edge_state = "lingering"
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._edge_timer = self.loop.call_later(LINGER_S, self.transport.close)
+
+    def _stop_edge_timer(self) -> None:
+        timer = getattr(self, "_edge_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._edge_timer = None
+
+    # ------------------------------------------------------------ the request's deadline
 
     def _in_body(self) -> bool:
         """A new request's head is in and its body is still arriving."""
@@ -205,9 +331,11 @@ def bind_listener(host: str, port: int) -> socket.socket:
 
 def serve_forever(service: Service, sock: socket.socket, *, grace_s: float) -> None:
     """Serve on the bound socket until SIGTERM or Ctrl-C, then drain and close the service."""
+    settings = service.settings
     protocol: Any = type("GuardedH11", (GuardedH11,), {
-        "head_timeout_s": service.settings.client_timeout,
-        "per_client": service.settings.client_connections, "clients": {},
+        "head_timeout_s": settings.client_timeout,
+        "slots": EdgeSlots(per_client=settings.client_connections),
+        "proxies": TrustedProxies(settings.trusted_proxies),
     })
     config = uvicorn.Config(
         create_app(service), http=protocol, lifespan="on", log_config=None, access_log=False,

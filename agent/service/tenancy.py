@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.config import AppConfig
-from sbx.agent.core.limits_request import LimitRefused, LimitsRequest
+from sbx.agent.core.limits_request import LimitRefused, LimitsRequest, LimitTooLow
 from sbx.agent.service.problems import Problem, not_found
 from sbx.agent.store.models import Conversation, Dataset, Run
 from sbx.sandbox.limits import Limits
@@ -65,10 +65,13 @@ def limited(config: AppConfig, requested: LimitsRequest | None) -> AppConfig:
 
     A request above the policy's `[sandbox]` ceiling is a 422 naming the knob and the
     ceiling (`limits.memory: at most 512 MiB (the policy's [sandbox] memory)`); one below
-    the engine's minima (memory 6 MiB, cpus 0.01) a 422 as well.
+    what a sandbox starts in (memory 16 MiB, 48 MiB under runsc; cpus 0.01) a 422 naming
+    the minimum as well.
     """
     try:
         applied = config.limited(requested or LimitsRequest())
+    except LimitTooLow as exc:
+        raise Problem(422, "limit-below-minimum", exc.describe("limits.")) from None
     except LimitRefused as exc:
         raise Problem(422, "limit-above-policy", exc.describe("limits.")) from None
     try:  # validated again as a whole: the engine's minima hold whatever the face checked

@@ -12,6 +12,7 @@
     oidc_logins    sign-ins through the OpenID Connect provider not yet back (one-time state)
     oidc_identities  people signed in through the provider: principal, subject, role
     oidc_sessions  browsers signed in through the provider: a SHA-256 of each cookie, expiry
+    notes          notes about a dataset (its name and digest): author, team if shared, text
 
 Times are POSIX seconds (floats): the same type on SQLite and PostgreSQL, and
 quota windows are plain subtraction. Every row that belongs to someone carries
@@ -232,3 +233,20 @@ class OidcSession(Base):
     principal: Mapped[str] = mapped_column(String(80), index=True)
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)
+
+
+class NoteRow(Base):
+    """A note about a dataset (`sbx.agent.core.notes.Note`): who wrote it, shared or not."""
+
+    __tablename__ = "notes"
+    __table_args__ = (Index("ix_notes_dataset_author", "dataset", "author"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    dataset: Mapped[str] = mapped_column(String(255))
+    digest: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    author: Mapped[str] = mapped_column(String(80))
+    team: Mapped[str | None] = mapped_column(String(64), default=None)
+    by_model: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.core.problem import Problem, quota_exceeded
 from sbx.agent.store.db import lock_principal
-from sbx.agent.store.models import ArtifactRow, Conversation, Dataset, EventRow, Run
+from sbx.agent.store.models import ArtifactRow, Conversation, Dataset, EventRow, NoteRow, Run
 from sbx.sandbox.units import format_size
 
 HOUR_S = 3600.0
@@ -123,7 +123,7 @@ def stored_bytes(session: Session, principal: str) -> int:
 
 
 def storage_used(session: Session, principal: str) -> int:
-    """Bytes the principal stores: datasets, artifacts, and its runs' stored events.
+    """Bytes the principal stores: datasets, artifacts, its runs' stored events, its notes.
 
     An event counts as the length of its stored JSON text (characters, which is bytes for
     the ASCII most events are made of). One statement (it runs before every run, inside
@@ -137,7 +137,9 @@ def storage_used(session: Session, principal: str) -> int:
     events = (select(func.coalesce(func.sum(func.length(EventRow.data)), 0))
               .join(Run, Run.id == EventRow.run_id)
               .where(Run.principal == principal).scalar_subquery())
-    total = session.scalar(select(datasets + artifacts + events))
+    notes = (select(func.coalesce(func.sum(func.length(NoteRow.text)), 0))
+             .where(NoteRow.author == principal).scalar_subquery())
+    total = session.scalar(select(datasets + artifacts + events + notes))
     return int(total or 0)
 
 

@@ -162,8 +162,9 @@ class _Handler(BaseHTTPRequestHandler):
         """Record the request, take the next turn, play it."""
         script = self.script
         length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length)
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(raw or b"{}")
         except ValueError:
             self._send(400, {"error": {"message": "scripted LLM: body is not JSON"}})
             return
@@ -173,7 +174,8 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {name.lower(): value for name, value in self.headers.items()}
         with script.lock:
             request = ScriptedRequest(
-                index=len(script.requests) + 1, path=self.path, headers=headers, body=body
+                index=len(script.requests) + 1, path=self.path, headers=headers, body=body,
+                raw=raw,
             )
             script.requests.append(request)
             turn = script.turns.popleft() if script.turns else None

@@ -94,6 +94,8 @@ class ScriptedRequest:
     """Request headers, lower-cased names."""
     body: dict[str, Any]
     """The parsed JSON body."""
+    raw: bytes = b""
+    """The body's bytes as they arrived (what left the client, before any parsing)."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:

@@ -1,10 +1,12 @@
 """What is in `/data`, computed on the host before the first turn, for the system prompt.
 
-For every file: its path in the sandbox and its size. For CSV/TSV tables:
+For every file: its path in the sandbox and its size. For tables (CSV with
+any common delimiter, TSV, JSON Lines, JSON records: `tools.builtin.tables`,
+the parser `preview_data_file` shares, so column rules see the same columns):
 the columns with a dtype inferred from the first rows (int, float, bool,
 date, datetime, text; `?` marks a column with empty cells), the row count
 (exact when the whole file was read, else estimated), and a few rows. The
-standard library's `csv` does this without loading pandas on the host.
+standard library does this without loading pandas on the host.
 Parquet, Excel and other binary files get their name, size and the library
 that reads them in the sandbox: parsing them here would need pyarrow and
 openpyxl on the host, and the model reads them with one line of pandas.
@@ -18,8 +20,6 @@ cut to `MAX_CELL` characters.
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import re
 from collections.abc import Sequence
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from sbx.sandbox.units import format_size
 from sbx.tools.builtin.data_files import DataFile, index_data_files, open_data_file
+from sbx.tools.builtin.tables import TableError, is_table, read_table
 from sbx.tools.guard import DataGuard
 
 HEAD_BYTES = 64 * 1024
@@ -58,17 +59,20 @@ def summarize_data(paths: Sequence[Path], *, guard: DataGuard | None = None) -> 
 
 
 def describe_file(item: DataFile, guard: DataGuard | None = None) -> str:
-    """One file's entry: path and size, plus the table view for CSV/TSV."""
+    """One file's entry: path and size, plus the table view for the tables sbx parses."""
     header = f"- /data/{item.name} ({format_size(item.size)})"
     suffix = Path(item.name).suffix.lower()
-    if suffix in (".csv", ".tsv"):
+    reader = _READERS.get(suffix)
+    if is_table(item.name):
         try:
             head = _read_head(item)
         except OSError as exc:
             return f"{header}: cannot be read here ({exc.strerror})"
-        table = describe_table(head, size=item.size, tsv=suffix == ".tsv", guard=guard)
-        return f"{header}\n{table}"
-    reader = _READERS.get(suffix)
+        table = describe_table(head, size=item.size, name=item.name, guard=guard)
+        if table is not None and reader is None:
+            return f"{header}\n{table}"
+        if table is not None:
+            return f"{header}: read it in the sandbox with {reader}\n{table}"
     return f"{header}: read it in the sandbox with {reader}" if reader else header
 
 
@@ -80,25 +84,31 @@ def _read_head(item: DataFile) -> bytes:
         os.close(fd)
 
 
-def describe_table(head: bytes, *, size: int, tsv: bool, guard: DataGuard | None = None) -> str:
-    """Columns with inferred dtypes, the row count and the first rows of a CSV/TSV head."""
+def describe_table(
+    head: bytes, *, size: int, name: str, guard: DataGuard | None = None
+) -> str | None:
+    """Columns with inferred dtypes, the row count and the first rows of a table's head.
+
+    None when the file is not the table its name says (JSON that is not records).
+    """
     complete = len(head) >= size
     if not complete and b"\n" in head:
         head = head[: head.rfind(b"\n") + 1]  # never parse a half row
-    text = head.decode("utf-8-sig", errors="replace")
     try:
-        records = list(csv.reader(io.StringIO(text), delimiter="\t" if tsv else ","))
-    except csv.Error as exc:
-        return f"  (not parseable as {'TSV' if tsv else 'CSV'}: {exc})"
-    if not records:
+        table = read_table(name, head.decode("utf-8-sig", errors="replace"), complete=complete)
+    except TableError as exc:
+        return f"  ({exc})"
+    if table is None:
+        return None
+    if not table.header:
         return "  (empty file)"
-    header, rows = records[0], records[1:]
+    header, rows = table.header, table.rows
     dtypes = [infer_dtype([row[i] for row in rows[:INFER_ROWS] if i < len(row)])
               for i in range(len(header))]
     if complete:
-        count = f"{len(rows)} rows"
+        count = f"{table.count} rows"
     else:
-        count = f"about {round(len(rows) * size / max(len(head), 1))} rows (estimated)"
+        count = f"about {round(table.count * size / max(len(head), 1))} rows (estimated)"
     shown = rows[:SAMPLE_ROWS]
     note = ""
     if guard is not None:
@@ -108,7 +118,8 @@ def describe_table(head: bytes, *, size: int, tsv: bool, guard: DataGuard | None
     pairs = zip(header[:MAX_COLUMNS], dtypes[:MAX_COLUMNS], strict=True)
     listed = ", ".join(f"{_cell(name)} ({dtype})" for name, dtype in pairs)
     more = f" and {len(header) - MAX_COLUMNS} more" if len(header) > MAX_COLUMNS else ""
-    lines = [f"  columns: {listed}{more}"]
+    kind = "" if table.kind == "CSV" else f"{table.kind}; "
+    lines = [f"  {kind}columns: {listed}{more}"]
     if note:
         lines.append(f"  ({note})")
     lines.append(f"  {count}; first rows:" if shown else f"  {count}")

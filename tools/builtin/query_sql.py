@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import io
 import re
+import time
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -57,8 +59,9 @@ def make_query_sql(rule: QuerySqlRule, principal: str, guard: DataGuard | None =
         f"- {name}: {_dialect(src.url or '')}{' - ' + src.description if src.description else ''}"
         for name, src in sorted(mine.items())
     )
-    limits = QueryLimits(timeout_s=rule.statement_timeout, max_rows=rule.max_rows,
-                         max_bytes=rule.max_bytes)
+    # the gate abandons a call at `timeout` (plus a grace): its statement is cancelled by then
+    timeout_s = min(rule.statement_timeout, rule.timeout or rule.statement_timeout)
+    limits = QueryLimits(timeout_s=timeout_s, max_rows=rule.max_rows, max_bytes=rule.max_bytes)
     counter = iter(range(1, 1_000_000))
 
     def query_sql(source: str, sql: str, ctx: ToolContext, name: str = "") -> ToolReturn:
@@ -72,7 +75,7 @@ def make_query_sql(rule: QuerySqlRule, principal: str, guard: DataGuard | None =
             raise ToolFailure(f"source {source!r} is not one you may query")
         audit: dict[str, Any] = {"principal": ctx.principal, "source": source, "sql": sql}
         try:
-            result = run_query(found.resolved_url(), sql, limits)
+            result = run_query(found.resolved_url(), sql, _within_run(limits, ctx), stop=ctx.stop)
         except (QueryError, ValueError) as exc:
             message = f"{exc} ({ONE_SELECT}; the database refused or cancelled it)"
             raise ToolFailure(message) from None
@@ -86,6 +89,14 @@ def make_query_sql(rule: QuerySqlRule, principal: str, guard: DataGuard | None =
 
     query_sql.__doc__ = _DOC.format(sources=listed or "(none)")
     return build_tool(query_sql)
+
+
+def _within_run(limits: QueryLimits, ctx: ToolContext) -> QueryLimits:
+    """The limits, with the timeout cut to what is left of the run's time (`--max-time`)."""
+    if ctx.deadline is None:
+        return limits
+    left = max(0.001, ctx.deadline - time.monotonic())
+    return replace(limits, timeout_s=min(limits.timeout_s, left))
 
 
 def _dialect(url: str) -> str:

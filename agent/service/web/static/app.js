@@ -7,6 +7,7 @@
 import { call, setCsrf } from "./api.js";
 import { datasetName, refreshDatasets, refreshUsage, setUpDropZone } from "./datasets.js";
 import { append, clear, el, formatTime, setText } from "./dom.js";
+import { setUpNotes } from "./notes.js";
 import { RunView } from "./run.js";
 import { $, guarded, say, state, whenSessionEnds } from "./ui.js";
 
@@ -316,6 +317,7 @@ function wire() {
   $("close-conversation").addEventListener("click", () => guarded("ask-status", closeConversation));
   $("preview-close").addEventListener("click", () => { $("preview").hidden = true; });
   setUpDropZone();
+  setUpNotes();
 }
 
 whenSessionEnds(signedOut);

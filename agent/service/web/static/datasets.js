@@ -2,6 +2,7 @@
 
 import { call, upload } from "./api.js";
 import { append, clear, el, formatSize, setText } from "./dom.js";
+import { showNotes } from "./notes.js";
 import { $, guarded, say, state } from "./ui.js";
 
 /** Read and list the caller's datasets, each with its checkbox, preview and delete. */
@@ -20,6 +21,9 @@ export async function refreshDatasets() {
     });
     const preview = el("button", { type: "button", class: "small" }, "Preview");
     preview.addEventListener("click", () => guarded("data-status", () => showPreview(dataset)));
+    const notes = el("button", { type: "button", class: "small", "aria-label":
+      `Notes on ${dataset.name}` }, "Notes");
+    notes.addEventListener("click", () => guarded("data-status", () => showNotes(dataset)));
     const remove = el("button", { type: "button", class: "small subtle" }, "Delete");
     remove.setAttribute("aria-label", `Delete ${dataset.name}`);
     preview.setAttribute("aria-label", `Preview ${dataset.name}`);
@@ -27,7 +31,7 @@ export async function refreshDatasets() {
     append(list, el("li", { class: "dataset" },
       el("label", { for: box.id }, box, el("span", { class: "name" }, dataset.name),
         el("span", { class: "meta" }, formatSize(dataset.size))),
-      el("span", { class: "actions" }, preview, remove)));
+      el("span", { class: "actions" }, preview, notes, remove)));
   }
 }
 

@@ -31,6 +31,30 @@ function codeOf(call) {
   }
 }
 
+const PART_TITLES = [["measured", "Measured"], ["interpretation", "Interpretation"],
+  ["assumptions", "Assumptions"]];
+
+/**
+ * The answer in its parts: what the code measured, apart from interpretation and
+ * assumptions, each under its own title. An answer without parts is shown whole,
+ * marked as unmarked (nothing in it says which sentence is which kind).
+ */
+function answerParts(event) {
+  const parts = event.parts;
+  if (!parts || typeof parts !== "object") return renderMarkdown(event.answer);
+  if (parts.unmarked) {
+    return [renderMarkdown(event.answer), el("p", { class: "parts-unmarked" },
+      "Unmarked: this answer does not separate what was measured from interpretation.")];
+  }
+  const sections = PART_TITLES.filter(([key]) => parts[key]).map(([key, title]) => {
+    const text = renderMarkdown(parts[key]);
+    text.classList.remove("answer-text");  // the answer's text is the one box around the parts
+    return el("section", { class: `answer-part part-${key}`, "aria-label": title },
+      el("h4", {}, title), text);
+  });
+  return el("div", { class: "answer-text answer-parts" }, sections);
+}
+
 /** The [notes] and [resources] lines of an observation (the server's resource notes). */
 export function resourceNotes(content) {
   const notes = [];
@@ -292,8 +316,13 @@ export class RunView {
 
   answer(event) {
     const box = el("section", { class: "answer", "aria-label": "Answer" },
-      el("h3", {}, "Answer"), renderMarkdown(event.answer),
+      el("h3", {}, "Answer"), answerParts(event),
       PlanView.pendingNote(event));
+    if ((event.mislabelled ?? []).length) {
+      append(box, el("p", { class: "provenance mislabelled" },
+        "⚠ Interpretation presented as measured: ",
+        event.mislabelled.map((sentence) => `“${sentence}” `)));
+    }
     if (event.verified === true && (event.sources ?? []).length) {  // no number: no claim
       append(box, el("p", { class: "provenance verified" },
         "✓ Verified: every number in the answer was printed by the code."));
