@@ -76,6 +76,17 @@ class Terminal:
         raise AssertionError("sbx chat did not exit")
 
 
+def _chat(llm, tmp_path: Path) -> Terminal:
+    """`sbx chat` on the scripted model, at a terminal; transcript `chat.jsonl`."""
+    sbx = str(Path(sys.executable).with_name("sbx"))
+    return Terminal(
+        [sbx, "chat", "--base-url", llm.base_url, "--api-key", FAKE_KEY, "--model", "scripted",
+         "--image", TEST_IMAGE, "--audit-log", str(tmp_path / "audit.jsonl"),
+         "--transcript", str(tmp_path / "chat.jsonl")],
+        cwd=tmp_path,
+    )
+
+
 @pytest.mark.docker
 def test_chat_answers_a_question_and_a_follow_up_then_exits(llm, tmp_path, engine):
     llm.script([
@@ -84,13 +95,7 @@ def test_chat_answers_a_question_and_a_follow_up_then_exits(llm, tmp_path, engin
         tool_call("execute_python", code="print(rows + 1)"),
         assistant("One more makes 13."),
     ])
-    sbx = str(Path(sys.executable).with_name("sbx"))
-    terminal = Terminal(
-        [sbx, "chat", "--base-url", llm.base_url, "--api-key", FAKE_KEY, "--model", "scripted",
-         "--image", TEST_IMAGE, "--audit-log", str(tmp_path / "audit.jsonl"),
-         "--transcript", str(tmp_path / "chat.jsonl")],
-        cwd=tmp_path,
-    )
+    terminal = _chat(llm, tmp_path)
     terminal.expect(PROMPT)
     terminal.type("How many rows?")
     first = terminal.expect(PROMPT)
@@ -121,13 +126,7 @@ def test_ctrl_c_cancels_the_question_and_the_next_one_restores_what_it_lost(
         tool_call("execute_python", code="print(rows + 1)"),
         assistant("One more makes 13."),
     ])
-    sbx = str(Path(sys.executable).with_name("sbx"))
-    terminal = Terminal(
-        [sbx, "chat", "--base-url", llm.base_url, "--api-key", FAKE_KEY, "--model", "scripted",
-         "--image", TEST_IMAGE, "--audit-log", str(tmp_path / "audit.jsonl"),
-         "--transcript", str(tmp_path / "chat.jsonl")],
-        cwd=tmp_path,
-    )
+    terminal = _chat(llm, tmp_path)
     terminal.expect(PROMPT)
     terminal.type("How many rows?")
     terminal.expect(PROMPT)
