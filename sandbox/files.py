@@ -255,7 +255,8 @@ class ArtifactSink:
             try:
                 target = self._write(frame.name, data)
             except OSError as exc:
-                logger.warning("artifact not written: %s", errno.errorcode.get(exc.errno or 0, "?"))
+                # the refusal and its reason are the result's; a log line would say it twice
+                logger.debug("artifact not written: %s", errno.errorcode.get(exc.errno or 0, "?"))
                 reason = copy_failure(exc)
         if reason is not None:
             refused.append(RefusedArtifact(name=shown_name(frame.name), reason=reason))

@@ -8,8 +8,10 @@ acceptance runs in the real sandbox.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from test_cli_chat import Terminal
 import scripted_llm
 from conftest import TEST_IMAGE
 from sbx.agent.cli.main import cli
+from sbx.agent.cli.prompting import POLL_S as ASKER_POLL_S
 from sbx.agent.testing.scripted_model import ScriptedRequest, assistant, tool_call
 from sbx.tools.audit_verify import verify_log
 from sbx.tools.context import ToolContext
@@ -194,3 +197,29 @@ def test_ask_user_is_offered_only_where_someone_can_answer(tmp_path):
     )
     closed = build_gate(policy_from({}), context=context, audit=open_log(tmp_path / "a3.jsonl"))
     assert closed.enabled_names() == []  # the policy still decides
+
+
+def test_ctrl_c_at_the_answer_prompt_leaves_no_stray_line_and_a_timeout_says_so(llm, tmp_path):
+    llm.script([tool_call("ask_user", question=QUESTION)])
+    sbx = str(Path(sys.executable).with_name("sbx"))
+    terminal = Terminal([sbx, "chat", *_flags(llm, tmp_path, policy=ASK_ONLY),
+                         "--transcript", str(tmp_path / "chat.jsonl")], cwd=tmp_path)
+    terminal.expect(b"you> ")
+    terminal.type("What is the total?")
+    terminal.expect(b"your answer> ")
+    os.write(terminal.fd, b"\x03")  # Ctrl-C: the run is cancelled, the chat goes on
+    terminal.expect(b"sbx: cancelled")
+    terminal.expect(b"you> ")
+    time.sleep(ASKER_POLL_S * 5)  # the asker's thread has seen the cancel and ended by now
+    terminal.type("/exit")
+    assert terminal.wait() == 0
+    assert b"(no answer)" not in terminal.seen and b"no answer" not in terminal.seen
+
+    llm.script([tool_call("ask_user", question=QUESTION), assistant("Then I cannot say.")])
+    quick = ASK_ONLY.replace("[tools.ask_user]\n", "[tools.ask_user]\ntimeout = \"1s\"\n")
+    terminal = Terminal([sbx, "ask", "What is the total?", *_flags(llm, tmp_path, policy=quick),
+                         "--transcript", str(tmp_path / "run.jsonl")], cwd=tmp_path)
+    terminal.expect(b"your answer> ")
+    terminal.expect(b"\r\nsbx: no answer within 1 s\r\n")
+    terminal.expect(b"Then I cannot say.")
+    assert terminal.wait() == 0

@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 import service_support
+from sbx.agent.service.tenant_view import run_message
 from sbx.agent.testing.scripted_model import HttpFailure
 from service_support import FAKE_KEY, stream, upload
 
@@ -67,3 +68,33 @@ def test_an_engine_failure_shows_an_incident_id_and_no_engine_text_or_host_path(
     for leak in (str(server.data_dir), "docker.sock", "http+docker", "FileNotFoundError"):
         assert leak not in seen, leak
     assert incident in server.log  # the operator's log has the id, with the detail
+
+
+def test_a_runs_end_reads_without_command_line_flags_or_the_endpoints_url(caplog):
+    limit = ("The model request could not finish within max_wall_time of 300 s: the model "
+             "endpoint http://10.0.0.7:8000/v1/ did not answer within 60 s (after 2 retries; "
+             "raise --request-timeout) (--max-time)")
+    assert run_message("time_limit", limit, "run-1") == (
+        "The model request could not finish within max_wall_time of 300 s: the model endpoint "
+        "did not answer within 60 s")
+    turns = "The next request would exceed max_turns of 20 (--max-turns)"
+    assert run_message("step_limit", turns, "run-1") == (
+        "The next request would exceed max_turns of 20")
+    failed = ("Model request failed: the model endpoint http://10.0.0.7:8000/v1/ answered "
+              "HTTP 503 after 2 retries (--max-retries): overloaded")
+    with caplog.at_level("ERROR"):
+        said = run_message("model_error", failed, "run-2")
+    assert said.startswith("The model could not answer: its service answered with an error "
+                           "(HTTP 503). This is not caused by your question or data: try again")
+    ident = said.split("quote incident ")[1].split()[0]
+    assert "--" not in said and "10.0.0.7" not in said
+    assert ident in caplog.text and "overloaded" in caplog.text and "10.0.0.7" not in caplog.text
+
+
+def test_a_model_refusal_that_waiting_cannot_mend_is_the_operators_to_fix():
+    refused = ("Model request failed: the model endpoint http://10.0.0.7:8000/v1/ answered "
+               "HTTP 401: Incorrect API key provided; check the API key")
+    said = run_message("model_error", refused, "run-3")
+    assert said.startswith("The model could not answer: its service answered with an error "
+                           "(HTTP 401). Your operator has to fix this"), said
+    assert "try again" not in said and "quote incident inc-" in said

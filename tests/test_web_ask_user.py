@@ -46,6 +46,7 @@ def test_the_page_shows_the_models_question_and_the_answer_continues_the_run(
     expect(first.locator(".ask-user-question")).to_contain_text(QUESTION)
     expect(first.locator(".run-status")).to_contain_text("needs input")
     assert first.locator(".ask-user b").count() == 0
+    assert first.locator(".step, pre.args").count() == 0  # the question once, not its JSON too
     page.get_by_label("Your answer").fill("Leave refunds out.")
     page.get_by_role("button", name="Send answer").click()
 

@@ -11,6 +11,7 @@ Model-written plan text is text, never markup.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 
@@ -25,6 +26,7 @@ from web_support import sign_in, watch
 serve = service_support.serve
 llm = service_support.llm
 browser = web_support.browser
+render_page = web_support.render_page
 
 PLAN_POLICY = {"tools.update_plan": {"enabled": True}}
 HOSTILE = '<img src=x onerror="document.title=1">'
@@ -116,3 +118,34 @@ def test_model_written_plan_text_is_shown_as_text(serve, browser, tmp_path):
     expect(page.locator(".answer-plan-open")).to_contain_text(HOSTILE)
     assert page.locator("img").count() == 0 and page.title() != "1"
     seen.assert_clean()
+
+
+def _call(call_id: str, name: str, **arguments: object) -> dict:
+    return {"id": call_id, "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+@pytest.mark.docker
+def test_update_plan_calls_are_the_checklist_and_not_steps_unless_refused(render_page):
+    page = render_page
+    steps = [{"description": LOAD, "status": "in_progress"}]
+    page.evaluate("events => events.forEach((event) => window.view.handle(event))", [
+        {"type": "model_reply", "message": {"tool_calls": [_call("p1", "update_plan",
+                                                                 steps=steps)]}},
+        {"type": "tool_result", "call_id": "p1", "name": "update_plan", "failed": False,
+         "content": "Plan updated (revision 1)."},
+        {"type": "plan", "revision": 1, "steps": steps, "changes": []},
+        {"type": "model_reply", "message": {"tool_calls": [
+            _call("c1", "execute_python", code="print(1)"), _call("p2", "update_plan", note="x")]}},
+        {"type": "tool_result", "call_id": "c1", "name": "execute_python", "failed": False,
+         "content": "1", "execution": {"stdout": "1\n"}},
+        {"type": "tool_result", "call_id": "p2", "name": "update_plan", "failed": True,
+         "content": "Invalid arguments for update_plan: steps is required"},
+    ])
+    expect(page.locator(".plan .plan-step")).to_have_count(1)
+    expect(page.locator(".step h3")).to_have_text(["Step 1 · execute_python",
+                                                   "Step 2 · update_plan"])
+    refused = page.locator(".step").nth(1)
+    expect(refused.locator(".error-text")).to_have_text(
+        "Invalid arguments for update_plan: steps is required")  # a refusal is shown
+    expect(refused.locator("pre.args")).to_contain_text('"note": "x"')  # what the model sent
+    assert page.locator(".step").nth(0).locator("pre.args").count() == 0

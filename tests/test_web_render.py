@@ -119,9 +119,34 @@ def test_a_restored_state_is_one_escaped_line_saying_what_came_back_and_what_dif
     ])
     line = page.locator(".steps li.note.restored")
     expect(line).to_contain_text("state restored: restored 3 cells (an idle release). "
-                                 "1 differ, 0 could not be restored.")
+                                 "1 differs, 0 could not be restored.")
     expect(line).to_contain_text("These variables may differ: <img src=x onerror=alert(1)>, luck.")
     expect(line.locator(".restored-cells li")).to_have_text(
         ["call_2: line 1: 0.1 recorded, <b>0.7</b> now"])
     assert page.locator(".steps img, .steps b").count() == 0  # text, never markup
     expect(page.locator(".steps li.note")).to_have_count(1)  # the "gone" note was replaced
+    page.evaluate(feed, [{"type": "state_restored", "status": "restored", "cells": 1,
+                          "replayed": 1, "reason": "a timeout"}])
+    expect(page.locator(".steps li.note.restored").nth(1)).to_have_text(
+        "The sandbox was started again; state restored: restored 1 cell (a timeout).")
+
+
+@pytest.mark.docker
+def test_a_steps_notes_name_the_policys_setting_and_no_command_line_flag(render_page):
+    page = render_page
+    notes = ("[notes]\n- timed out: the execution passed the 5 s wall-clock limit and was killed; "
+             "variables were reset (limit: `timeout` in the policy's [sandbox] table, or "
+             "--timeout)\n[resources] 5.0 s wall")
+    page.evaluate("events => events.forEach((event) => window.view.handle(event))", [
+        {"type": "model_reply", "message": {"tool_calls": [CALL]}},
+        {"type": "tool_result", "call_id": "c1", "name": "execute_python", "failed": True,
+         "content": notes, "artifacts": [], "execution": {"stdout": "", "timed_out": True}},
+        {"type": "tool_result", "call_id": "c2", "name": "execute_python", "failed": True,
+         "content": "the run's time budget (max_wall_time, --max-time) ran out while this code "
+                    "ran (--max-time)", "artifacts": []},
+    ])
+    expect(page.locator(".step .notes li")).to_have_text(
+        "timed out: the execution passed the 5 s wall-clock limit and was killed; variables "
+        "were reset (limit: `timeout` in the policy's [sandbox] table)")
+    expect(page.locator(".step").nth(1).locator(".outcome pre")).to_have_text(
+        "the run's time budget (max_wall_time) ran out while this code ran")

@@ -10,6 +10,7 @@ every command from the table below without importing any of them.
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 
 import click
@@ -102,8 +103,20 @@ def cli() -> None:
     """
 
 
+def prefix_stray_logs() -> None:
+    """Make a warning logged where no logging is configured an `sbx:` line.
+
+    Every command but `serve` configures none: stderr then holds the program's own text
+    and sbx's prefixed lines, nothing bare.
+    """
+    logging.lastResort = logging.StreamHandler()  # sys.stderr, at WARNING as Python's was
+    logging.lastResort.setLevel(logging.WARNING)
+    logging.lastResort.setFormatter(logging.Formatter("sbx: %(message)s"))
+
+
 def main() -> None:
     """Console-script entry point."""
+    prefix_stray_logs()
     try:
         cli(prog_name="sbx")
     except KeyboardInterrupt:  # before a command's own boundary was in place

@@ -42,8 +42,9 @@ class TerminalOperator:
                 if ready:
                     line = self._stdin.readline()
                     return line.rstrip("\n") if line else None
-            self._out.write("\n(no answer)\n")
-            self._out.flush()
+            if not stop.is_set():  # a cancel says so itself, after the ^C, and the prompt is over
+                self._out.write(f"\nsbx: no answer within {timeout:g} s\n")
+                self._out.flush()
             return None
 
 

@@ -2,9 +2,11 @@
 
 A dataset is stored as `<data dir>/datasets/<id>/<safe name>`: the directory
 is an id the server made, the name is reduced by `safe_name` (letters, digits,
-`._-`), so nothing a client sends becomes a path. The preview computed at upload is exactly what
-the model is told about the file when a conversation uses it (columns and
-dtypes for CSV/TSV; the reader to use for Parquet, Excel and JSON).
+`._-`), so nothing a client sends becomes a path. Text (CSV, TSV, JSON) is
+stored as UTF-8 whatever encoding it came in (`text_encoding`). The preview
+computed at upload is what the model is told about the file when a
+conversation uses it (columns and dtypes for CSV/TSV; the reader to use for
+Parquet, Excel and JSON), and for text, the encoding it was read in.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import os
 import shutil
 import time
 import uuid
+from pathlib import Path
 
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from sbx.agent.core.config import ServiceQuotas
+from sbx.agent.service import text_encoding
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
 from sbx.agent.service.problems import Problem, quota_exceeded
@@ -45,6 +49,8 @@ from sbx.sandbox.units import format_size
 from sbx.tools.builtin.data_summary import summarize_data
 
 UPLOAD_PATH = "/v1/datasets"
+TEXT_FORMATS = frozenset({"csv", "tsv", "json"})
+"""Formats that are text: stored as UTF-8 whatever encoding they came in."""
 
 
 @api("POST", UPLOAD_PATH, response=DatasetOut, status=201)
@@ -92,6 +98,10 @@ def store_upload(service: Service, principal: str, quotas: ServiceQuotas, upload
     name = safe_name(upload.filename)
     fmt = format_of(name)
     check_content(name, upload.head)
+    codec = text_encoding.detect(upload.path) if fmt in TEXT_FORMATS else None
+    if codec not in (None, text_encoding.UTF8):
+        upload.size, upload.sha256, upload.head = text_encoding.store_as_utf8(
+            upload.path, codec, name)
     ident = "ds-" + uuid.uuid4().hex[:12]
     directory = service.paths.datasets / ident
     directory.mkdir(mode=0o700)
@@ -101,7 +111,7 @@ def store_upload(service: Service, principal: str, quotas: ServiceQuotas, upload
         os.chmod(final, 0o644)  # the sandbox's unprivileged user reads it through its mount
         row = Dataset(id=ident, principal=principal, name=name, format=fmt,
                       size=upload.size, sha256=upload.sha256,
-                      preview=summarize_data([final]), created_at=time.time())
+                      preview=_preview(final, codec), created_at=time.time())
         with service.db.write() as session:
             reserve_dataset_bytes(session, principal, quotas, upload.size)
             session.add(row)
@@ -141,6 +151,12 @@ def delete_dataset(call: Call) -> Response:
         ident = row.id
     shutil.rmtree(call.service.paths.datasets / ident, ignore_errors=True)
     return Response(status_code=204)
+
+
+def _preview(path: Path, codec: str | None) -> str:
+    """What the model is told about the file, and for text, the encoding it was read in."""
+    summary = summarize_data([path])
+    return summary if codec is None else f"{summary}\n{text_encoding.describe(codec)}"
 
 
 def _out(row: Dataset, *, preview: bool) -> DatasetOut:

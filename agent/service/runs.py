@@ -34,7 +34,7 @@ from sbx.agent.core.events import Event, RunEnd, RunError
 from sbx.agent.core.run_recorder import RunOutcome, RunRecorder, RunTicket, failed_outcome
 from sbx.agent.service.eventlog import EventLog, artifact_name, public_event
 from sbx.agent.service.problems import unavailable
-from sbx.agent.service.tenant_view import incident
+from sbx.agent.service.tenant_view import incident, run_message
 from sbx.agent.store.db import Database
 from sbx.agent.store.models import ArtifactRow
 from sbx.agent.store.models import Conversation as ConversationRow
@@ -57,6 +57,9 @@ class Live:
     """The run executing now."""
     terminal_seen: bool = False
     """The running run's `run_end` or `run_error` event was stored."""
+    end_message: str | None = None
+    """How the running run's end reads for its tenant, once its `run_end` was worded:
+    the stored run says the same (one incident id, not two)."""
 
 
 class RunManager:
@@ -204,7 +207,7 @@ class RunManager:
         """A worker: the question (cancelled while queued, it ends at once), recorded."""
         try:
             with live.lock:
-                live.terminal_seen = False
+                live.terminal_seen, live.end_message = False, None
                 live.run_id = ticket.run_id
                 conversation, heard = live.conversation, _Relay(self, live, recorder)
                 try:
@@ -231,6 +234,9 @@ class RunManager:
         run_id = run_id or live.run_id or event.run_id
         if run_id is None:
             return  # conversation-level (conversation_start): the API shows the conversation
+        if isinstance(event, RunEnd):  # worded for the tenant, once
+            live.end_message = run_message(event.status, event.message, run_id)
+            event = event.model_copy(update={"message": live.end_message})
         try:
             data = public_event(event, output_dir=live.output_root / run_id)
             if data.get("type") in TERMINAL_EVENTS:
@@ -273,6 +279,8 @@ class _Relay:
                             RunEnd(run_id=ticket.run_id, status=outcome.status,
                                    message=outcome.message))
             self.manager._on_event(live, event, run_id=ticket.run_id)
+        if live.end_message is not None:  # as its run_end was worded
+            outcome = replace(outcome, message=live.end_message)
         self.done = True
         self.inner.finished(ticket, outcome)
 

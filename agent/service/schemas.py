@@ -69,7 +69,8 @@ class DatasetOut(BaseModel):
     sha256: str
     created_at: float
     preview: str | None = None
-    """What the model is told about the file (columns, dtypes, first rows) when it is used."""
+    """What the model is told about the file (columns, dtypes, first rows) when it is used;
+    for text, the encoding it came in (text is stored as UTF-8)."""
 
 
 class NoteIn(BaseModel):

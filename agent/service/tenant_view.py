@@ -17,14 +17,19 @@ paths (the data directory, the audit log) with `[host]`, and drops an
 artifact's host `path` (its name stays).
 
 `incident(...)` is for failures the operator must look at (the engine, the
-host, the audit log): the tenant gets a plain sentence and an id to quote;
-the server's log gets the id with the full detail.
+host, the audit log, the model endpoint): the tenant gets a plain sentence and
+an id to quote; the server's log gets the id with the full detail.
+`run_message(...)` words how a run ended for its tenant: the core's sentences
+name the command-line flag that changes a limit, which an analyst on the page
+or an API client cannot use, and a failed model request is the operator's to
+fix, so it becomes an incident that still says what the endpoint answered.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -43,6 +48,13 @@ logger = logging.getLogger(__name__)
 
 HOST = "[host]"
 """What a host path becomes in a tenant's view."""
+_FLAG_HINT = re.compile(r"\s*\((?:[^()]*[\s(])?--[a-z][a-z0-9-]*[^()]*\)")
+"""A parenthesis naming a command-line flag: `(--max-time)`, `(not retried: --max-retries is 0)`."""
+_HTTP_STATUS = re.compile(r"answered HTTP (\d{3})")
+_PASSING = frozenset({408, 409, 429})
+"""Statuses below 500 that a later try may not get (the model client retries them too)."""
+_ENDPOINT = re.compile(r"(the model endpoint) \S+")
+"""The core names the URL after these words: a tenant reads no URL (not even redacted)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,8 +141,37 @@ def _run(row: Run, view: TenantView) -> None:
 
 def incident(what: str, exc: BaseException) -> str:
     """Log a failure the operator must fix under a fresh id; the sentence a tenant sees."""
-    ident = "inc-" + uuid.uuid4().hex[:12]
+    ident = new_incident_id()
     logger.error("%s failed (incident %s): %s: %s", what, ident, type(exc).__name__, exc,
                  exc_info=exc)
     return (f"The {what} failed on the server (not because of your code or question); "
             f"quote incident {ident} to the operator")
+
+
+def run_message(status: str, message: str, run_id: str) -> str:
+    """How a run's end reads for its tenant (see the module docstring).
+
+    `model_error` becomes an incident (its full message goes to the server's log under
+    the id) that keeps the endpoint's HTTP status; any other message loses its flag hints
+    and the endpoint's URL.
+    """
+    if status != "model_error":
+        return _ENDPOINT.sub(r"\1", _FLAG_HINT.sub("", message))
+    ident = new_incident_id()
+    logger.error("run %s: the model request failed (incident %s): %s", run_id, ident,
+                 _ENDPOINT.sub(r"\1", message))
+    answered = _HTTP_STATUS.search(message)
+    status_code = int(answered.group(1)) if answered else None
+    what = (f"its service answered with an error (HTTP {status_code})" if status_code
+            else "its service could not be reached, or its reply could not be used")
+    if status_code is not None and status_code < 500 and status_code not in _PASSING:
+        return (f"The model could not answer: {what}. Your operator has to fix this (it is not "
+                f"caused by your question or data): quote incident {ident} to them.")
+    return (f"The model could not answer: {what}. This is not caused by your question or data: "
+            f"try again in a few minutes. If it keeps failing, quote incident {ident} to your "
+            "operator.")
+
+
+def new_incident_id() -> str:
+    """A fresh id a tenant quotes and the server's log carries."""
+    return "inc-" + uuid.uuid4().hex[:12]

@@ -7,8 +7,9 @@ display name (`safe_name`), and checked against the formats the service
 takes. The first part named `file` is the upload; other parts are skipped,
 but each may hold at most `MAX_FIELD_BYTES` (413); more than `MAX_PARTS`
 parts, or a part header over the parser's bounds, is a 400. The content is
-checked against its claimed format (magic bytes, or UTF-8 text for CSV, TSV
-and JSON), so a renamed binary is refused.
+checked against its claimed format (magic bytes, or text without NUL bytes
+for CSV, TSV and JSON), so a renamed binary is refused; text in another
+encoding than UTF-8 is stored as UTF-8 (`text_encoding`).
 
 The bytes of one key's uploads in progress are counted together
 (`InflightUploads`): past the key's limit the upload is cut (429), so many
@@ -19,6 +20,7 @@ server deletes those its host's dead processes left (`sweep_partial_uploads`).
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import logging
 import os
@@ -201,20 +203,19 @@ def format_of(name: str) -> str:
 
 
 def check_content(name: str, head: bytes) -> None:
-    """Refuse content that is not what its name claims (422)."""
+    """Refuse content that is not what its name claims (422).
+
+    Binary formats by their magic bytes; text by holding no NUL byte (UTF-16, marked by
+    its byte order mark, aside). Which encoding text is in is `text_encoding`'s to tell.
+    """
     suffix = Path(name).suffix.lower()
     magic = _MAGIC.get(suffix)
     if magic is not None:
         if not head.startswith(magic):
             raise Problem(422, "bad-content", f"{name!r} is not a valid {suffix[1:]} file")
         return
-    if b"\x00" in head:
+    if b"\x00" in head and head[:2] not in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
         raise Problem(422, "bad-content", f"{name!r} is not text (it contains NUL bytes)")
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 4:  # a character cut at the end of the head is fine
-            raise Problem(422, "bad-content", f"{name!r} is not UTF-8 text") from None
 
 
 async def receive_upload(request: Request, directory: Path, cap: int, too_large: Problem,

@@ -118,7 +118,7 @@ class Database:
                 command.upgrade(config, "head")
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot migrate the database {self.display}: "
-                             f"{_cause(exc)}") from None
+                             f"{_cause(exc, self.engine.url.password)}") from None
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -153,7 +153,7 @@ class Database:
                 connection.execute(text("SELECT 1"))
         except SQLAlchemyError as exc:
             raise StoreError(f"the database {self.display} does not answer: "
-                             f"{_cause(exc)}") from None
+                             f"{_cause(exc, self.engine.url.password)}") from None
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -227,6 +227,21 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
-def _cause(exc: SQLAlchemyError) -> str:
-    """The driver's error class name (its message may quote the URL or data)."""
-    return type(getattr(exc, "orig", None) or exc).__name__
+MAX_CAUSE = 300
+"""Characters of the driver's message kept in an error."""
+
+
+def _cause(exc: SQLAlchemyError, password: str | None = None) -> str:
+    """The driver's error class and message on one line, bounded, the URL's password hidden.
+
+    The message says what to fix (a refused connection, a wrong password, a missing
+    database). The message of a connection failure comes from the driver and the server, never from
+    the rows: it names the host, the port, the user or the database, as the URL does.
+    """
+    error = getattr(exc, "orig", None) or exc
+    message = " ".join(str(error).split())
+    if password:
+        message = message.replace(password, "***")
+    if len(message) > MAX_CAUSE:
+        message = message[: MAX_CAUSE - 1] + "…"
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__

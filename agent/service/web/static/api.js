@@ -10,14 +10,32 @@ export function setCsrf(token) {
   csrfToken = token;
 }
 
-/** An RFC 9457 problem (or any non-2xx answer) from the server. */
+import { formatMoment, formatWait } from "./dom.js";
+
+/**
+ * An RFC 9457 problem (or any non-2xx answer) from the server. A refusal that says
+ * when to come back (`Retry-After`, 429 and 503) says it in its message too.
+ */
 export class ApiError extends Error {
-  constructor(status, problem) {
+  constructor(status, problem, retryAfter = null) {
     const detail = problem && typeof problem === "object" ? problem.detail : null;
-    super(detail || `the server answered ${status}`);
+    const wait = retryAfterSeconds(retryAfter ?? problem?.retry_after);
+    const when = wait === null ? ""
+      : ` Try again in ${formatWait(wait)} (at ${formatMoment(new Date(Date.now() + wait * 1000))}).`;
+    super(`${detail || `the server answered ${status}`}${when}`);
     this.status = status;
     this.problem = problem;
+    this.retryAfter = wait;
   }
+}
+
+/** Retry-After's seconds (a number or an HTTP date), or null. */
+function retryAfterSeconds(value) {
+  if (value === null || value === undefined || value === "") return null;
+  const seconds = Number(value);
+  if (Number.isFinite(seconds)) return seconds >= 0 ? seconds : null;
+  const date = Date.parse(String(value));
+  return Number.isNaN(date) ? null : Math.max(0, (date - Date.now()) / 1000);
 }
 
 function headers(method, json) {
@@ -35,7 +53,7 @@ export async function call(method, path, body) {
   if (response.status === 204) return null;
   const type = response.headers.get("content-type") || "";
   const data = type.includes("json") ? await response.json() : await response.text();
-  if (!response.ok) throw new ApiError(response.status, data);
+  if (!response.ok) throw new ApiError(response.status, data, response.headers.get("Retry-After"));
   return data;
 }
 
@@ -55,7 +73,7 @@ export function upload(file, onProgress) {
     });
     request.addEventListener("load", () => {
       if (request.status >= 200 && request.status < 300) resolve(request.response);
-      else reject(new ApiError(request.status, request.response));
+      else reject(new ApiError(request.status, request.response, request.getResponseHeader("Retry-After")));
     });
     request.addEventListener("error", () => reject(new ApiError(0, null)));
     const form = new FormData();

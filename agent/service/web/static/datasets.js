@@ -1,7 +1,7 @@
 // The datasets panel (upload by drop or picker with progress, preview, delete) and the quota.
 
 import { call, upload } from "./api.js";
-import { append, clear, el, formatSize, setText } from "./dom.js";
+import { append, clear, el, formatMoment, formatMoney, formatSize, setText } from "./dom.js";
 import { showNotes } from "./notes.js";
 import { $, guarded, say, state } from "./ui.js";
 
@@ -75,11 +75,12 @@ function spendRows(spend) {
   const currency = spend.currency ?? "";
   return (spend.budgets ?? []).map((budget) => {
     const whose = budget.scope === "team" ? `Team ${budget.name}` : "You";
-    const spent = `${Number(budget.spent).toFixed(4)} ${currency}`;
-    const cap = budget.limit === null ? "no cap" : `of ${budget.limit} ${currency}`;
+    const spent = `${formatMoney(budget.spent, currency)} spent`;
     const estimated = budget.estimated ? " (estimated)" : "";
-    return [`${whose}, money this ${budget.period}`,
-      `${spent} ${cap}${estimated}; resets ${budget.resets_at}`];
+    const value = budget.limit === null || budget.limit === undefined
+      ? `${spent}${estimated}; no cap`
+      : `${spent}${estimated} of ${formatMoney(budget.limit, currency)}; starts again ${formatMoment(budget.resets_at)}`;
+    return [`${whose}, money this ${budget.period}`, value];
   });
 }
 

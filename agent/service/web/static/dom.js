@@ -79,3 +79,39 @@ export function formatTime(seconds) {
 export function encodePath(path) {
   return String(path).split("/").map(encodeURIComponent).join("/");
 }
+
+/** A wait in seconds as people say it: "40 s", "3 min", "1 h 5 min". */
+export function formatWait(seconds) {
+  const s = Math.max(1, Math.ceil(Number(seconds) || 0));
+  if (s < 60) return `${s} s`;
+  const minutes = Math.ceil(s / 60);
+  if (minutes < 60) return `${minutes} min`;
+  const rest = minutes % 60;
+  return `${Math.floor(minutes / 60)} h${rest ? ` ${rest} min` : ""}`;
+}
+
+/** A moment (a Date, or an ISO string) as a short local date and time. */
+export function formatMoment(moment) {
+  const date = moment instanceof Date ? moment : new Date(String(moment));
+  if (Number.isNaN(date.getTime())) return String(moment ?? "");
+  return formatTime(date.getTime() / 1000);
+}
+
+/**
+ * An amount of money to read: cents, not four decimals ("less than 0.01" when it is),
+ * in the currency's own form when it is an ISO code the browser knows.
+ */
+export function formatMoney(amount, currency) {
+  const value = Number(amount) || 0;
+  const tiny = value > 0 && value < 0.01;
+  const shown = tiny ? 0.01 : value;
+  let text = `${shown.toFixed(2)} ${currency ?? ""}`.trim();
+  try {
+    if (currency) {
+      text = new Intl.NumberFormat(undefined, { style: "currency", currency }).format(shown);
+    }
+  } catch {
+    // not an ISO 4217 code (a policy may name any unit): the plain figure and its name
+  }
+  return tiny ? `less than ${text}` : text;
+}

@@ -1,8 +1,13 @@
 // One run on the page: its question, each step as it happens, then the answer.
 //
 // RunView.handle(event) takes the run's events in order, as the server streams
-// them (run_start, message, model_reply, output_chunk, tool_result, plan, compaction,
-// run_end, run_error, state_restored); an event type it does not know is ignored. Everything
+// them (run_start, model_reply, output_chunk, tool_result, plan, compaction,
+// run_end, run_error, state_restored); an event type it does not know is ignored,
+// and so are `message` events: what the harness tells the model (chart
+// descriptions, notes) is written for the model, and the page shows the charts
+// and tables themselves. The plan is shown once, as the checklist, and the
+// model's question once, above the answer field: the update_plan and ask_user
+// calls that carry them are not drawn as steps. Everything
 // shown is built with el() from dom.js: model text, code, output and names are
 // text, never markup. A run that ended needs_input (the model asked with
 // ask_user) shows the question and a field to answer it; `onAnswer(text)`, set
@@ -15,6 +20,11 @@ import { PlanView } from "./plan.js";
 import { splitOutput } from "./tables.js";
 
 const IMAGE = /\.(png|jpe?g|gif|webp)$/i;
+// Calls whose words the page shows in their own place, not as steps: the plan as the
+// checklist (plan.js), the model's question to the user above the answer field. A refused
+// one is a step after all.
+const SHOWN_ELSEWHERE = new Set(["update_plan", "ask_user"]);
+const FAILED = new Set(["model_error", "error"]);  // endings shown as errors, not notes
 const MAX_LIVE_CHARS = 200000;  // live stdout kept on the page per step (the head, like the server)
 
 function artifactUrl(runId, name) {
@@ -68,6 +78,18 @@ export function resourceNotes(content) {
   return { notes, resources };
 }
 
+/**
+ * sbx's own words for people who have no command line: an observation's notes name the
+ * flag that changes a limit (`or --timeout`, `(--max-time)`), which the page's reader
+ * cannot use; the policy's setting, also named, stays.
+ */
+export function withoutFlags(text) {
+  return String(text ?? "")
+    .replace(/,? or --[a-z][a-z0-9-]*/g, "")
+    .replace(/, --[a-z][a-z0-9-]*(?=\))/g, "")
+    .replace(/ ?\(--[a-z][a-z0-9-]*\)/g, "");
+}
+
 /** stdout as text blocks and tables. */
 function outputNode(text, label) {
   const box = el("div", { class: `output output-${label}` });
@@ -92,6 +114,7 @@ export class RunView {
     this.runId = runId;
     this.onAnswer = null;
     this.steps = new Map();
+    this.heldCalls = new Map();  // calls SHOWN_ELSEWHERE: a step only if refused
     this.files = [];
     this.count = 0;
     this.ended = false;
@@ -109,7 +132,6 @@ export class RunView {
   handle(event) {
     const handler = {
       run_start: () => this.started(event),
-      message: () => this.message(event),
       model_reply: () => this.reply(event),
       output_chunk: () => this.chunk(event),
       tool_result: () => this.result(event),
@@ -133,7 +155,7 @@ export class RunView {
     }
   }
 
-  /** The sandbox's state rebuilt by replaying earlier code (issue 21): what came back, what differs. */
+  /** The sandbox's state rebuilt by replaying earlier code: what came back, what differs. */
   restored(event) {
     if (this.resetNote) this.resetNote.remove();
     const text = (value) => String(value ?? "");
@@ -143,9 +165,9 @@ export class RunView {
     const names = Array.isArray(event.variables) ? event.variables.map(text) : [];
     let line = event.status === "not_restored"
       ? `The sandbox was started again; state not restored (${text(event.reason)}).`
-      : `The sandbox was started again; state restored: restored ${count} cells (${text(event.reason)}).`;
+      : `The sandbox was started again; state restored: restored ${cells(count)} (${text(event.reason)}).`;
     if (differed.length || failed.length) {
-      line += ` ${differed.length} differ, ${failed.length} could not be restored.`;
+      line += ` ${differed.length} ${differed.length === 1 ? "differs" : "differ"}, ${failed.length} could not be restored.`;
     }
     if (names.length) line += ` These variables may differ: ${names.join(", ")}.`;
     const node = el("li", { class: "note restored", "data-status": text(event.status) }, line);
@@ -153,14 +175,6 @@ export class RunView {
       `${text(item?.call_id)}: ${text(item?.detail)}`));
     if (details.length) append(node, el("ul", { class: "restored-cells" }, details));
     append(this.stepList, node);
-  }
-
-  message(event) {
-    const message = event.message ?? {};
-    if (message.role !== "user" || event.turn === 0) return;  // system prompt, the question
-    const content = Array.isArray(message.content)  // text parts (an image shown is a part too)
-      ? message.content.map((part) => String(part?.text ?? "")).join("\n") : message.content;
-    this.note(`Note to the model: ${content ?? ""}`);
   }
 
   note(text) {
@@ -174,7 +188,10 @@ export class RunView {
     const calls = Array.isArray(message.tool_calls) ? message.tool_calls : [];
     if (!calls.length) return;  // the answer: shown by run_end with its provenance
     if (message.content) append(this.stepList, el("li", { class: "thought" }, message.content));
-    for (const toolCall of calls) this.newStep(toolCall);
+    for (const toolCall of calls) {
+      if (SHOWN_ELSEWHERE.has(toolCall.function?.name)) this.heldCalls.set(toolCall.id, toolCall);
+      else this.newStep(toolCall);
+    }
   }
 
   newStep(toolCall) {
@@ -206,8 +223,10 @@ export class RunView {
 
   result(event) {
     let step = this.steps.get(event.call_id);
-    if (!step) {
-      this.newStep({ id: event.call_id, function: { name: event.name, arguments: "{}" } });
+    if (!step && SHOWN_ELSEWHERE.has(event.name) && !event.failed) return;
+    if (!step) {  // a refused call of those is a step after all, with what the model sent
+      this.newStep(this.heldCalls.get(event.call_id)
+        ?? { id: event.call_id, function: { name: event.name, arguments: "{}" } });
       step = this.steps.get(event.call_id);
     }
     const { node, state, live, outcome } = step;
@@ -221,11 +240,14 @@ export class RunView {
     const word = String(event.outcome || (event.failed ? "failed" : "ok"));  // the core's word
     state.textContent = event.failed ? word : `done in ${Number(event.duration_s ?? 0).toFixed(2)} s`;
     if (execution) this.execution(outcome, execution);
-    else append(outcome, el("pre", { class: event.failed ? "stream error-text" : "stream", tabindex: "0" },
-      event.content ?? ""));
+    else if (event.failed) {  // sbx's words: no flags; a tool's output below stays as it came
+      append(outcome, el("pre", { class: "stream error-text", tabindex: "0" }, withoutFlags(event.content)));
+    } else append(outcome, el("pre", { class: "stream", tabindex: "0" }, event.content ?? ""));
     for (const name of event.artifacts ?? []) this.artifact(outcome, name);
     const { notes, resources } = resourceNotes(event.content);
-    if (notes.length) append(outcome, el("ul", { class: "notes" }, notes.map((n) => el("li", {}, n))));
+    if (notes.length) {
+      append(outcome, el("ul", { class: "notes" }, notes.map((n) => el("li", {}, withoutFlags(n)))));
+    }
     if (resources) append(outcome, el("p", { class: "resources" }, `Resources: ${resources}`));
   }
 
@@ -289,6 +311,9 @@ export class RunView {
     if (event.answer) append(this.root, this.answer(event));
     else if (status === "needs_input" && typeof event.question === "string") {
       append(this.root, this.askBox(event.question));
+    } else if (FAILED.has(status)) {
+      append(this.root, el("p", { class: "run-message error-text", role: "alert" },
+        event.message || status));
     } else append(this.root, el("p", { class: "run-message", role: "note" }, event.message ?? status));
     setText(this.status, summary(event));
   }
@@ -378,6 +403,11 @@ export class RunView {
       }
     }
   }
+}
+
+/** "1 cell", "3 cells". */
+function cells(count) {
+  return `${count} ${count === 1 ? "cell" : "cells"}`;
 }
 
 function summary(event) {
