@@ -142,5 +142,5 @@ def test_ctrl_c_cancels_the_question_and_the_next_one_restores_what_it_lost(
     assert b"== cancelled:" in cancelled
     assert (b"sbx: cancelled; the sandbox was removed (the next question restores its state)"
             in cancelled)
-    assert b"restored 1 cells (a cancel by the user)" in after  # named as what it was
+    assert b"restored 1 cell (a cancel by the user)" in after  # named as what it was
     assert b"One more makes 13." in after

@@ -171,7 +171,7 @@ def test_an_idle_conversation_releases_its_sandbox_and_the_next_question_restore
     assert restored["cause"] == events[0]["data"]["reset_cause"] == "idle_release"
     assert events[-1]["data"]["status"] == "completed"
     asked = llm.requests[-2]
-    assert ("(an idle release: idle for more than 1 s); sbx restored its state: restored 1 cells"
+    assert ("(an idle release: idle for more than 1 s); sbx restored its state: restored 1 cell"
             in asked.messages[-1]["content"])
     assert llm.requests[-1].last_tool_message.startswith("[stdout]\n42\n")  # x came back
 

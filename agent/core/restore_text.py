@@ -10,6 +10,11 @@ from __future__ import annotations
 from sbx.agent.core.events import StateRestored
 
 
+def cells(count: int) -> str:
+    """`1 cell`, `3 cells`: the count the model, the CLI and the page read alike."""
+    return f"{count} cell" if count == 1 else f"{count} cells"
+
+
 def note(event: StateRestored) -> str:
     """What the model reads before the question, after a restore (or its failure)."""
     if event.status == "not_restored":
@@ -17,7 +22,7 @@ def note(event: StateRestored) -> str:
                 "state not restored: variables, imports and files from earlier runs are gone. "
                 "Re-run what you need.")
     lines = [f"[sbx] The sandbox was replaced since the previous question ({event.reason}); "
-             f"sbx restored its state: restored {event.replayed} cells by re-running the "
+             f"sbx restored its state: restored {cells(event.replayed)} by re-running the "
              "earlier code in order."]
     for item in event.differed:
         lines.append(f"- cell {item.call_id} differs: {item.detail}")
@@ -33,7 +38,7 @@ def summary(event: StateRestored) -> str:
     """One line for people (CLI progress, the web page); the caller escapes it."""
     if event.status == "not_restored":
         return f"state not restored ({event.reason})"
-    text = f"restored {event.replayed} cells ({event.reason})"
+    text = f"restored {cells(event.replayed)} ({event.reason})"
     if event.differed or event.failed:
         text += f"; {len(event.differed)} differ, {len(event.failed)} could not be restored"
     if event.variables:
