@@ -28,6 +28,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from sbx.agent.core.asking import PendingInput, PendingQuestion, answer_message
@@ -40,7 +41,13 @@ from sbx.agent.core.outcomes import RESET_NOTE as RESET_NOTE
 from sbx.agent.core.outcomes import loss_text, reset_note
 from sbx.agent.core.plan import last_plan
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
-from sbx.agent.core.restore import forgotten, prior_cells, replace_killed, restore_workspace
+from sbx.agent.core.restore import (
+    forgotten,
+    held_cells,
+    prior_cells,
+    replace_killed,
+    restore_workspace,
+)
 from sbx.agent.core.restore_text import note
 from sbx.agent.core.run_recorder import NoRecorder, RunRecorder, RunTicket, recorded, result_outcome
 from sbx.agent.core.state import RunResult, SandboxUsage
@@ -93,6 +100,7 @@ class Conversation(Closing):
             spec=replace(spec, conversation_id=self.id), config=config, audit=audit, pool=pool,
             image=image,
         )
+        self.workspace.held_cells = partial(held_cells, transcript.path, config.restore)
         self._messages: list[dict[str, Any]] = []
         self._prompt: SystemPrompt | None = None
         self._sinks: list[EventSink] = []
@@ -206,6 +214,7 @@ class Conversation(Closing):
         """Forget the messages and replace the sandbox: the next question starts afresh."""
         with self._lock:
             self.workspace.discard()
+            self.workspace.forget_snapshot()
             self.workspace.take_reset()  # a fresh start needs no note
             self.workspace.lost_reason()
             self._messages = []

@@ -21,9 +21,12 @@ def note(event: StateRestored) -> str:
         return (f"[sbx] The sandbox was replaced since the previous question ({event.reason}); "
                 "state not restored: variables, imports and files from earlier runs are gone. "
                 "Re-run what you need.")
+    how = (f"restored {cells(event.replayed)} by re-running the earlier code in order"
+           if not event.from_snapshot else
+           f"loaded the variables and files of {cells(event.from_snapshot)} from a snapshot "
+           f"and re-ran {cells(event.replayed)}")
     lines = [f"[sbx] The sandbox was replaced since the previous question ({event.reason}); "
-             f"sbx restored its state: restored {cells(event.replayed)} by re-running the "
-             "earlier code in order."]
+             f"sbx restored its state: {how}."]
     for item in event.differed:
         lines.append(f"- cell {item.call_id} differs: {item.detail}")
     for item in event.failed:
@@ -39,6 +42,9 @@ def summary(event: StateRestored) -> str:
     if event.status == "not_restored":
         return f"state not restored ({event.reason})"
     text = f"restored {cells(event.replayed)} ({event.reason})"
+    if event.from_snapshot:
+        text = (f"restored {cells(event.from_snapshot)} from a snapshot and re-ran "
+                f"{event.replayed} ({event.reason})")
     if event.differed or event.failed:
         text += f"; {len(event.differed)} differ, {len(event.failed)} could not be restored"
     if event.variables:
