@@ -1,0 +1,332 @@
+"""sbx's application surface: the one door every face, and your own Python, comes in by.
+
+    from sbx.agent import App, ConversationSpec, load_config, resolve_endpoint
+
+A face (the CLI, the service, its web page, MCP) imports what it needs from
+here, from its own package and from its framework, and nothing else of sbx:
+the layering test holds it to that. The door hands out the core's app and
+conversations, the values they return, one root of sbx's errors, and the few
+utilities every face needs, wherever they live below (`safe_text` is the
+gate's before it is a face's; sizes and durations are the sandbox's units):
+re-exported here rather than moved, so the layers below keep owning them.
+Only the commands about the sandbox itself (`doctor`, `selftest`, `gc`,
+`bench`, `image`, `packages`) reach below the door.
+
+Names are resolved on first use (PEP 562), so `from sbx.agent import safe_text`
+imports the text filter and not the model SDK, the store or the sandbox pool:
+the CLI starts in a fraction of a second, and importing a face package never
+loops back through this one.
+
+The map (each name's own docstring says more):
+
+The app and its conversations: every way a run starts.
+    App, Answer, answer_one, os_principal, require_image, DEFAULT_IMAGE, OUTPUT_DIR, RUNS_DIR,
+    Conversation, ConversationSpec, new_conversation_id, Workspace, check_data, idle_reason,
+    ProgramSpec, execute_program, ToolSession, CallReport, file_op, read_file, write_file,
+    in_namespace, drop_namespace, clear_variables, Cancellation, Resumable, read_resumable,
+    resume_conversation, continue_paused, find_transcript, read_paused, rerun, RerunReport,
+    ExecutionCheck, recorded_data
+
+Dataset notes: what analysts wrote down about a dataset, shown to later runs.
+    DatasetNotes, Note, local_note_store, data_digests
+
+Configuration: the policy file and the model endpoint, read once into typed values.
+    load_config, AppConfig, ServiceSettings, ServiceQuotas, OidcSettings, TeamSettings,
+    metrics_team, describe_validation_error, Endpoint, resolve_endpoint, LimitsRequest, Limits,
+    configure_tracing
+
+Results and events: what a run returns and what it tells its subscribers on the way.
+    RunResult, RunStatus, ExecutionResult, Artifact, Event, EventSink, ConversationStart,
+    RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult, PlanUpdated, Compaction,
+    RunEnd, RunError, StateRestored, parse_event, restore_summary, pending_note, PLAN_MARKS,
+    Cell, ANSWER_PART_KEYS, ANSWER_PART_TITLES, numbered_events, open_artifact,
+    unsafe_name_reason, outcome_of, run_outcome, loss_text
+
+A face's store: how a face with a store hears of every run: one ticket, one lifecycle.
+    RunRecorder, NoRecorder, RunTicket, RunOutcome, failed_outcome, call_status, new_run_id
+
+Records: transcripts, their exports and the audit log.
+    read_record, RecordedConversation, export_transcript, EXPORT_FORMATS, ExportFormat,
+    verify_audit_log, iter_audit_records, audit_call_rows, AUDIT_COLUMNS, audit_key_from_env,
+    AUDIT_PATH_ENV
+
+Tools a face adds: the gate's kind, for the MCP face's upload tool and program output.
+    Tool, ToolReturn, ToolFailure, build_tool, ToolContext, OutputSink, UploadDatasetRule,
+    index_data_files, summarize_data, module_from_error
+
+Utilities: what every face needs to show untrusted text and read sizes and durations.
+    safe_text, safe_json, Redactor, format_size, parse_size, parse_duration, Closing, Problem,
+    not_found, quota_exceeded, unavailable
+
+Errors: one root, `SbxError`: what an operator must fix; the model's errors are data.
+    SbxError, SandboxError, HostBusy, SettingsError, LimitRefused, LimitTooLow, NoteError,
+    UnreadableLine, PolicyError, AuditError, TranscriptError, RecordError, RerunError,
+    SessionClosed, TracingError, ModelError, FileOpError
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_OWNERS: dict[str, tuple[str, ...]] = {
+    "sbx.agent.core.app": ("App", "Answer", "answer_one", "os_principal", "require_image",
+        "DEFAULT_IMAGE", "OUTPUT_DIR", "RUNS_DIR"),
+    "sbx.agent.core.artifacts": ("open_artifact", "unsafe_name_reason"),
+    "sbx.agent.core.cancellation": ("Cancellation",),
+    "sbx.agent.core.config": ("load_config", "AppConfig", "ServiceSettings", "ServiceQuotas",
+        "OidcSettings", "describe_validation_error"),
+    "sbx.agent.core.conversation": ("Conversation", "new_conversation_id"),
+    "sbx.agent.core.events": ("Event", "EventSink", "ConversationStart", "RunStart",
+        "MessageAdded", "ModelReplied", "OutputChunk", "ToolResult", "PlanUpdated", "Compaction",
+        "RunEnd", "RunError", "StateRestored", "parse_event"),
+    "sbx.agent.core.execute_program": ("ProgramSpec", "execute_program"),
+    "sbx.agent.core.limits_request": ("LimitsRequest", "LimitRefused", "LimitTooLow"),
+    "sbx.agent.core.notes": ("DatasetNotes", "Note", "local_note_store", "NoteError"),
+    "sbx.agent.core.namespaces": ("in_namespace", "drop_namespace", "clear_variables"),
+    "sbx.agent.core.sandbox_files": ("file_op", "read_file", "write_file", "FileOpError"),
+    "sbx.agent.core.plan": ("pending_note",),
+    "sbx.agent.core.problem": ("Problem", "not_found", "quota_exceeded", "unavailable"),
+    "sbx.agent.core.restore": ("Cell",),
+    "sbx.agent.core.restore_text": ("restore_summary",),
+    "sbx.agent.core.resume": ("Resumable", "read_resumable", "resume_conversation",
+        "continue_paused", "find_transcript", "read_paused"),
+    "sbx.agent.core.run_recorder": ("RunRecorder", "NoRecorder", "RunTicket", "RunOutcome",
+        "failed_outcome", "call_status", "new_run_id"),
+    "sbx.agent.core.settings": ("Endpoint", "resolve_endpoint", "SettingsError"),
+    "sbx.agent.core.state": ("RunResult", "RunStatus"),
+    "sbx.agent.core.teams": ("TeamSettings", "metrics_team"),
+    "sbx.agent.core.tool_session": ("ToolSession", "CallReport", "SessionClosed"),
+    "sbx.agent.core.tracing": ("configure_tracing", "TracingError"),
+    "sbx.agent.core.transcript": ("numbered_events", "TranscriptError"),
+    "sbx.agent.core.workspace": ("ConversationSpec", "Workspace", "check_data"),
+    "sbx.agent.core.outcomes": ("idle_reason", "loss_text", "outcome_of", "run_outcome"),
+    "sbx.agent.export.formats": ("export_transcript", "EXPORT_FORMATS", "ExportFormat"),
+    "sbx.agent.model.reply": ("ModelError",),
+    "sbx.agent.provenance.data": ("data_digests",),
+    "sbx.agent.provenance.parts": ("ANSWER_PART_KEYS", "ANSWER_PART_TITLES"),
+    "sbx.agent.core.history": ("read_record", "RecordedConversation", "RecordError"),
+    "sbx.agent.replay.rerun": ("rerun", "RerunReport", "ExecutionCheck", "recorded_data",
+        "RerunError"),
+    "sbx.sandbox.closing": ("Closing",),
+    "sbx.sandbox.errors": ("SbxError", "SandboxError", "HostBusy"),
+    "sbx.sandbox.limits": ("Limits",),
+    "sbx.sandbox.result": ("ExecutionResult", "Artifact"),
+    "sbx.sandbox.units": ("format_size", "parse_size", "parse_duration"),
+    "sbx.tools.audit": ("audit_key_from_env", "AUDIT_PATH_ENV", "AuditError"),
+    "sbx.tools.audit_show": ("audit_call_rows", "AUDIT_COLUMNS"),
+    "sbx.tools.audit_verify": ("verify_audit_log", "iter_audit_records", "UnreadableLine"),
+    "sbx.tools.builtin.data_files": ("index_data_files",),
+    "sbx.tools.builtin.data_summary": ("summarize_data",),
+    "sbx.tools.builtin.plan": ("PLAN_MARKS",),
+    "sbx.tools.context": ("ToolContext", "OutputSink"),
+    "sbx.tools.hints": ("module_from_error",),
+    "sbx.tools.policy": ("UploadDatasetRule", "PolicyError"),
+    "sbx.tools.redact": ("Redactor",),
+    "sbx.tools.registry": ("Tool", "ToolReturn", "ToolFailure", "build_tool"),
+    "sbx.tools.text_safety": ("safe_text", "safe_json"),
+}
+"""Each module below the door and the public names it owns."""
+_RENAMED: dict[str, str] = {
+    "ANSWER_PART_KEYS": "PART_KEYS",
+    "ANSWER_PART_TITLES": "PART_TITLES",
+    "AUDIT_COLUMNS": "COLUMNS",
+    "AUDIT_PATH_ENV": "PATH_ENV",
+    "EXPORT_FORMATS": "FORMATS",
+    "ExportFormat": "Format",
+    "PLAN_MARKS": "MARKS",
+    "RunStatus": "Status",
+    "audit_call_rows": "call_rows",
+    "configure_tracing": "configure_from_env",
+    "export_transcript": "export",
+    "iter_audit_records": "iter_records",
+    "restore_summary": "summary",
+    "resume_conversation": "resume",
+    "verify_audit_log": "verify_log",
+}
+"""Public names that differ from their name in the owning module (a plainer one there)."""
+_EXPORTS = {name: module for module, names in _OWNERS.items() for name in names}
+
+__all__ = [
+    "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Answer", "App",
+    "AppConfig", "Artifact", "AuditError", "CallReport", "Cancellation", "Cell", "Closing",
+    "Compaction", "Conversation", "ConversationSpec", "ConversationStart", "DEFAULT_IMAGE",
+    "DatasetNotes", "EXPORT_FORMATS", "Endpoint", "Event", "EventSink", "ExecutionCheck",
+    "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy", "LimitRefused", "LimitTooLow",
+    "Limits", "LimitsRequest", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note",
+    "NoteError", "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS",
+    "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError",
+    "RecordedConversation", "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd",
+    "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket",
+    "SandboxError", "SbxError", "ServiceQuotas", "ServiceSettings", "SessionClosed",
+    "SettingsError", "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure",
+    "ToolResult", "ToolReturn", "ToolSession", "TracingError", "TranscriptError", "UnreadableLine",
+    "UploadDatasetRule", "Workspace", "answer_one", "audit_call_rows", "audit_key_from_env",
+    "build_tool", "call_status", "check_data", "clear_variables", "configure_tracing",
+    "continue_paused", "data_digests", "describe_validation_error", "drop_namespace",
+    "execute_program", "export_transcript", "failed_outcome", "file_op", "find_transcript",
+    "format_size", "idle_reason", "in_namespace", "index_data_files", "iter_audit_records",
+    "load_config", "local_note_store", "loss_text", "metrics_team", "module_from_error",
+    "new_conversation_id", "new_run_id", "not_found", "numbered_events", "open_artifact",
+    "os_principal", "outcome_of", "parse_duration", "parse_event", "parse_size", "pending_note",
+    "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable", "recorded_data",
+    "require_image", "rerun", "resolve_endpoint", "restore_summary", "resume_conversation",
+    "run_outcome", "safe_json", "safe_text", "summarize_data", "unavailable", "unsafe_name_reason",
+    "verify_audit_log", "write_file",
+]
+
+
+def __getattr__(name: str) -> object:
+    """Import a public name's module on first use, and keep the name here."""
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'sbx.agent' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks they agree)
+    from sbx.agent.core.app import DEFAULT_IMAGE as DEFAULT_IMAGE
+    from sbx.agent.core.app import OUTPUT_DIR as OUTPUT_DIR
+    from sbx.agent.core.app import RUNS_DIR as RUNS_DIR
+    from sbx.agent.core.app import Answer as Answer
+    from sbx.agent.core.app import App as App
+    from sbx.agent.core.app import answer_one as answer_one
+    from sbx.agent.core.app import os_principal as os_principal
+    from sbx.agent.core.app import require_image as require_image
+    from sbx.agent.core.artifacts import open_artifact as open_artifact
+    from sbx.agent.core.artifacts import unsafe_name_reason as unsafe_name_reason
+    from sbx.agent.core.cancellation import Cancellation as Cancellation
+    from sbx.agent.core.config import AppConfig as AppConfig
+    from sbx.agent.core.config import OidcSettings as OidcSettings
+    from sbx.agent.core.config import ServiceQuotas as ServiceQuotas
+    from sbx.agent.core.config import ServiceSettings as ServiceSettings
+    from sbx.agent.core.config import describe_validation_error as describe_validation_error
+    from sbx.agent.core.config import load_config as load_config
+    from sbx.agent.core.conversation import Conversation as Conversation
+    from sbx.agent.core.conversation import new_conversation_id as new_conversation_id
+    from sbx.agent.core.events import Compaction as Compaction
+    from sbx.agent.core.events import ConversationStart as ConversationStart
+    from sbx.agent.core.events import Event as Event
+    from sbx.agent.core.events import EventSink as EventSink
+    from sbx.agent.core.events import MessageAdded as MessageAdded
+    from sbx.agent.core.events import ModelReplied as ModelReplied
+    from sbx.agent.core.events import OutputChunk as OutputChunk
+    from sbx.agent.core.events import PlanUpdated as PlanUpdated
+    from sbx.agent.core.events import RunEnd as RunEnd
+    from sbx.agent.core.events import RunError as RunError
+    from sbx.agent.core.events import RunStart as RunStart
+    from sbx.agent.core.events import StateRestored as StateRestored
+    from sbx.agent.core.events import ToolResult as ToolResult
+    from sbx.agent.core.events import parse_event as parse_event
+    from sbx.agent.core.execute_program import ProgramSpec as ProgramSpec
+    from sbx.agent.core.execute_program import execute_program as execute_program
+    from sbx.agent.core.history import RecordedConversation as RecordedConversation
+    from sbx.agent.core.history import RecordError as RecordError
+    from sbx.agent.core.history import read_record as read_record
+    from sbx.agent.core.limits_request import LimitRefused as LimitRefused
+    from sbx.agent.core.limits_request import LimitsRequest as LimitsRequest
+    from sbx.agent.core.limits_request import LimitTooLow as LimitTooLow
+    from sbx.agent.core.namespaces import clear_variables as clear_variables
+    from sbx.agent.core.namespaces import drop_namespace as drop_namespace
+    from sbx.agent.core.namespaces import in_namespace as in_namespace
+    from sbx.agent.core.notes import DatasetNotes as DatasetNotes
+    from sbx.agent.core.notes import Note as Note
+    from sbx.agent.core.notes import NoteError as NoteError
+    from sbx.agent.core.notes import local_note_store as local_note_store
+    from sbx.agent.core.outcomes import idle_reason as idle_reason
+    from sbx.agent.core.outcomes import loss_text as loss_text
+    from sbx.agent.core.outcomes import outcome_of as outcome_of
+    from sbx.agent.core.outcomes import run_outcome as run_outcome
+    from sbx.agent.core.plan import pending_note as pending_note
+    from sbx.agent.core.problem import Problem as Problem
+    from sbx.agent.core.problem import not_found as not_found
+    from sbx.agent.core.problem import quota_exceeded as quota_exceeded
+    from sbx.agent.core.problem import unavailable as unavailable
+    from sbx.agent.core.restore import Cell as Cell
+    from sbx.agent.core.restore_text import summary as restore_summary
+    from sbx.agent.core.resume import Resumable as Resumable
+    from sbx.agent.core.resume import continue_paused as continue_paused
+    from sbx.agent.core.resume import find_transcript as find_transcript
+    from sbx.agent.core.resume import read_paused as read_paused
+    from sbx.agent.core.resume import read_resumable as read_resumable
+    from sbx.agent.core.resume import resume as resume_conversation
+    from sbx.agent.core.run_recorder import NoRecorder as NoRecorder
+    from sbx.agent.core.run_recorder import RunOutcome as RunOutcome
+    from sbx.agent.core.run_recorder import RunRecorder as RunRecorder
+    from sbx.agent.core.run_recorder import RunTicket as RunTicket
+    from sbx.agent.core.run_recorder import call_status as call_status
+    from sbx.agent.core.run_recorder import failed_outcome as failed_outcome
+    from sbx.agent.core.run_recorder import new_run_id as new_run_id
+    from sbx.agent.core.sandbox_files import FileOpError as FileOpError
+    from sbx.agent.core.sandbox_files import file_op as file_op
+    from sbx.agent.core.sandbox_files import read_file as read_file
+    from sbx.agent.core.sandbox_files import write_file as write_file
+    from sbx.agent.core.settings import Endpoint as Endpoint
+    from sbx.agent.core.settings import SettingsError as SettingsError
+    from sbx.agent.core.settings import resolve_endpoint as resolve_endpoint
+    from sbx.agent.core.state import RunResult as RunResult
+    from sbx.agent.core.state import Status as RunStatus
+    from sbx.agent.core.teams import TeamSettings as TeamSettings
+    from sbx.agent.core.teams import metrics_team as metrics_team
+    from sbx.agent.core.tool_session import CallReport as CallReport
+    from sbx.agent.core.tool_session import SessionClosed as SessionClosed
+    from sbx.agent.core.tool_session import ToolSession as ToolSession
+    from sbx.agent.core.tracing import TracingError as TracingError
+    from sbx.agent.core.tracing import configure_from_env as configure_tracing
+    from sbx.agent.core.transcript import TranscriptError as TranscriptError
+    from sbx.agent.core.transcript import numbered_events as numbered_events
+    from sbx.agent.core.workspace import ConversationSpec as ConversationSpec
+    from sbx.agent.core.workspace import Workspace as Workspace
+    from sbx.agent.core.workspace import check_data as check_data
+    from sbx.agent.export.formats import FORMATS as EXPORT_FORMATS
+    from sbx.agent.export.formats import Format as ExportFormat
+    from sbx.agent.export.formats import export as export_transcript
+    from sbx.agent.model.reply import ModelError as ModelError
+    from sbx.agent.provenance.data import data_digests as data_digests
+    from sbx.agent.provenance.parts import PART_KEYS as ANSWER_PART_KEYS
+    from sbx.agent.provenance.parts import PART_TITLES as ANSWER_PART_TITLES
+    from sbx.agent.replay.rerun import ExecutionCheck as ExecutionCheck
+    from sbx.agent.replay.rerun import RerunError as RerunError
+    from sbx.agent.replay.rerun import RerunReport as RerunReport
+    from sbx.agent.replay.rerun import recorded_data as recorded_data
+    from sbx.agent.replay.rerun import rerun as rerun
+    from sbx.sandbox.closing import Closing as Closing
+    from sbx.sandbox.errors import HostBusy as HostBusy
+    from sbx.sandbox.errors import SandboxError as SandboxError
+    from sbx.sandbox.errors import SbxError as SbxError
+    from sbx.sandbox.limits import Limits as Limits
+    from sbx.sandbox.result import Artifact as Artifact
+    from sbx.sandbox.result import ExecutionResult as ExecutionResult
+    from sbx.sandbox.units import format_size as format_size
+    from sbx.sandbox.units import parse_duration as parse_duration
+    from sbx.sandbox.units import parse_size as parse_size
+    from sbx.tools.audit import PATH_ENV as AUDIT_PATH_ENV
+    from sbx.tools.audit import AuditError as AuditError
+    from sbx.tools.audit import audit_key_from_env as audit_key_from_env
+    from sbx.tools.audit_show import COLUMNS as AUDIT_COLUMNS
+    from sbx.tools.audit_show import call_rows as audit_call_rows
+    from sbx.tools.audit_verify import UnreadableLine as UnreadableLine
+    from sbx.tools.audit_verify import iter_records as iter_audit_records
+    from sbx.tools.audit_verify import verify_log as verify_audit_log
+    from sbx.tools.builtin.data_files import index_data_files as index_data_files
+    from sbx.tools.builtin.data_summary import summarize_data as summarize_data
+    from sbx.tools.builtin.plan import MARKS as PLAN_MARKS
+    from sbx.tools.context import OutputSink as OutputSink
+    from sbx.tools.context import ToolContext as ToolContext
+    from sbx.tools.hints import module_from_error as module_from_error
+    from sbx.tools.policy import PolicyError as PolicyError
+    from sbx.tools.policy import UploadDatasetRule as UploadDatasetRule
+    from sbx.tools.redact import Redactor as Redactor
+    from sbx.tools.registry import Tool as Tool
+    from sbx.tools.registry import ToolFailure as ToolFailure
+    from sbx.tools.registry import ToolReturn as ToolReturn
+    from sbx.tools.registry import build_tool as build_tool
+    from sbx.tools.text_safety import safe_json as safe_json
+    from sbx.tools.text_safety import safe_text as safe_text

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sbx.images.recipe import IMAGES_DIR
 from sbx.images.removed_apis import TABLE_FILE
+from sbx.sandbox.errors import SbxError
 
 _VERSION = r"(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!-]+"
 _REQUIREMENT = re.compile(
@@ -27,7 +28,7 @@ _REQUIREMENT = re.compile(
 _DIGEST_LINE = re.compile(r'^lock_sha256 = "[0-9a-f]*"$', re.MULTILINE)
 
 
-class RequirementError(ValueError):
+class RequirementError(SbxError, ValueError):
     """Not a plain requirement (`name`, `name[extra]`, `name>=1,<2`)."""
 
 

@@ -6,6 +6,8 @@ It lives in its own module so that every builder step (`apt_source`, `wheels`,
 
 from __future__ import annotations
 
+from sbx.sandbox.errors import SbxError
 
-class ImageBuildError(Exception):
+
+class ImageBuildError(SbxError):
     """The image could not be built; the message is one line that says what to do."""

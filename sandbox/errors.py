@@ -1,14 +1,19 @@
 """Errors an operator must fix. Each message is one line that says what to do.
 
-Hierarchy:
+`SbxError` is the root of every error sbx raises for an operator to act on,
+whichever layer raises it (the sandbox, the gate and its audit log, the policy,
+the app's settings, transcripts, the store, the image builder); `sbx.agent`
+hands it out. It sits here, in the lowest layer, so that every layer's errors
+can derive from it without importing a layer above. Hierarchy here:
 
-    SandboxError
-    ├── DockerUnavailable   engine not installed, not running, or not reachable
-    ├── ImageMissing        the sandbox image has not been built
-    ├── RuntimeUnavailable  the requested OCI runtime is not registered
-    ├── InvalidInput        unreadable data path, code not UTF-8 or too large
-    ├── SandboxBroken       the in-container runner misbehaved (protocol, crash at start)
-    └── HostBusy            the host-wide cap was reached and the wait timed out
+    SbxError
+    └── SandboxError
+        ├── DockerUnavailable   engine not installed, not running, or not reachable
+        ├── ImageMissing        the sandbox image has not been built
+        ├── RuntimeUnavailable  the requested OCI runtime is not registered
+        ├── InvalidInput        unreadable data path, code not UTF-8 or too large
+        ├── SandboxBroken       the in-container runner misbehaved (protocol, crash at start)
+        └── HostBusy            the host-wide cap was reached and the wait timed out
 
 Errors in the executed code are never raised: they are `ExecutionResult` fields.
 """
@@ -16,7 +21,11 @@ Errors in the executed code are never raised: they are `ExecutionResult` fields.
 from __future__ import annotations
 
 
-class SandboxError(Exception):
+class SbxError(Exception):
+    """The root of sbx's errors: something an operator (not the model) has to act on."""
+
+
+class SandboxError(SbxError):
     """Base class: an error the operator (not the model) has to act on."""
 
 

@@ -3,16 +3,21 @@
 DESIGN.md: `sandbox` knows nothing of agents or tools, `tools` nothing of
 models; inside `agent/` only the application layer, the faces and the
 benchmark harnesses (`agent/bench/`) talk to `sandbox`; the runner in
-`images/` imports nothing of ours. The faces go through the one front door
-(issue 19): they import only the sandbox's value types (the commands about
-the sandbox itself excepted), never build a `Workspace` or a `Conversation`,
-never reach the app's audit log, pool or image, and nothing outside the CLI
-imports the CLI.
+`images/` imports nothing of ours. The faces come in by one door, the public
+surface `sbx.agent`: a face imports it, its own package and its framework,
+nothing else of sbx (the commands about the sandbox itself excepted); it
+never builds a `Workspace` or a `Conversation`, never reaches the app's audit
+log, pool or image, and nothing outside the CLI imports the CLI. What the
+door exports exists and is documented.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +26,7 @@ APPLICATION_LAYER = {
     "agent/core/workspace.py", "agent/core/run_recorder.py", "agent/core/artifacts.py",
     "agent/core/limits_request.py", "agent/core/execute_program.py", "agent/core/tool_session.py",
 }
-FACES = ("agent/cli/", "agent/mcp/", "agent/service/")
+FACES = ("agent/cli/", "agent/mcp/", "agent/service/", "agent/e2b/")
 SANDBOX_VALUE_TYPES = (
     "sbx.sandbox.limits", "sbx.sandbox.units", "sbx.sandbox.result", "sbx.sandbox.errors",
     "sbx.sandbox.closing",
@@ -29,12 +34,33 @@ SANDBOX_VALUE_TYPES = (
 """What a face may import from `sandbox/`: values (limits, sizes, results, errors), `Closing`."""
 SANDBOX_COMMANDS = {
     "agent/cli/bench.py", "agent/bench/gate.py", "agent/bench/restore.py",
-    "agent/cli/image.py",
+    "agent/cli/image.py", "agent/cli/packages.py",
     "agent/cli/selftest.py", "agent/cli/doctor.py", "agent/cli/gc.py",
     "agent/bench/serve.py", "agent/bench/serve_phases.py",
 }
-"""`doctor`, `gc`, `selftest`, `bench`, `image`: the commands about the sandbox itself."""
+"""`doctor`, `gc`, `selftest`, `bench`, `image`, `packages`: the commands about the sandbox
+itself (and the benchmark harnesses behind `sbx bench`)."""
+THE_DOOR = "sbx.agent"
+"""The public surface (`agent/__init__.py`): the only way a face reaches the rest of sbx."""
+ERROR_ROOT = "sbx.sandbox.errors"
+"""Where `SbxError` lives (the lowest layer), so every layer's errors can derive from it."""
+FACE_PACKAGES = {"agent/cli/": "sbx.agent.cli", "agent/mcp/": "sbx.agent.mcp",
+                 "agent/service/": "sbx.agent.service", "agent/e2b/": "sbx.agent.e2b"}
+HOSTED_FACES = {"sbx.agent.cli": ("sbx.agent.service", "sbx.agent.mcp"),
+                "sbx.agent.service": ("sbx.agent.mcp", "sbx.agent.e2b")}
+"""A face that starts another: the CLI runs `sbx serve` and `sbx mcp`; the service serves MCP
+and E2B's API."""
+FACE_EXTRAS = {
+    "agent/service/": ("sbx.agent.store",),
+    "agent/cli/keys.py": ("sbx.agent.store",),
+    "agent/cli/serve.py": ("sbx.agent.store",),
+    "agent/cli/demo.py": ("sbx.agent.testing",),
+    "agent/cli/ask.py": ("sbx.agent.testing",),
+}
+"""The service's own store (and the CLI commands that administer it), and the scripted model
+of `sbx demo` and `sbx ask --demo` (a public package: the tests and benchmarks use it too)."""
 BUILT_BY_THE_CORE = {
+    "sbx.agent": {"Workspace", "Conversation"},
     "sbx.agent.core.workspace": {"Workspace"},
     "sbx.agent.core.conversation": {"Conversation"},
     "sbx.tools.gate": {"ToolGate", "build_gate"},
@@ -80,14 +106,16 @@ def test_tools_and_sandbox_never_import_the_agent() -> None:
 
 def test_inside_agent_only_the_application_layer_faces_and_benchmarks_import_sandbox() -> None:
     def allowed(rel: str) -> bool:
-        return rel in APPLICATION_LAYER or rel.startswith(FACES) or rel in SANDBOX_COMMANDS
+        return (rel in APPLICATION_LAYER or rel.startswith(FACES) or rel in SANDBOX_COMMANDS
+                or rel == "agent/__init__.py")  # the door re-exports what faces need
 
-    def store_value_type(bad: str) -> bool:  # the store reads sizes like a face does
+    def value_type(bad: str) -> bool:  # the store reads sizes like a face does; errors root
         rel, name = bad.split(" imports ")
-        return rel.startswith("agent/store/") and name in SANDBOX_VALUE_TYPES
+        return name == ERROR_ROOT or (rel.startswith("agent/store/")
+                                      and name in SANDBOX_VALUE_TYPES)
 
     offenders = _offenders("agent", ("sbx.sandbox",), allowed)
-    assert [bad for bad in offenders if not store_value_type(bad)] == []
+    assert [bad for bad in offenders if not value_type(bad)] == []
 
 
 def test_the_runner_imports_nothing_of_ours() -> None:
@@ -124,16 +152,26 @@ def _face_modules() -> list[tuple[str, ast.Module]]:
     ]
 
 
-def _sandbox_machinery(rel: str, tree: ast.Module) -> list[str]:
-    """Imports of `sandbox/` beyond its value types (the sandbox commands excepted)."""
+def _face_of(rel: str) -> str:
+    return next(package for folder, package in FACE_PACKAGES.items() if rel.startswith(folder))
+
+
+def _outside_the_door(rel: str, tree: ast.Module) -> list[str]:
+    """A face's imports of sbx beyond the door, its own package and what it may add."""
     if rel in SANDBOX_COMMANDS:
         return []
+    own = _face_of(rel)
+    allowed = (own, *HOSTED_FACES.get(own, ()),
+               *(extra for key, extras in FACE_EXTRAS.items() if rel.startswith(key)
+                 for extra in extras))
     bad = []
     for node in ast.walk(tree):
         names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                 and node.level == 0
                  else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
         bad += [f"{rel} imports {name}" for name in names
-                if name.startswith("sbx.sandbox") and not name.startswith(SANDBOX_VALUE_TYPES)]
+                if (name == "sbx" or name.startswith("sbx.")) and name != THE_DOOR
+                and not any(name == a or name.startswith(a + ".") for a in allowed)]
     return bad
 
 
@@ -176,8 +214,8 @@ def _app_insides(rel: str, tree: ast.Module) -> list[str]:
     return bad
 
 
-def test_faces_import_only_the_sandbox_value_types() -> None:
-    assert [bad for rel, tree in _face_modules() for bad in _sandbox_machinery(rel, tree)] == []
+def test_faces_import_only_the_door_their_own_package_and_their_framework() -> None:
+    assert [bad for rel, tree in _face_modules() for bad in _outside_the_door(rel, tree)] == []
 
 
 def test_faces_never_build_a_workspace_a_conversation_or_a_gate() -> None:
@@ -206,7 +244,7 @@ def test_the_core_the_store_and_the_benchmarks_import_no_face() -> None:
 def test_the_face_checks_fail_on_a_face_that_does_what_they_forbid() -> None:
     face = ast.parse(
         "from sbx.sandbox.pool import Pool\n"
-        "from sbx.sandbox.limits import Limits\n"
+        "from sbx.agent import Limits, safe_text\n"
         "from sbx.agent.core.workspace import Workspace as W\n"
         "from sbx.agent.core import conversation\n"
         "from sbx.agent.store.models import Conversation\n"
@@ -214,10 +252,71 @@ def test_the_face_checks_fail_on_a_face_that_does_what_they_forbid() -> None:
         "c = conversation.Conversation()\n"
         "row = Conversation(id='conv-1')\n"
     )
-    assert _sandbox_machinery("agent/service/x.py", face) == [
-        "agent/service/x.py imports sbx.sandbox.pool"]
-    assert _sandbox_machinery("agent/cli/doctor.py", face) == []
+    assert _outside_the_door("agent/service/x.py", face) == [
+        "agent/service/x.py imports sbx.sandbox.pool",
+        "agent/service/x.py imports sbx.agent.core.workspace",
+        "agent/service/x.py imports sbx.agent.core"]
+    assert _outside_the_door("agent/cli/doctor.py", face) == []
+    below = ast.parse("from sbx.tools.text_safety import safe_text\nimport sbx.images.build\n"
+                      "from sbx.agent.store.models import Run\nfrom sbx.agent.mcp import server\n"
+                      "from sbx.agent.cli.errors import fail\n")
+    assert _outside_the_door("agent/mcp/x.py", below) == [
+        "agent/mcp/x.py imports sbx.tools.text_safety", "agent/mcp/x.py imports sbx.images.build",
+        "agent/mcp/x.py imports sbx.agent.store.models",
+        "agent/mcp/x.py imports sbx.agent.cli.errors"]
+    assert _outside_the_door("agent/service/web/x.py", below) == [
+        "agent/service/web/x.py imports sbx.tools.text_safety",
+        "agent/service/web/x.py imports sbx.images.build",
+        "agent/service/web/x.py imports sbx.agent.cli.errors"]
     assert _constructions("agent/mcp/x.py", face) == [
         "agent/mcp/x.py:6 builds W", "agent/mcp/x.py:7 builds Conversation"]
     assert sorted(_app_insides("f.py", face)) == [
         "f.py:6 reads app.audit", "f.py:6 reads app.image", "f.py:6 reads app.pool"]
+
+
+def _typed_door() -> dict[str, tuple[str, str]]:
+    """What the door's `TYPE_CHECKING` block imports: public name -> (module, name there)."""
+    tree = ast.parse((ROOT / "agent/__init__.py").read_text())
+    block = next(node for node in tree.body if isinstance(node, ast.If)
+                 and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+    return {alias.asname or alias.name: (node.module or "", alias.name)
+            for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+
+
+def test_the_door_exports_what_it_lists_and_documents_each_name() -> None:
+    import sbx.agent as door
+
+    resolved = {name: (door._EXPORTS[name], door._RENAMED.get(name, name)) for name in door.__all__}
+    assert sorted(door.__all__) == sorted(door._EXPORTS)
+    assert _typed_door() == resolved  # what mypy sees is what a face gets
+    undocumented = []
+    for name in door.__all__:
+        value = getattr(door, name)
+        if not re.search(rf"\b{name}\b", door.__doc__ or ""):
+            undocumented.append(f"{name}: not on the door's map")
+        own = value.__dict__.get("__doc__") if inspect.isclass(value) else getattr(
+            value, "__doc__", None) if inspect.isfunction(value) else "a value"
+        if not own or own.startswith(f"{name}("):  # a dataclass's generated signature
+            undocumented.append(f"{name}: no docstring")
+    assert undocumented == []
+
+
+def test_the_door_has_one_error_root() -> None:
+    import sbx.agent as door
+
+    errors = [getattr(door, name) for name in door.__all__
+              if inspect.isclass(getattr(door, name))
+              and issubclass(getattr(door, name), Exception)]
+    assert door.SbxError in errors
+    outside = {error.__name__ for error in errors if not issubclass(error, door.SbxError)}
+    assert outside == {"Problem", "ToolFailure"}  # an HTTP answer; a tool's message to the model
+
+
+def test_the_door_imports_only_what_is_asked_for() -> None:
+    """`from sbx.agent import safe_text` must not pull in the model SDK, the store or the pool."""
+    code = ("import sys\nfrom sbx.agent import safe_text, format_size, SbxError\n"
+            "heavy = ('openai', 'sbx.agent.store', 'sbx.sandbox.pool', 'sbx.agent.core.app')\n"
+            "print([m for m in heavy if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]"

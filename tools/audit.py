@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sbx.sandbox.errors import SbxError
 from sbx.tools.audit_chain import GENESIS, make_line
 from sbx.tools.policy import AuditPolicy
 from sbx.tools.redact import Redactor
@@ -50,7 +51,7 @@ MIN_KEY_BYTES = 16
 _TAIL_WINDOW = 64 * 1024
 
 
-class AuditError(Exception):
+class AuditError(SbxError):
     """The audit log cannot be written or continued: no tool may run without its record."""
 
 

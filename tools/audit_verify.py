@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sbx.sandbox.errors import SbxError
 from sbx.tools.audit_chain import GENESIS, algorithm, canonical, seal
 
 
@@ -319,7 +320,7 @@ def _find_seq(path: Path, *, after: int, seq: int) -> int | None:
     return None
 
 
-class UnreadableLine(ValueError):
+class UnreadableLine(SbxError, ValueError):
     """A line that is no JSON object (or a torn last line): `LINE: why`."""
 
 

@@ -28,6 +28,8 @@ from pydantic import (
     model_validator,
 )
 
+from sbx.sandbox.errors import SbxError
+
 # Bytes, Seconds and Wait are re-exported: the agent's settings use the same units.
 from sbx.sandbox.limits import Bytes as Bytes
 from sbx.sandbox.limits import Seconds as Seconds
@@ -49,7 +51,7 @@ _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 _DOMAIN = re.compile(rf"^(\*\.)?({_LABEL}\.)*{_LABEL}$")
 
 
-class PolicyError(Exception):
+class PolicyError(SbxError):
     """The policy file cannot be used; the message names the file, the line and the key."""
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sbx.agent.provenance.parts import PART_KEYS, PART_TITLES
-from sbx.tools.text_safety import safe_text
+from sbx.agent import ANSWER_PART_KEYS as PART_KEYS
+from sbx.agent import ANSWER_PART_TITLES as PART_TITLES
+from sbx.agent import safe_text
 
 MAX_QUOTED = 5
 """Most mislabelled sentences one line quotes."""

@@ -27,6 +27,20 @@ from typing import Any, NoReturn
 
 import click
 
+from sbx.agent import (
+    DEFAULT_IMAGE,
+    RUNS_DIR,
+    Answer,
+    ConversationSpec,
+    TranscriptError,
+    answer_one,
+    continue_paused,
+    find_transcript,
+    read_paused,
+    safe_json,
+    safe_text,
+)
+from sbx.agent import RunStatus as Status
 from sbx.agent.cli.answer_parts import answer_text, mislabelled_line
 from sbx.agent.cli.demo import API_KEY, LABEL, MODEL_NAME, QUESTION, demo_data, demo_turns
 from sbx.agent.cli.display import Progress, replay, source_line, verdict_line
@@ -35,13 +49,7 @@ from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.prompting import terminal_operator
 from sbx.agent.cli.rerun import rerun_command
-from sbx.agent.core.app import DEFAULT_IMAGE, RUNS_DIR, Answer, answer_one
-from sbx.agent.core.conversation import ConversationSpec
-from sbx.agent.core.resume import continue_paused, find_transcript, read_paused
-from sbx.agent.core.state import Status
-from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.testing.scripted_model import ScriptedLLM
-from sbx.tools.text_safety import safe_json, safe_text
 
 EXIT_BUDGET = 3
 EXIT_MODEL_ERROR = 4

@@ -23,10 +23,11 @@ from typing import Any
 
 import click
 
-from sbx.tools.audit import AuditError, audit_key_from_env
-from sbx.tools.audit_show import COLUMNS, call_rows
-from sbx.tools.audit_verify import UnreadableLine, iter_records, verify_log
-from sbx.tools.text_safety import safe_text
+from sbx.agent import AUDIT_COLUMNS as COLUMNS
+from sbx.agent import AuditError, UnreadableLine, audit_key_from_env, safe_text
+from sbx.agent import audit_call_rows as call_rows
+from sbx.agent import iter_audit_records as iter_records
+from sbx.agent import verify_audit_log as verify_log
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 _HASH = re.compile(r"[0-9a-fA-F]{64}")

@@ -23,16 +23,14 @@ from typing import Any
 
 import click
 
+from sbx.agent import Conversation, RunResult, read_resumable, safe_text
+from sbx.agent import resume_conversation as resume
 from sbx.agent.cli.answer_parts import answer_text
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.prompting import terminal_operator
-from sbx.agent.core.conversation import Conversation
-from sbx.agent.core.resume import read_resumable, resume
-from sbx.agent.core.state import RunResult
-from sbx.tools.text_safety import safe_text
 
 PROMPT = "you> "
 HELP = "Ask a question. /reset starts afresh, /exit leaves; Ctrl-C cancels a running question."

@@ -24,14 +24,17 @@ from typing import Any, TextIO
 import click
 from pydantic import BaseModel
 
+from sbx.agent import (
+    PLAN_MARKS,
+    Event,
+    TranscriptError,
+    numbered_events,
+    outcome_of,
+    pending_note,
+    safe_text,
+)
 from sbx.agent.cli.answer_parts import answer_text, mislabelled_line
 from sbx.agent.cli.display_restored import render_restored
-from sbx.agent.core.events import Event
-from sbx.agent.core.outcomes import outcome_of
-from sbx.agent.core.plan import pending_note
-from sbx.agent.core.transcript import TranscriptError, numbered_events
-from sbx.tools.builtin.plan import MARKS as PLAN_MARKS
-from sbx.tools.text_safety import safe_text
 
 Row = dict[str, Any]
 """An event as plain data: the renderers read each field defensively, as replay must."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sbx.agent.core.events import StateRestored
-from sbx.agent.core.restore_text import summary
+from sbx.agent import StateRestored
+from sbx.agent import restore_summary as summary
 
 MAX_LINE = 300
 """Longest line shown (a cell may name many variables)."""

@@ -19,9 +19,9 @@ from typing import Any
 
 import click
 
+from sbx.agent import load_config
 from sbx.agent.cli.errors import operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
-from sbx.agent.core.config import load_config
 from sbx.sandbox.checks.doctor import run_checks
 from sbx.sandbox.config import DEFAULT_IMAGE
 from sbx.sandbox.engine import Engine

@@ -19,9 +19,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 from pydantic import ValidationError
 
-from sbx.agent.core.config import describe_validation_error
-from sbx.sandbox.errors import SandboxError
-from sbx.tools.text_safety import safe_text
+from sbx.agent import SandboxError, describe_validation_error, safe_text
 
 EXIT_TIMEOUT = 124
 EXIT_SBX_ERROR = 125

@@ -17,15 +17,20 @@ from typing import Any, TextIO
 
 import click
 
+from sbx.agent import (
+    DEFAULT_IMAGE,
+    ExecutionResult,
+    ProgramSpec,
+    execute_program,
+    format_size,
+    os_principal,
+    safe_json,
+    safe_text,
+)
 from sbx.agent.cli.errors import EXIT_OOM, EXIT_TIMEOUT, fail, operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, opened_core
 from sbx.agent.cli.program_output import ProgramOutput
-from sbx.agent.core.app import DEFAULT_IMAGE, os_principal
-from sbx.agent.core.execute_program import ProgramSpec, execute_program
-from sbx.sandbox.result import ExecutionResult
-from sbx.sandbox.units import format_size
-from sbx.tools.text_safety import safe_json, safe_text
 
 _RECORD = click.Path(path_type=Path)
 

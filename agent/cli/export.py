@@ -19,11 +19,11 @@ from pathlib import Path
 
 import click
 
+from sbx.agent import EXPORT_FORMATS as FORMATS
+from sbx.agent import RUNS_DIR, RecordError, TranscriptError, read_record
+from sbx.agent import ExportFormat as Format
+from sbx.agent import export_transcript as export
 from sbx.agent.cli.errors import fail
-from sbx.agent.core.app import RUNS_DIR
-from sbx.agent.core.history import RecordError, read_record
-from sbx.agent.core.transcript import TranscriptError
-from sbx.agent.export.formats import FORMATS, Format, export
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import click
 
+from sbx.agent import parse_size
 from sbx.agent.cli.errors import fail
 from sbx.agent.store.db import Database, StoreError, data_dir, database_url
 from sbx.agent.store.keys import KeyAdminError, create_key, list_keys, revoke_key
-from sbx.sandbox.units import parse_size
 
 
 def _store_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -13,9 +13,8 @@ from typing import Any, NoReturn
 
 import click
 
+from sbx.agent import LimitRefused, LimitsRequest, SettingsError
 from sbx.agent.cli.errors import fail
-from sbx.agent.core.limits_request import LimitRefused, LimitsRequest
-from sbx.agent.core.settings import SettingsError
 
 LIMIT_FLAGS = ("timeout", "memory", "cpus", "pids", "network", "runtime")
 """The keyword arguments `limit_options` adds to a command."""

@@ -23,16 +23,22 @@ from typing import Any
 import anyio
 import click
 
+from sbx.agent import (
+    DEFAULT_IMAGE,
+    OUTPUT_DIR,
+    App,
+    AuditError,
+    LimitRefused,
+    PolicyError,
+    SettingsError,
+    load_config,
+    os_principal,
+    parse_duration,
+    require_image,
+)
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
 from sbx.agent.cli.limit_flags import limit_options, refused, take_limits
-from sbx.agent.core.app import DEFAULT_IMAGE, OUTPUT_DIR, App, os_principal, require_image
-from sbx.agent.core.config import load_config
-from sbx.agent.core.limits_request import LimitRefused
-from sbx.agent.core.settings import SettingsError
 from sbx.agent.mcp.server import DEFAULT_IDLE_S, SbxServer, build_server, stdio_face
-from sbx.sandbox.units import parse_duration
-from sbx.tools.audit import AuditError
-from sbx.tools.policy import PolicyError
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 

@@ -20,14 +20,20 @@ from typing import TypeVar
 
 import click
 
+from sbx.agent import (
+    DatasetNotes,
+    Note,
+    NoteError,
+    PolicyError,
+    SettingsError,
+    data_digests,
+    load_config,
+    local_note_store,
+    os_principal,
+    safe_json,
+    safe_text,
+)
 from sbx.agent.cli.errors import fail
-from sbx.agent.core.app import os_principal
-from sbx.agent.core.config import load_config
-from sbx.agent.core.notes import DatasetNotes, Note, NoteError, local_note_store
-from sbx.agent.core.settings import SettingsError
-from sbx.agent.provenance.data import data_digests
-from sbx.tools.policy import PolicyError
-from sbx.tools.text_safety import safe_json, safe_text
 
 T = TypeVar("T")
 EXAMPLES = """

@@ -18,17 +18,25 @@ from typing import Any
 
 import click
 
+from sbx.agent import (
+    DEFAULT_IMAGE,
+    App,
+    AppConfig,
+    AuditError,
+    ConversationSpec,
+    Endpoint,
+    LimitRefused,
+    LimitsRequest,
+    PolicyError,
+    SettingsError,
+    TranscriptError,
+    load_config,
+    local_note_store,
+    os_principal,
+    resolve_endpoint,
+)
 from sbx.agent.cli.errors import fail
 from sbx.agent.cli.limit_flags import refused
-from sbx.agent.core.app import DEFAULT_IMAGE, App, os_principal
-from sbx.agent.core.config import AppConfig, load_config
-from sbx.agent.core.conversation import ConversationSpec
-from sbx.agent.core.limits_request import LimitRefused, LimitsRequest
-from sbx.agent.core.notes import local_note_store
-from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
-from sbx.agent.core.transcript import TranscriptError
-from sbx.tools.audit import AuditError
-from sbx.tools.policy import PolicyError
 
 _RECORD = click.Path(path_type=Path)
 """A file sbx opens itself (policy, audit log, transcript): a directory there is sbx's

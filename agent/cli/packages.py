@@ -21,9 +21,9 @@ from typing import NoReturn
 
 import click
 
+from sbx.agent import load_config
 from sbx.agent.cli.bench import ds1000_with_hints
 from sbx.agent.cli.errors import EXIT_SBX_ERROR, operator_errors
-from sbx.agent.core.config import load_config
 from sbx.images.add_package import RequirementError, add_requirement, record_measured_lock
 from sbx.images.build import ImageBuildError, build_image
 from sbx.images.lock import relock

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from sbx.tools.text_safety import safe_text
+from sbx.agent import safe_text
 
 
 class ProgramOutput:

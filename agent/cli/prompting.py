@@ -16,7 +16,7 @@ import threading
 import time
 from typing import TextIO
 
-from sbx.tools.text_safety import safe_text
+from sbx.agent import safe_text
 
 POLL_S = 0.1
 """How often the wait for a line looks at the stop event and the deadline."""

@@ -16,14 +16,22 @@ from typing import NoReturn
 
 import click
 
+from sbx.agent import (
+    AuditError,
+    ExecutionCheck,
+    RecordedConversation,
+    RecordError,
+    RerunError,
+    RerunReport,
+    TranscriptError,
+    os_principal,
+    read_record,
+    recorded_data,
+    rerun,
+    safe_text,
+)
 from sbx.agent.cli.errors import fail
 from sbx.agent.cli.opening import FaceOptions, opened_core
-from sbx.agent.core.app import os_principal
-from sbx.agent.core.history import RecordedConversation, RecordError, read_record
-from sbx.agent.core.transcript import TranscriptError
-from sbx.agent.replay.rerun import ExecutionCheck, RerunError, RerunReport, recorded_data, rerun
-from sbx.tools.audit import AuditError
-from sbx.tools.text_safety import safe_text
 
 EXIT_DIFFERS = 1
 

@@ -24,18 +24,21 @@ from pathlib import Path
 
 import click
 
+from sbx.agent import (
+    DEFAULT_IMAGE,
+    AuditError,
+    PolicyError,
+    SandboxError,
+    TracingError,
+    TranscriptError,
+    parse_duration,
+)
+from sbx.agent import configure_tracing as configure_from_env
 from sbx.agent.cli.errors import fail
-from sbx.agent.core.app import DEFAULT_IMAGE
-from sbx.agent.core.tracing import TracingError, configure_from_env
-from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.service.access_log import AccessLog
 from sbx.agent.service.core import ServeOptions, Service
 from sbx.agent.service.server import bind_listener, serve_forever
 from sbx.agent.store.db import StoreError, data_dir
-from sbx.sandbox.errors import SandboxError
-from sbx.sandbox.units import parse_duration
-from sbx.tools.audit import AuditError
-from sbx.tools.policy import PolicyError
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 

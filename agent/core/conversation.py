@@ -136,43 +136,69 @@ class Conversation(Closing):
 
     # ------------------------------------------------------------ questions
 
+    def admit(self, text: str, recorder: RunRecorder, *, answering: bool = False) -> RunTicket:
+        """The next run's ticket, admitted by `recorder` (it raises to refuse the run).
+
+        `ask` (or, `answering`, `answer`) runs that same ticket later: a face that
+        admits a run when it is posted and a run's ticket are one, built here. An
+        answer first claims the pending question (`ValueError` when none waits or
+        another answer has it), given back if the recorder refuses the run.
+        """
+        ticket = self._ticket(text, None, None, answering=answering)
+        if answering:
+            self.question.claim(ticket.run_id)
+        try:
+            recorder.admitted(ticket)
+        except BaseException:
+            self.question.unclaim(ticket.run_id)
+            raise
+        return ticket
+
     def ask(self, question: str, *, run_id: str | None = None,
-            cancel: Cancellation | None = None, recorder: RunRecorder | None = None
-            ) -> RunResult:
+            cancel: Cancellation | None = None, recorder: RunRecorder | None = None,
+            ticket: RunTicket | None = None) -> RunResult:
         """Answer one question, continuing the conversation; one question at a time.
 
         A `RunResult` for every ending, Ctrl-C and a fired `cancel` included
         (`cancelled`); raises only for operator errors (sandbox, audit log), after a
-        `run_error` event. `recorder` (an admitted run's) hears it start and end.
+        `run_error` event. `recorder` hears it start and end; `ticket` (from `admit`)
+        gives the run's id and token instead of `run_id` and `cancel`.
         """
         with self._lock:
             self.question.set(None)
-            return self._recorded(question, run_id or new_run_id(), cancel, recorder)
+            return self._recorded(question, ticket or self._ticket(question, run_id, cancel),
+                                  recorder)
 
     def answer(self, answer: str, *, run_id: str | None = None,
-               cancel: Cancellation | None = None, recorder: RunRecorder | None = None
-               ) -> RunResult:
+               cancel: Cancellation | None = None, recorder: RunRecorder | None = None,
+               ticket: RunTicket | None = None) -> RunResult:
         """Continue the run that ended `needs_input` with the user's answer: a new run.
 
         The same sandbox if alive, else a fresh one and the model is told (`RESET_NOTE`);
         the new run's records (`run_start`, audit `user_answer`) name the run it
-        continues. `ValueError` when no run is waiting for an answer.
+        continues. `ValueError` when no run is waiting for an answer. `ticket` as in `ask`.
         """
         with self._lock:
-            run_id = run_id or new_run_id()
-            pending = self.question.take(run_id)  # unless another answer claimed it
+            ticket = ticket or self._ticket(answer, run_id, cancel, answering=True)
+            pending = self.question.take(ticket.run_id)  # unless another answer claimed it
             text = bounded_answer(answer)
-            return self._recorded(answer_message(pending, text), run_id, cancel,
-                                  recorder, continues=pending, answer=text)
+            return self._recorded(answer_message(pending, text), ticket, recorder,
+                                  continues=pending, answer=text)
 
-    def _recorded(self, question: str, run_id: str, cancel: Cancellation | None,
-                  recorder: RunRecorder | None, *, continues: PendingInput | None = None,
-                  answer: str | None = None) -> RunResult:
+    def _ticket(self, text: str, run_id: str | None, cancel: Cancellation | None, *,
+                answering: bool = False) -> RunTicket:
+        run_id = run_id or new_run_id()
+        return RunTicket(kind="question", principal=self.spec.principal, team=self.spec.team,
+                         run_id=run_id, conversation_id=self.id,
+                         question=bounded_answer(text) if answering else text,
+                         output_dir=self.workspace.output_dir(run_id),
+                         cancel=cancel or Cancellation())
+
+    def _recorded(self, question: str, ticket: RunTicket, recorder: RunRecorder | None, *,
+                  continues: PendingInput | None = None, answer: str | None = None) -> RunResult:
         """One run under the lock: its token, its recorder, its result kept."""
-        token = self._cancel = cancel or Cancellation()
-        ticket = RunTicket(kind="question", principal=self.spec.principal, team=self.spec.team,
-                           run_id=run_id, conversation_id=self.id, question=answer or question,
-                           output_dir=self.workspace.output_dir(run_id), cancel=token)
+        token, run_id = ticket.cancel, ticket.run_id
+        self._cancel = token
 
         def work() -> RunResult:
             try:

@@ -48,6 +48,7 @@ from sbx.agent.core.events import (
 from sbx.agent.core.outcomes import execution_loss, loss_text
 from sbx.agent.core.transcript import read_transcript
 from sbx.agent.provenance.parts import PART_KEYS, AnswerParts
+from sbx.sandbox.errors import SbxError
 from sbx.tools.observation import error_type_of, section_of
 
 
@@ -166,7 +167,7 @@ class RecordedConversation:
         return cells
 
 
-class RecordError(Exception):
+class RecordError(SbxError):
     """The transcript holds nothing to re-run or export (the message says why)."""
 
 

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.provenance.data import data_digests
+from sbx.sandbox.errors import SbxError
 from sbx.tools.policy import Policy, RememberRule
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ MAX_PROMPT_NOTES = 50
 """Most notes one system prompt shows (the newest; a team's notes add up)."""
 
 
-class NoteError(ValueError):
+class NoteError(SbxError, ValueError):
     """A note was refused (too long, too many, unknown dataset or note); the message says why."""
 
 

@@ -15,7 +15,10 @@ once for all three:
     withdrawn(ticket)           nothing ran after all (the host's sandbox cap was full, the
                                 gate refused the call): no run is counted
 
-After `admitted`, exactly one of `finished` and `withdrawn` follows. How a
+After `admitted`, exactly one of `finished` and `withdrawn` follows. A run
+has one ticket, built by the core: a face that admits a conversation's run
+when it is posted (the service) gets it from `Conversation.admit` and hands
+that same ticket to `ask` or `answer`. How a
 tool call's outcome maps to a run's status is written here once
 (`call_outcome`), as is a conversation run's (`result_outcome`).
 """
@@ -35,8 +38,8 @@ from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.session import new_run_id as new_run_id
 from sbx.tools.outcome import ToolOutcome
 
-RunKind = Literal["question", "execute", "mcp"]
-"""A conversation's run, one program, one execution of an MCP session."""
+RunKind = Literal["question", "execute", "mcp", "e2b"]
+"""A conversation's run, one program, one execution of an MCP session or of an E2B sandbox."""
 NOTHING_RAN = ("invalid", "denied", "unknown", "halted")
 """Gate statuses of a call that ran no code (without an execution record)."""
 MAX_MESSAGE_CHARS = 2000

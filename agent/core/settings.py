@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from sbx.agent.core.cost import Prices
+from sbx.sandbox.errors import SbxError
 from sbx.tools.policy import Bytes, Seconds, at_most_seconds
 
 BASE_URL_ENV = "OPENAI_BASE_URL"
@@ -32,7 +33,7 @@ API_KEY_ENV = "OPENAI_API_KEY"
 MODEL_ENV = "SBX_MODEL"
 
 
-class SettingsError(Exception):
+class SettingsError(SbxError):
     """The agent cannot be configured as given; the message names the key or flag to fix."""
 
 

@@ -46,6 +46,7 @@ from sbx.agent.core.run_recorder import (
 from sbx.agent.core.state import PriorWork
 from sbx.agent.core.workspace import Workspace
 from sbx.sandbox.closing import Closing
+from sbx.sandbox.errors import SbxError
 from sbx.sandbox.result import Artifact
 from sbx.tools.audit import AuditError
 from sbx.tools.context import OutputSink
@@ -65,7 +66,7 @@ DATA_AFTER_RESET = (
 )
 
 
-class SessionClosed(Exception):
+class SessionClosed(SbxError):
     """The session ended while a call was on its way in."""
 
 
@@ -94,9 +95,11 @@ class ToolSession(Closing):
         self.principal = workspace.spec.principal
         """Who opened it (the face authenticated them): every audit record's principal."""
         self.run_kind = run_kind
-        """Each execution's run kind for the recorder (`mcp`)."""
+        """Each execution's run kind for the recorder (`mcp`, `e2b`)."""
         self.data_tool = data_tool
         self.on_output = on_output
+        self._call_output: Callable[[str, str], None] | None = None
+        """The running call's own output sink (`call(on_output=)`)."""
         self.recorder = recorder
         """Hears each execution as a run (the face's quotas and store)."""
         self._lock = threading.Lock()
@@ -129,11 +132,16 @@ class ToolSession(Closing):
         """Where this session's artifacts are copied (nothing of another session's is there)."""
         return self.workspace.output_dir(self.id)
 
-    def call(self, name: str, arguments: Mapping[str, Any]) -> CallReport:
+    def call(self, name: str, arguments: Mapping[str, Any], *,
+             on_output: Callable[[str, str], None] | None = None,
+             on_start: Callable[[], None] | None = None) -> CallReport:
         """One tool call through the session's gate (policy, validation, quotas, audit).
 
         An execution is a run of the face's `RunRecorder` (its quotas); a refusal
-        raises `Refused` and leaves the session as it was.
+        raises `Refused` and leaves the session as it was. `on_start()` is heard once
+        the call is admitted (a face may begin its answer), and `on_output(stream,
+        text)` with this call's output while it runs (the session's own sink hears it
+        too); one call at a time should pass them, as a face's turn ensures.
         """
         note: str | None = None
         prior: PriorWork | None = None
@@ -143,8 +151,14 @@ class ToolSession(Closing):
             gate = self._open_gate()
             if name == "execute_python":
                 note, prior = self._restored(self._take_reset_note())
+            if on_start is not None:
+                on_start()
             call_id = "call-" + uuid.uuid4().hex[:12]
-            outcome = gate.call(name=name, arguments=json.dumps(arguments), call_id=call_id)
+            self._call_output = on_output
+            try:
+                outcome = gate.call(name=name, arguments=json.dumps(arguments), call_id=call_id)
+            finally:
+                self._call_output = None
             if name == "execute_python":
                 self._journal_add(cell_of(call_id, arguments.get("code"), outcome))
             return outcome
@@ -274,8 +288,16 @@ class ToolSession(Closing):
             if self._closed:
                 raise SessionClosed(f"session {self.id} has ended")
             if self._gate is None:
-                self._gate = self.workspace.open_gate(self.id, on_output=self.on_output)
+                self._gate = self.workspace.open_gate(self.id, on_output=self._relay)
             return self._gate
+
+    def _relay(self, call_id: str, stream: str, text: str) -> None:
+        """The gate's output: to the session's sink and to the running call's."""
+        if self.on_output is not None:
+            self.on_output(call_id, stream, text)
+        sink = self._call_output
+        if sink is not None:
+            sink(stream, text)
 
     def _discard_locked(self, reason: str) -> bool:
         self.workspace.discard()

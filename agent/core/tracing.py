@@ -30,6 +30,7 @@ from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.state import RunResult
 from sbx.agent.model.boundary import RequestGuard
 from sbx.agent.model.client import ModelClient, ModelReply, RetryHook
+from sbx.sandbox.errors import SbxError
 from sbx.tools.tracing import TRACER, failed
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ conventions say to name the API's provider then, with `server.address` telling w
 EXPORTERS = ("otlp", "console")
 
 
-class TracingError(Exception):
+class TracingError(SbxError):
     """Tracing was asked for (`OTEL_TRACES_EXPORTER`) but cannot be set up."""
 
 

@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from sbx.agent.core.events import LIVE_ONLY, Event, parse_event
+from sbx.sandbox.errors import SbxError
 
 MAX_FIELD_CHARS = 4 * 1024 * 1024
 """Longest string one event field keeps; the sources' own caps are far lower."""
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
-class TranscriptError(Exception):
+class TranscriptError(SbxError):
     """The transcript cannot be written or read; the message names the file (and line)."""
 
 

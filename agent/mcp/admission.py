@@ -25,9 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from sbx.agent.core.limits_request import LimitsRequest
-from sbx.agent.core.run_recorder import NoRecorder, RunRecorder
-from sbx.tools.registry import Tool
+from sbx.agent import LimitsRequest, NoRecorder, RunRecorder, Tool
 
 
 @dataclass(frozen=True, kw_only=True)

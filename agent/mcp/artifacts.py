@@ -25,8 +25,7 @@ from urllib.parse import quote, unquote
 
 from mcp.types import ContentBlock, ImageContent, ResourceLink
 
-from sbx.agent.core.artifacts import open_artifact, unsafe_name_reason
-from sbx.sandbox.result import Artifact
+from sbx.agent import Artifact, open_artifact, unsafe_name_reason
 
 SCHEME = "sbx://artifacts/"
 TEMPLATE = SCHEME + "{session}/{+name}"

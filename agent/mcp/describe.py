@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from sbx.agent.core.config import AppConfig
-from sbx.sandbox.units import format_size
-from sbx.tools.builtin.data_files import index_data_files
+from sbx.agent import AppConfig, format_size, index_data_files
 
 MAX_NAMED_FILES = 20
 """Data files named in the descriptions; `list_data_files` lists them all."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from sbx.tools.text_safety import safe_text
+from sbx.agent import safe_text
 
 MAX_LINE_CHARS = 200
 """A progress message's line is cut to this many characters."""

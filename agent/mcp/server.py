@@ -32,9 +32,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.types import InputRequiredResult, ResourceTemplate
 from pydantic import AnyUrl
 
-from sbx.agent.core.app import OUTPUT_DIR, App
-from sbx.agent.core.limits_request import LimitsRequest
-from sbx.agent.core.workspace import check_data
+from sbx.agent import OUTPUT_DIR, App, LimitsRequest, check_data
 from sbx.agent.mcp.admission import Admission, Caller, FixedData
 from sbx.agent.mcp.artifacts import (
     TEMPLATE,

@@ -15,10 +15,7 @@ import uuid
 
 import anyio
 
-from sbx.agent.core.restore import Cell
-from sbx.agent.core.run_recorder import RunRecorder
-from sbx.agent.core.tool_session import ToolSession
-from sbx.agent.core.workspace import Workspace
+from sbx.agent import Cell, RunRecorder, ToolSession, Workspace
 from sbx.agent.mcp.admission import Admission, Caller
 from sbx.agent.mcp.live_tail import LiveTail
 

@@ -23,14 +23,9 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from sbx.agent.core.app import App
-from sbx.agent.core.outcomes import idle_reason
-from sbx.agent.core.restore import Cell
-from sbx.agent.core.tool_session import SessionClosed
-from sbx.agent.core.workspace import ConversationSpec
+from sbx.agent import App, Cell, Closing, ConversationSpec, SessionClosed, idle_reason
 from sbx.agent.mcp.admission import Admission, Caller, FixedData
 from sbx.agent.mcp.tool_session import McpSession, new_session_id
-from sbx.sandbox.closing import Closing
 
 logger = logging.getLogger(__name__)
 

@@ -32,14 +32,12 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ContentBlock, TextContent, ToolAnnotations
 from pydantic import Field
 
-from sbx.agent.core.tool_session import CallReport, SessionClosed
+from sbx.agent import AuditError, CallReport, SandboxError, SessionClosed
 from sbx.agent.mcp.admission import Caller, Refused
 from sbx.agent.mcp.artifacts import artifact_blocks
 from sbx.agent.mcp.describe import Descriptions
 from sbx.agent.mcp.tool_session import McpSession
 from sbx.agent.mcp.tool_sessions import McpSessions
-from sbx.sandbox.errors import SandboxError
-from sbx.tools.audit import AuditError
 
 logger = logging.getLogger(__name__)
 

@@ -31,14 +31,19 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
+from sbx.agent import (
+    Tool,
+    ToolContext,
+    ToolFailure,
+    ToolReturn,
+    UploadDatasetRule,
+    build_tool,
+    format_size,
+)
 from sbx.agent.mcp.admission import Caller
 from sbx.agent.mcp.tool_session import UPLOAD_TOOL
 from sbx.agent.mcp.tool_sessions import McpSessions
 from sbx.agent.mcp.tools import SessionKey, reported, result_of
-from sbx.sandbox.units import format_size
-from sbx.tools.context import ToolContext
-from sbx.tools.policy import UploadDatasetRule
-from sbx.tools.registry import Tool, ToolFailure, ToolReturn, build_tool
 
 Encoding = Literal["text", "base64"]
 FORMATS_HINT = "csv, tsv, json, jsonl (as text); parquet, xlsx, xls (as base64)"

@@ -29,6 +29,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from sbx.sandbox.errors import SbxError
+
 CHARS_PER_TOKEN = 4
 """The estimate used when the endpoint reports no usable token count (as in `compaction`)."""
 MAX_NAME_CHARS = 128
@@ -37,7 +39,7 @@ MAX_FINISH_CHARS = 64
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
-class ModelError(Exception):
+class ModelError(SbxError):
     """The model endpoint failed after the retries, or replied with something unusable."""
 
 

@@ -32,10 +32,11 @@ from sbx.agent.core.history import RecordedConversation, RecordedExecution, Reco
 from sbx.agent.core.workspace import ConversationSpec
 from sbx.agent.provenance.data import MISSING, DataChange, data_changes, data_digests
 from sbx.agent.replay.compare import Comparison, Observed, compare
+from sbx.sandbox.errors import SbxError
 from sbx.tools.gate import ToolGate
 
 
-class RerunError(Exception):
+class RerunError(SbxError):
     """The re-run cannot start (e.g. the policy disables code); the message says why."""
 
 

@@ -20,10 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sbx.agent.core.conversation import ConversationSpec
-from sbx.agent.core.limits_request import LimitsRequest
-from sbx.agent.core.resume import Resumable, read_resumable, resume
-from sbx.agent.core.transcript import TranscriptError
+from sbx.agent import ConversationSpec, LimitsRequest, Resumable, TranscriptError, read_resumable
+from sbx.agent import resume_conversation as resume
 from sbx.agent.service.core import Service
 from sbx.agent.service.runs import Live
 from sbx.agent.service.teams import tenant_of_principal

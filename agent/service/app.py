@@ -12,6 +12,7 @@
            ├─ /v1/execute                                             execute.py
            ├─ /v1/usage, /v1/conversations/{id}/export|transcript     usage.py, exports.py
            ├─ /mcp (MCP streamable HTTP)                              mcp_http.py
+           ├─ /e2b/api, /e2b/sandbox (E2B's SDK, unchanged)           sbx.agent.e2b, e2b_host.py
            └─ the web page: /, /static/*, /web/session, /web/oidc/*    web/
     every answer gets the security headers (CSP, framing, resource policy)  web/headers.py
 
@@ -31,9 +32,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
+from sbx.agent.e2b.app import E2bFace
 from sbx.agent.service import (
     conversations,
     datasets,
@@ -47,6 +49,7 @@ from sbx.agent.service import (
 )
 from sbx.agent.service.api import ROUTES, starlette_routes
 from sbx.agent.service.core import Service
+from sbx.agent.service.e2b_host import ServiceE2bHost
 from sbx.agent.service.mcp_http import MCP_PATH, McpEndpoint
 from sbx.agent.service.middleware import BodyTimeout, BodyTooLarge, Gateway
 from sbx.agent.service.openapi import openapi_document
@@ -66,19 +69,22 @@ def create_app(service: Service) -> ASGIApp:
     """The ASGI application serving `service` (which the lifespan closes at shutdown)."""
     document = openapi_document(ROUTES)
     mcp = McpEndpoint(service)
+    e2b = E2bFace(ServiceE2bHost(service))
+    service.share.e2b = e2b.sandboxes  # their idle sandboxes share the host too
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with mcp.running():
+        async with mcp.running(), e2b.running(service.settings.heartbeat):
             yield
         await run_in_threadpool(service.close)
 
     app = Starlette(
         routes=[*starlette_routes(ROUTES), Route("/openapi.json", openapi, methods=["GET"]),
-                Route(MCP_PATH, mcp), *pages.routes()],
+                Route(MCP_PATH, mcp), Mount("/e2b/api", e2b.api),
+                Mount("/e2b/sandbox", e2b.sandbox), *pages.routes()],
         exception_handlers={
             Problem: _problem, HTTPException: _http_error, BodyTooLarge: _too_large,
             BodyTimeout: _client_timeout, ClientDisconnect: _gone, Exception: _internal,

@@ -18,9 +18,7 @@ from dataclasses import replace
 from sqlalchemy import select
 from starlette.responses import RedirectResponse, Response
 
-from sbx.agent.core.conversation import ConversationSpec, new_conversation_id
-from sbx.agent.core.outcomes import loss_text
-from sbx.agent.core.run_recorder import RunTicket, new_run_id
+from sbx.agent import ConversationSpec, loss_text, new_conversation_id
 from sbx.agent.service.adopt import NotAdopted, adopt
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
@@ -146,33 +144,27 @@ def _submit(call: Call, text: str, *, answering: bool = False) -> Response:
         return held
     if held is None:  # pragma: no cover - _held answers inactive conversations itself
         raise Problem(409, "conversation-closed", "the conversation is closed")
-    run_id = new_run_id()
-    if answering:
-        _claim(held, run_id)
-    ticket = RunTicket(run_id=run_id, kind="question", principal=call.principal,
-                       conversation_id=held.id, question=text,
-                       output_dir=held.conversation.workspace.output_dir(run_id))
+    if answering and held.run_id is not None:
+        raise _no_question()
     recorder = StoreRecorder(service, tenant_of(service, call.key))
     try:
-        recorder.admitted(ticket)
+        ticket = held.conversation.admit(text, recorder, answering=answering)
+    except ValueError:  # no question waits, or another answer claimed it
+        raise _no_question() from None
+    try:
         service.runs.submit(held, ticket, recorder, text, answering=answering)
     except BaseException:
-        held.conversation.question.unclaim(run_id)  # refused: it waits for another answer
+        held.conversation.question.unclaim(ticket.run_id)  # refused: it waits for another answer
         raise
+    run_id = ticket.run_id
     accepted = RunAccepted(run_id=run_id, status="queued", url=f"/v1/runs/{run_id}",
                            events_url=f"/v1/runs/{run_id}/events")
     return json_response(accepted, 202, headers={"Location": accepted.url})
 
 
-def _claim(held: Live, run_id: str) -> None:
-    """The pending question, taken for this answer in one step (a second answer gets 409)."""
-    try:
-        if held.run_id is not None:
-            raise ValueError("a run is executing")
-        held.conversation.question.claim(run_id)
-    except ValueError:
-        raise Problem(409, "no-question-pending", "no run of this conversation is waiting "
-                      "for an answer (a run asks with ask_user and ends needs_input)") from None
+def _no_question() -> Problem:
+    return Problem(409, "no-question-pending", "no run of this conversation is waiting for an "
+                   "answer (a run asks with ask_user and ends needs_input)")
 
 
 def _held(call: Call, *, allow_inactive: bool = False) -> Live | Response | None:

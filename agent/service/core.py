@@ -23,9 +23,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sbx.agent.core.app import DEFAULT_IMAGE, App
-from sbx.agent.core.config import AppConfig, load_config
-from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
+from sbx.agent import AUDIT_PATH_ENV as PATH_ENV
+from sbx.agent import (
+    DEFAULT_IMAGE,
+    App,
+    AppConfig,
+    Endpoint,
+    Redactor,
+    SettingsError,
+    load_config,
+    resolve_endpoint,
+)
 from sbx.agent.service.admission import Admission
 from sbx.agent.service.eventlog import EventHub, EventLog
 from sbx.agent.service.lifecycle import Housekeeper
@@ -40,8 +48,6 @@ from sbx.agent.service.tenant_view import TenantView, install
 from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
 from sbx.agent.store.db import Database, database_url
 from sbx.agent.store.replicas import Identity, Replicas
-from sbx.tools.audit import PATH_ENV
-from sbx.tools.redact import Redactor
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from sbx.agent.core.config import ServiceQuotas
+from sbx.agent import ServiceQuotas, format_size, summarize_data
 from sbx.agent.service import text_encoding
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
@@ -45,8 +45,6 @@ from sbx.agent.store.quotas import (
     stored_bytes,
     upload_too_large,
 )
-from sbx.sandbox.units import format_size
-from sbx.tools.builtin.data_summary import summarize_data
 
 UPLOAD_PATH = "/v1/datasets"
 TEXT_FORMATS = frozenset({"csv", "tsv", "json"})

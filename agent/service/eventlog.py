@@ -21,8 +21,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
-from sbx.agent.core.events import Event
+from sbx.agent import Event
 from sbx.agent.service.outcomes import Observer, notify
 from sbx.agent.store.db import Database
 from sbx.agent.store.models import EventRow
@@ -83,6 +84,26 @@ class EventLog:
         seen seq N has seen every seq below N); different runs do not wait on
         each other here.
         """
+        with self._next_seq(run_id) as seq, self.db.write() as session:
+            session.add(_row(run_id, seq, data))
+        self.announce(run_id, principal, data)
+        return seq
+
+    def stage_last(self, session: Session, run_id: str, data: Mapping[str, Any]) -> int:
+        """Add the run's last event to `session`'s transaction (the caller's); its seq.
+
+        The transaction that stores the run's final status commits its `run_end`
+        too, so a client that sees the end finds the run ended and may ask again
+        at once. Nothing of the run follows it; the caller commits, then calls
+        `announce`.
+        """
+        with self._next_seq(run_id) as seq:
+            session.add(_row(run_id, seq, data))
+        return seq
+
+    @contextmanager
+    def _next_seq(self, run_id: str) -> Iterator[int]:
+        """The run's next seq, held (no other event of the run is stored) until the block ends."""
         with self._lock:
             lock, counter = self._runs.setdefault(run_id, (threading.Lock(), []))
         with lock:
@@ -90,15 +111,12 @@ class EventLog:
                 counter.append(self._last_seq(run_id) + 1)
             seq = counter[0]
             counter[0] = seq + 1
-            with self.db.write() as session:
-                session.add(EventRow(
-                    run_id=run_id, seq=seq, type=str(data.get("type", "event")),
-                    data=json.dumps(data, ensure_ascii=False, default=str),
-                    created_at=time.time(),
-                ))
+            yield seq
+
+    def announce(self, run_id: str, principal: str, data: Mapping[str, Any]) -> None:
+        """A staged event was committed: tell the observer, wake the run's streams."""
         notify(self.observer.event, principal=principal, run_id=run_id, event=data)
         self.hub.publish(run_id)
-        return seq
 
     def forget(self, run_id: str) -> None:
         """The run ended: drop its counter."""
@@ -109,6 +127,11 @@ class EventLog:
         with self.db.read() as session:
             last = session.scalar(select(func.max(EventRow.seq)).where(EventRow.run_id == run_id))
         return int(last) if last is not None else 0
+
+
+def _row(run_id: str, seq: int, data: Mapping[str, Any]) -> EventRow:
+    return EventRow(run_id=run_id, seq=seq, type=str(data.get("type", "event")),
+                    data=json.dumps(data, ensure_ascii=False, default=str), created_at=time.time())
 
 
 def public_event(event: Event, *, output_dir: Path) -> dict[str, Any]:

@@ -17,10 +17,16 @@ from __future__ import annotations
 from sqlalchemy import select
 from starlette.responses import Response, StreamingResponse
 
-from sbx.agent.core.cancellation import Cancellation
-from sbx.agent.core.execute_program import ProgramSpec, execute_program
-from sbx.agent.core.limits_request import LimitsRequest
-from sbx.agent.core.run_recorder import call_status, new_run_id
+from sbx.agent import (
+    Cancellation,
+    HostBusy,
+    LimitsRequest,
+    OutputSink,
+    ProgramSpec,
+    call_status,
+    execute_program,
+    new_run_id,
+)
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.execute_stream import ExecutionStream
 from sbx.agent.service.problems import Problem, unavailable
@@ -30,8 +36,6 @@ from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
 from sbx.agent.service.teams import tenant_of
 from sbx.agent.service.tenancy import dataset_paths, limited
 from sbx.agent.store.models import ArtifactRow
-from sbx.sandbox.errors import HostBusy
-from sbx.tools.context import OutputSink
 
 HOST_BUSY_RETRY_S = 10.0
 

@@ -21,10 +21,9 @@ from urllib.parse import quote
 from sqlalchemy import select
 from starlette.responses import Response
 
-from sbx.agent.core.events import parse_event
-from sbx.agent.core.history import RecordError, read_record
-from sbx.agent.core.transcript import TranscriptError
-from sbx.agent.export.formats import FORMATS, export
+from sbx.agent import EXPORT_FORMATS as FORMATS
+from sbx.agent import RecordError, TranscriptError, parse_event, read_record
+from sbx.agent import export_transcript as export
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.eventlog import public_event

@@ -33,13 +33,12 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sqlalchemy import select
 
-from sbx.agent.core.config import ServiceQuotas
-from sbx.agent.core.run_recorder import RunOutcome, RunTicket
+from sbx.agent import RunOutcome, RunTicket, ServiceQuotas, ToolFailure
 from sbx.agent.mcp.admission import Caller, Opened, Refused
 from sbx.agent.mcp.upload import StoredDataset, upload_gate_tool
 from sbx.agent.service.core import Service
@@ -52,7 +51,6 @@ from sbx.agent.service.uploads import HEAD_BYTES, Upload, format_of, safe_name
 from sbx.agent.store.keys import KeyInfo
 from sbx.agent.store.models import Conversation, Dataset
 from sbx.agent.store.quotas import reserve_conversation, upload_too_large
-from sbx.tools.registry import ToolFailure
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +63,16 @@ MAX_SESSION_DATASETS = 100
 class ServiceAdmission:
     """The `Admission` of `sbx serve`'s `/mcp` (see the module docstring); thread-safe."""
 
-    def __init__(self, service: Service, output_root: Path) -> None:
+    def __init__(self, service: Service, output_root: Path, *, model: str = MCP_MODEL,
+                 label: str = "MCP session",
+                 failure: Callable[[str], Exception] = Refused) -> None:
         self.service = service
+        self.failure = failure
+        """What a refusal raises, from its detail: MCP's `Refused`, or another face's."""
         self.output_root = output_root
+        self.model = model
+        """The conversation row's `model` (the client brings its own): "mcp", "e2b"."""
+        self.label = label
         self.datasets = ServiceDatasets(service)
 
     def open(self, caller: Caller, session_id: str) -> Opened:
@@ -84,7 +89,7 @@ class ServiceAdmission:
                 session.add(Conversation(
                     id=session_id, principal=caller.principal, status="active",
                     replica_id=service.replica_id, datasets=[row.id for row in chosen],
-                    model=MCP_MODEL, limits={}, sandbox="none", message="MCP session",
+                    model=self.model, limits={}, sandbox="none", message=self.label,
                     created_at=now, last_active_at=now,
                 ))
         data = tuple(service.paths.datasets / row.id / row.name for row in chosen)
@@ -115,7 +120,7 @@ class ServiceAdmission:
         return quotas_of(self.service, caller)
 
     def _refusals(self, caller: Caller) -> _Refusals:
-        return _Refusals(self.service, caller)
+        return _Refusals(self.service, caller, failure=self.failure)
 
 
 
@@ -197,7 +202,7 @@ class _Refusals:
     """A `Problem` raised inside becomes the MCP layer's refusal (the observer hears quotas)."""
 
     def __init__(self, service: Service, caller: Caller,
-                 failure: type[Exception] = Refused) -> None:
+                 failure: Callable[[str], Exception] = Refused) -> None:
         self.service = service
         self.caller = caller
         self.failure = failure

@@ -49,10 +49,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 
+from sbx.agent import module_from_error
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.outcomes import UNMATCHED, Observer
 from sbx.agent.service.problems import Problem
-from sbx.tools.hints import module_from_error
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service

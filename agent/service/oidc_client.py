@@ -34,9 +34,8 @@ from urllib.parse import urlencode
 import httpx2
 import jwt
 
-from sbx.agent.core.config import OidcSettings
+from sbx.agent import OidcSettings, PolicyError
 from sbx.agent.store.keys import Role
-from sbx.tools.policy import PolicyError
 
 ALGORITHMS: Final = ("RS256", "ES256")
 """The only signature algorithms an ID token may use (asymmetric: the provider's key signs)."""

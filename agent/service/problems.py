@@ -15,10 +15,10 @@ from typing import Any
 
 from starlette.responses import Response
 
-from sbx.agent.core.problem import Problem as Problem
-from sbx.agent.core.problem import not_found as not_found
-from sbx.agent.core.problem import quota_exceeded as quota_exceeded
-from sbx.agent.core.problem import unavailable as unavailable
+from sbx.agent import Problem as Problem
+from sbx.agent import not_found as not_found
+from sbx.agent import quota_exceeded as quota_exceeded
+from sbx.agent import unavailable as unavailable
 
 PROBLEM_TYPE = "application/problem+json"
 

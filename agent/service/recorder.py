@@ -11,8 +11,10 @@ that life touches the store, written once:
     started     the row is `running`
     finished    status, message, answer, result, CPU seconds (`cpu_seconds_per_day`), its
                 cost (the budgets; `/metrics` spend by team), the
-                artifacts' rows, the conversation's (or MCP session's) row touched; the
-                event stream's waiters woken; the observer told; the place given back
+                artifacts' rows, the conversation's (or MCP session's) row touched, and
+                a question's `run_end` (in the same transaction, so a client that sees
+                it may ask again at once); the event stream's waiters woken; the
+                observer told; the place given back
     withdrawn   nothing ran (the host's sandbox cap, a call the gate refused): the row is
                 deleted, so the attempt costs no run; the place given back
 
@@ -22,14 +24,14 @@ A question must be the only run of its conversation that has not ended (409).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from sbx.agent.core.run_recorder import RunOutcome, RunTicket
-from sbx.agent.core.teams import metrics_team
+from sbx.agent import RunOutcome, RunTicket, metrics_team
 from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.tenant_view import incident
@@ -94,8 +96,13 @@ class StoreRecorder:
                 row.status, row.started_at = "running", time.time()
         self.service.events.hub.publish(ticket.run_id)
 
-    def finished(self, ticket: RunTicket, outcome: RunOutcome) -> None:
-        """Store the outcome and the artifacts; wake the stream; tell the observer."""
+    def finished(self, ticket: RunTicket, outcome: RunOutcome, *,
+                 last_event: Mapping[str, Any] | None = None) -> None:
+        """Store the outcome and the artifacts; wake the stream; tell the observer.
+
+        `last_event` (a question's `run_end` or `run_error`) is stored in the same
+        transaction as the status: a client that sees it may ask again at once.
+        """
         from sbx.agent.service.runs import artifact_row  # the store's own helper
 
         service = self.service
@@ -117,6 +124,10 @@ class StoreRecorder:
                         if artifact is not None:
                             session.add(artifact)
                 self._touch(session, ticket, outcome.holds_sandbox)
+                if last_event is not None:
+                    service.events.stage_last(session, ticket.run_id, last_event)
+            if last_event is not None:
+                service.events.announce(ticket.run_id, ticket.principal, last_event)
             if outcome.cost > 0:
                 notify(service.observer.spent, amount=outcome.cost,
                        team=metrics_team(self.tenant.team, service.settings.teams),

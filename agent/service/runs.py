@@ -28,17 +28,27 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from sbx.agent.core.cancellation import Cancellation
-from sbx.agent.core.conversation import Conversation
-from sbx.agent.core.events import Event, RunEnd, RunError
-from sbx.agent.core.run_recorder import RunOutcome, RunRecorder, RunTicket, failed_outcome
+from sbx.agent import (
+    Cancellation,
+    Conversation,
+    Event,
+    RunEnd,
+    RunError,
+    RunOutcome,
+    RunTicket,
+    failed_outcome,
+)
 from sbx.agent.service.eventlog import EventLog, artifact_name, public_event
 from sbx.agent.service.problems import unavailable
 from sbx.agent.service.tenant_view import incident, run_message
 from sbx.agent.store.db import Database
 from sbx.agent.store.models import ArtifactRow
 from sbx.agent.store.models import Conversation as ConversationRow
+
+if TYPE_CHECKING:
+    from sbx.agent.service.recorder import StoreRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +70,8 @@ class Live:
     lock: threading.Lock = field(default_factory=threading.Lock)
     run_id: str | None = None
     """The run executing now."""
-    terminal_seen: bool = False
-    """The running run's `run_end` or `run_error` event was stored."""
+    last_event: dict[str, Any] | None = None
+    """The running run's `run_end` or `run_error`, held until its status is stored with it."""
     end_message: str | None = None
     """How the running run's end reads for its tenant, once its `run_end` was worded:
     the stored run says the same (one incident id, not two)."""
@@ -170,7 +180,7 @@ class RunManager:
             self._tokens.pop(run_id, None)
             self._idle.notify_all()
 
-    def submit(self, live: Live, ticket: RunTicket, recorder: RunRecorder, text: str, *,
+    def submit(self, live: Live, ticket: RunTicket, recorder: StoreRecorder, text: str, *,
                answering: bool = False) -> None:
         """Queue an admitted question (or, `answering`, the answer to a pending one)."""
         self._executor.submit(self._execute, live, ticket, recorder, text, answering)
@@ -223,21 +233,19 @@ class RunManager:
 
     # ------------------------------------------------------------ internals
 
-    def _execute(self, live: Live, ticket: RunTicket, recorder: RunRecorder, text: str,
+    def _execute(self, live: Live, ticket: RunTicket, recorder: StoreRecorder, text: str,
                  answering: bool) -> None:
         """A worker: the question (cancelled while queued, it ends at once), recorded."""
         try:
             with live.lock:
-                live.terminal_seen, live.end_message = False, None
+                live.last_event, live.end_message = None, None
                 live.run_id = ticket.run_id
                 conversation, heard = live.conversation, _Relay(self, live, recorder)
                 try:
                     if answering:
-                        conversation.answer(text, run_id=ticket.run_id, cancel=ticket.cancel,
-                                            recorder=heard)
+                        conversation.answer(text, ticket=ticket, recorder=heard)
                     else:
-                        conversation.ask(text, run_id=ticket.run_id, cancel=ticket.cancel,
-                                         recorder=heard)
+                        conversation.ask(text, ticket=ticket, recorder=heard)
                 except Exception as exc:  # the sandbox, the host or the audit log failed
                     logger.warning("run %s failed: %s", ticket.run_id, type(exc).__name__)
                     if not heard.done:  # it failed before the core could record it
@@ -250,9 +258,13 @@ class RunManager:
             live.conversation.question.unclaim(ticket.run_id)  # `answer` took it, unless it failed
             self.release(ticket.run_id)
 
-    def _on_event(self, live: Live, event: Event, *, run_id: str | None = None) -> None:
-        """The conversation's sink: store the client's view of each run event, in order."""
-        run_id = run_id or live.run_id or event.run_id
+    def _on_event(self, live: Live, event: Event) -> None:
+        """The conversation's sink: store the client's view of each run event, in order.
+
+        The running run's `run_end` (or `run_error`) waits for the run's recorder,
+        which stores it with the run's status in one transaction.
+        """
+        run_id = live.run_id or event.run_id
         if run_id is None:
             return  # conversation-level (conversation_start): the API shows the conversation
         if isinstance(event, RunEnd):  # worded for the tenant, once
@@ -260,21 +272,22 @@ class RunManager:
             event = event.model_copy(update={"message": live.end_message})
         try:
             data = public_event(event, output_dir=live.output_root / run_id)
-            if data.get("type") in TERMINAL_EVENTS:
-                live.terminal_seen = True
+            if data.get("type") in TERMINAL_EVENTS and run_id == live.run_id:
+                live.last_event = data
+                return
             self.events.append(run_id, live.principal, data)
         except Exception:  # never let the store drop the subscriber (and every later event)
             logger.exception("event of run %s could not be stored", run_id)
 
 
 class _Relay:
-    """A question's recorder: the run's terminal event stored before the store hears the end.
+    """A question's recorder: the run's terminal event stored with its end, in one transaction.
 
     A run that raised (or never reached the loop) has no `run_end` or `run_error`
     of its own; the client's event stream must still end.
     """
 
-    def __init__(self, manager: RunManager, live: Live, inner: RunRecorder) -> None:
+    def __init__(self, manager: RunManager, live: Live, inner: StoreRecorder) -> None:
         self.manager = manager
         self.live = live
         self.inner = inner
@@ -289,25 +302,28 @@ class _Relay:
         self.inner.started(ticket)
 
     def finished(self, ticket: RunTicket, outcome: RunOutcome) -> None:
-        """The missing terminal event, the conversation's sandbox state, then the store."""
+        """The run's terminal event (made up when it has none) and its end, stored together."""
         live = self.live
         if outcome.error is not None:  # the detail goes to the operator's log only
             outcome = replace(outcome, message=incident(f"run {ticket.run_id}", outcome.error),
                               error=None)
-        if not live.terminal_seen:
+        if live.last_event is None:
             event: Event = (RunError(run_id=ticket.run_id, error=outcome.message)
                             if outcome.status == "error" else
                             RunEnd(run_id=ticket.run_id, status=outcome.status,
                                    message=outcome.message))
-            self.manager._on_event(live, event, run_id=ticket.run_id)
+            self.manager._on_event(live, event)  # worded and held like the run's own
+        last, live.last_event = live.last_event, None
         if live.end_message is not None:  # as its run_end was worded
             outcome = replace(outcome, message=live.end_message)
         self.done = True
-        self.inner.finished(ticket, outcome)
+        live.run_id = None  # an answer posted on seeing the end finds no run in flight
+        self.inner.finished(ticket, outcome, last_event=last)
 
     def withdrawn(self, ticket: RunTicket) -> None:
-        """Nothing ran."""
+        """Nothing ran (its row goes, and any end it had with it)."""
         self.done = True
+        self.live.last_event = None
         self.inner.withdrawn(ticket)
 
 

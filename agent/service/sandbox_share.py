@@ -1,6 +1,6 @@
 """Sharing the host's sandboxes between keys: nobody keeps more than a share idle while others wait.
 
-Conversations and MCP sessions keep their sandbox between calls (up to
+Conversations, MCP sessions and E2B sandboxes keep their sandbox between calls (up to
 `idle_timeout`), so a few keys' idle sandboxes could fill the host's cap and
 make every other key's next execution wait, then fail "host busy". Each
 housekeeping tick, while callers wait in the host's queue (this replica's or
@@ -12,7 +12,7 @@ another sbx process's), `SandboxShare.tick` releases idle sandboxes:
              key at or under its share loses nothing
     count    at most one per waiting caller per tick
 
-A released conversation or MCP session stays open: its next call restores its
+A released conversation, MCP session or E2B sandbox stays open: its next call restores its
 state in a fresh sandbox and is told so, as after `idle_timeout`. Idle means
 what it means everywhere: nobody holds the core's `Workspace.in_use()`.
 
@@ -31,9 +31,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from sbx.agent.core.outcomes import loss_text
+from sbx.agent import loss_text
 
 if TYPE_CHECKING:
+    from sbx.agent import ToolSession
+    from sbx.agent.e2b.sandboxes import Sandboxes
     from sbx.agent.mcp.tool_sessions import McpSessions
     from sbx.agent.service.core import Service
     from sbx.agent.service.runs import RunManager
@@ -60,17 +62,23 @@ class SandboxShare:
         self.service = service
         self.mcp: McpSessions | None = None
         """The `/mcp` sessions, once the endpoint exists."""
+        self.e2b: Sandboxes | None = None
+        """The E2B face's sandboxes, once it exists."""
 
     def held(self) -> list[Held]:
-        """Every sandbox this replica holds for a conversation or an MCP session."""
+        """Every sandbox this replica holds for a conversation, an MCP session or E2B."""
         runs = self.service.runs
         held = [Held(principal=live.principal, idle_for=live.conversation.workspace.idle_for(),
                      release=partial(_release_conversation, runs, live.id))
                 for live in runs.holders()]
-        for session in self.mcp.live() if self.mcp is not None else []:
+        sessions: list[tuple[str, ToolSession]] = [
+            (session.caller.principal, session)
+            for session in (self.mcp.live() if self.mcp is not None else [])]
+        sessions += [(sandbox.tenant.principal, sandbox)
+                     for sandbox in (self.e2b.live() if self.e2b is not None else [])]
+        for principal, session in sessions:
             if session.workspace.holds_sandbox:
-                held.append(Held(principal=session.caller.principal,
-                                 idle_for=session.workspace.idle_for(),
+                held.append(Held(principal=principal, idle_for=session.workspace.idle_for(),
                                  release=partial(session.discard_if_idle, 0.0, RELEASE_REASON)))
         return held
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sbx.agent.core.limits_request import LimitsRequest
+from sbx.agent import LimitsRequest
 
 DATASET_ID = r"^ds-[0-9a-f]{12}$"
 MAX_DATASETS = 20

@@ -8,9 +8,10 @@ Each event's `id` is its `seq` in the run (1, 2, 3, ...). A client that
 reconnects with `Last-Event-ID: 7` (or `?after=7`) gets every event after 7,
 read from the store. The stream reads the run's status and its events in one
 statement (one snapshot), and a run's events are all stored before its final
-status, so once a read finds the run ended, the events read with it are the
-last ones: the stream then closes. A comment line every `KEEPALIVE_S` keeps
-proxies from closing an idle stream. Each read returns at most `BATCH` events.
+status (its `run_end` in the same transaction), so once a read finds the run
+ended, the events read with it are the last ones: the stream then closes. A
+comment line every `KEEPALIVE_S` keeps proxies from closing an idle stream.
+Each read returns at most `BATCH` events.
 """
 
 from __future__ import annotations

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
-from sbx.agent.core.config import ServiceQuotas, ServiceSettings
-from sbx.agent.core.teams import TeamSettings
+from sbx.agent import ServiceQuotas, ServiceSettings, TeamSettings
 from sbx.agent.service.web.identities import SignedInUser
 from sbx.agent.store.keys import KeyInfo, key_named
 from sbx.agent.store.models import ApiKey, OidcIdentity

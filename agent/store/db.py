@@ -40,6 +40,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from sbx.agent.store.models import ApiKey, OidcIdentity
+from sbx.sandbox.errors import SbxError
 
 DATABASE_ENV = "SBX_DATABASE_URL"
 DATA_DIR_ENV = "SBX_DATA_DIR"
@@ -50,7 +51,7 @@ _GATES: dict[str, threading.RLock] = {}
 _GATES_LOCK = threading.Lock()
 
 
-class StoreError(Exception):
+class StoreError(SbxError):
     """The store cannot be opened or used; the message names the database (never a password)."""
 
 

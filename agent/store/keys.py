@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.store.db import Database
 from sbx.agent.store.models import ApiKey
+from sbx.sandbox.errors import SbxError
 
 Role = Literal["admin", "user"]
 KEY_PREFIX = "sbx_"
@@ -28,7 +29,7 @@ NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 QUOTA_FIELDS = tuple(ServiceQuotas.model_fields)
 
 
-class KeyAdminError(Exception):
+class KeyAdminError(SbxError):
     """A key cannot be created or revoked as asked; the message says why."""
 
 
