@@ -40,7 +40,7 @@ Results and events: what a run returns and what it tells its subscribers on the 
     RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult, PlanUpdated, Compaction,
     RunEnd, RunError, StateRestored, parse_event, restore_summary, pending_note, PLAN_MARKS,
     Cell, ANSWER_PART_KEYS, ANSWER_PART_TITLES, numbered_events, open_artifact,
-    unsafe_name_reason
+    unsafe_name_reason, outcome_of, run_outcome, loss_text
 
 A face's store: how a face with a store hears of every run: one ticket, one lifecycle.
     RunRecorder, NoRecorder, RunTicket, RunOutcome, failed_outcome, call_status, new_run_id
@@ -99,12 +99,13 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.tool_session": ("ToolSession", "CallReport", "SessionClosed"),
     "sbx.agent.core.tracing": ("configure_tracing", "TracingError"),
     "sbx.agent.core.transcript": ("numbered_events", "TranscriptError"),
-    "sbx.agent.core.workspace": ("ConversationSpec", "Workspace", "check_data", "idle_reason"),
+    "sbx.agent.core.workspace": ("ConversationSpec", "Workspace", "check_data"),
+    "sbx.agent.core.outcomes": ("idle_reason", "loss_text", "outcome_of", "run_outcome"),
     "sbx.agent.export.formats": ("export_transcript", "EXPORT_FORMATS", "ExportFormat"),
     "sbx.agent.model.reply": ("ModelError",),
     "sbx.agent.provenance.data": ("data_digests",),
     "sbx.agent.provenance.parts": ("ANSWER_PART_KEYS", "ANSWER_PART_TITLES"),
-    "sbx.agent.provenance.record": ("read_record", "RecordedConversation", "RecordError"),
+    "sbx.agent.core.history": ("read_record", "RecordedConversation", "RecordError"),
     "sbx.agent.replay.rerun": ("rerun", "RerunReport", "ExecutionCheck", "recorded_data",
         "RerunError"),
     "sbx.sandbox.closing": ("Closing",),
@@ -165,12 +166,13 @@ __all__ = [
     "continue_paused", "data_digests", "describe_validation_error", "drop_namespace",
     "execute_program", "export_transcript", "failed_outcome", "file_op", "find_transcript",
     "format_size", "idle_reason", "in_namespace", "index_data_files", "iter_audit_records",
-    "load_config", "local_note_store", "metrics_team", "module_from_error", "new_conversation_id",
-    "new_run_id", "not_found", "numbered_events", "open_artifact", "os_principal",
-    "parse_duration", "parse_event", "parse_size", "pending_note", "quota_exceeded", "read_file",
-    "read_paused", "read_record", "read_resumable", "recorded_data", "require_image", "rerun",
-    "resolve_endpoint", "restore_summary", "resume_conversation", "safe_json", "safe_text",
-    "summarize_data", "unavailable", "unsafe_name_reason", "verify_audit_log", "write_file",
+    "load_config", "local_note_store", "loss_text", "metrics_team", "module_from_error",
+    "new_conversation_id", "new_run_id", "not_found", "numbered_events", "open_artifact",
+    "os_principal", "outcome_of", "parse_duration", "parse_event", "parse_size", "pending_note",
+    "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable", "recorded_data",
+    "require_image", "rerun", "resolve_endpoint", "restore_summary", "resume_conversation",
+    "run_outcome", "safe_json", "safe_text", "summarize_data", "unavailable", "unsafe_name_reason",
+    "verify_audit_log", "write_file",
 ]
 
 
@@ -225,6 +227,9 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.events import parse_event as parse_event
     from sbx.agent.core.execute_program import ProgramSpec as ProgramSpec
     from sbx.agent.core.execute_program import execute_program as execute_program
+    from sbx.agent.core.history import RecordedConversation as RecordedConversation
+    from sbx.agent.core.history import RecordError as RecordError
+    from sbx.agent.core.history import read_record as read_record
     from sbx.agent.core.limits_request import LimitRefused as LimitRefused
     from sbx.agent.core.limits_request import LimitsRequest as LimitsRequest
     from sbx.agent.core.limits_request import LimitTooLow as LimitTooLow
@@ -235,6 +240,10 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.notes import Note as Note
     from sbx.agent.core.notes import NoteError as NoteError
     from sbx.agent.core.notes import local_note_store as local_note_store
+    from sbx.agent.core.outcomes import idle_reason as idle_reason
+    from sbx.agent.core.outcomes import loss_text as loss_text
+    from sbx.agent.core.outcomes import outcome_of as outcome_of
+    from sbx.agent.core.outcomes import run_outcome as run_outcome
     from sbx.agent.core.plan import pending_note as pending_note
     from sbx.agent.core.problem import Problem as Problem
     from sbx.agent.core.problem import not_found as not_found
@@ -276,7 +285,6 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.workspace import ConversationSpec as ConversationSpec
     from sbx.agent.core.workspace import Workspace as Workspace
     from sbx.agent.core.workspace import check_data as check_data
-    from sbx.agent.core.workspace import idle_reason as idle_reason
     from sbx.agent.export.formats import FORMATS as EXPORT_FORMATS
     from sbx.agent.export.formats import Format as ExportFormat
     from sbx.agent.export.formats import export as export_transcript
@@ -284,9 +292,6 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.provenance.data import data_digests as data_digests
     from sbx.agent.provenance.parts import PART_KEYS as ANSWER_PART_KEYS
     from sbx.agent.provenance.parts import PART_TITLES as ANSWER_PART_TITLES
-    from sbx.agent.provenance.record import RecordedConversation as RecordedConversation
-    from sbx.agent.provenance.record import RecordError as RecordError
-    from sbx.agent.provenance.record import read_record as read_record
     from sbx.agent.replay.rerun import ExecutionCheck as ExecutionCheck
     from sbx.agent.replay.rerun import RerunError as RerunError
     from sbx.agent.replay.rerun import RerunReport as RerunReport

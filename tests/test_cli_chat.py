@@ -76,6 +76,17 @@ class Terminal:
         raise AssertionError("sbx chat did not exit")
 
 
+def _chat(llm, tmp_path: Path) -> Terminal:
+    """`sbx chat` on the scripted model, at a terminal; transcript `chat.jsonl`."""
+    sbx = str(Path(sys.executable).with_name("sbx"))
+    return Terminal(
+        [sbx, "chat", "--base-url", llm.base_url, "--api-key", FAKE_KEY, "--model", "scripted",
+         "--image", TEST_IMAGE, "--audit-log", str(tmp_path / "audit.jsonl"),
+         "--transcript", str(tmp_path / "chat.jsonl")],
+        cwd=tmp_path,
+    )
+
+
 @pytest.mark.docker
 def test_chat_answers_a_question_and_a_follow_up_then_exits(llm, tmp_path, engine):
     llm.script([
@@ -84,13 +95,7 @@ def test_chat_answers_a_question_and_a_follow_up_then_exits(llm, tmp_path, engin
         tool_call("execute_python", code="print(rows + 1)"),
         assistant("One more makes 13."),
     ])
-    sbx = str(Path(sys.executable).with_name("sbx"))
-    terminal = Terminal(
-        [sbx, "chat", "--base-url", llm.base_url, "--api-key", FAKE_KEY, "--model", "scripted",
-         "--image", TEST_IMAGE, "--audit-log", str(tmp_path / "audit.jsonl"),
-         "--transcript", str(tmp_path / "chat.jsonl")],
-        cwd=tmp_path,
-    )
+    terminal = _chat(llm, tmp_path)
     terminal.expect(PROMPT)
     terminal.type("How many rows?")
     first = terminal.expect(PROMPT)
@@ -107,3 +112,35 @@ def test_chat_answers_a_question_and_a_follow_up_then_exits(llm, tmp_path, engin
     assert [e["status"] for e in ends] == ["completed", "completed"]
     assert len({line["conversation_id"] for line in lines}) == 1
     assert verify_log(tmp_path / "audit.jsonl", key=None).ok
+
+
+@pytest.mark.docker
+def test_ctrl_c_cancels_the_question_and_the_next_one_restores_what_it_lost(
+    llm, tmp_path, engine
+):
+    llm.script([
+        tool_call("execute_python", code="rows = 12\nprint(rows)"),
+        assistant("There are 12 rows."),
+        tool_call("execute_python", code="print('started', flush=True)\n"
+                                         "import time\ntime.sleep(120)"),
+        tool_call("execute_python", code="print(rows + 1)"),
+        assistant("One more makes 13."),
+    ])
+    terminal = _chat(llm, tmp_path)
+    terminal.expect(PROMPT)
+    terminal.type("How many rows?")
+    terminal.expect(PROMPT)
+    terminal.type("Wait a while.")
+    terminal.expect(b"> started")  # the code runs
+    os.write(terminal.fd, b"\x03")  # Ctrl-C
+    cancelled = terminal.expect(PROMPT)
+    terminal.type("And one more?")
+    after = terminal.expect(PROMPT)
+    terminal.type("/exit")
+    assert terminal.wait() == 0
+
+    assert b"== cancelled:" in cancelled
+    assert (b"sbx: cancelled; the sandbox was removed (the next question restores its state)"
+            in cancelled)
+    assert b"restored 1 cell (a cancel by the user)" in after  # named as what it was
+    assert b"One more makes 13." in after

@@ -96,7 +96,7 @@ def test_sbx_ask_stops_at_max_cost_and_shows_what_the_run_cost(llm, tmp_path):
                                        *_args(llm, tmp_path, policy=PRICED_POLICY)])
 
     assert outcome.exit_code == 3, outcome.output  # a budget ended the run
-    assert "== cost_limit:" in outcome.output
+    assert "== limit reached (cost):" in outcome.output
     # 400 prompt tokens at 1 and 100 completion tokens at 4000 per million: 0.4004 EUR
     assert "cost: 0.4004 EUR" in outcome.output
     assert "would exceed max_cost of 0.3 EUR; 0.4004 EUR spent" in outcome.output

@@ -11,11 +11,11 @@ from click.testing import CliRunner
 
 from sbx.agent.cli.export import find_transcript
 from sbx.agent.cli.main import cli
+from sbx.agent.core.history import RecordError, read_record
 from sbx.agent.export.code import LEFT_OVER_NOTE, header, rewrite_paths
 from sbx.agent.export.common import markdown_text, png_bytes
 from sbx.agent.export.formats import export
 from sbx.agent.export.report import fenced
-from sbx.agent.provenance.record import RecordError, read_record
 from sbx.tools.observation import section_of
 
 

@@ -96,8 +96,8 @@ def test_cancelling_a_busy_loop_kills_it_and_the_next_call_says_state_was_reset(
 
     assert seen.progress and "time limit 60 s" in seen.progress[0]
     text = text_of(seen.after)
-    assert text.startswith(RESTORED) and "cancelled" in text.splitlines()[0]
-    assert "restored 1 cells" in text.splitlines()[0]  # `kept = 1` replayed, never the loop
+    assert text.startswith(RESTORED) and "(a cancel by the user" in text.splitlines()[0]
+    assert "restored 1 cell" in text.splitlines()[0]  # `kept = 1` replayed, never the loop
     assert "NameError" not in text  # the state came back (issue 21)
     assert "[stdout]\nalive" in text
     assert len(busy_containers) == 1 and len(now) == 1 and busy_containers != now
@@ -125,7 +125,7 @@ def test_an_idle_session_ends_and_the_next_call_with_its_name_restores_it(sqlite
 
     text = text_of(after)
     assert text.startswith(RESTORED) and "idle for more than 1 s" in text.splitlines()[0]
-    assert "restored 1 cells" in text.splitlines()[0] and "[stdout]\n2" in text
+    assert "restored 1 cell" in text.splitlines()[0] and "[stdout]\n2" in text
     assert session_ids(server)[0] == first and len(session_ids(server)) == 2
 
 

@@ -49,8 +49,8 @@ def test_cancelling_a_busy_loop_kills_it_and_the_next_call_says_state_was_reset(
 
     assert seen.progress and "time limit 30 s" in seen.progress[0]
     text = text_of(seen.after)
-    assert text.startswith(RESTORED) and "cancelled" in text.splitlines()[0]
-    assert "restored 1 cells" in text.splitlines()[0]  # `kept = 1` replayed, never the loop
+    assert text.startswith(RESTORED) and "(a cancel by the user" in text.splitlines()[0]
+    assert "restored 1 cell" in text.splitlines()[0]  # `kept = 1` replayed, never the loop
     assert "NameError" not in text  # the state came back (issue 21)
     assert "[stdout]\nalive" in text  # and the session goes on in a fresh sandbox
     assert len(busy_containers) == 1 and len(now) == 1
@@ -59,7 +59,7 @@ def test_cancelling_a_busy_loop_kills_it_and_the_next_call_says_state_was_reset(
                 and not r["run_id"].endswith("-restore")]
     assert outcomes == ["ok", "cancelled", "ok"]  # the gate ran it; the code raised
     resets = [r["data"]["reason"] for r in audit_records(tmp_path) if r["event"] == "sandbox_reset"]
-    assert resets == ["the previous call was cancelled, which stopped its code"]
+    assert resets == ["a cancel by the user: it stopped the running call"]
 
 
 @pytest.mark.docker
@@ -79,10 +79,30 @@ def test_an_idle_sandbox_is_removed_and_the_next_call_restores_its_state(tmp_pat
     text = text_of(after)
     first = text.splitlines()[0]
     assert text.startswith(RESTORED) and "idle for more than 1 s" in first
-    assert "restored 1 cells" in first and "[stdout]\n2" in text
+    assert "restored 1 cell" in first and "[stdout]\n2" in text
     restoring = [r for r in audit_records(tmp_path) if r["run_id"].endswith("-restore")]
     assert [r["data"]["status"] for r in restoring if r["event"] == "outcome"] == ["ok"]
     assert "NameError: name 'kept' is not defined" in text_of(cleared)
+
+
+@pytest.mark.docker
+def test_a_timeout_restores_the_sessions_state_as_chat_does(tmp_path, engine):
+    async def scenario() -> tuple[CallToolResult, CallToolResult]:
+        async with mcp_client(tmp_path, "--timeout", "3s") as client:
+            await client.call_tool("execute_python", {"code": "kept = 41"})
+            killed = await client.call_tool("execute_python", {"code": "while True:\n    pass"})
+            after = await client.call_tool("execute_python", {"code": "print(kept + 1)"})
+        return killed, after
+
+    killed, after = anyio.run(scenario)
+
+    assert "timed out" in text_of(killed)
+    text = text_of(after)
+    first = text.splitlines()[0]
+    assert text.startswith(RESTORED) and "(a timeout)" in first, text
+    assert "restored 1 cell" in first and "[stdout]\n42" in text  # never the killer
+    restoring = [r for r in audit_records(tmp_path) if r["run_id"].endswith("-restore")]
+    assert [r["data"]["status"] for r in restoring if r["event"] == "outcome"] == ["ok"]
 
 
 def _send(process: subprocess.Popen[bytes], message: dict) -> None:

@@ -87,7 +87,7 @@ def test_the_one_idle_release_never_takes_a_sandbox_in_use(tmp_path, engine):
         assert workspace.holds_sandbox
         assert workspace.discard_if_idle(60.0, now=ended + 60.0)
         assert not workspace.holds_sandbox and workspace.take_reset()
-        assert workspace.lost_reason() == "it was idle for more than 60 s"
+        assert workspace.lost_reason() == "an idle release: idle for more than 60 s"
         assert not workspace.discard_if_idle(0.0)  # nothing left to release
         gate.close()
         workspace.close()

@@ -26,9 +26,10 @@ from sbx.agent.cli.main import cli
 from sbx.agent.core.app import App
 from sbx.agent.core.config import load_config
 from sbx.agent.core.conversation import ConversationSpec
+from sbx.agent.core.history import read_record
 from sbx.agent.core.settings import Endpoint
+from sbx.agent.core.state import RunResult
 from sbx.agent.export.formats import export
-from sbx.agent.provenance.record import read_record
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from scripted_llm import FAKE_KEY, policy
 from tools_support import events, make_gate
@@ -39,6 +40,17 @@ sandbox = scripted_llm.sandbox
 
 def _transcript(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _ask(llm, tmp_path, *questions: str) -> list[RunResult]:
+    """Each question asked in turn in one conversation (transcript `conv.jsonl`)."""
+    spec = ConversationSpec(principal="os:tester", output_root=tmp_path / "out")
+    with App.open(load_config(None), environ={}, audit_log=tmp_path / "audit.jsonl",
+                  image=TEST_IMAGE) as app:
+        endpoint = Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model="scripted")
+        with app.conversation(spec, endpoint=endpoint,
+                              transcript=tmp_path / "conv.jsonl") as conversation:
+            return [conversation.ask(question) for question in questions]
 
 
 def _check_revisions(lines):
@@ -75,13 +87,7 @@ def test_the_plan_is_revised_after_a_failure_recorded_exported_and_seen_by_a_fol
         assistant("I wrote the total, 6, to total.txt."),
     ])
     transcript = tmp_path / "conv.jsonl"
-    spec = ConversationSpec(principal="os:tester", output_root=tmp_path / "out")
-    with App.open(load_config(None), environ={}, audit_log=tmp_path / "audit.jsonl",
-                  image=TEST_IMAGE) as app:
-        endpoint = Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model="scripted")
-        with app.conversation(spec, endpoint=endpoint, transcript=transcript) as conversation:
-            first = conversation.ask("What is the total?")
-            second = conversation.ask("Write it to a file.")
+    first, second = _ask(llm, tmp_path, "What is the total?", "Write it to a file.")
 
     assert (first.status, first.answer, first.plan_pending) == (
         "completed", "The total is 6.", (REPORT,))
@@ -111,6 +117,22 @@ def test_the_plan_is_revised_after_a_failure_recorded_exported_and_seen_by_a_fol
     ]
     report = export(record, "md")
     assert report.split("\n\n")[1].startswith("## Plan")
+
+
+@pytest.mark.docker
+def test_a_follow_up_that_does_not_revise_the_plan_is_not_warned_about_its_steps(llm, tmp_path):
+    llm.script([
+        _plan((LOAD, "done"), (REPORT, "pending")),
+        assistant("The total is 6."),
+        assistant("Yes: 6 is the sum of the rows."),  # the follow-up keeps the plan as it was
+    ])
+    transcript = tmp_path / "conv.jsonl"
+    first, second = _ask(llm, tmp_path, "What is the total?", "Is that the sum of the rows?")
+
+    assert first.plan_pending == (REPORT,)  # its own plan leaves a step open
+    assert second.status == "completed" and second.plan_pending == ()
+    ends = [line for line in _transcript(transcript) if line["type"] == "run_end"]
+    assert [end.get("plan_pending") for end in ends] == [[REPORT], []]
 
 
 @pytest.mark.docker

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 import scripted_llm
 from conftest import TEST_IMAGE
 from sbx.agent.cli.main import cli
-from sbx.agent.provenance.record import read_record
+from sbx.agent.core.history import read_record
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from scripted_llm import FAKE_KEY
 

@@ -108,7 +108,7 @@ def test_an_mcp_execution_pays_for_the_replay_before_it_and_records_its_files(
 
     after, on_disk = anyio.run(scenario)
 
-    assert "restored 1 cells" in text_of(after) and "[stdout]\nagain" in text_of(after)
+    assert "restored 1 cell" in text_of(after) and "[stdout]\nagain" in text_of(after)
     with server.stored() as session:
         runs = session.query(Run).filter(Run.kind == "mcp").order_by(Run.created_at).all()
         artifacts = {row.path: row.run_id for row in session.query(ArtifactRow).all()}

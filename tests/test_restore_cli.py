@@ -52,7 +52,7 @@ def test_chat_resume_replays_the_code_and_the_follow_up_uses_its_variables(llm, 
     assert second.exit_code == 0, second.output
     assert "75 per row." in second.stdout
     assert llm.requests[-1].last_tool_message.startswith("[stdout]\n75.0\n")
-    assert "~  restored 2 cells (the previous process ended)" in second.stderr
+    assert "~  restored 2 cells (a restart: the previous process ended)" in second.stderr
     asked = [m for m in llm.requests[-2].body["messages"] if m["role"] == "user"][-1]
     assert "restored 2 cells" in asked["content"] and "West sold 225." in json.dumps(
         llm.requests[-2].body["messages"])  # the messages came back too

@@ -79,7 +79,8 @@ def test_after_kill_9_and_a_restart_the_next_question_restores_the_state(store, 
 
     [restored] = [e["data"] for e in events if e["event"] == "state_restored"]
     assert (restored["status"], restored["replayed"]) == ("restored", 2)
-    assert "a restart of the server" in restored["reason"]
+    assert "a restart: the server restarted" in restored["reason"]
+    assert restored["cause"] == "restart"
     assert "restored 2 cells" in llm.requests[-2].messages[-1]["content"]
     found = client.get(f"/v1/conversations/{conversation}").json()
     assert (found["status"], found["sandbox"]) == ("active", "held")

@@ -82,6 +82,9 @@ def test_a_follow_up_uses_the_first_runs_variable_and_the_stream_resumes_without
     run = alice.get(f"/v1/runs/{second}").json()
     assert (run["status"], run["answer"]) == ("completed", "Twice that is 192.")
     assert run["result"]["sandbox"]["executions"] == 1
+    assert (run["verified"], run["outcome"]) == (True, "completed")  # what the page shows
+    assert [(s["number"], s["execution"], s["text"]) for s in run["sources"]] == [
+        ("192", 1, "192")]
     assert llm.requests[-1].last_tool_message.startswith("[stdout]\n192")  # `rows` survived
     start = together[0]["data"]
     assert start["principal"] == "key:alice"

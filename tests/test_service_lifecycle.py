@@ -131,8 +131,11 @@ def test_kill_9_then_a_restart_leaves_the_run_interrupted_and_no_container(
     reader = again.client(key)
     found = reader.get(f"/v1/runs/{run}").json()
     assert found["status"] == "interrupted"
-    assert "restarted" in found["message"]
-    assert stream(reader, run)[-1]["data"]["status"] == "interrupted"  # the stream ends too
+    assert "restarted" in found["message"]  # named as what it was: a restart, not a loss
+    assert "the next question rebuilds its state" in found["message"]
+    assert "start a new conversation" not in found["message"]  # the conversation goes on
+    ended = stream(reader, run)[-1]["data"]  # the stream ends too
+    assert (ended["status"], ended["outcome"]) == ("interrupted", "interrupted by a restart")
     kept = reader.get(f"/v1/conversations/{conversation}").json()
     assert (kept["status"], kept["sandbox"]) == ("active", "lost")
     assert "the next question rebuilds its state" in kept["message"]
@@ -167,10 +170,11 @@ def test_an_idle_conversation_releases_its_sandbox_and_the_next_question_restore
     # the idle release took a snapshot: x comes back from it, no cell is re-run
     assert (restored["status"], restored["from_snapshot"], restored["replayed"]) == (
         "restored", 1, 0)
+    assert restored["cause"] == events[0]["data"]["reset_cause"] == "idle_release"
     assert events[-1]["data"]["status"] == "completed"
     asked = llm.requests[-2]
-    assert ("(it was idle for more than 1 s); sbx restored its state: loaded 1 cells' "
-            "variables and files from a snapshot and re-ran 0 cells"
+    assert ("(an idle release: idle for more than 1 s); sbx restored its state: loaded the "
+            "variables and files of 1 cell from a snapshot and re-ran 0 cells"
             in asked.messages[-1]["content"])
     assert llm.requests[-1].last_tool_message.startswith("[stdout]\n42\n")  # x came back
 
@@ -192,7 +196,8 @@ def test_cancel_ends_the_run_removes_its_sandbox_and_the_conversation_goes_on(
 
     assert client.post(f"/v1/runs/{run}/cancel").status_code == 202
     events = stream(client, run)
-    assert events[-1]["data"]["status"] == "cancelled"
+    assert (events[-1]["data"]["status"], events[-1]["data"]["outcome"]) == (
+        "cancelled", "cancelled")
     assert client.get(f"/v1/runs/{run}").json()["status"] == "cancelled"
     wait_for(lambda: not managed_containers(engine, f"{RUN_ID_LABEL}={run}"),
              what="the cancelled run's sandbox to be removed")
@@ -200,7 +205,9 @@ def test_cancel_ends_the_run_removes_its_sandbox_and_the_conversation_goes_on(
 
     after = client.post(f"/v1/conversations/{conversation}/questions",
                         json={"question": "What is x?"}).json()["run_id"]
-    assert stream(client, after)[0]["data"]["sandbox_reset"] is True
+    start = stream(client, after)[0]["data"]
+    assert start["sandbox_reset"] is True  # named as what it was, never a limit kill
+    assert (start["reset_cause"], start["reset_reason"]) == ("cancel", "a cancel by the user")
     assert "NameError" in llm.requests[-1].last_tool_message
     ready = server.client().get("/readyz")
     assert ready.status_code == 200, ready.text

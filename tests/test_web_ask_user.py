@@ -44,7 +44,7 @@ def test_the_page_shows_the_models_question_and_the_answer_continues_the_run(
 
     first = page.locator(".run").nth(0)
     expect(first.locator(".ask-user-question")).to_contain_text(QUESTION)
-    expect(first.locator(".run-status")).to_contain_text("needs_input")
+    expect(first.locator(".run-status")).to_contain_text("needs input")
     assert first.locator(".ask-user b").count() == 0
     assert first.locator(".step, pre.args").count() == 0  # the question once, not its JSON too
     page.get_by_label("Your answer").fill("Leave refunds out.")

@@ -117,9 +117,9 @@ def converse(conversation: Conversation) -> int:
             elif question in ("/help", "/?"):
                 click.echo(HELP, err=True)
             elif conversation.question.value is not None:
-                show(conversation.answer(question))
+                show(conversation.answer(question), restores=conversation.config.restore.enabled)
             else:
-                show(conversation.ask(question))
+                show(conversation.ask(question), restores=conversation.config.restore.enabled)
             if _Signals.terminating:
                 return EXIT_INTERRUPTED
     finally:
@@ -139,14 +139,19 @@ def _read_line() -> str | None:
             click.echo("\n(to leave, type /exit or press Ctrl-D)", err=True)
 
 
-def show(result: RunResult) -> None:
-    """The answer on stdout, or why there is none on stderr."""
+def show(result: RunResult, *, restores: bool = False) -> None:
+    """The answer on stdout, or why there is none on stderr.
+
+    `restores`: the next question restores a lost sandbox's state (`[restore]` is on).
+    """
     if result.status == "completed":
         click.echo(safe_text(answer_text(result.as_dict()), multiline=True))
         for path in result.artifacts:
             click.echo(f"  artifact: {safe_text(path)}")
     elif result.status == "cancelled":
-        click.echo("sbx: cancelled; the sandbox was removed (its variables are gone)", err=True)
+        after = ("the next question restores its state" if restores
+                 else "its variables are gone")
+        click.echo(f"sbx: cancelled; the sandbox was removed ({after})", err=True)
     elif result.status == "needs_input":
         click.echo(f"sbx: the model asks you: {safe_text(str(result.question), multiline=True)}",
                    err=True)

@@ -24,7 +24,15 @@ from typing import Any, TextIO
 import click
 from pydantic import BaseModel
 
-from sbx.agent import PLAN_MARKS, Event, TranscriptError, numbered_events, pending_note, safe_text
+from sbx.agent import (
+    PLAN_MARKS,
+    Event,
+    TranscriptError,
+    numbered_events,
+    outcome_of,
+    pending_note,
+    safe_text,
+)
 from sbx.agent.cli.answer_parts import answer_text, mislabelled_line
 from sbx.agent.cli.display_restored import render_restored
 
@@ -180,8 +188,7 @@ class Progress:
     def _on_tool_result(self, event: Row) -> None:
         self._end_live_output(_text(event.get("call_id")))
         failed = bool(event.get("failed"))
-        status = _text(event.get("status"))
-        word = status if status != "ok" or not failed else "failed"
+        word = outcome_of(event)  # the core's word (derived alike for older transcripts)
         outcome = one_line(event.get("content"))
         line = f"<- {_clip(word)} ({_num(event, 'duration_s'):.1f} s): {outcome}"
         self._echo(line, fg="red" if failed else "green")
@@ -229,7 +236,7 @@ class Progress:
             f"{_num(event, 'duration_s'):.1f} s"
         )
         colour = "green" if status == "completed" else "red"
-        self._echo(f"== {_clip(status)}: {summary}", fg=colour, bold=True)
+        self._echo(f"== {_clip(outcome_of(event))}: {summary}", fg=colour, bold=True)
         self._sandbox_totals(_map(event, "sandbox"))
         cost = cost_line(_map(event, "cost"))
         if cost:

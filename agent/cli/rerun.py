@@ -73,7 +73,7 @@ def _intro(record: RecordedConversation) -> None:
 
 
 def _show(check: ExecutionCheck) -> None:
-    verdict = "matches" if check.comparison.matches else "DIFFERS"
+    verdict = "skipped" if check.skipped else "matches" if check.comparison.matches else "DIFFERS"
     _echo(
         f"{'ok' if check.comparison.matches else '!!'} run {check.run_id} execution "
         f"{check.number} [{check.call_id}]: {verdict}: {check.comparison.detail}",

@@ -1,5 +1,6 @@
 """The application core: the front door every face calls, and what it is built from.
 
 Configuration, conversations and workspaces, the agent loop, its state, budgets and
-events, and the transcript.
+events, the transcript, the history read back from it, and the outcome words every
+face shows.
 """

@@ -11,8 +11,8 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sbx.agent.core.events import Event, ModelReplied, RunStart, StateRestored, ToolResult
-from sbx.agent.provenance.record import code_of
+from sbx.agent.core.events import Event
+from sbx.agent.core.history import history_of
 from sbx.tools.outcome import ToolOutcome
 
 
@@ -35,52 +35,14 @@ class Cell:
 def cells_of(events: Iterable[Event]) -> list[Cell]:
     """The executions a replay must re-run, from a conversation's events (see the module).
 
-    A run that began with `sandbox_reset` lost what came before unless its
-    `state_restored` says it was restored (fully or partly).
+    The conversation's history (`sbx.agent.core.history`) says which: every execution
+    that built the state since the state was last lost for good.
     """
-    cells: list[Cell] = []
-    held: list[Cell] = []
-    calls: dict[str, str] = {}
-    for event in events:
-        if isinstance(event, RunStart):
-            calls = {}
-            if event.sandbox_reset:
-                held, cells = cells, []
-        elif isinstance(event, StateRestored):
-            cells = held + cells if event.status != "not_restored" else []
-            held = []
-        elif isinstance(event, ModelReplied):
-            calls.update(_codes(event.message))
-        elif isinstance(event, ToolResult):
-            cell = _cell(event, calls)
-            if cell is not None:
-                cells.append(cell)
-    return cells
-
-
-def _codes(message: dict[str, object]) -> dict[str, str]:
-    """`{call id: code}` of the `execute_python` calls of one assistant message."""
-    found: dict[str, str] = {}
-    for call in message.get("tool_calls") or []:  # type: ignore[attr-defined]
-        function = call.get("function") if isinstance(call, dict) else None
-        if isinstance(function, dict) and function.get("name") == "execute_python":
-            code = code_of(str(function.get("arguments")))
-            if code is not None:
-                found[str(call.get("id"))] = code
-    return found
-
-
-def _cell(event: ToolResult, calls: dict[str, str]) -> Cell | None:
-    record = event.execution
-    code = calls.get(event.call_id)
-    if event.name != "execute_python" or event.status != "ok" or event.failed:
-        return None
-    if record is None or code is None or record.error_type or record.timed_out:
-        return None
-    if record.oom_killed or record.state_reset:
-        return None
-    return Cell(call_id=event.call_id, code=code, stdout=record.stdout,
-                artifacts=tuple(event.artifacts))
+    return [
+        Cell(call_id=execution.call_id, code=execution.code, stdout=execution.stdout,
+             artifacts=execution.artifacts)
+        for execution in history_of(events).state_cells()
+    ]
 
 
 def assigned_names(code: str) -> list[str]:

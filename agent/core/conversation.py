@@ -37,6 +37,8 @@ from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.core.loop import run
 from sbx.agent.core.notes import notes_for
+from sbx.agent.core.outcomes import RESET_NOTE as RESET_NOTE
+from sbx.agent.core.outcomes import loss_text, reset_note
 from sbx.agent.core.plan import last_plan
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
 from sbx.agent.core.restore import (
@@ -50,9 +52,8 @@ from sbx.agent.core.restore_text import note
 from sbx.agent.core.run_recorder import NoRecorder, RunRecorder, RunTicket, recorded, result_outcome
 from sbx.agent.core.state import RunResult, SandboxUsage
 from sbx.agent.core.transcript import Transcript
-from sbx.agent.core.workspace import RESET_NOTE as RESET_NOTE
 from sbx.agent.core.workspace import ConversationSpec as ConversationSpec
-from sbx.agent.core.workspace import Workspace, reset_note
+from sbx.agent.core.workspace import Workspace
 from sbx.agent.model.client import ModelClient, TokenUsage
 from sbx.agent.provenance.data import data_digests
 from sbx.sandbox.closing import Closing
@@ -66,7 +67,7 @@ from sbx.tools.gate import ToolGate
 
 logger = logging.getLogger(__name__)
 
-RESET_REASON = "it was replaced since the previous question"
+CANCEL_REASON = loss_text("cancel")
 UNANSWERED = "[sbx] Not run: the run ended before this call was made ({status})."
 
 
@@ -225,14 +226,15 @@ class Conversation(Closing):
             self.question.set(pending)
             self.workspace.reset_pending = lost
             if lost:
-                self.workspace.lost("the previous process ended")
+                self.workspace.lost(loss_text("restart", "the previous process ended"),
+                                    cause="restart")
 
     def cancel(self) -> None:
         """Cancel the run in progress from another thread: its sandbox is removed."""
         if self._cancel is not None:
             self._cancel.cancel()
         else:
-            self.workspace.discard(reason="the run was cancelled")
+            self.workspace.discard(reason=CANCEL_REASON, cause="cancel")
 
     def reset(self) -> None:
         """Forget the messages and replace the sandbox: the next question starts afresh."""
@@ -280,9 +282,13 @@ class Conversation(Closing):
         try:
             prompt = self._system_prompt(gate)
             reset = self.workspace.take_reset() and bool(self._messages)
+            cause = self.workspace.lost_cause
+            lost = self.workspace.lost_reason() if reset else ""
             cells = prior_cells(self.transcript.path, self.config.restore, reset=reset)
-            asked = f"{reset_note(RESET_REASON)}\n\n{question}" if reset else question
+            asked = f"{reset_note(lost)}\n\n{question}" if reset else question
             start = self._run_start(run_id, question, prompt, gate, reset=reset)
+            if reset:
+                start = start.model_copy(update={"reset_cause": cause, "reset_reason": lost})
             if continues is not None:
                 start = start.model_copy(update={"continues": continues.run_id})
                 gate.record_answer(continues=continues.run_id, question=continues.question,
@@ -290,7 +296,7 @@ class Conversation(Closing):
             self.emit(start)
             if cells is not None:
                 restored = restore_workspace(self.workspace, cells, self.config.restore,
-                                             run_id=run_id, reason=self.workspace.lost_reason())
+                                             run_id=run_id, reason=lost, cause=cause)
                 self.emit(restored.event)
                 asked = f"{note(restored.event)}\n\n{question}"
             result = run(
@@ -314,14 +320,14 @@ class Conversation(Closing):
             live.close()
             if reason == "cancelled":
                 gate.cancel()
-                self.workspace.discard(reason="the run was cancelled")
+                self.workspace.discard(reason=CANCEL_REASON, cause="cancel")
             self._gate = None
             gate.close(reason=reason)
         return result
 
     def _stop(self, gate: ToolGate) -> None:  # the token fired: the call ends, the sandbox goes
         gate.cancel()
-        self.workspace.discard(reason="the run was cancelled")
+        self.workspace.discard(reason=CANCEL_REASON, cause="cancel")
 
     def _system_prompt(self, gate: ToolGate) -> SystemPrompt:
         """Built once per conversation: later runs continue the messages it began."""

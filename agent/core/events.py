@@ -14,16 +14,22 @@ transcript line back into the same types (what `sbx replay` renders).
     model_reply         the assistant message (text and tool calls), usage, timing
     output_chunk        live stdout or stderr of an execution while it runs (subscribers
                         only: never written to the transcript, where tool_result keeps it)
-    tool_result         one observation exactly as the model received it, status, artifacts,
-                        and an execution's own stdout, stderr and error
+    tool_result         one observation exactly as the model received it, status, its outcome
+                        in words, artifacts, and an execution's own stdout, stderr and error
     plan                the model saved its plan (the first or a revision): every step with
                         its status, and what changed since the previous one
     compaction          which older observations were shortened before a request
-    run_end             how the run ended, the answer (completed only), totals, and whether
-                        the answer's numbers were printed by an output (verified, sources)
+    run_end             how the run ended (status and outcome), the answer (completed only),
+                        totals, and whether the answer's numbers were printed by an output
+                        (verified, sources)
     run_error           an operator error stopped the run (engine, audit log)
     state_restored      a lost sandbox's state was rebuilt by replaying earlier executions
-                        (or could not be): how many, what differed, which variables may differ
+                        (or could not be): the loss's cause, how many, what differed, which
+                        variables may differ
+
+The outcome and cause words come from `sbx.agent.core.outcomes`, so every face
+shows the same words; `sbx.agent.core.history` reads a transcript's events back
+into what happened.
 
 Events keep unknown keys (`extra="allow"`), so a newer transcript still
 replays here and a field added by one emitter is never silently dropped.
@@ -81,6 +87,10 @@ class RunStart(_Event):
     (`sales.csv`, `dir/a.csv`): re-run names a file that changed since."""
     sandbox_reset: bool = False
     """The sandbox was replaced since the previous run: earlier variables are gone."""
+    reset_cause: str = ""
+    """Why, with `sandbox_reset` (`sbx.agent.core.outcomes.LOSS_CAUSES`; "" in older files)."""
+    reset_reason: str = ""
+    """The same in words (`a cancel by the user`), as the model and every face read it."""
     continues: str | None = None
     """The run this one continues with the user's answer (it ended `needs_input`)."""
 
@@ -205,6 +215,9 @@ class ToolResult(_Event):
     artifacts: list[str] = Field(default_factory=list)
     execution: ExecutionRecord | None = None
     """For `execute_python`: stdout, stderr and the error apart (None in older transcripts)."""
+    outcome: str = ""
+    """How the call ended, in the one vocabulary (`sbx.agent.core.outcomes.call_outcome`:
+    `ok`, `error`, `timed out`, `cancelled`...); "" in older transcripts."""
 
 
 class PlanStepRecord(BaseModel):
@@ -288,6 +301,8 @@ class RunEnd(_Event):
 
     type: Literal["run_end"] = "run_end"
     status: str
+    outcome: str = ""
+    """The status in the one vocabulary (`sbx.agent.core.outcomes.run_outcome`)."""
     answer: str | None = None
     message: str = ""
     turns: int = 0
@@ -350,7 +365,10 @@ class StateRestored(_Event):
     variables: list[str] = Field(default_factory=list)
     """Every variable whose value may differ (from `differed` and `failed`)."""
     reason: str = ""
-    """Why it was lost (`idle release`, `timeout`...) and, when not restored, why not."""
+    """Why it was lost (`an idle release`, `a timeout`...) and, when not restored, why not."""
+    cause: str = ""
+    """The loss's cause (`sbx.agent.core.outcomes.LOSS_CAUSES`: `idle_release`, `cancel`,
+    `reset`...); "" in older transcripts."""
     duration_s: float = 0.0
     cpu_seconds: float = 0.0
 

@@ -40,6 +40,7 @@ from sbx.agent.core.events import (
     discard,
 )
 from sbx.agent.core.feedback import artifact_paths, count_execution, repeated_failure_notices
+from sbx.agent.core.outcomes import call_outcome
 from sbx.agent.core.plan import follow_up_notice, note_plan, pending_steps
 from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.spend import SpendLimit
@@ -131,6 +132,7 @@ def run(
         add_message(state, {"role": "system", "content": system_prompt}, emit)
     elif plan:
         state.plan, state.plan_revision = tuple(plan), plan_revision
+        state.plan_inherited = plan_revision
         add_message(state, {"role": "user", "content": follow_up_notice(plan)}, emit)
     add_message(state, {"role": "user", "content": question}, emit)
     tools = gate.schemas()
@@ -270,6 +272,7 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
         state.artifacts.extend(saved)
         count_execution(state, outcome)
         note_output(state, outcome)
+        record = execution_record(outcome)
         emit(
             ToolResult(
                 run_id=state.run_id,
@@ -283,7 +286,9 @@ def record_outcomes(state: RunState, outcomes: Sequence[ToolOutcome], emit: Even
                 duration_s=round(outcome.duration_s, 3),
                 content=outcome.text,
                 artifacts=saved,
-                execution=execution_record(outcome),
+                execution=record,
+                outcome=call_outcome(outcome.status, failed=failed,
+                                     execution=record.model_dump() if record else None),
             )
         )
         note_plan(state, outcome, emit)
@@ -337,7 +342,8 @@ def finish(
         parts=ending.parts if ending.status == "completed" else None,
         plan=state.plan,
         plan_revision=state.plan_revision,
-        plan_pending=pending_steps(state.plan) if ending.status == "completed" else (),
+        plan_pending=pending_steps(state.plan) if ending.status == "completed"
+        and state.plan_revision > state.plan_inherited else (),
         cost=tariff.cost(state.usage, state.sandbox).as_dict() if tariff is not None else None,
     )
     emit(RunEnd.model_validate(result.as_dict()))

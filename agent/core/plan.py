@@ -118,10 +118,6 @@ def plan_from_messages(messages: Sequence[dict[str, Any]]) -> tuple[tuple[PlanSt
     return plan, count
 
 
-def _key(step: PlanStep) -> str:
-    return " ".join(step.description.split()).casefold()
-
-
 def last_plan(runs: list[RunResult], messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The plan a follow-up starts from: the last run's, else the messages' (`restore`).
 
@@ -133,3 +129,7 @@ def last_plan(runs: list[RunResult], messages: list[dict[str, Any]]) -> dict[str
         return {"plan": runs[-1].plan, "plan_revision": runs[-1].plan_revision}
     plan, revision = plan_from_messages(messages)
     return {"plan": plan, "plan_revision": revision}
+
+
+def _key(step: PlanStep) -> str:
+    return " ".join(step.description.split()).casefold()

@@ -64,6 +64,7 @@ from sbx.agent.core.cells import assigned_names as assigned_names
 from sbx.agent.core.cells import cell_of as cell_of
 from sbx.agent.core.cells import cells_of as cells_of
 from sbx.agent.core.events import CellDifference, StateRestored
+from sbx.agent.core.outcomes import loss_text
 from sbx.agent.core.restore_settings import RestoreSettings
 from sbx.agent.core.snapshot import Snapshot, load_cell, refusal, report_of
 from sbx.agent.core.state import PriorWork, SandboxUsage
@@ -219,7 +220,7 @@ def _ended(tally: _Tally, base: dict[str, object], status: str, differed: list[C
 
 def restore_workspace(
     workspace: Workspace, cells: list[Cell], settings: RestoreSettings, *, run_id: str,
-    reason: str,
+    reason: str, cause: str = "replaced",
 ) -> Restored:
     """Replay `cells` into `workspace`'s sandbox, through a gate of their own.
 
@@ -243,8 +244,8 @@ def restore_workspace(
         workspace.discard()  # half a state is worse than none: start empty, as the note says
         workspace.take_reset()
     recorded = [Path(path) for cell in cells for path in cell.artifacts]
-    return replace(restored, event=restored.event.model_copy(update={"run_id": run_id}),
-                   kept=keep_new(restored.written, recorded, scratch))
+    event = restored.event.model_copy(update={"run_id": run_id, "cause": cause})
+    return replace(restored, event=event, kept=keep_new(restored.written, recorded, scratch))
 
 
 def from_snapshot(workspace: Workspace, gate: ToolGate, cells: list[Cell],
@@ -360,9 +361,9 @@ def replace_killed(workspace: Workspace, settings: RestoreSettings) -> None:
     """
     reason = workspace.state_lost
     if settings.enabled and reason and not workspace.reset_pending:
-        workspace.discard(reason=reason)
+        workspace.discard(reason=reason, cause=workspace.lost_cause)
 
 
 def forgotten() -> StateRestored:
     """The event of a conversation reset on purpose: nothing before it is replayed later."""
-    return StateRestored(status="not_restored", reason="the conversation was reset")
+    return StateRestored(status="not_restored", reason=loss_text("reset"), cause="reset")

@@ -10,16 +10,21 @@ from __future__ import annotations
 from sbx.agent.core.events import StateRestored
 
 
+def cells(count: int) -> str:
+    """`1 cell`, `3 cells`: the count the model, the CLI and the page read alike."""
+    return f"{count} cell" if count == 1 else f"{count} cells"
+
+
 def note(event: StateRestored) -> str:
     """What the model reads before the question, after a restore (or its failure)."""
     if event.status == "not_restored":
         return (f"[sbx] The sandbox was replaced since the previous question ({event.reason}); "
                 "state not restored: variables, imports and files from earlier runs are gone. "
                 "Re-run what you need.")
-    how = (f"restored {event.replayed} cells by re-running the earlier code in order"
+    how = (f"restored {cells(event.replayed)} by re-running the earlier code in order"
            if not event.from_snapshot else
-           f"loaded {event.from_snapshot} cells' variables and files from a snapshot and "
-           f"re-ran {event.replayed} cells")
+           f"loaded the variables and files of {cells(event.from_snapshot)} from a snapshot "
+           f"and re-ran {cells(event.replayed)}")
     lines = [f"[sbx] The sandbox was replaced since the previous question ({event.reason}); "
              f"sbx restored its state: {how}."]
     for item in event.differed:
@@ -36,9 +41,9 @@ def summary(event: StateRestored) -> str:
     """One line for people (CLI progress, the web page); the caller escapes it."""
     if event.status == "not_restored":
         return f"state not restored ({event.reason})"
-    text = f"restored {event.replayed} cells ({event.reason})"
+    text = f"restored {cells(event.replayed)} ({event.reason})"
     if event.from_snapshot:
-        text = (f"restored {event.from_snapshot} cells from a snapshot and re-ran "
+        text = (f"restored {cells(event.from_snapshot)} from a snapshot and re-ran "
                 f"{event.replayed} ({event.reason})")
     if event.differed or event.failed:
         text += f"; {len(event.differed)} differ, {len(event.failed)} could not be restored"

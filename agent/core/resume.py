@@ -34,9 +34,9 @@ from sbx.agent.core.events import (
     MessageAdded,
     ModelReplied,
     RunEnd,
-    RunStart,
     ToolResult,
 )
+from sbx.agent.core.history import history_of
 from sbx.agent.core.limits_request import LimitsRequest
 from sbx.agent.core.settings import Endpoint, SettingsError
 from sbx.agent.core.transcript import TranscriptError, numbered_events
@@ -90,41 +90,38 @@ def find_transcript(run_id: str, runs_dir: Path) -> Path:
 
 
 def read_resumable(path: Path) -> Resumable:
-    """The conversation of the transcript at `path` (a `TranscriptError` names a bad line)."""
+    """The conversation of the transcript at `path` (a `TranscriptError` names a bad line).
+
+    The messages are the model's view, read here; what happened (the last run, how it
+    ended, what it asked, what ran) is the conversation's history (`sbx.agent.core.history`).
+    """
     conversation_id: str | None = None
     data: tuple[Path, ...] = ()
     messages: list[dict[str, Any]] = []
-    pending: PendingInput | None = None
-    last_run: str | None = None
-    last_status: str | None = None
-    executions = count = 0
-    for _, event in numbered_events(path):
-        count += 1
+    events = [event for _, event in numbered_events(path)]
+    for event in events:
         match event:
             case ConversationStart():
                 conversation_id = event.conversation_id
                 data = tuple(Path(item) for item in event.data)
-            case RunStart():
-                last_run, last_status, pending = event.run_id, None, None
             case MessageAdded() | ModelReplied():
                 messages.append(dict(event.message))
             case ToolResult():
                 messages.append({"role": "tool", "tool_call_id": event.call_id,
                                  "content": event.content})
-                executions += event.name == "execute_python"
             case RunEnd():
-                last_status = event.status
                 messages = settle(messages, event.status)
-                question = getattr(event, "question", None)
-                asked = event.status == "needs_input" and isinstance(question, str)
-                pending = PendingInput(run_id=event.run_id or "", question=str(question)
-                                       ) if asked else None
     if conversation_id is None:
         raise TranscriptError(f"{path}: no conversation_start: not a transcript of sbx ask/chat")
     messages = settle(messages, "interrupted")  # a run its process died in has no run_end
+    runs = history_of(events, path=path).runs
+    last = runs[-1] if runs else None
+    asked = last.needs_input if last is not None else None
+    pending = PendingInput(run_id=last.run_id, question=asked) if last and asked else None
     return Resumable(path=path, conversation_id=conversation_id, data=data, messages=messages,
-                     pending=pending, executions=executions, next_seq=count,
-                     last_run=last_run, last_status=last_status)
+                     pending=pending, executions=sum(len(run.executions) for run in runs),
+                     next_seq=len(events), last_run=last.run_id if last else None,
+                     last_status=last.status if last else None)
 
 
 def read_paused(path: Path, run_id: str) -> Resumable:

@@ -183,7 +183,8 @@ def result_outcome(result: RunResult) -> RunOutcome:
     data = result.as_dict()
     summary = {key: data[key] for key in ("turns", "tool_calls", "usage", "duration_s", "sandbox")}
     summary.update({key: data[key] for key in ("plan", "plan_pending", "cost", "parts",
-                                               "mislabelled") if key in data})
+                                               "mislabelled", "verified", "sources",
+                                               "unsupported") if key in data})
     return RunOutcome(
         status=result.status, message=result.message[:MAX_MESSAGE_CHARS], answer=result.answer,
         question=result.question, result=summary, cpu_seconds=result.sandbox.cpu_seconds,

@@ -28,6 +28,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sbx.agent.core.outcomes import run_outcome
 from sbx.agent.model.reply import TokenUsage
 from sbx.agent.provenance.parts import PartsCheck
 from sbx.agent.provenance.trace import Output, Provenance, Source
@@ -153,6 +154,9 @@ class RunState:
     """The model's current plan (`update_plan`); a follow-up starts from the last run's."""
     plan_revision: int = 0
     """Plans saved in the conversation so far (the last one's number; 0: none yet)."""
+    plan_inherited: int = 0
+    """The revision the run started from: a plan this run never revised is an earlier
+    question's, and its open steps are not this answer's to warn about."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -236,6 +240,7 @@ class RunResult:
         return {
             "run_id": self.run_id,
             "status": self.status,
+            "outcome": run_outcome(self.status),
             "answer": self.answer,
             "message": self.message,
             "turns": self.turns,

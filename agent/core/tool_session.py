@@ -33,7 +33,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sbx.agent.core.restore import Cell, cell_of, restore_workspace
+from sbx.agent.core.outcomes import idle_reason, loss_text, reset_note
+from sbx.agent.core.restore import Cell, cell_of, replace_killed, restore_workspace
 from sbx.agent.core.restore_text import note as restore_note
 from sbx.agent.core.run_recorder import (
     RunKind,
@@ -43,7 +44,7 @@ from sbx.agent.core.run_recorder import (
     recorded_call,
 )
 from sbx.agent.core.state import PriorWork
-from sbx.agent.core.workspace import Workspace, idle_reason, reset_note
+from sbx.agent.core.workspace import Workspace
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.errors import SbxError
 from sbx.sandbox.result import Artifact
@@ -213,7 +214,7 @@ class ToolSession(Closing):
         gate = self._gate
         if gate is not None:
             gate.cancel(halt=False)
-        self.discard("the previous call was cancelled, which stopped its code")
+        self.discard(loss_text("cancel", "it stopped the running call"))
 
     def discard(self, reason: str, *, forget: bool = False) -> bool:
         """Remove the sandbox now; True when code had run in it (its state was lost).
@@ -311,9 +312,12 @@ class ToolSession(Closing):
         return lost
 
     def _take_reset_note(self) -> str | None:
+        """The note of a reset since the last execution (a timeout's too, as chat's is)."""
+        replace_killed(self.workspace, self.workspace.config.restore)
         pending = self.workspace.take_reset()
+        lost = self.workspace.lost_reason() if pending else None
         with self._lock:
-            reason, self._reset_reason = self._reset_reason, None
+            reason, self._reset_reason = self._reset_reason or lost, None
             self._last_reason = reason
         if not pending and reason is None:
             return None

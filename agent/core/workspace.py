@@ -29,6 +29,7 @@ from pathlib import Path
 
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.notes import NoteStore, notes_for
+from sbx.agent.core.outcomes import LossCause, execution_loss, idle_reason, loss_text
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.core.snapshot import STATE_DIR, Snapshot, take
 from sbx.agent.core.spend import SpendLimit
@@ -49,23 +50,6 @@ from sbx.tools.observation_size import CHARS_PER_TOKEN
 from sbx.tools.registry import Tool
 
 logger = logging.getLogger(__name__)
-
-RESET_NOTE = "[sbx] The sandbox was reset"
-"""How every note of a reset begins (`reset_note`), for the model and for tests."""
-
-
-def idle_reason(idle_s: float) -> str:
-    """Why an idle release removed a sandbox (the model's and the client's note)."""
-    return f"it was idle for more than {idle_s:g} s"
-
-
-def reset_note(reason: str, *, before: str = "before this call") -> str:
-    """What the model is told when its sandbox was replaced since it last ran code."""
-    return (
-        f"{RESET_NOTE} {before} ({reason}): variables, imports and files written in the "
-        "sandbox by earlier calls are gone (artifacts already copied out are kept). "
-        "Re-run what you need."
-    )
 
 QUERY_DIR = "queries"
 """The name of the query drop in the sandbox: `query_sql` results are `/data/queries/NAME`."""
@@ -154,6 +138,8 @@ class Workspace(Closing):
         self._drop: DropDir | None = None
         self._lost = ""
         """Why the interpreter's state was last lost (restore tells the model); "" if kept."""
+        self._cause: LossCause = "replaced"
+        """The cause of that loss, from the one vocabulary (`sbx.agent.core.outcomes`)."""
         self._users = 0
         self.last_used = time.monotonic()
         """When the last run or call holding `in_use()` ended (monotonic seconds)."""
@@ -222,10 +208,15 @@ class Workspace(Closing):
             pending, self.reset_pending = self.reset_pending, False
             return pending
 
-    def lost(self, reason: str) -> None:
-        """The interpreter lost its state in place (a timeout or OOM kill restarted it)."""
+    def lost(self, reason: str, *, cause: LossCause = "replaced") -> None:
+        """The interpreter lost its state (a timeout or OOM kill restarted it, a restart)."""
         with self._lock:
-            self._lost = reason
+            self._lost, self._cause = reason, cause
+
+    @property
+    def lost_cause(self) -> LossCause:
+        """The cause of the last loss (read before `lost_reason()` forgets it)."""
+        return self._cause
 
     @property
     def state_lost(self) -> str:
@@ -268,10 +259,11 @@ class Workspace(Closing):
         """
         return None if self._users else (now or time.monotonic()) - self.last_used
 
-    def discard(self, *, reason: str = "the sandbox was removed") -> None:
+    def discard(self, *, reason: str = "the sandbox was removed",
+                cause: LossCause = "replaced") -> None:
         """Remove the sandbox (any running code dies with it); the next use opens a new one."""
         with self._lock:
-            session = self._take_session(reason)
+            session = self._take_session(reason, cause)
         if session is not None:
             session.close()
 
@@ -289,7 +281,8 @@ class Workspace(Closing):
             idle = not self._users and (now or time.monotonic()) - self.last_used >= idle_s
             if idle and self._session is not None and self.used:
                 self._take_snapshot(self._session)
-            session = self._take_session(reason or idle_reason(idle_s)) if idle else None
+            session = (self._take_session(reason or idle_reason(idle_s), "idle_release")
+                       if idle else None)
         finally:
             self._lock.release()
         if session is None:
@@ -297,12 +290,12 @@ class Workspace(Closing):
         session.close()
         return True
 
-    def _take_session(self, reason: str) -> Session | None:
+    def _take_session(self, reason: str, cause: LossCause) -> Session | None:
         """Under the lock: the open sandbox, no longer this workspace's; the reset noted."""
         session, self._session = self._session, None
         if session is not None and self.used:
             self.reset_pending = True
-            self._lost = reason
+            self._lost, self._cause = reason, cause
         self.used = False
         return session
 
@@ -428,12 +421,14 @@ class _CurrentSandbox:
             result = session.run(
                 code, on_output=on_output, timeout=timeout, show_values=show_values
             )
-            if result.state_reset:
-                self._workspace.lost("a timeout" if result.timed_out else "a kill at a limit")
-            return result
         finally:
             with self._workspace._lock:
                 current = self._workspace._session is session
             if not current:  # discarded while it ran: remove whatever it restarted
                 session.close()
+        if result.state_reset and current:  # else the discard (a cancel...) named the cause
+            cause = execution_loss({"timed_out": result.timed_out,
+                                    "oom_killed": result.oom_killed})
+            self._workspace.lost(loss_text(cause), cause=cause)
+        return result
 

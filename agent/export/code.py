@@ -41,6 +41,16 @@ LEFT_OVER_NOTE = (
 )
 
 
+HEADER_NAMES = ("Path", "DATA_DIR", "OUTPUT_DIR", "run_cell")
+"""What the export's own header defines: a reset keeps them."""
+RESET_CODE = (
+    "for _name in [n for n in globals() if not n.startswith('_') and n not in "
+    f"{('In', 'Out', 'get_ipython', 'exit', 'quit', *HEADER_NAMES)!r}]:\n"
+    "    del globals()[_name]"
+)
+"""Forget every name the conversation's code defined, as a reset that nothing restored did."""
+
+
 def comment(text: str) -> str:
     """`text` as one or more `# ` lines, each escaped to a single line."""
     lines = text.splitlines() or [""]

@@ -12,8 +12,8 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from sbx.agent.core.history import RecordedConversation, RecordedExecution
 from sbx.agent.export.code import header
-from sbx.agent.provenance.record import RecordedConversation, RecordedExecution
 from sbx.tools.text_safety import safe_text
 
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
@@ -40,6 +40,13 @@ def executions(record: RecordedConversation) -> Iterable[tuple[int, RecordedExec
     for index, run in enumerate(record.runs):
         for execution in run.executions:
             yield index, execution
+
+
+def outcome_phrase(execution: RecordedExecution) -> str:
+    """`timed out`, `was killed at the memory limit` or `was stopped` (its interpreter died)."""
+    if execution.timed_out:
+        return "timed out"
+    return "was killed at the memory limit" if execution.oom_killed else "was stopped"
 
 
 def markdown_text(text: str) -> str:

@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from sbx.agent.export.code import comment, rewrite_paths
-from sbx.agent.export.common import executions, header_for
+from sbx.agent.core.history import RecordedConversation, RecordedRun, StateLoss
+from sbx.agent.export.code import RESET_CODE, comment, rewrite_paths
+from sbx.agent.export.common import executions, header_for, outcome_phrase
 from sbx.agent.provenance.parts import UNMARKED_NOTE
-from sbx.agent.provenance.record import RecordedConversation, RecordedRun
 from sbx.tools.text_safety import safe_text
 
 Format = Literal["ipynb", "py", "md"]
@@ -87,12 +87,30 @@ def to_script(record: RecordedConversation) -> str:
     for run in record.runs:
         parts.append(f"# %% [markdown]\n{comment('Question: ' + run.question)}\n")
         for execution in run.executions:
+            parts.extend(_loss_part(execution.loss_before))
             title = f"execution {execution.number} [{execution.call_id}]"
             code = rewrite_paths(execution.code)
-            if execution.failed:
+            if execution.unfinished:
+                title += f" ({outcome_phrase(execution)} in the run: not run here)"
+                code = comment(execution.code)
+            elif execution.failed:
                 title += f" (raised {execution.error_type or 'an error'} in the run)"
                 code = f"run_cell({code!r}, {f'execution {execution.number}'!r})\n"
             parts.append(f"# %% {safe_text(title)}\n{code.rstrip()}\n")
         if run.answer is not None:
             parts.append(f"# %% [markdown]\n{comment(answer_comment(run))}\n")
+        if run.needs_input is not None:
+            parts.append(f"# %% [markdown]\n{comment('The model asked: ' + run.needs_input)}\n")
     return "\n\n".join(part.rstrip("\n") for part in parts) + "\n"
+
+
+def _loss_part(loss: StateLoss | None) -> list[str]:
+    """A state loss before an execution: nothing when a restore rebuilt it, else a reset."""
+    if loss is None or loss.restored == "restored":
+        return []
+    if loss.restored == "partial":
+        names = ", ".join(loss.variables) or "(none named)"
+        said = comment(f"State restored after {loss.reason}; these may differ: {names}")
+        return [f"# %% [markdown]\n{said}\n"]
+    note = comment(f"The interpreter was reset here ({loss.reason}) and nothing restored it.")
+    return [f"# %% reset\n{note}\n{RESET_CODE}\n"]

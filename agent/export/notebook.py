@@ -6,9 +6,16 @@ question, one code cell per execution (its code with paths rewritten, its
 execution number as `execution_count`, its recorded outputs), and a markdown
 cell with the answer and where its numbers came from. A cell whose code
 raised in the run carries the `raises-exception` tag, so Run All (and
-`jupyter nbconvert --execute`) goes on past it, as the run did. Where the
-run's interpreter was reset (a timeout, an OOM kill, a new sandbox between
-questions), a note and a cell that forgets every name come first.
+`jupyter nbconvert --execute`) goes on past it, as the run did. An execution
+that did not run to its end (a timeout, a memory kill) is shown, with what it
+printed, in a markdown cell: running it again would hang or be killed too.
+
+The conversation's history (`sbx.agent.core.history`) says where state was
+lost: a loss a restore rebuilt leaves no trace here (the interpreter held the
+same names again), a partial restore a note of the names that may differ; a
+loss never restored (a reset the user asked for, a kill in the last question)
+is a note and a cell that forgets every name except the header's, so Run All
+behaves as the conversation did.
 """
 
 from __future__ import annotations
@@ -19,10 +26,10 @@ from typing import Any
 import nbformat
 import nbformat.v4
 
-from sbx.agent.export.code import rewrite_paths
+from sbx.agent.core.history import RecordedConversation, RecordedExecution, StateLoss
+from sbx.agent.export.code import RESET_CODE, rewrite_paths
 from sbx.agent.export.common import executions, header_for, markdown_text, png_base64
-from sbx.agent.export.report import answer_section, plan_section
-from sbx.agent.provenance.record import RecordedConversation, RecordedExecution
+from sbx.agent.export.report import answer_section, plan_section, unfinished_section
 
 KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
@@ -46,9 +53,9 @@ def to_notebook(record: RecordedConversation) -> str:
             cells.extend(_closing(record, last_run))
             cells.append(new_markdown_cell(f"## {markdown_text(_one_line(record, run_index))}"))
             last_run = run_index
-        if execution.reset_before:
-            cells.extend(_reset_cells())
-        cells.append(_code_cell(execution, count))
+        cells.extend(_loss_cells(execution.loss_before))
+        cells.append(_code_cell(execution, count) if not execution.unfinished
+                     else new_markdown_cell(unfinished_section(execution)))
     cells.extend(_closing(record, last_run))
     for index in range(last_run + 1, len(record.runs)):  # runs without executions
         cells.append(new_markdown_cell(f"## {markdown_text(_one_line(record, index))}"))
@@ -76,20 +83,27 @@ def _closing(record: RecordedConversation, index: int) -> list[Any]:
 
 
 RESET_NOTE = (
-    "*The sandbox's interpreter was reset here in the original run (a timeout, a memory kill "
-    "or a new sandbox): what the cells above defined was gone. The next cell does the same, "
-    "so Run All behaves as the run did.*"
+    "*The sandbox's interpreter was reset here in the original conversation ({cause}), and "
+    "nothing restored it: what the cells above defined was gone. The next cell does the same "
+    "(keeping DATA_DIR and OUTPUT_DIR), so Run All behaves as the conversation did.*"
 )
-RESET_CODE = (
-    "for _name in [n for n in globals() if not n.startswith('_') and n not in "
-    "('In', 'Out', 'get_ipython', 'exit', 'quit')]:\n"
-    "    del globals()[_name]"
+PARTIAL_NOTE = (
+    "*The sandbox was replaced here ({cause}) and its state rebuilt by re-running the cells "
+    "above, but some came back different; these names may have held other values in the "
+    "conversation: {names}.*"
 )
 
 
-def _reset_cells() -> list[Any]:
-    """A note and a cell that forget every name, where the original run lost its state."""
-    return [new_markdown_cell(RESET_NOTE), new_code_cell(RESET_CODE)]
+def _loss_cells(loss: StateLoss | None) -> list[Any]:
+    """What a state loss before an execution leaves in the notebook (see the module)."""
+    if loss is None or loss.restored == "restored":
+        return []
+    if loss.restored == "partial":
+        names = ", ".join(f"`{markdown_text(name)}`" for name in loss.variables) or "(none named)"
+        return [new_markdown_cell(PARTIAL_NOTE.format(cause=markdown_text(loss.reason),
+                                                      names=names))]
+    return [new_markdown_cell(RESET_NOTE.format(cause=markdown_text(loss.reason))),
+            new_code_cell(RESET_CODE)]
 
 
 def _code_cell(execution: RecordedExecution, count: int) -> Any:

@@ -16,9 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sbx.agent.export.common import markdown_text, png_bytes
+from sbx.agent.core.history import (
+    RecordedConversation,
+    RecordedExecution,
+    RecordedRun,
+    StateLoss,
+)
+from sbx.agent.export.common import markdown_text, outcome_phrase, png_bytes
 from sbx.agent.provenance.parts import UNMARKED_NOTE
-from sbx.agent.provenance.record import RecordedConversation, RecordedExecution, RecordedRun
 from sbx.tools.text_safety import safe_text
 
 MAX_OUTPUT_LINES = 200
@@ -42,6 +47,8 @@ def to_markdown(record: RecordedConversation, *, artifact_link: Linker | None = 
     for run in record.runs:
         parts.append(_run_header(run))
         for execution in run.executions:
+            if execution.loss_before is not None:
+                parts.append(loss_line(execution.loss_before))
             parts.append(_step(execution, artifact_link))
         parts.append(answer_section(run))
     return "\n\n".join(parts) + "\n"
@@ -56,9 +63,34 @@ def _run_header(run: RecordedRun) -> str:
     return "\n".join(lines)
 
 
+def loss_line(loss: StateLoss) -> str:
+    """One italic line: the state was lost here, why, and whether a restore rebuilt it."""
+    after = {"restored": "sbx restored it by re-running the earlier code",
+             "partial": "sbx restored it, but some values may differ: "
+                        + ", ".join(loss.variables)}.get(loss.restored, "it was not restored")
+    return f"*The sandbox's state was lost here ({markdown_text(loss.reason)}); " \
+           f"{markdown_text(after)}.*"
+
+
+def unfinished_section(execution: RecordedExecution) -> str:
+    """An execution that did not run to its end, as markdown: why, its code, what it printed.
+
+    Exports show it instead of running it again (it would hang or be killed again).
+    """
+    why = outcome_phrase(execution)
+    parts = [f"**Not run here**: execution {execution.number} {why} in the conversation; "
+             "its code and what it printed before follow.", fenced(execution.code, "python")]
+    output = execution.stdout + execution.stderr
+    if output.strip():
+        parts.append(fenced(output, "text"))
+    return "\n\n".join(parts)
+
+
 def _step(execution: RecordedExecution, link: Linker | None) -> str:
     title = f"### Step {execution.number}"
-    if execution.failed:
+    if execution.unfinished:
+        title += f" ({outcome_phrase(execution)})"
+    elif execution.failed:
         title += f" (raised {markdown_text(execution.error_type or 'an error')})"
     parts = [title, fenced(execution.code, "python")]
     output = execution.stdout
@@ -94,6 +126,8 @@ def plan_section(record: RecordedConversation) -> str | None:
 
 def answer_section(run: RecordedRun) -> str:
     """The answer, the verdict on its numbers, and their sources (also the notebook's cell)."""
+    if run.needs_input is not None:
+        return f"### The model asked\n\n{markdown_text(run.needs_input)}"
     if run.answer is None:
         return f"### No answer\n\nThe run ended `{_code_span(str(run.status))}`."
     parts = ["### Answer", *answer_parts(run)]

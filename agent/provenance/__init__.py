@@ -1,4 +1,4 @@
 """Provenance: which output printed each number of an answer.
 
-Also the data a run read, and a past conversation read back from its transcript.
+Also the data a run read (its files' digests).
 """

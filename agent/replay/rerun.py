@@ -7,6 +7,11 @@ conversation), through the application core: a `Workspace` from the app's
 pool and a gate per recorded run, so each call is checked by the policy and
 audited like any other (audit run ids `rerun-...`). No model is involved.
 
+The conversation's history (`sbx.agent.core.history`) says where its state
+was lost for good: the re-run resets there, and nowhere a restore rebuilt the
+state. An execution that did not run to its end (a timeout, a kill) is not sent
+again: it would be killed again, and the state with it.
+
 The data comes first: each file's SHA-256 is compared with the digests the
 transcript recorded (`run_start.data_sha256`), so a file that changed or went
 missing is named in the report rather than blamed on the code. The code is
@@ -23,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sbx.agent.core.app import App
+from sbx.agent.core.history import RecordedConversation, RecordedExecution, RecordedRun
 from sbx.agent.core.workspace import ConversationSpec
 from sbx.agent.provenance.data import MISSING, DataChange, data_changes, data_digests
-from sbx.agent.provenance.record import RecordedConversation, RecordedExecution, RecordedRun
 from sbx.agent.replay.compare import Comparison, Observed, compare
 from sbx.sandbox.errors import SbxError
 from sbx.tools.gate import ToolGate
@@ -47,6 +52,9 @@ class ExecutionCheck:
     """The recorded call's id."""
     comparison: Comparison
     """Whether it matches, and what differs."""
+    skipped: bool = False
+    """Not sent again: it did not run to its end in the conversation (a timeout, a kill),
+    and would not now; the state it left behind is what the record says came next."""
 
 
 @dataclass(kw_only=True)
@@ -116,13 +124,16 @@ def _run_checks(
     """Each execution again, in order; where the original's state was reset, so is ours."""
     checks = []
     for execution in run.executions:
-        if execution.reset_before:  # a timeout, OOM kill or new sandbox came before it
+        if execution.reset_before:  # the state was lost there, and nothing restored it
             reset()
-        comparison = _again(gate, execution)
+        skipped = execution.unfinished  # it would be killed again, and take the state along
+        comparison = Comparison(matches=True, detail="did not run to its end in the "
+                                "conversation (a timeout or a kill)") if skipped else _again(
+            gate, execution)
         checks.append(
             ExecutionCheck(
                 run_id=run.run_id, number=execution.number, call_id=execution.call_id,
-                comparison=comparison,
+                comparison=comparison, skipped=skipped,
             )
         )
     return checks

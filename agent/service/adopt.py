@@ -102,6 +102,6 @@ def _hold(service: Service, row: _Taken, record: Resumable, *, reason: str) -> L
     conversation = resume(service.app, record, spec=spec, endpoint=chosen, data=row.data,
                           limits=requested)
     if record.executions:
-        conversation.workspace.lost(reason)
+        conversation.workspace.lost(reason, cause="restart")
     logger.info("adopted conversation %s (%s)", row.id, reason)
     return service.runs.attach(conversation, principal=row.principal)

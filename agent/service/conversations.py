@@ -18,7 +18,7 @@ from dataclasses import replace
 from sqlalchemy import select
 from starlette.responses import RedirectResponse, Response
 
-from sbx.agent import ConversationSpec, new_conversation_id
+from sbx.agent import ConversationSpec, loss_text, new_conversation_id
 from sbx.agent.service.adopt import NotAdopted, adopt
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.core import Service
@@ -184,14 +184,14 @@ def _held(call: Call, *, allow_inactive: bool = False) -> Live | Response | None
         if live is not None:
             return live
         message = "this replica no longer holds the conversation (it restarted)"
-        lost = "a restart of the server"
+        lost = loss_text("restart", "the server restarted")
     else:
         owner = service.replicas.owner(replica_id)
         if owner is not None:
             return _redirect(call, owner.advertise_url)
         message = (f"the replica {replica_id!r} that held this conversation's sandbox is gone; "
                    "its variables and messages are lost: start a new conversation")
-        lost = f"the replica {replica_id!r} that held it stopped"
+        lost = loss_text("restart", f"the replica {replica_id!r} that held it stopped")
     adopted = _adopted(call, row.id, lost)
     if adopted is not None:
         return adopted

@@ -240,8 +240,7 @@ class Service:
         self.housekeeper.stop()
         try:
             self.runs.shutdown()
-            self.replicas.stop("the server shut down; this conversation's sandbox, variables "
-                               "and messages are gone: start a new conversation")
+            self.replicas.stop("the server shut down")
         finally:
             try:
                 self.app.close()

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from sbx.agent import open_artifact
+from sbx.agent import open_artifact, run_outcome
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.problems import Problem, not_found
@@ -169,8 +169,11 @@ def run_out(run: Run, artifacts: list[ArtifactRow], *, plan: list[Any] | None = 
         result["plan"] = plan
     return RunOut(
         id=run.id, kind="execute" if run.kind == "execute" else "question",
-        conversation_id=run.conversation_id, status=run.status, question=run.question,
-        answer=run.answer, message=run.message, result=run.result,
+        conversation_id=run.conversation_id, status=run.status, outcome=run_outcome(run.status),
+        question=run.question, answer=run.answer, message=run.message, result=run.result,
+        verified=result.get("verified") if isinstance(result.get("verified"), bool) else None,
+        sources=[s for s in result.get("sources") or [] if isinstance(s, dict)],
+        unsupported=[str(number) for number in result.get("unsupported") or []],
         asked=_asked(run.result), artifacts=[artifact_out(row) for row in artifacts],
         plan=[PlanStepOut.model_validate(step) for step in result.get("plan") or []],
         plan_pending=[str(step) for step in result.get("plan_pending") or []],

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+from sbx.agent import loss_text
+
 if TYPE_CHECKING:
     from sbx.agent import ToolSession
     from sbx.agent.e2b.sandboxes import Sandboxes
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-RELEASE_REASON = "it was idle while other keys waited for the host"
+RELEASE_REASON = loss_text("idle_release", "idle while other keys waited for the host")
 
 
 @dataclass(frozen=True, kw_only=True)

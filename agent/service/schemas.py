@@ -141,9 +141,19 @@ class RunOut(BaseModel):
     status: str
     """`queued`, `running`, then one of the agent's endings (`completed`, `step_limit`, ...,
     `cancelled`), `error` (the sandbox or host failed) or `interrupted` (its replica died)."""
+    outcome: str = ""
+    """The status in the words every face shows (`completed`, `limit reached (steps)`,
+    `cancelled`, `interrupted by a restart`...)."""
     question: str
     answer: str | None
     message: str
+    verified: bool | None = None
+    """Every number the answer states was printed by the run's code (None: no answer, or
+    no number in it), as the page and the CLI show it."""
+    sources: list[dict[str, Any]] = Field(default_factory=list)
+    """Where each number of the answer was printed: `number`, `execution`, `line`, `text`."""
+    unsupported: list[str] = Field(default_factory=list)
+    """Numbers of the answer no output printed."""
     result: dict[str, Any] | None
     """Usage, sandbox totals (executions, CPU seconds, peak memory), turns, tool calls."""
     asked: str | None = None

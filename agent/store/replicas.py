@@ -27,10 +27,15 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.app import owner_alive
+from sbx.agent.core.outcomes import run_outcome
 from sbx.agent.store.db import Database, StoreError
 from sbx.agent.store.models import Conversation, EventRow, Replica, Run
 
 UNFINISHED = ("queued", "running")
+KEPT = "the conversation goes on: the next question rebuilds its state on any replica (restore)"
+"""What an interrupted run and its conversation say when restore keeps the conversation."""
+GONE = "its sandbox, variables and messages are gone: start a new conversation"
+"""What they say when restore is off."""
 LOST = "lost"
 """`Conversation.sandbox` of a kept conversation whose replica is gone."""
 
@@ -93,10 +98,8 @@ class Replicas:
 
     def recover_own(self) -> int:
         """At start: what a previous life of this replica left unfinished is interrupted."""
-        message = ("the server restarted while this was in progress (it crashed or was "
-                   "killed); its sandbox, variables and messages are gone: start a new "
-                   "conversation")
-        return self._interrupt([self.me.id], message)
+        return self._interrupt([self.me.id], "the server restarted while this was in "
+                               "progress (it crashed or was killed)")
 
     def sweep(self) -> int:
         """Interrupt the conversations and runs of every dead replica; how many rows."""
@@ -112,13 +115,12 @@ class Replicas:
             when = datetime.fromtimestamp(beat, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
             count += self._interrupt([replica_id], (
                 f"the replica {replica_id!r} that held this conversation's sandbox stopped "
-                f"(last heartbeat {when}); its variables and messages are gone: start a new "
-                "conversation"))
+                f"(last heartbeat {when})"))
         return count
 
-    def stop(self, message: str) -> int:
+    def stop(self, cause: str) -> int:
         """At shutdown: this replica's active conversations are interrupted; mark it stopped."""
-        count = self._interrupt([self.me.id], message)
+        count = self._interrupt([self.me.id], cause)
         self.heartbeat(state="stopped")
         return count
 
@@ -135,7 +137,9 @@ class Replicas:
             for run in runs:
                 _interrupt_run(session, run, message)
 
-    def _interrupt(self, replica_ids: list[str], message: str) -> int:
+    def _interrupt(self, replica_ids: list[str], cause: str) -> int:
+        """Runs and conversations of gone replicas: what is kept says so (`cause; what now`)."""
+        message = f"{cause}; {KEPT if self.restore else GONE}"
         with self.db.write() as session:
             runs = session.scalars(select(Run).where(
                 Run.replica_id.in_(replica_ids), Run.status.in_(UNFINISHED)
@@ -148,19 +152,13 @@ class Replicas:
             ).with_for_update()).all()
             for conversation in conversations:
                 if self.restore:  # kept: the next question restores it anywhere
-                    conversation.sandbox, conversation.message = LOST, _kept(message)
+                    conversation.sandbox, conversation.message = LOST, message
                 else:
                     _interrupt_conversation(conversation, message)
             return len(runs) + len(conversations)
 
     def _alive(self, row: Replica, now: float) -> bool:
         return now - row.heartbeat_at < self.stale_after
-
-
-def _kept(message: str) -> str:
-    """An interruption's message, for a conversation that restore keeps."""
-    lost = message.split(";")[0].split(":")[0]
-    return f"{lost}; the next question rebuilds its state on any replica (restore by replay)"
 
 
 def _interrupt_conversation(conversation: Conversation, message: str) -> None:
@@ -173,7 +171,7 @@ def _interrupt_run(session: Session, run: Run, message: str) -> None:
     run.status, run.message, run.ended_at = "interrupted", message, time.time()
     last = session.scalar(select(func.max(EventRow.seq)).where(EventRow.run_id == run.id))
     data = json.dumps({"type": "run_end", "run_id": run.id, "status": "interrupted",
-                       "message": message})
+                       "outcome": run_outcome("interrupted"), "message": message})
     session.add(EventRow(run_id=run.id, seq=(last or 0) + 1, type="run_end", data=data,
                          created_at=time.time()))
 

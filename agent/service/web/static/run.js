@@ -148,9 +148,10 @@ export class RunView {
     if (event.continues) setText(this.who, "You answered");  // its question: the answer
     else setText(this.question, event.question ?? "");
     this.status.textContent = "Running…";
-    if (event.sandbox_reset) {
+    if (event.sandbox_reset) {  // the reason is the core's words (the one vocabulary)
+      const why = event.reset_reason ? ` (${String(event.reset_reason)})` : "";
       this.resetNote = this.note(
-        "The sandbox was started again: variables from earlier questions are gone.");
+        `The sandbox was started again${why}: variables from earlier questions are gone.`);
     }
   }
 
@@ -239,7 +240,8 @@ export class RunView {
     }  // else (stopped, cancelled): the output the user was watching stays
     node.classList.remove("running");
     node.classList.add(event.failed ? "failed" : "succeeded");
-    state.textContent = event.failed ? "failed" : `done in ${Number(event.duration_s ?? 0).toFixed(2)} s`;
+    const word = String(event.outcome || (event.failed ? "failed" : "ok"));  // the core's word
+    state.textContent = event.failed ? word : `done in ${Number(event.duration_s ?? 0).toFixed(2)} s`;
     if (execution) this.execution(outcome, execution);
     else if (event.failed) {  // sbx's words: no flags; a tool's output below stays as it came
       append(outcome, el("pre", { class: "stream error-text", tabindex: "0" }, withoutFlags(event.content)));
@@ -412,7 +414,8 @@ function cells(count) {
 }
 
 function summary(event) {
-  const parts = [`${event.status ?? "ended"} in ${Number(event.duration_s ?? 0).toFixed(1)} s`];
+  const word = event.outcome ?? event.status ?? "ended";  // the core's word for the ending
+  const parts = [`${word} in ${Number(event.duration_s ?? 0).toFixed(1)} s`];
   const sandbox = event.sandbox ?? {};
   if (sandbox.executions) parts.push(`${sandbox.executions} execution(s)`);
   if (sandbox.cpu_seconds) parts.push(`${Number(sandbox.cpu_seconds).toFixed(2)} CPU s`);
