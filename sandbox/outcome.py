@@ -1,6 +1,6 @@
 """Turn the runner's result frame (or its absence) into an `ExecutionResult` with plain notes.
 
-The notes name the limit that was hit and the knob that changes it (G13), so
+The notes name the limit that was hit and the knob that changes it, so
 both the model and the operator know what happened and what to do.
 """
 

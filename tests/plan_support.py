@@ -1,4 +1,4 @@
-"""The scripted turns of issue 25's acceptance: a plan of three steps kept current across a failure.
+"""The scripted turns of the plan's acceptance: a plan of three steps kept current across a failure.
 
 Shared by the core and CLI tests (`test_plan_run.py`) and the browser test (`test_web_plan.py`).
 """

@@ -9,7 +9,7 @@ fixtures by binding them at module level:
     sandbox = scripted_llm.sandbox               # a runc session, for `docker` tests
 
 `llm` fails the test at teardown if a request came that the script did not
-expect or if turns were left unconsumed (G8).
+expect or if turns were left unconsumed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import TEST_IMAGE, no_real_model  # noqa: F401 - autouse guard (G9)
+from conftest import TEST_IMAGE, no_real_model  # noqa: F401 - autouse guard
 from sbx.agent.core.loop import run
 from sbx.agent.core.settings import AgentSettings, Budget, Endpoint
 from sbx.agent.core.state import RunResult

@@ -1,4 +1,4 @@
-"""The scripted model fails loudly (G8): an extra request names its index; leftovers fail."""
+"""The scripted model fails loudly: an extra request names its index; leftovers fail."""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def test_without_a_terminal_the_run_needs_input_and_continue_completes_it(
 
     def check_told(request: ScriptedRequest):
         last = request.messages[-1]["content"]
-        assert last.startswith(RESTORED)  # a new sandbox, `df` rebuilt by replay (issue 21)
+        assert last.startswith(RESTORED)  # a new sandbox, `df` rebuilt by replay
         assert "restored 1 cell" in last and "the previous process ended" in last
         assert f"The user answered your question ({QUESTION!r}):\n\nNo, leave refunds out." in last
         code = "import pandas as pd\ndf = pd.read_csv('/data/sales.csv')\n"

@@ -1,4 +1,4 @@
-"""Issue 16 item 4: concurrent appends share fsyncs, and a returned call's record is on disk.
+"""Concurrent appends share fsyncs, and a returned call's record is on disk.
 
 The promise of `AuditLog.record` is unchanged by group commit: when it
 returns, its record is in the file, chained, and covered by an fsync that
@@ -54,7 +54,7 @@ class FsyncSpy:
 
 
 def line_ends(path: Path) -> dict[int, int]:
-    """seq -> the file offset just past its line."""
+    """Seq -> the file offset just past its line."""
     ends, offset = {}, 0
     for line in path.read_bytes().splitlines(keepends=True):
         offset += len(line)

@@ -1,4 +1,4 @@
-"""The whole hardened create configuration, pinned (G11). The claims are proved live elsewhere."""
+"""The whole hardened create configuration, pinned. The claims are proved live elsewhere."""
 
 import json
 from pathlib import Path
@@ -83,7 +83,7 @@ def test_default_limits_produce_closed_container() -> None:
 
 
 def test_a_warm_container_mounts_one_directory_of_its_own_read_only_at_data() -> None:
-    """Issue 16: the run's files arrive in it later (sandbox/datadir.py); the shape is pinned."""
+    """The run's files arrive in it later (sandbox/datadir.py); the shape is pinned."""
     own = Path("/var/lib/sbx/data/0a1b2c3d.42.0123456789ab")
     mount = DataMount(source=own, target=DATA_TARGET)
     cfg = container_config(

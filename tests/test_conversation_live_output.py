@@ -1,4 +1,4 @@
-"""Issue 16: a conversation's subscribers see an execution's output while it runs.
+"""A conversation's subscribers see an execution's output while it runs.
 
 `Session.run(on_output=...)` is passed through the workspace and the gate's per-call
 `ToolContext` to the conversation, which emits `output_chunk` events (run id, call id,

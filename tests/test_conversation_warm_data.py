@@ -1,4 +1,4 @@
-"""Issue 16: a new conversation with data starts in a warm container, its files at `/data`.
+"""A new conversation with data starts in a warm container, its files at `/data`.
 
 Real Docker, the real SDK over HTTP to the scripted server, the real gate and
 audit log; only the model is scripted. The application's pool is warmed for

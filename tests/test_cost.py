@@ -1,4 +1,4 @@
-"""Issue 23's cost in money: the price table on measured usage, and `max_cost` in the loop."""
+"""The cost in money: the price table on measured usage, and `max_cost` in the loop."""
 
 from __future__ import annotations
 

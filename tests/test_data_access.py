@@ -1,4 +1,4 @@
-"""Issue 10: data the sandbox's uid (1000:1000) cannot read is an error before the run.
+"""Data the sandbox's uid (1000:1000) cannot read is an error before the run.
 
 sbx runs as root here, so "sbx can read it" says nothing: `data_mounts` judges
 the mode bits of each data path and of every entry below it for uid/gid 1000,

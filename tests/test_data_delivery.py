@@ -1,4 +1,4 @@
-"""Issue 16 item 1, host side: what a warm container's `/data` directory receives, and how.
+"""What a warm container's `/data` directory receives, and how.
 
 A data file is hard-linked (same inode: what a bind mount shows), a
 directory's contents are copied (so the host's data tools, which refuse a

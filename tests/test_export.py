@@ -1,6 +1,6 @@
 """`sbx export`: a recorded run as a notebook, a script and a report that run next to the data.
 
-Acceptance 3 of issue 15: the exported notebook validates with nbformat, and
+Acceptance: the exported notebook validates with nbformat, and
 its code, run in the sandbox top to bottom next to the data, prints the same
 numbers. Real CLI, real SDK to the scripted server, real sandbox.
 """

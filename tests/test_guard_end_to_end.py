@@ -1,4 +1,4 @@
-"""Issue 23's data guard end to end: synthetic customers through `sbx ask` and `sbx serve`.
+"""The data guard end to end: synthetic customers through `sbx ask` and `sbx serve`.
 
 The scripted server records every request the model endpoint received: none may
 carry an e-mail address, a phone number or a card number, while the code in the

@@ -1,4 +1,4 @@
-"""Issue 16: every interpreter starts with the data stack imported, and starts clean.
+"""Every interpreter starts with the data stack imported, and starts clean.
 
 The runner's zygote imports images/preimport.txt once per container and forks each
 kernel from that state, so a first question's `import pandas` costs nothing (on the

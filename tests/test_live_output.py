@@ -1,4 +1,4 @@
-"""Issue 16: stdout and stderr reach the host while the code runs, and survive a kill.
+"""Stdout and stderr reach the host while the code runs, and survive a kill.
 
 The runner streams the head of each stream in `output` frames as it is printed;
 `Session.run(on_output=...)` sees it while the program runs, and the result keeps the

@@ -1,6 +1,6 @@
 """`/mcp` on `sbx serve`: the MCP SDK's own client over streamable HTTP, a real server, Docker.
 
-The acceptance of issue 13 over HTTP: state persists between calls, a chart is
+The acceptance over HTTP: state persists between calls, a chart is
 image content, a denied tool is an error, the audit log verifies with the
 key's principal, sessions and principals are isolated. Nothing is mocked;
 tests wait on responses, never on the clock.

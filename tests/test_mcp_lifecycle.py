@@ -51,7 +51,7 @@ def test_cancelling_a_busy_loop_kills_it_and_the_next_call_says_state_was_reset(
     text = text_of(seen.after)
     assert text.startswith(RESTORED) and "(a cancel by the user" in text.splitlines()[0]
     assert "restored 1 cell" in text.splitlines()[0]  # `kept = 1` replayed, never the loop
-    assert "NameError" not in text  # the state came back (issue 21)
+    assert "NameError" not in text  # the state came back
     assert "[stdout]\nalive" in text  # and the session goes on in a fresh sandbox
     assert len(busy_containers) == 1 and len(now) == 1
     assert busy_containers != now  # the container that ran the loop was removed

@@ -1,4 +1,4 @@
-"""Issue 16 item 3 over MCP: a long execution's progress carries its newest output line.
+"""A long execution's progress carries its newest output line.
 
 `LiveTail` is fed as the gate's output sink feeds it; the docker test runs
 the real `sbx mcp` with the SDK's client and waits for the progress

@@ -72,7 +72,7 @@ def test_a_gate_used_after_its_workspace_closed_opens_no_sandbox(tmp_path, engin
 
 @pytest.mark.docker
 def test_the_one_idle_release_never_takes_a_sandbox_in_use(tmp_path, engine):
-    """`Workspace.discard_if_idle` is every face's idle release (issue 19): a run or call
+    """`Workspace.discard_if_idle` is every face's idle release: a run or call
     holding `in_use()` keeps its sandbox; once it ends and the time passes, it goes, noted."""
     with session_workspace(tmp_path) as (app, workspace, run_id):
         gate = workspace.open_gate(run_id)

@@ -1,4 +1,4 @@
-"""Issue 24 item 5: missing modules are recorded and shown; adding a package is one command.
+"""Missing modules are recorded and shown; adding a package is one command.
 
 The gate runs real code in a child Python (`SubprocessRunner`) for the audit log that
 `sbx packages` counts; `/metrics` is read from a real `sbx serve` with real Docker; the

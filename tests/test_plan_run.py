@@ -1,4 +1,4 @@
-"""Acceptance of issue 25 with the real engine: a plan kept current across a failing execution.
+"""Acceptance: a plan kept current across a failing execution.
 
 The scripted model writes a plan of three steps, one execution fails, and it
 revises the plan (a step dropped, one added); every revision is a `plan` event

@@ -182,7 +182,7 @@ def test_idle_containers_past_their_age_are_replaced(engine, tmp_path) -> None:
 
 
 def test_runs_with_data_are_served_by_a_warm_container(engine, tmp_path) -> None:
-    """Issue 16: a run with data no longer creates its own container (test_pool_data.py)."""
+    """A run with data no longer creates its own container (test_pool_data.py)."""
     data = tmp_path / "sales.csv"
     data.write_text("region,amount\nnorth,3\n")
     config = PoolConfig(size=1, data_root=tmp_path / "data-root")

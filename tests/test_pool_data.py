@@ -1,4 +1,4 @@
-"""Issue 16 item 1: runs with data start from the warm pool, and see what a bind mount showed.
+"""Runs with data start from the warm pool, and see what a bind mount showed.
 
 A pooled container mounts an empty directory of its own read-only at `/data`;
 on lease the run's files are put there. The code sees exactly its own files,

@@ -1,6 +1,6 @@
 """Provenance in a run: the validation turn, its budget, and what `sbx ask` and replay show.
 
-Acceptance 1 of issue 15 runs the real CLI, the real SDK over HTTP to the
+Acceptance: runs the real CLI, the real SDK over HTTP to the
 scripted server, and the real sandbox; the budget cases use `calculate`
 (no container) through the real gate.
 """

@@ -1,4 +1,4 @@
-"""Issue 24 item 3, end to end: the model queries a database, then its code reads the Parquet.
+"""The model queries a database, then its code reads the Parquet.
 
 Real Docker, the real SDK over HTTP to the scripted server, the real gate,
 audit log and workspace; only the model is scripted. The second query comes

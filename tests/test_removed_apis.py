@@ -1,4 +1,4 @@
-"""Issue 24 items 4 and 5: the observation ends with one hint line for a removed API or a
+"""The observation ends with one hint line for a removed API or a
 missing module; the table is versioned with the image's lock; `--hints` measures it.
 
 The unit tests render real `ExecutionResult`s; the sandbox tests run the failing idioms in

@@ -1,6 +1,6 @@
 """`sbx replay --rerun`: a past run's code again, in a fresh sandbox, compared with its record.
 
-Acceptance 2 of issue 15: the real CLI, the real SDK over HTTP to the
+Acceptance: the real CLI, the real SDK over HTTP to the
 scripted server for the original run, the real sandbox for both.
 """
 

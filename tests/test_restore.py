@@ -1,4 +1,4 @@
-"""Restore by replay (issue 21) in the core: a conversation's state survives its sandbox.
+"""Restore by replay in the core: a conversation's state survives its sandbox.
 
 Real Docker, the real SDK over HTTP to the scripted server, the real gate and
 audit log; only the model is scripted. Ten questions build a DataFrame; the

@@ -1,4 +1,4 @@
-"""Restore by replay in the service (issue 21): a conversation outlives its replica.
+"""Restore by replay in the service: a conversation outlives its replica.
 
 Real `sbx serve` processes on one store (SQLite for a restart, the throwaway
 PostgreSQL for two replicas sharing a data volume), the real sandbox, the

@@ -1,4 +1,4 @@
-"""Issue 16: output frames are as hostile as artifact frames, and bounded the same way.
+"""Output frames are as hostile as artifact frames, and bounded the same way.
 
 A hostile runner (a real container from the real create config, only its command
 changed, as in test_runner_protocol_stream.py) sends what no honest runner sends: a flood

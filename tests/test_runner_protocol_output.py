@@ -1,4 +1,4 @@
-"""Issue 10: what the real runner sends about `/output` is bounded before the host caps it.
+"""What the real runner sends about `/output` is bounded before the host caps it.
 
 A program controls `/output`: it can fill it with thousands of entries the runner must
 refuse, or with sparse files whose sizes add up to far more than the tmpfs holds. The

@@ -1,4 +1,4 @@
-"""Issue 10: `sbx selftest` re-proves the protocol walls and reports the mount table honestly.
+"""`sbx selftest` re-proves the protocol walls and reports the mount table honestly.
 
 The protocol checks must pass on the default configuration and fail on a weakened one:
 here, the landed arrangement, where the container starts as the code's user and the

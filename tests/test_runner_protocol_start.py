@@ -1,4 +1,4 @@
-"""Issue 10: no code runs unless the runner can keep the protocol to itself.
+"""No code runs unless the runner can keep the protocol to itself.
 
 The container now starts as root and the runner drops privileges itself, so two
 misconfigurations would run code with too much: an image whose runner predates the

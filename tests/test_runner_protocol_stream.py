@@ -1,4 +1,4 @@
-"""Issue 10: the host holds its deadline and its caps whatever the container sends.
+"""The host holds its deadline and its caps whatever the container sends.
 
 The host treats the runner's stream as hostile input, so these tests replace the runner
 with a hostile one (a real container from the real create config, only its command

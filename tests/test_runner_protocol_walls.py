@@ -1,4 +1,4 @@
-"""Issue 10: user code cannot speak the runner protocol, stop the runner or reach init.
+"""User code cannot speak the runner protocol, stop the runner or reach init.
 
 Each test is an attack a hostile program made on the landed code (it succeeded there,
 under runc and gVisor): forge the result of its own execution through init's copy of

@@ -1,6 +1,6 @@
 """Acceptance 6: artifacts come out; links, special files and escaping names do not.
 
-Issue 10: copy-out never replaces or follows what is already on the host, and
+copy-out never replaces or follows what is already on the host, and
 hostile names in /output are refused one by one without losing the
 execution's output or the session's variables, under both runtimes.
 """

@@ -1,4 +1,4 @@
-"""Issue 10: a failed host write is a refused artifact, never a traceback or a lost output.
+"""A failed host write is a refused artifact, never a traceback or a lost output.
 
 A full disk is a real one: a 64 KiB tmpfs mounted for the test (CI runs as
 root). An output path that is not a usable directory is refused before any

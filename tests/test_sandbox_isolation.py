@@ -1,4 +1,4 @@
-"""Acceptance (issue 6) 4: concurrent sessions cannot see each other's files or processes."""
+"""Acceptance 4: concurrent sessions cannot see each other's files or processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 6, acceptance 3: ptrace and unshare fail under the shipped profile; real work runs."""
+"""Ptrace and unshare fail under the shipped profile; real work runs."""
 
 from __future__ import annotations
 

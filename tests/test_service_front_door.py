@@ -1,8 +1,8 @@
 """The front door over HTTP: ask_user round trips, cancel while the model hangs, the drain.
 
-Issue 19: over HTTP a run that asks its user ends `needs_input` with the
+over HTTP a run that asks its user ends `needs_input` with the
 question (run, stream), `POST /v1/conversations/{id}/answer` continues it.
-Issue 20: a cancel must reach a run whose model request hangs (it ends
+a cancel must reach a run whose model request hangs (it ends
 `cancelled`, not `model_error` minutes later), and SIGTERM's drain gives
 in-flight `/v1/execute` calls the grace, then cancels them through the same
 token: the client gets a result, the audit trail ends with `run_end`.

@@ -1,4 +1,4 @@
-"""Issue 23, items 2 and 4: teams, and money budgets per key and team, per UTC day and month.
+"""Teams, and money budgets per key and team, per UTC day and month.
 
 A real `sbx serve` (SQLite and PostgreSQL), the scripted model with fixed token
 counts and a price table that makes them cost known amounts: a team with a small

@@ -1,4 +1,4 @@
-"""Issue 23, item 4 and the core of item 2: what a team changes, checked below the service.
+"""What a team changes, checked below the service.
 
 The loop asks a `SpendLimit` before every request and tool batch (a real loop, the
 scripted model over real HTTP); the policy's team tables are validated at load; the

@@ -1,6 +1,6 @@
 """What reaches a terminal: model-, program- and file-controlled text is shown, never obeyed.
 
-Every renderer is driven with the hostile strings of issue 10 (OSC 52 clipboard
+Every renderer is driven with the protocol's hostile strings (OSC 52 clipboard
 writes, title changes, cursor movement that hides lines and fakes
 `== completed`, 8-bit C1 controls, bidi overrides, lone surrogates) and its
 output must hold none of them, only their visible escapes. The `sbx ask` test

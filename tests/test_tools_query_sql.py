@@ -1,4 +1,4 @@
-"""Issue 24 item 3: `query_sql` reads the operator's databases, read-only, into `/data`.
+"""`query_sql` reads the operator's databases, read-only, into `/data`.
 
 A real SQLite file and a real PostgreSQL cluster (the throwaway one of
 `service_support`), the real gate and audit log, and the real drop directory

@@ -1,4 +1,4 @@
-"""The web page answers the model's questions (issue 19): ask_user in a real browser.
+"""The web page answers the model's questions: ask_user in a real browser.
 
 A run whose model calls `ask_user` ends `needs_input`; the page shows the
 question and a field to answer it under the run; sending the answer starts

@@ -1,4 +1,4 @@
-"""The plan on the page, in a real browser against a real `sbx serve` (issue 25).
+"""The plan on the page, in a real browser against a real `sbx serve`.
 
 The scripted model writes a plan of three steps, one execution fails, and
 the plan is revised (a step dropped, one added). The page shows the plan as a

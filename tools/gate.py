@@ -1,4 +1,4 @@
-"""`ToolGate`: the one door every tool call passes, `execute_python` included (G5).
+"""`ToolGate`: the one door every tool call passes, `execute_python` included.
 
 For each call, in this order: look the tool up (unknown names are told what
 is available); check the policy enables it (deny by default); validate the

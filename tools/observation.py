@@ -1,4 +1,4 @@
-"""The one renderer of what the model reads after a tool call (G7).
+"""The one renderer of what the model reads after a tool call.
 
 `render_execution` turns an `ExecutionResult` into the `execute_python`
 observation: the error first (type and message), the trimmed traceback, the
@@ -43,7 +43,7 @@ class InvalidArguments:
     tool: str
     """The tool whose schema the arguments failed."""
     errors: Sequence[dict[str, Any]]
-    """pydantic's errors (type, loc, msg), without the input: it may hold secrets."""
+    """Pydantic's errors (type, loc, msg), without the input: it may hold secrets."""
 
 
 @dataclass(frozen=True, kw_only=True)

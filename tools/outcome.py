@@ -29,7 +29,7 @@ class ToolOutcome:
     """`ok`; `error` (the tool failed); `invalid`/`denied`/`unknown` (not run); `halted`;
     `cancelled` (cancelled while it ran: its result is not trusted)."""
     text: str
-    """The exact observation the model receives (from the one renderer, G7)."""
+    """The exact observation the model receives (from the one renderer)."""
     execution: ExecutionResult | None = None
     """The sandbox's result, when the call ran code (`execute_python`)."""
     value: object = None

@@ -1,6 +1,6 @@
 """Declare tools: a plain typed function becomes a `Tool` with a strict JSON Schema.
 
-The `@tool` decorator follows openai-agents' `function_schema.py` steps (G4):
+The `@tool` decorator follows openai-agents' `function_schema.py` steps:
 
 1. read the signature and the resolved type hints;
 2. read the docstring: summary = description, `Args:` = parameter descriptions;

@@ -1,6 +1,6 @@
 """Turn a function signature's pydantic model into the strict JSON Schema the model sees.
 
-Pydantic writes the schema (`model_json_schema()`, a public API, G4); this
+Pydantic writes the schema (`model_json_schema()`, a public API); this
 module only tightens it: every object gets `additionalProperties: false` and a
 `required` list, titles are dropped (they cost tokens and say nothing the
 property name does not), and `is_strict_compatible` tells whether the result

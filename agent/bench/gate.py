@@ -7,7 +7,7 @@ two fsync'd audit appends and rendering. The audit file lives, for the run, in
 the directory of the configured audit log, so its fsync costs what
 production's does. Target 5 compares one call with a session `print(1)`.
 
-With callers at once (issue 16, target 4), each caller is a run of its own
+With callers at once, each caller is a run of its own
 (its own gate, as each conversation of one `sbx serve` process has), and all
 of them share one audit log, so their appends meet at its lock and, with group
 commit, share fsyncs. A caller makes `calls` calls; the levels are measured in

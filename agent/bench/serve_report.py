@@ -173,7 +173,7 @@ class ServeBenchReport:
                                          f"take(s) for {level.phases[side]} phase(s)")
 
     def p99_ratio(self) -> dict[str, float | None]:
-        """Per side: p99 at the highest level over p99 at the lowest (issue 22, target 2)."""
+        """Per side: p99 at the highest level over p99 at the lowest."""
         if len(self.levels) < 2:
             return dict.fromkeys(SIDES)
         low, high = self.levels[0].latency_ms(), self.levels[-1].latency_ms()

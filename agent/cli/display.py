@@ -292,7 +292,7 @@ def replay(path: Path, stream: TextIO) -> None:
 
 
 def verdict_line(event: Row) -> str | None:
-    """`verified: ...` or `NOT VERIFIED: ...` for a completed run's end (None before issue 15)."""
+    """`verified: ...` or `NOT VERIFIED: ...` for a completed run's end (None if older)."""
     verified = event.get("verified")
     traced = len(_list(event, "sources"))
     if verified is None or (verified and not traced):  # no number checked: nothing to claim

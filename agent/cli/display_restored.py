@@ -1,4 +1,4 @@
-"""How the progress display shows a `state_restored` event (restore by replay, issue 21).
+"""How the progress display shows a `state_restored` event (restore by replay).
 
 Kept beside `display.py` (which is at its size budget) and bound there as
 `Progress._on_state_restored`. Every name and detail comes from code the model

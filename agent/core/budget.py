@@ -1,4 +1,4 @@
-"""Budget checks, made before the spending they would allow (G3), each naming its flag.
+"""Budget checks, made before the spending they would allow, each naming its flag.
 
 `before_request` runs before every model request: turns, wall time, and
 tokens (used so far plus an estimate of the prompt about to be sent, so the

@@ -1,6 +1,6 @@
 """Reading tool outcomes for the loop: did the call fail, the same way as before, with files?
 
-The observation text itself is the tools layer's (one renderer, G7); the
+The observation text itself is the tools layer's (one renderer); the
 agent adds nothing to it. What the agent adds is one harness message after a
 tool fails the same way `REPEAT_LIMIT` times in a row, telling the model to
 change approach (smolagents' "try a completely different approach"). It is

@@ -1,4 +1,4 @@
-"""The agent loop: ask the model, run the tools it asks for through the gate, repeat (G1).
+"""The agent loop: ask the model, run the tools it asks for through the gate, repeat.
 
 `run` is the whole loop; `take_turn` is one model request and what follows
 from it, and ends in one of four next steps (`FinalAnswer`, `CutOff`,

@@ -1,12 +1,12 @@
 """The agent's configuration: the model endpoint, the run's budget, and how context is bounded.
 
-Everything here is immutable and fixed before a run starts (G2); what changes
+Everything here is immutable and fixed before a run starts; what changes
 during a run lives in `agent.state.RunState`. Values come from, highest first:
 command-line flags, the environment (`OPENAI_BASE_URL`, `OPENAI_API_KEY`,
 `SBX_MODEL`), the policy file's `[agent]` table (read by `sbx.agent.core.config`),
 then the defaults below.
 
-Two timeouts, two names (G13): `request_timeout` bounds one HTTP request to
+Two timeouts, two names: `request_timeout` bounds one HTTP request to
 the model; the sandbox's `timeout` (policy `[sandbox]`, `--timeout` on
 `sbx exec`) bounds one execution of the model's code. Neither stands in for
 the other, and `Budget.max_wall_time` bounds the whole run.
@@ -44,7 +44,7 @@ MAX_REQUEST_TIMEOUT_S = 3600.0
 
 
 class Budget(BaseModel):
-    """Hard per-run limits. Each is checked before the spending it would allow (G3).
+    """Hard per-run limits. Each is checked before the spending it would allow.
 
     Strict: a policy's `max_turns = "20"` or `true` is an error, not a number.
     """

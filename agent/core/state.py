@@ -1,8 +1,8 @@
 """What one run changes (`RunState`), how it ended (`Ending`), and what it returns (`RunResult`).
 
-All mutable run data lives in `RunState` (G2): a configured agent (settings,
+All mutable run data lives in `RunState`: a configured agent (settings,
 model client, gate) can serve many runs because nothing of a run is kept on
-them. Every way out of the loop is one of the `Status` values (G3):
+them. Every way out of the loop is one of the `Status` values:
 
     completed     the model answered without asking for a tool
     step_limit    the next request would pass Budget.max_turns

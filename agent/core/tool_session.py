@@ -115,7 +115,7 @@ class ToolSession(Closing):
         the same key that ended idle (its state is gone, and the client should know)."""
         self._artifacts: dict[str, Artifact] = {}
         self._journal: list[Cell] = list(journal)
-        """The executions that built the sandbox's state, replayed after a reset (issue 21)."""
+        """The executions that built the sandbox's state, replayed after a reset."""
         rules = workspace.config.policy.guard.for_principal(self.principal, workspace.spec.team)
         self._guard = DataGuard(rules)
 

@@ -6,7 +6,7 @@ display renders the same events, so `sbx replay` can re-render a past
 conversation (every run of it) from the file alone.
 
 The transcript keeps full payloads: it is the record, like the audit log, and
-unlike ordinary logs (G15). The API key is never part of any event. Files are
+unlike ordinary logs. The API key is never part of any event. Files are
 created with mode 0600 and never overwritten.
 
 What it keeps is bounded where it is produced (`AgentSettings.max_answer_chars`

@@ -1,7 +1,7 @@
 """The newest line an execution printed, for an MCP client's progress notifications.
 
 An MCP client sees a long execution only through progress notifications
-(issue 16 item 3: "MCP progress sees a long execution's output while it
+("MCP progress sees a long execution's output while it
 runs"). Each carries the newest complete line of stdout or stderr, escaped
 and cut, never the whole stream: the full output comes with the result.
 """

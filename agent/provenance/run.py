@@ -1,6 +1,6 @@
 """Provenance in the loop: keep what an answer may quote, check the answer, ask once to fix it.
 
-The loop calls three helpers, so its own functions stay small (G1):
+The loop calls three helpers, so its own functions stay small:
 
 - `note_output` after every tool outcome: an `execute_python` stdout (as the
   sandbox returned it) or a `calculate` result is kept in `RunState.outputs`;

@@ -1,4 +1,4 @@
-"""A scripted model: a loopback OpenAI-compatible Chat Completions server that replays turns (G8).
+"""A scripted model: a loopback OpenAI-compatible Chat Completions server that replays turns.
 
 `sbx demo` runs the agent against it (clearly labelled, no LLM anywhere), and
 the tests use it, so the real `openai` SDK, real HTTP, real retries and real

@@ -1,4 +1,4 @@
-"""Live output and the preimported stack in `sbx bench`: targets 3 and 5 of issue 16.
+"""Live output and the preimported stack in `sbx bench`: targets 3 and 5.
 
 * streamed against buffered: the `1 MiB stdout` workload also runs in a
   session whose runner keeps all output for the result (`Session.stream_output

@@ -23,7 +23,7 @@ THROUGHPUT_MODES = (BARE, BASELINE, FRESH, POOLED, BURST, SESSION)
 def evaluate_targets(report: BenchReport) -> None:
     """The targets as ratios of this run's numbers (the gate's is added by the CLI).
 
-    Issue 11's targets 1-4, then issue 16's 3a, 3b and 5 (`live.py`).
+    The earlier targets 1-4, then 3a, 3b and 5 (`live.py`).
     """
     one = PRINT_ONE.name
     session_x = ratio(report.median(one, SESSION), report.median(one, FLOOR))
@@ -69,7 +69,7 @@ def felt_figures(report: BenchReport) -> dict[str, float | None]:
 
 
 def first_question_targets(report: BenchReport) -> list[Target]:
-    """Issue 16's targets 1 and 2: a new conversation's first question with a 10 MB CSV."""
+    """Targets 1 and 2: a new conversation's first question with a 10 MB CSV."""
     pooled = report.median(FIRST_QUESTION, POOLED)
     vs_run = ratio(pooled, report.median(FIRST_QUESTION, BASELINE))
     vs_session = ratio(pooled, report.median(FIRST_QUESTION, SESSION))
