@@ -11,8 +11,8 @@ import { setUpNotes } from "./notes.js";
 import { RunView } from "./run.js";
 import { $, guarded, say, state, whenSessionEnds } from "./ui.js";
 
-const EVENT_TYPES = ["run_start", "message", "model_reply", "output_chunk", "tool_result",
-  "plan", "compaction", "run_end", "run_error", "state_restored"];
+const EVENT_TYPES = ["run_start", "message", "model_waiting", "model_reply", "output_chunk",
+  "tool_result", "plan", "compaction", "run_end", "run_error", "state_restored"];
 const TERMINAL = new Set(["run_end", "run_error"]);
 const UNFINISHED = new Set(["queued", "running"]);
 const OPEN_HASH = /^#(conv-[A-Za-z0-9]{1,40})$/;  // the URL's note of the open conversation

@@ -1,7 +1,7 @@
 // One run on the page: its question, each step as it happens, then the answer.
 //
 // RunView.handle(event) takes the run's events in order, as the server streams
-// them (run_start, model_reply, output_chunk, tool_result, plan, compaction,
+// them (run_start, model_waiting, model_reply, output_chunk, tool_result, plan, compaction,
 // run_end, run_error, state_restored); an event type it does not know is ignored,
 // and so are `message` events: what the harness tells the model (chart
 // descriptions, notes) is written for the model, and the page shows the charts
@@ -132,6 +132,7 @@ export class RunView {
   handle(event) {
     const handler = {
       run_start: () => this.started(event),
+      model_waiting: () => this.waiting(event),
       model_reply: () => this.reply(event),
       output_chunk: () => this.chunk(event),
       tool_result: () => this.result(event),
@@ -141,7 +142,27 @@ export class RunView {
       run_error: () => this.error(event),
       state_restored: () => this.restored(event),
     }[event.type];
+    if (event.type !== "model_waiting" && this.waitingShown) this.doneWaiting();
     if (handler) handler();
+  }
+
+  /** The model is slow, not gone: which model, how long so far, and any retries. */
+  waiting(event) {
+    if (this.ended) return;
+    const seconds = Math.max(0, Math.round(Number(event.elapsed_s) || 0));
+    const retries = Number.isInteger(event.retries) ? event.retries : 0;
+    let line = `Waiting for the model (${String(event.model ?? "")}): ${seconds} s`;
+    if (retries) {
+      const why = event.retry_reason ? ` after ${String(event.retry_reason)}` : "";
+      line += `, tried again ${retries === 1 ? "once" : `${retries} times`}${why}`;
+    }
+    this.status.textContent = `${line}…`;
+    this.waitingShown = true;
+  }
+
+  doneWaiting() {
+    this.waitingShown = false;
+    if (!this.ended) this.status.textContent = "Running…";
   }
 
   started(event) {
