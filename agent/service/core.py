@@ -116,7 +116,7 @@ class Service:
         self.observer: Observer = Observers(self.metrics, observer)
         observer = self.observer
         self.hub = EventHub()
-        self.events = EventLog(db, self.hub, observer)
+        self.events = EventLog(db, self.hub, observer, view=lambda: self.tenant_view)
         self.runs = RunManager(db=db, events=self.events,
                                max_running=self.settings.max_running,
                                max_queued=self.settings.max_queued)

@@ -11,8 +11,10 @@ that life touches the store, written once:
     started     the row is `running`
     finished    status, message, answer, result, CPU seconds (`cpu_seconds_per_day`), its
                 cost (the budgets; `/metrics` spend by team), the
-                artifacts' rows, the conversation's (or MCP session's) row touched; the
-                event stream's waiters woken; the observer told; the place given back
+                artifacts' rows, the conversation's (or MCP session's) row touched, and
+                the run's events not stored yet (its `run_end` among them) in the same
+                transaction; only then does its end reach the event streams, so a client
+                that sees it may ask again at once; the observer told; the place given back
     withdrawn   nothing ran (the host's sandbox cap, a call the gate refused): the row is
                 deleted, so the attempt costs no run; the place given back
 
@@ -116,12 +118,12 @@ class StoreRecorder:
                         if artifact is not None:
                             session.add(artifact)
                 self._touch(session, ticket, outcome.holds_sandbox)
+                service.events.stage(session, ticket.run_id)  # its end with its status
+            service.events.ended(ticket.run_id)  # committed: the streams see the end
             if outcome.cost > 0:
                 notify(service.observer.spent, amount=outcome.cost,
                        team=metrics_team(self.tenant.team, service.settings.teams),
                        currency=self.tenant.spend.currency)
-            service.events.forget(ticket.run_id)
-            service.events.hub.publish(ticket.run_id)
             if ticket.kind == "question":
                 notify(service.observer.run_finished, principal=ticket.principal,
                        run_id=ticket.run_id, status=outcome.status, result=outcome.result)
@@ -130,6 +132,7 @@ class StoreRecorder:
                 notify(service.observer.execution_finished, principal=ticket.principal,
                        run_id=ticket.run_id, status=outcome.status, execution=execution)
         finally:
+            service.events.ended(ticket.run_id)  # after a failure too (no-op when done)
             service.runs.release(ticket.run_id)
 
     def withdrawn(self, ticket: RunTicket) -> None:
@@ -138,6 +141,7 @@ class StoreRecorder:
             with self.service.db.write() as session:
                 session.execute(delete(Run).where(Run.id == ticket.run_id))
         finally:
+            self.service.events.ended(ticket.run_id)
             self.service.runs.release(ticket.run_id)
 
     @staticmethod
