@@ -39,6 +39,7 @@ from sbx.agent.service.sandbox_share import SandboxShare
 from sbx.agent.service.tenant_view import TenantView, install
 from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
 from sbx.agent.store.db import Database, database_url
+from sbx.agent.store.keys import KeyCache
 from sbx.agent.store.replicas import Identity, Replicas
 from sbx.tools.audit import PATH_ENV
 from sbx.tools.redact import Redactor
@@ -115,6 +116,8 @@ class Service:
         self.metrics = Metrics(runtime=config.limits.runtime)
         self.observer: Observer = Observers(self.metrics, observer)
         observer = self.observer
+        self.keys = KeyCache(db, self.settings.key_cache)
+        """API keys looked up recently (revoked ones refused within `key_cache`)."""
         self.hub = EventHub()
         self.events = EventLog(db, self.hub, observer, view=lambda: self.tenant_view)
         self.runs = RunManager(db=db, events=self.events,
