@@ -27,6 +27,7 @@ pg_cluster = service_support.pg_cluster
 
 POLICY = {
     "service": {"idle_timeout": "1s"},
+    "restore": {"snapshot_bytes": 0},  # the replay is what this test charges: no snapshot
     "agent.prices": {"currency": "EUR"},
     "agent.prices.sandbox": {"cpu_second": 1.0},
     "service.teams.thrift": {"cost_per_day": 1.0},

@@ -164,10 +164,13 @@ def test_an_idle_conversation_releases_its_sandbox_and_the_next_question_restore
     events = stream(client, second)
     assert events[0]["data"]["sandbox_reset"] is True
     [restored] = [e["data"] for e in events if e["event"] == "state_restored"]
-    assert (restored["status"], restored["replayed"]) == ("restored", 1)
+    # the idle release took a snapshot: x comes back from it, no cell is re-run
+    assert (restored["status"], restored["from_snapshot"], restored["replayed"]) == (
+        "restored", 1, 0)
     assert events[-1]["data"]["status"] == "completed"
     asked = llm.requests[-2]
-    assert ("(it was idle for more than 1 s); sbx restored its state: restored 1 cells"
+    assert ("(it was idle for more than 1 s); sbx restored its state: loaded 1 cells' "
+            "variables and files from a snapshot and re-ran 0 cells"
             in asked.messages[-1]["content"])
     assert llm.requests[-1].last_tool_message.startswith("[stdout]\n42\n")  # x came back
 

@@ -129,6 +129,11 @@ def test_a_restored_state_is_one_escaped_line_saying_what_came_back_and_what_dif
                           "replayed": 1, "reason": "a timeout"}])
     expect(page.locator(".steps li.note.restored").nth(1)).to_have_text(
         "The sandbox was started again; state restored: restored 1 cell (a timeout).")
+    page.evaluate(feed, [{"type": "state_restored", "status": "restored", "cells": 1,
+                          "replayed": 1, "from_snapshot": 9, "reason": "an idle release"}])
+    expect(page.locator(".steps li.note.restored").nth(2)).to_have_text(
+        "The sandbox was started again; state restored: restored 9 cells from a snapshot "
+        "and re-ran 1 (an idle release).")
 
 
 @pytest.mark.docker

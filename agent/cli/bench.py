@@ -218,21 +218,23 @@ def serve_bench_command(levels: tuple[int, ...] | None, conversations: int | Non
 @click.option("--cells", type=click.IntRange(1, 100), default=10, show_default=True,
               help="Executions that build the state a restore replays.")
 @click.option("--rounds", type=click.IntRange(1, 20), default=3, show_default=True,
-              help="Times each of live, restored and cold is measured (medians shown).")
+              help="Times each of live, snapshot, replay and cold is measured (medians shown).")
 @click.option("--idle", type=click.IntRange(0, 500), default=100, show_default=True,
               help="Idle conversations whose memory is measured held, then released (0: skip).")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @operator_errors
 def restore_bench_command(cells: int, rounds: int, idle: int, image: str, as_json: bool) -> None:
-    """Measure restore by replay: first answer live, after a restore, cold; idle memory.
+    """Measure restore: first answer live, from a snapshot, by replay, cold; idle memory.
 
     \b
     With the scripted model and the real sandbox: the time to the first answer
-    of a question that uses `--cells` executions' state in a live session,
-    after the sandbox was released and restored, and as a cold start without
-    restore; then the memory `--idle` conversations with the data stack hold
-    with their sandboxes kept, and after the idle release.
+    of a question that uses `--cells` executions' state (a DataFrame, a model
+    fit, a chart) in a live session, after an idle release and a restore from
+    its snapshot, after a full replay, and as a cold start without restore, with
+    the snapshot restore's two targets (name, limit, measured, met); then the
+    memory `--idle` conversations with the data stack hold with their
+    sandboxes kept, and after the idle release.
     """
     report = run_restore_bench(
         image=image, cells_count=cells, rounds=rounds, idle=idle,

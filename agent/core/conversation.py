@@ -28,6 +28,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from sbx.agent.core.asking import PendingInput, PendingQuestion, answer_message
@@ -36,9 +37,15 @@ from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.core.loop import run
 from sbx.agent.core.notes import notes_for
-from sbx.agent.core.plan import plan_from_messages
+from sbx.agent.core.plan import last_plan
 from sbx.agent.core.prompt import SystemPrompt, build_system_prompt
-from sbx.agent.core.restore import forgotten, prior_cells, replace_killed, restore_workspace
+from sbx.agent.core.restore import (
+    forgotten,
+    held_cells,
+    prior_cells,
+    replace_killed,
+    restore_workspace,
+)
 from sbx.agent.core.restore_text import note
 from sbx.agent.core.run_recorder import NoRecorder, RunRecorder, RunTicket, recorded, result_outcome
 from sbx.agent.core.state import RunResult, SandboxUsage
@@ -92,6 +99,7 @@ class Conversation(Closing):
             spec=replace(spec, conversation_id=self.id), config=config, audit=audit, pool=pool,
             image=image,
         )
+        self.workspace.held_cells = partial(held_cells, transcript.path, config.restore)
         self._messages: list[dict[str, Any]] = []
         self._prompt: SystemPrompt | None = None
         self._sinks: list[EventSink] = []
@@ -204,6 +212,7 @@ class Conversation(Closing):
         """Forget the messages and replace the sandbox: the next question starts afresh."""
         with self._lock:
             self.workspace.discard()
+            self.workspace.forget_snapshot()
             self.workspace.take_reset()  # a fresh start needs no note
             self.workspace.lost_reason()
             self._messages = []
@@ -363,19 +372,6 @@ class LiveRelay:
         """The run ended: drop whatever comes later."""
         with self._lock:
             self._open = False
-
-
-def last_plan(runs: list[RunResult], messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The plan a follow-up starts from: the last run's, else the messages' (`restore`).
-
-    None after `reset()` or at the start.
-    """
-    if not messages:
-        return {}
-    if runs:
-        return {"plan": runs[-1].plan, "plan_revision": runs[-1].plan_revision}
-    plan, revision = plan_from_messages(messages)
-    return {"plan": plan, "plan_revision": revision}
 
 
 def settle(messages: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:

@@ -339,6 +339,10 @@ class StateRestored(_Event):
     """Executions the replay had to re-run."""
     replayed: int = 0
     """Executions re-run, in order, before it ended."""
+    from_snapshot: int = 0
+    """Executions whose state a snapshot brought back instead (`sbx.agent.core.snapshot`)."""
+    snapshot: str = ""
+    """Why a snapshot was not used, when there was one (then every cell was replayed)."""
     differed: list[CellDifference] = Field(default_factory=list)
     """Re-run without error, but their output differs from the record."""
     failed: list[CellDifference] = Field(default_factory=list)

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sbx.agent.core.events import EventSink, PlanChange, PlanStepRecord, PlanUpdated
-from sbx.agent.core.state import RunState
+from sbx.agent.core.state import RunResult, RunState
 from sbx.tools.builtin.plan import PlanStep, PlanUpdate, plan_text
 from sbx.tools.outcome import ToolOutcome
 
@@ -120,3 +120,16 @@ def plan_from_messages(messages: Sequence[dict[str, Any]]) -> tuple[tuple[PlanSt
 
 def _key(step: PlanStep) -> str:
     return " ".join(step.description.split()).casefold()
+
+
+def last_plan(runs: list[RunResult], messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The plan a follow-up starts from: the last run's, else the messages' (`restore`).
+
+    None after `reset()` or at the start.
+    """
+    if not messages:
+        return {}
+    if runs:
+        return {"plan": runs[-1].plan, "plan_revision": runs[-1].plan_revision}
+    plan, revision = plan_from_messages(messages)
+    return {"plan": plan, "plan_revision": revision}

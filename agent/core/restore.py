@@ -35,38 +35,40 @@ sandbox and before the question, the executions that built the state:
   times keeps one copy, not four); one that differs, or whose original is on
   another host, is kept and recorded as the run's artifact (`storage_bytes`).
 
+- a snapshot first: when the workspace holds one (`sbx.agent.core.snapshot`,
+  taken inside the sandbox at its idle release) and it may be loaded, it is
+  loaded by a cell of the replay's gate, and only the cells it could not hold
+  are re-run (those after it, and those assigning a name it could not
+  pickle); otherwise, or when it fails to load, every cell is replayed.
+
 The outcome is one `state_restored` event (transcript, subscribers, the
 service's stream) and a note put before the question the model reads.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from sbx.agent.core.artifacts import file_sha256, keep_new
 from sbx.agent.core.budget import work_ending
-from sbx.agent.core.events import (
-    CellDifference,
-    Event,
-    ModelReplied,
-    RunStart,
-    StateRestored,
-    ToolResult,
-)
+from sbx.agent.core.cells import Cell as Cell
+from sbx.agent.core.cells import assigned_names as assigned_names
+from sbx.agent.core.cells import cell_of as cell_of
+from sbx.agent.core.cells import cells_of as cells_of
+from sbx.agent.core.events import CellDifference, StateRestored
 from sbx.agent.core.restore_settings import RestoreSettings
+from sbx.agent.core.snapshot import Snapshot, load_cell, refusal, report_of
 from sbx.agent.core.state import PriorWork, SandboxUsage
 from sbx.agent.core.transcript import TranscriptError, read_transcript
 from sbx.agent.core.workspace import Workspace
-from sbx.agent.provenance.record import code_of
 from sbx.agent.replay.compare import Comparison, Observed, compare
 from sbx.tools.gate import ToolGate
 from sbx.tools.outcome import ToolOutcome
@@ -84,90 +86,6 @@ RESTORED_DIR = "restored"
 BudgetCheck = Callable[[SandboxUsage], str | None]
 """Asked before each cell with what the replay used so far: why it must stop (a money budget
 is used up), or None."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Cell:
-    """One recorded execution that built the conversation's state."""
-
-    call_id: str
-    """The recorded call's id (the model's); the replay's audit call id is `restore-<it>`."""
-    code: str
-    """The program as it ran."""
-    stdout: str = ""
-    """What it printed then: the re-run must print the same (see the module)."""
-    error_type: str | None = None
-    """Always None for a cell that built state (failed calls are not replayed)."""
-    artifacts: tuple[str, ...] = ()
-    """Host paths of the files it left in `/output` when it ran."""
-
-
-def cells_of(events: Iterable[Event]) -> list[Cell]:
-    """The executions a replay must re-run, from a conversation's events (see the module).
-
-    A run that began with `sandbox_reset` lost what came before unless its
-    `state_restored` says it was restored (fully or partly).
-    """
-    cells: list[Cell] = []
-    held: list[Cell] = []
-    calls: dict[str, str] = {}
-    for event in events:
-        if isinstance(event, RunStart):
-            calls = {}
-            if event.sandbox_reset:
-                held, cells = cells, []
-        elif isinstance(event, StateRestored):
-            cells = held + cells if event.status != "not_restored" else []
-            held = []
-        elif isinstance(event, ModelReplied):
-            calls.update(_codes(event.message))
-        elif isinstance(event, ToolResult):
-            cell = _cell(event, calls)
-            if cell is not None:
-                cells.append(cell)
-    return cells
-
-
-def _codes(message: dict[str, object]) -> dict[str, str]:
-    """`{call id: code}` of the `execute_python` calls of one assistant message."""
-    found: dict[str, str] = {}
-    for call in message.get("tool_calls") or []:  # type: ignore[attr-defined]
-        function = call.get("function") if isinstance(call, dict) else None
-        if isinstance(function, dict) and function.get("name") == "execute_python":
-            code = code_of(str(function.get("arguments")))
-            if code is not None:
-                found[str(call.get("id"))] = code
-    return found
-
-
-def _cell(event: ToolResult, calls: dict[str, str]) -> Cell | None:
-    record = event.execution
-    code = calls.get(event.call_id)
-    if event.name != "execute_python" or event.status != "ok" or event.failed:
-        return None
-    if record is None or code is None or record.error_type or record.timed_out:
-        return None
-    if record.oom_killed or record.state_reset:
-        return None
-    return Cell(call_id=event.call_id, code=code, stdout=record.stdout,
-                artifacts=tuple(event.artifacts))
-
-
-def assigned_names(code: str) -> list[str]:
-    """The top-level names a program binds (assignments, imports, defs, loop targets)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
-    names: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.append(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.append(node.name)
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            names.extend((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    return list(dict.fromkeys(name for name in names if name != "_"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -315,7 +233,7 @@ def restore_workspace(
     gate = workspace.open_gate(f"{run_id}-restore", output=scratch)
     outcome = "error"  # the engine failed: the run's own handling reports it
     try:
-        restored = replay(gate, cells, settings, reason=reason, budget=_budget(workspace))
+        restored = from_snapshot(workspace, gate, cells, settings, reason=reason)
         outcome = "completed"
     finally:
         gate.close(reason=outcome)
@@ -327,6 +245,81 @@ def restore_workspace(
     recorded = [Path(path) for cell in cells for path in cell.artifacts]
     return replace(restored, event=restored.event.model_copy(update={"run_id": run_id}),
                    kept=keep_new(restored.written, recorded, scratch))
+
+
+def from_snapshot(workspace: Workspace, gate: ToolGate, cells: list[Cell],
+                  settings: RestoreSettings, *, reason: str) -> Restored:
+    """Load the workspace's snapshot, then replay only what it could not hold; else replay all.
+
+    The load is a cell of the replay's gate (checked, audited, metered); what taking
+    and loading the snapshot used is added to the replay's usage (see `snapshot`).
+    """
+    budget = _budget(workspace)
+    snapshot = workspace.snapshot
+    if snapshot is None:
+        return replay(gate, cells, settings, reason=reason, budget=budget)
+    why = refusal(snapshot, principal=workspace.spec.principal,
+                  cells=[cell.call_id for cell in cells], limit=settings.snapshot_bytes)
+    cost = replace(snapshot.usage)
+    written: dict[str, tuple[int, str]] = {}
+    if why is None:
+        why = _load(gate, snapshot, cost, written)
+    workspace.snapshot = replace(snapshot, usage=SandboxUsage())  # charged once
+    if why is not None:
+        logger.info("snapshot of %s not used: %s", workspace.owner_id, why)
+        if cost.executions > snapshot.usage.executions:  # a load ran: its state is unknown
+            workspace.discard()
+            workspace.take_reset()
+        rest, held = cells, 0
+    else:
+        rest = still_to_replay(cells, snapshot)
+        held = len(cells) - len(rest)
+    restored = replay(gate, rest, settings, reason=reason,
+                      budget=lambda used: budget(_sum(used, cost)))
+    event = restored.event.model_copy(update={
+        "from_snapshot": held, "snapshot": why or "",
+        "cpu_seconds": round(restored.event.cpu_seconds + cost.cpu_seconds, 3)})
+    return replace(restored, event=event, sandbox=_sum(restored.sandbox, cost),
+                   written={**written, **restored.written})
+
+
+def _load(gate: ToolGate, snapshot: Snapshot, cost: SandboxUsage,
+          written: dict[str, tuple[int, str]]) -> str | None:
+    """Run the load cell; why it did not load, or None.
+
+    Its usage is added to `cost`, and the `/output` files it wrote back to `written`.
+    """
+    outcome = gate.call(name="execute_python",
+                        arguments=json.dumps({"code": load_cell(snapshot)}),
+                        call_id="restore-snapshot")
+    result = outcome.execution
+    if result is None:
+        return f"the load was not run ({outcome.status})"
+    cost.add(result.duration_s, result.cpu_seconds, result.peak_memory_bytes)
+    written.update((a.path, (a.size, a.sha256)) for a in result.artifacts)
+    report = report_of(result.stdout) if result.ok else None
+    if report is None or report.get("ok") is not True:
+        detail = report.get("reason") if report else None
+        return f"it did not load: {str(detail or 'the load cell failed')[:200]}"
+    return None
+
+
+def still_to_replay(cells: list[Cell], snapshot: Snapshot) -> list[Cell]:
+    """The cells a loaded snapshot does not hold: after it, or assigning a name it left out."""
+    unheld = set(snapshot.unheld)
+    held = len(snapshot.cells)
+    return [cell for index, cell in enumerate(cells)
+            if index >= held or unheld.intersection(assigned_names(cell.code))]
+
+
+def _sum(first: SandboxUsage, second: SandboxUsage) -> SandboxUsage:
+    total = replace(first)
+    total.executions += second.executions
+    total.execution_s += second.execution_s
+    total.cpu_seconds += second.cpu_seconds
+    total.peak_memory_bytes = max(total.peak_memory_bytes, second.peak_memory_bytes)
+    total.gb_seconds += second.gb_seconds
+    return total
 
 
 def _budget(workspace: Workspace) -> BudgetCheck:
@@ -355,6 +348,11 @@ def prior_cells(path: Path, settings: RestoreSettings, *, reset: bool) -> list[C
         return None
 
 
+def held_cells(path: Path, settings: RestoreSettings) -> tuple[str, ...]:
+    """The ids of the cells a live sandbox holds: what a restore would replay (a snapshot's)."""
+    return tuple(cell.call_id for cell in prior_cells(path, settings, reset=True) or ())
+
+
 def replace_killed(workspace: Workspace, settings: RestoreSettings) -> None:
     """After a timeout or OOM kill reset the interpreter in place, replace the sandbox.
 
@@ -368,12 +366,3 @@ def replace_killed(workspace: Workspace, settings: RestoreSettings) -> None:
 def forgotten() -> StateRestored:
     """The event of a conversation reset on purpose: nothing before it is replayed later."""
     return StateRestored(status="not_restored", reason="the conversation was reset")
-
-
-def cell_of(call_id: str, code: object, outcome: ToolOutcome) -> Cell | None:
-    """A live execution as a cell to replay later (a face without a transcript: MCP)."""
-    result = outcome.execution
-    if outcome.status != "ok" or result is None or not result.ok or not isinstance(code, str):
-        return None
-    return Cell(call_id=call_id, code=code, stdout=result.stdout,
-                artifacts=tuple(artifact.path for artifact in result.artifacts))

@@ -26,6 +26,10 @@ class RestoreSettings(BaseModel):
     """Most executions one replay re-runs; a conversation with more is not restored."""
     cpu_seconds: float = Field(default=120.0, ge=0)
     """Sandbox CPU seconds a replay may use in all; checked after each cell."""
+    snapshot_bytes: int = Field(default=32 * 2**20, ge=0)
+    """Largest snapshot of a conversation's state (its variables and files, taken inside its
+    sandbox when it is released for idleness) the host keeps; 0: no snapshots, replay alone.
+    A state larger than this, or than `max_artifact_bytes`, is restored by replay."""
     wall_time: Seconds = 300.0
     """Wall-clock seconds a replay may take in all; checked after each cell (one cell is also
     bounded by the sandbox's own `timeout`)."""

@@ -16,9 +16,12 @@ def note(event: StateRestored) -> str:
         return (f"[sbx] The sandbox was replaced since the previous question ({event.reason}); "
                 "state not restored: variables, imports and files from earlier runs are gone. "
                 "Re-run what you need.")
+    how = (f"restored {event.replayed} cells by re-running the earlier code in order"
+           if not event.from_snapshot else
+           f"loaded {event.from_snapshot} cells' variables and files from a snapshot and "
+           f"re-ran {event.replayed} cells")
     lines = [f"[sbx] The sandbox was replaced since the previous question ({event.reason}); "
-             f"sbx restored its state: restored {event.replayed} cells by re-running the "
-             "earlier code in order."]
+             f"sbx restored its state: {how}."]
     for item in event.differed:
         lines.append(f"- cell {item.call_id} differs: {item.detail}")
     for item in event.failed:
@@ -34,6 +37,9 @@ def summary(event: StateRestored) -> str:
     if event.status == "not_restored":
         return f"state not restored ({event.reason})"
     text = f"restored {event.replayed} cells ({event.reason})"
+    if event.from_snapshot:
+        text = (f"restored {event.from_snapshot} cells from a snapshot and re-ran "
+                f"{event.replayed} ({event.reason})")
     if event.differed or event.failed:
         text += f"; {len(event.differed)} differ, {len(event.failed)} could not be restored"
     if event.variables:

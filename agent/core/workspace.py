@@ -19,9 +19,10 @@ chooses them from model or client input.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from pathlib import Path
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.notes import NoteStore, notes_for
 from sbx.agent.core.settings import SettingsError
+from sbx.agent.core.snapshot import STATE_DIR, Snapshot, take
 from sbx.agent.core.spend import SpendLimit
 from sbx.agent.core.teams import withhold
 from sbx.sandbox.closing import Closing
@@ -45,6 +47,8 @@ from sbx.tools.context import Operator, OutputSink, ToolContext
 from sbx.tools.gate import ToolGate, build_gate
 from sbx.tools.observation_size import CHARS_PER_TOKEN
 from sbx.tools.registry import Tool
+
+logger = logging.getLogger(__name__)
 
 RESET_NOTE = "[sbx] The sandbox was reset"
 """How every note of a reset begins (`reset_note`), for the model and for tests."""
@@ -153,6 +157,12 @@ class Workspace(Closing):
         self._users = 0
         self.last_used = time.monotonic()
         """When the last run or call holding `in_use()` ended (monotonic seconds)."""
+        self.held_cells: Callable[[], tuple[str, ...]] | None = None
+        """The ids of the cells whose state the sandbox holds, by an owner that restores (a
+        conversation): an idle release then takes a snapshot first."""
+        self.snapshot: Snapshot | None = None
+        """The last snapshot of the state (`sbx.agent.core.snapshot`), kept until replaced."""
+        self._state: DropDir | None = None
 
     @property
     def enabled(self) -> bool:
@@ -277,6 +287,8 @@ class Workspace(Closing):
             return False
         try:
             idle = not self._users and (now or time.monotonic()) - self.last_used >= idle_s
+            if idle and self._session is not None and self.used:
+                self._take_snapshot(self._session)
             session = self._take_session(reason or idle_reason(idle_s)) if idle else None
         finally:
             self._lock.release()
@@ -301,9 +313,36 @@ class Workspace(Closing):
         try:
             self.discard()
         finally:
-            drop, self._drop = self._drop, None
-            if drop is not None:
-                drop.remove()
+            for drop in (self._drop, self._state):
+                if drop is not None:
+                    drop.remove()
+            self._drop = self._state = None
+            self.snapshot = None
+
+    def forget_snapshot(self) -> None:
+        """Drop the snapshot (the conversation was reset: nothing before it is restored)."""
+        with self._lock:
+            snapshot, self.snapshot = self.snapshot, None
+        if snapshot is not None:
+            snapshot.path.unlink(missing_ok=True)
+
+    def _take_snapshot(self, session: Session) -> None:
+        """Under the lock, before an idle release: the state by value, or the reason logged."""
+        settings = self.config.restore
+        cells = self.held_cells() if self.held_cells is not None else ()
+        if not (settings.enabled and settings.snapshot_bytes and cells and self._pool):
+            return
+        if self._state is None:
+            self._state = DropDir.create(self._pool.data_root, STATE_DIR)
+        try:
+            taken = take(session, self._state.path, principal=self.spec.principal, cells=cells,
+                         limit=min(settings.snapshot_bytes, self.config.limits.max_artifact_bytes))
+        except SandboxError as exc:
+            taken = str(exc)
+        if isinstance(taken, str):  # an earlier snapshot, if any, still holds its cells
+            logger.info("no snapshot of %s: %s", self.owner_id, taken)
+        else:
+            self.snapshot = taken
 
     def _data(self) -> tuple[Path, ...]:
         """The data paths of every sandbox: the caller's, then the query drop (if any)."""
@@ -329,7 +368,7 @@ class Workspace(Closing):
                     SessionSpec(
                         limits=self.config.limits,
                         image=self.image,
-                        data=self._data(),
+                        data=(*self._data(), *([self._state.path] if self._state else [])),
                         output_dir=output or self.output_dir(run_id),
                         run_id=run_id,
                     )

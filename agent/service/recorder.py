@@ -73,7 +73,8 @@ class StoreRecorder:
                                       "question at a time (cancel it, or wait for its run_end "
                                       "event)")
                 now = time.time()
-                reserve_run(session, ticket.principal, self.quotas, now)
+                reserve_run(session, ticket.principal, self.quotas, now,
+                            service.runs.snapshot_bytes(ticket.principal))
                 self.tenant.spend.check(session, now)
                 session.add(Run(
                     id=ticket.run_id, kind=ticket.kind, principal=ticket.principal,

@@ -24,6 +24,7 @@ import mimetypes
 import os
 import stat
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -42,6 +43,10 @@ from sbx.agent.store.models import Conversation as ConversationRow
 logger = logging.getLogger(__name__)
 
 TERMINAL_EVENTS = ("run_end", "run_error")
+RELEASE_TICK_S = 2.0
+"""Seconds one `release_idle` call spends releasing (each release may first take a snapshot
+of the state, up to `snapshot.DUMP_TIMEOUT_S`); the rest are released at the next call, so
+the housekeeper's heartbeat is never late by more than about these two."""
 
 
 @dataclass(kw_only=True, eq=False)
@@ -110,6 +115,17 @@ class RunManager:
             return [live for live in self._live.values()
                     if live.conversation.workspace.holds_sandbox or live.run_id]
 
+    def snapshot_bytes(self, principal: str) -> int:
+        """Bytes of the state snapshots this replica keeps for `principal`'s conversations.
+
+        Counted in `storage_bytes` beside what the store holds; a snapshot lives on the
+        replica that took it and goes with its conversation.
+        """
+        with self._lock:
+            held = [live.conversation.workspace.snapshot for live in self._live.values()
+                    if live.principal == principal]
+        return sum(snapshot.size for snapshot in held if snapshot is not None)
+
     def without_sandbox(self) -> list[str]:
         """The principals of conversations here with no sandbox and no run: coming demand."""
         with self._lock:
@@ -122,8 +138,13 @@ class RunManager:
         with self._lock:  # a run a worker has picked up is not idle, even before it starts
             candidates = [live for live in self._live.values()
                           if live.run_id is None and (only is None or live.id in only)]
-        released = [live.id for live in candidates
-                    if live.conversation.workspace.discard_if_idle(idle_s, reason=reason)]
+        released: list[str] = []
+        started = time.monotonic()
+        for live in candidates:  # each may first take a snapshot: the rest wait a tick
+            if time.monotonic() - started > RELEASE_TICK_S:
+                break
+            if live.conversation.workspace.discard_if_idle(idle_s, reason=reason):
+                released.append(live.id)
         if released:
             with self.db.write() as session:
                 for conversation_id in released:

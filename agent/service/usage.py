@@ -29,8 +29,9 @@ class UsageOut(BaseModel):
     `upload_bytes`, `storage_bytes`."""
     used: dict[str, Any]
     """The same names: conversations open, runs in the last hour, sandbox CPU seconds in
-    the last 24 hours, dataset bytes stored, bytes stored in all (datasets, artifacts and
-    run events); `upload_bytes` is per file: not counted."""
+    the last 24 hours, dataset bytes stored, bytes stored in all (datasets, artifacts,
+    run events and the state snapshots of your conversations); `upload_bytes` is per file:
+    not counted."""
     team: str | None = None
     """Your team (your key's, or your sign-in's); None: no team."""
     spend: dict[str, Any] = Field(default_factory=dict)
@@ -54,6 +55,7 @@ def usage(call: Call) -> Response:
             Run.principal == call.principal, Run.created_at > now - DAY_S)) or 0.0
         stored = stored_bytes(session, call.principal)
         storage = storage_used(session, call.principal)
+        storage += call.service.runs.snapshot_bytes(call.principal)
         budgets = [state.as_dict() for state in tenant.spend.states(session, now)]
     return json_response(UsageOut(
         team=tenant.team, spend={"currency": tenant.spend.currency, "budgets": budgets},

@@ -6,7 +6,8 @@
     dataset_bytes        bytes of datasets stored             (reserved: the dataset row)
     upload_bytes         one upload's size                    (enforced while it streams: 413)
                          and one key's uploads in progress    (`InflightUploads`: 429)
-    storage_bytes        datasets + artifacts + stored events (checked before a run or upload)
+    storage_bytes        datasets + artifacts + stored events + the state snapshots a replica
+                         keeps (checked before a run or upload)
 
 Each check runs inside `Database.write()` after `lock_principal`, and the row
 that uses the quota is inserted in the same transaction, so two requests
@@ -58,8 +59,12 @@ def reserve_conversation(session: Session, principal: str, quotas: ServiceQuotas
         )
 
 
-def reserve_run(session: Session, principal: str, quotas: ServiceQuotas, now: float) -> None:
-    """Lock the principal, then refuse (429) past `runs_per_hour` or `cpu_seconds_per_day`."""
+def reserve_run(session: Session, principal: str, quotas: ServiceQuotas, now: float,
+                held: int = 0) -> None:
+    """Lock the principal, then refuse (429) past `runs_per_hour` or `cpu_seconds_per_day`.
+
+    `held`: bytes the principal keeps outside the store (state snapshots), for `storage_bytes`.
+    """
     lock_principal(session, principal)
     hour = session.scalars(
         select(Run.created_at).where(Run.principal == principal, Run.created_at > now - HOUR_S)
@@ -86,7 +91,7 @@ def reserve_run(session: Session, principal: str, quotas: ServiceQuotas, now: fl
             f"{quotas.cpu_seconds_per_day:g}",
             _cpu_frees_at([(t, c) for t, c in day], used, quotas.cpu_seconds_per_day) - now,
         )
-    check_storage(session, principal, quotas)
+    check_storage(session, principal, quotas, held=held)
 
 
 def _cpu_frees_at(day: list[tuple[float, float]], used: float, limit: float) -> float:
@@ -143,18 +148,21 @@ def storage_used(session: Session, principal: str) -> int:
     return int(total or 0)
 
 
-def check_storage(session: Session, principal: str, quotas: ServiceQuotas, adding: int = 0
-                  ) -> None:
+def check_storage(session: Session, principal: str, quotas: ServiceQuotas, adding: int = 0,
+                  held: int = 0) -> None:
     """Refuse (429) when what the principal stores, plus `adding`, would pass `storage_bytes`.
+
+    `held`: bytes kept outside the store (a replica's state snapshots), counted as stored.
 
     Checked before each run starts and each dataset is stored: a run's own artifacts and
     events are bounded by its limits, so one run may end past the quota; the next is refused.
     """
-    used = storage_used(session, principal)
+    used = storage_used(session, principal) + held
     if used + adding > quotas.storage_bytes or (not adding and used >= quotas.storage_bytes):
         raise quota_exceeded(
             "storage_bytes",
-            f"{format_size(used)} stored (datasets, artifacts and run events) with "
+            f"{format_size(used)} stored (datasets, artifacts, run events and state snapshots) "
+            f"with "
             f"{format_size(quotas.storage_bytes)} allowed; delete runs or datasets first",
             FREE_HINT_S,
         )

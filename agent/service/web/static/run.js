@@ -154,17 +154,20 @@ export class RunView {
     }
   }
 
-  /** The sandbox's state rebuilt by replaying earlier code: what came back, what differs. */
+  /** The sandbox's state rebuilt (a snapshot, replayed code): what came back, what differs. */
   restored(event) {
     if (this.resetNote) this.resetNote.remove();
     const text = (value) => String(value ?? "");
     const count = Number.isInteger(event.replayed) ? event.replayed : 0;
+    const held = Number.isInteger(event.from_snapshot) ? event.from_snapshot : 0;
+    const how = held ? `restored ${cells(held)} from a snapshot and re-ran ${count}`
+      : `restored ${cells(count)}`;
     const differed = Array.isArray(event.differed) ? event.differed : [];
     const failed = Array.isArray(event.failed) ? event.failed : [];
     const names = Array.isArray(event.variables) ? event.variables.map(text) : [];
     let line = event.status === "not_restored"
       ? `The sandbox was started again; state not restored (${text(event.reason)}).`
-      : `The sandbox was started again; state restored: restored ${cells(count)} (${text(event.reason)}).`;
+      : `The sandbox was started again; state restored: ${how} (${text(event.reason)}).`;
     if (differed.length || failed.length) {
       line += ` ${differed.length} ${differed.length === 1 ? "differs" : "differ"}, ${failed.length} could not be restored.`;
     }
