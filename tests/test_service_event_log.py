@@ -97,14 +97,19 @@ def test_a_runs_end_is_fed_only_once_it_is_committed_with_its_status(db):
     assert _stored(db, "run-2")[-1] == (5, "tool_result")
 
     commits = _commits(db)
+    rows = log.closing("run-2")
+    log.append("run-2", "key:ann", {"type": "tool_result"})  # late: waits for the end
     with db.write() as session:  # the recorder's transaction: the status and the rest
         session.get(Run, "run-2").status = "completed"
-        log.stage(session, "run-2")
-    log.ended("run-2")
+        log.stage(session, rows)
     assert commits == [1]
     assert _stored(db, "run-2")[-2:] == [(6, "model_reply"), (7, "run_end")]
     frames, ended = feed.since(5)
-    assert [seq for seq, _ in frames] == [6, 7] and ended
+    assert [seq for seq, _ in frames] == [6] and not ended  # fed once `ended` is called
+    log.ended("run-2")
+    assert _stored(db, "run-2")[-1] == (8, "tool_result")  # after the end, in order
+    frames, ended = feed.since(5)
+    assert [seq for seq, _ in frames] == [6, 7, 8] and ended
     assert log.feed("run-2") is None  # a later stream reads the store
 
 

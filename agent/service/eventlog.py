@@ -11,7 +11,7 @@ as JSON once, numbered with the next `seq` of its run, and:
   `FLUSH_S`; the rest in the transaction that stores the run's final status.
 
 A run's end (`run_end`, `run_error`) is held back from the feed until the
-recorder has committed it with the run's status (`stage`, then `ended`): a
+recorder has committed it with the run's status (`closing`, `stage`, then `ended`): a
 client that sees the end finds the run ended, and may ask again at once. A
 stream that reconnects with `Last-Event-ID: N` after the run has ended, or on
 another replica, reads every event after N from the store; one there also
@@ -94,6 +94,8 @@ class _RunEvents:
     pending: list[dict[str, Any]] = field(default_factory=list)
     held: list[tuple[int, str]] = field(default_factory=list)
     """Frames waiting for the run's end to be committed (its end, and anything after it)."""
+    closing: bool = False
+    """The final status's transaction took the pending events: later ones wait for `ended`."""
 
 
 class EventLog:
@@ -143,26 +145,33 @@ class EventLog:
                     state.held.append((seq, frame))
                 else:
                     state.feed.add(seq, frame)
-            if state.feed is None or kind in STEP_ENDS or len(state.pending) >= FLUSH_EVENTS \
-                    or time.time() - state.pending[0]["created_at"] >= FLUSH_S:
+            if not state.closing and (
+                    state.feed is None or kind in STEP_ENDS or len(state.pending) >= FLUSH_EVENTS
+                    or time.time() - state.pending[0]["created_at"] >= FLUSH_S):
                 self._flush(state)
         notify(self.observer.event, principal=principal, run_id=run_id, event=data)
         self.hub.publish(run_id)
         return seq
 
-    def stage(self, session: Session, run_id: str) -> None:
-        """Add the run's events not stored yet to `session`'s transaction (the final status's).
+    def closing(self, run_id: str) -> list[dict[str, Any]]:
+        """The run is ending: its events not stored yet, for the final status's transaction.
 
-        The caller commits, then calls `ended`: only then do the streams here see the end.
+        Called before that transaction opens (no lock is taken inside it). Any event
+        that comes after this waits for `ended`, so the store still commits them in order.
         """
         with self._lock:
             state = self._runs.get(run_id)
         if state is None:
-            return
+            return []
         with state.lock:
-            if state.pending:
-                session.execute(insert(EventRow), state.pending)
-                state.pending = []
+            rows, state.pending, state.closing = state.pending, [], True
+        return rows
+
+    @staticmethod
+    def stage(session: Session, rows: list[dict[str, Any]]) -> None:
+        """Add `closing`'s rows to `session`'s transaction; the caller commits, then `ended`."""
+        if rows:
+            session.execute(insert(EventRow), rows)
 
     def ended(self, run_id: str) -> None:
         """The run's end is committed (or it is gone): feed what was held, end its streams."""
@@ -170,7 +179,7 @@ class EventLog:
             state = self._runs.pop(run_id, None)
         if state is not None and state.feed is not None:
             with state.lock:
-                if state.pending:  # not staged (a run withdrawn, a failed transaction)
+                if state.pending:  # after `closing`, or never closed (a run withdrawn)
                     self._flush(state)
                 for seq, frame in state.held:
                     state.feed.add(seq, frame)

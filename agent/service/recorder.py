@@ -105,6 +105,7 @@ class StoreRecorder:
             outcome = replace(outcome, message=incident(f"run {ticket.run_id}", outcome.error),
                               error=None)
         try:
+            events = service.events.closing(ticket.run_id)
             with service.db.write() as session:
                 row = session.get(Run, ticket.run_id)
                 if row is not None:
@@ -119,7 +120,7 @@ class StoreRecorder:
                         if artifact is not None:
                             session.add(artifact)
                 self._touch(session, ticket, outcome.holds_sandbox)
-                service.events.stage(session, ticket.run_id)  # its end with its status
+                service.events.stage(session, events)  # its end with its status
             service.events.ended(ticket.run_id)  # committed: the streams see the end
             if outcome.cost > 0:
                 notify(service.observer.spent, amount=outcome.cost,
