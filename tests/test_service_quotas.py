@@ -11,7 +11,7 @@ import pytest
 
 import service_support
 from sbx.agent.testing.scripted_model import assistant, tool_call
-from service_support import SBX, stream, upload
+from service_support import SBX, stream, upload, wait_for
 
 store = service_support.store
 serve = service_support.serve
@@ -45,7 +45,9 @@ def test_no_key_an_unknown_key_and_a_revoked_key_get_401(store, serve):
     revoked = subprocess.run([*SBX, "keys", "revoke", "carol", "--database", server.database],
                              capture_output=True, text=True, timeout=60)
     assert revoked.returncode == 0, revoked.stderr
-    assert carol.get("/v1/datasets").status_code == 401
+    # The server had looked the key up: it asks the store again within `key_cache` (2 s)
+    wait_for(lambda: carol.get("/v1/datasets").status_code == 401, timeout=2.0 + 5.0,
+             what="the revoked key refused")
     assert server.client().get("/healthz").status_code == 200  # health needs no key
 
 

@@ -177,6 +177,9 @@ class ServiceSettings(BaseModel):
     """Longest question accepted."""
     models: list[str] = Field(default_factory=list)
     """Models a conversation may ask for besides the configured one (none: only that one)."""
+    key_cache: Seconds = Field(default=2.0, le=300)
+    """Seconds a replica trusts an API key it has looked up before it asks the store again:
+    a key revoked by `sbx keys revoke` or on another replica is refused within this."""
     heartbeat: Seconds = 2.0
     """Seconds between a replica's heartbeats in the store."""
     stale_after: Seconds = 15.0

@@ -38,7 +38,7 @@ from starlette.routing import Route
 from sbx.agent.service.admission import Held
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.web.signin_sessions import cookie_key
-from sbx.agent.store.keys import KeyInfo, lookup_key
+from sbx.agent.store.keys import KeyInfo
 
 if TYPE_CHECKING:
     from sbx.agent.service.core import Service
@@ -182,7 +182,7 @@ def authenticate(service: Service, headers: Headers) -> KeyInfo:
     scheme, _, token = headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise _unauthorized("send your API key as 'Authorization: Bearer KEY'")
-    key = lookup_key(service.db, token.strip())
+    key = service.keys.lookup(token.strip())
     if key is None:
         raise _unauthorized("the API key is unknown or was revoked")
     return key

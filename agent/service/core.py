@@ -47,6 +47,7 @@ from sbx.agent.service.sandbox_share import SandboxShare
 from sbx.agent.service.tenant_view import TenantView, install
 from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
 from sbx.agent.store.db import Database, database_url
+from sbx.agent.store.keys import KeyCache
 from sbx.agent.store.replicas import Identity, Replicas
 
 logger = logging.getLogger(__name__)
@@ -121,8 +122,10 @@ class Service:
         self.metrics = Metrics(runtime=config.limits.runtime)
         self.observer: Observer = Observers(self.metrics, observer)
         observer = self.observer
+        self.keys = KeyCache(db, self.settings.key_cache)
+        """API keys looked up recently (revoked ones refused within `key_cache`)."""
         self.hub = EventHub()
-        self.events = EventLog(db, self.hub, observer)
+        self.events = EventLog(db, self.hub, observer, view=lambda: self.tenant_view)
         self.runs = RunManager(db=db, events=self.events,
                                max_running=self.settings.max_running,
                                max_queued=self.settings.max_queued)

@@ -1,12 +1,21 @@
-"""Run events: stored in order with ids (the SSE ids), and a wake-up for the streams waiting.
+"""Run events: numbered in order (the SSE ids), streamed from memory, stored in batches.
 
 The conversation hands every transcript event to `EventLog.append` on the
-run's worker thread. Each is reduced to the client's view (`public_event`:
-no host paths, no model endpoint URL), stored with the next `seq` of its run,
-committed, and only then are local SSE streams woken (`EventHub`). A stream
-that reconnects with `Last-Event-ID: N` reads every event after N from the
-store, so nothing is lost between two connections, or across replicas: a
-stream also re-reads the store every `POLL_S` seconds.
+run's worker thread. Each is reduced to the client's view (`public_event`: no
+host paths, no model endpoint URL; then the `TenantView`: no secret), encoded
+as JSON once, numbered with the next `seq` of its run, and:
+
+- put on the run's `Feed` at once, for the streams on this replica (`sse`);
+- stored with the other events of its step, in one transaction when the step
+  ends (a `tool_result`), when `FLUSH_EVENTS` wait, or when the oldest waited
+  `FLUSH_S`; the rest in the transaction that stores the run's final status.
+
+A run's end (`run_end`, `run_error`) is held back from the feed until the
+recorder has committed it with the run's status (`closing`, `stage`, then `ended`): a
+client that sees the end finds the run ended, and may ask again at once. A
+stream that reconnects with `Last-Event-ID: N` after the run has ended, or on
+another replica, reads every event after N from the store; one there also
+re-reads the store every `POLL_S` seconds.
 """
 
 from __future__ import annotations
@@ -15,21 +24,29 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from sbx.agent import Event
+from sbx.agent.service.feed import Feed, sse_frame
 from sbx.agent.service.outcomes import Observer, notify
+from sbx.agent.service.tenant_view import TenantView
 from sbx.agent.store.db import Database
 from sbx.agent.store.models import EventRow
 
 POLL_S = 1.0
-"""Seconds between a stream's reads of the store when no local wake-up comes."""
+"""Seconds between a store-reading stream's reads when no local wake-up comes."""
+STEP_ENDS = frozenset({"tool_result"})
+"""Event types that end a run's step: its events are stored then."""
+ENDS = frozenset({"run_end", "run_error"})
+FLUSH_EVENTS = 64
+FLUSH_S = 1.0
 _HIDDEN = ("base_url", "output_dir", "image")
 
 
@@ -67,61 +84,124 @@ class EventHub:
                         del self._waiters[run_id]
 
 
-class EventLog:
-    """Stores run events in order and wakes their streams."""
+@dataclass(eq=False)
+class _RunEvents:
+    """One run's numbering, its events not stored yet and its feed (None: write-through)."""
 
-    def __init__(self, db: Database, hub: EventHub, observer: Observer) -> None:
+    next_seq: int
+    feed: Feed | None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    held: list[tuple[int, str]] = field(default_factory=list)
+    """Frames waiting for the run's end to be committed (its end, and anything after it)."""
+    closing: bool = False
+    """The final status's transaction took the pending events: later ones wait for `ended`."""
+
+
+class EventLog:
+    """Numbers, streams and stores run events (see the module docstring)."""
+
+    def __init__(self, db: Database, hub: EventHub, observer: Observer,
+                 view: Callable[[], TenantView] | None = None) -> None:
         self.db = db
         self.hub = hub
         self.observer = observer
+        self.view = view
+        """What tenants may read, applied once to each event before it is encoded."""
         self._lock = threading.Lock()
-        self._runs: dict[str, tuple[threading.Lock, list[int]]] = {}
+        self._runs: dict[str, _RunEvents] = {}
+
+    def open(self, run_id: str) -> None:
+        """A new run of this replica: its events go to a feed and are stored in batches."""
+        with self._lock:
+            self._runs.setdefault(run_id, _RunEvents(next_seq=1, feed=Feed(base=1)))
+
+    def feed(self, run_id: str) -> Feed | None:
+        """The run's feed while it runs here (None: read the store)."""
+        with self._lock:
+            state = self._runs.get(run_id)
+        return state.feed if state is not None else None
 
     def append(self, run_id: str, principal: str, data: Mapping[str, Any]) -> int:
-        """Store one event of `run_id` (already in the client's view); return its seq.
+        """Number one event of `run_id` (already in the client's view), feed it; its seq.
 
-        One run's events are stored one at a time, in order (a reader that has
-        seen seq N has seen every seq below N); different runs do not wait on
-        each other here.
+        One run's events are numbered, fed and stored one at a time, in order (a
+        reader that has seen seq N has seen every seq below N); different runs do
+        not wait on each other here.
         """
-        with self._next_seq(run_id) as seq, self.db.write() as session:
-            session.add(_row(run_id, seq, data))
-        self.announce(run_id, principal, data)
-        return seq
-
-    def stage_last(self, session: Session, run_id: str, data: Mapping[str, Any]) -> int:
-        """Add the run's last event to `session`'s transaction (the caller's); its seq.
-
-        The transaction that stores the run's final status commits its `run_end`
-        too, so a client that sees the end finds the run ended and may ask again
-        at once. Nothing of the run follows it; the caller commits, then calls
-        `announce`.
-        """
-        with self._next_seq(run_id) as seq:
-            session.add(_row(run_id, seq, data))
-        return seq
-
-    @contextmanager
-    def _next_seq(self, run_id: str) -> Iterator[int]:
-        """The run's next seq, held (no other event of the run is stored) until the block ends."""
-        with self._lock:
-            lock, counter = self._runs.setdefault(run_id, (threading.Lock(), []))
-        with lock:
-            if not counter:
-                counter.append(self._last_seq(run_id) + 1)
-            seq = counter[0]
-            counter[0] = seq + 1
-            yield seq
-
-    def announce(self, run_id: str, principal: str, data: Mapping[str, Any]) -> None:
-        """A staged event was committed: tell the observer, wake the run's streams."""
+        state = self._state(run_id)
+        if self.view is not None:
+            data = self.view().value(data)
+        kind = str(data.get("type", "event"))
+        text = json.dumps(data, ensure_ascii=False, default=str)
+        with state.lock:
+            seq = state.next_seq
+            state.next_seq = seq + 1
+            state.pending.append({"run_id": run_id, "seq": seq, "type": kind, "data": text,
+                                  "created_at": time.time()})
+            if state.feed is not None:
+                frame = sse_frame(seq, kind, text)
+                if kind in ENDS or state.held:
+                    state.held.append((seq, frame))
+                else:
+                    state.feed.add(seq, frame)
+            if not state.closing and (
+                    state.feed is None or kind in STEP_ENDS or len(state.pending) >= FLUSH_EVENTS
+                    or time.time() - state.pending[0]["created_at"] >= FLUSH_S):
+                self._flush(state)
         notify(self.observer.event, principal=principal, run_id=run_id, event=data)
         self.hub.publish(run_id)
 
-    def forget(self, run_id: str) -> None:
-        """The run ended: drop its counter."""
+    def closing(self, run_id: str) -> list[dict[str, Any]]:
+        """The run is ending: its events not stored yet, for the final status's transaction.
+
+        Called before that transaction opens (no lock is taken inside it). Any event
+        that comes after this waits for `ended`, so the store still commits them in order.
+        """
         with self._lock:
-            self._runs.pop(run_id, None)
+            state = self._runs.get(run_id)
+        if state is None:
+            return []
+        with state.lock:
+            rows, state.pending, state.closing = state.pending, [], True
+        return rows
+
+    @staticmethod
+    def stage(session: Session, rows: list[dict[str, Any]]) -> None:
+        """Add `closing`'s rows to `session`'s transaction; the caller commits, then `ended`."""
+        if rows:
+            session.execute(insert(EventRow), rows)
+
+    def ended(self, run_id: str) -> None:
+        """The run's end is committed (or it is gone): feed what was held, end its streams."""
+        with self._lock:
+            state = self._runs.pop(run_id, None)
+        if state is not None and state.feed is not None:
+            with state.lock:
+                if state.pending:  # after `closing`, or never closed (a run withdrawn)
+                    self._flush(state)
+                for seq, frame in state.held:
+                    state.feed.add(seq, frame)
+                state.held = []
+                state.feed.end()
+        self.hub.publish(run_id)
+
+    def _state(self, run_id: str) -> _RunEvents:
+        """The run's state; a run not opened here is numbered after what is stored, unbuffered."""
+        with self._lock:
+            state = self._runs.get(run_id)
+        if state is None:
+            fresh = _RunEvents(next_seq=self._last_seq(run_id) + 1, feed=None)
+            with self._lock:
+                state = self._runs.setdefault(run_id, fresh)
+        return state
+
+    def _flush(self, state: _RunEvents) -> None:
+        """Store the run's waiting events in one transaction (its lock held: in order)."""
+        if state.pending:
+            with self.db.write() as session:
+                session.execute(insert(EventRow), state.pending)
+            state.pending = []
 
     def _last_seq(self, run_id: str) -> int:
         with self.db.read() as session:

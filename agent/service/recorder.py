@@ -12,9 +12,9 @@ that life touches the store, written once:
     finished    status, message, answer, result, CPU seconds (`cpu_seconds_per_day`), its
                 cost (the budgets; `/metrics` spend by team), the
                 artifacts' rows, the conversation's (or MCP session's) row touched, and
-                a question's `run_end` (in the same transaction, so a client that sees
-                it may ask again at once); the event stream's waiters woken; the
-                observer told; the place given back
+                the run's events not stored yet (its `run_end` among them) in the same
+                transaction; only then does its end reach the event streams, so a client
+                that sees it may ask again at once; the observer told; the place given back
     withdrawn   nothing ran (the host's sandbox cap, a call the gate refused): the row is
                 deleted, so the attempt costs no run; the place given back
 
@@ -100,8 +100,10 @@ class StoreRecorder:
                  last_event: Mapping[str, Any] | None = None) -> None:
         """Store the outcome and the artifacts; wake the stream; tell the observer.
 
-        `last_event` (a question's `run_end` or `run_error`) is stored in the same
-        transaction as the status: a client that sees it may ask again at once.
+        `last_event` (a question's `run_end` or `run_error`, held back by the caller) is
+        numbered now and stored in the same transaction as the status; the event log
+        feeds it to the streams only once that commits, so a client that sees it may
+        ask again at once.
         """
         from sbx.agent.service.runs import artifact_row  # the store's own helper
 
@@ -110,6 +112,9 @@ class StoreRecorder:
             outcome = replace(outcome, message=incident(f"run {ticket.run_id}", outcome.error),
                               error=None)
         try:
+            if last_event is not None:
+                service.events.append(ticket.run_id, ticket.principal, last_event)
+            events = service.events.closing(ticket.run_id)
             with service.db.write() as session:
                 row = session.get(Run, ticket.run_id)
                 if row is not None:
@@ -124,16 +129,12 @@ class StoreRecorder:
                         if artifact is not None:
                             session.add(artifact)
                 self._touch(session, ticket, outcome.holds_sandbox)
-                if last_event is not None:
-                    service.events.stage_last(session, ticket.run_id, last_event)
-            if last_event is not None:
-                service.events.announce(ticket.run_id, ticket.principal, last_event)
+                service.events.stage(session, events)  # its end with its status
+            service.events.ended(ticket.run_id)  # committed: the streams see the end
             if outcome.cost > 0:
                 notify(service.observer.spent, amount=outcome.cost,
                        team=metrics_team(self.tenant.team, service.settings.teams),
                        currency=self.tenant.spend.currency)
-            service.events.forget(ticket.run_id)
-            service.events.hub.publish(ticket.run_id)
             if ticket.kind == "question":
                 notify(service.observer.run_finished, principal=ticket.principal,
                        run_id=ticket.run_id, status=outcome.status, result=outcome.result)
@@ -142,6 +143,7 @@ class StoreRecorder:
                 notify(service.observer.execution_finished, principal=ticket.principal,
                        run_id=ticket.run_id, status=outcome.status, execution=execution)
         finally:
+            service.events.ended(ticket.run_id)  # after a failure too (no-op when done)
             service.runs.release(ticket.run_id)
 
     def withdrawn(self, ticket: RunTicket) -> None:
@@ -150,6 +152,7 @@ class StoreRecorder:
             with self.service.db.write() as session:
                 session.execute(delete(Run).where(Run.id == ticket.run_id))
         finally:
+            self.service.events.ended(ticket.run_id)
             self.service.runs.release(ticket.run_id)
 
     @staticmethod

@@ -183,6 +183,7 @@ class RunManager:
     def submit(self, live: Live, ticket: RunTicket, recorder: StoreRecorder, text: str, *,
                answering: bool = False) -> None:
         """Queue an admitted question (or, `answering`, the answer to a pending one)."""
+        self.events.open(ticket.run_id)
         self._executor.submit(self._execute, live, ticket, recorder, text, answering)
 
     def cancel(self, run_id: str) -> bool:

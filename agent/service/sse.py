@@ -4,9 +4,13 @@
     event: tool_result
     data: {"type": "tool_result", "run_id": "run-...", "name": "execute_python", ...}
 
-Each event's `id` is its `seq` in the run (1, 2, 3, ...). A client that
-reconnects with `Last-Event-ID: 7` (or `?after=7`) gets every event after 7,
-read from the store. The stream reads the run's status and its events in one
+Each event's `id` is its `seq` in the run (1, 2, 3, ...). While the run runs
+on this replica, the stream sends its frames from memory (the run's `Feed`: no
+query per wake-up), up to the run's end, which joins the feed only once it is
+stored with the run's final status. Otherwise (another replica, a run that has
+ended, a client that resumes before what the feed holds) the stream reads the
+store: a client that reconnects with `Last-Event-ID: 7` (or `?after=7`) gets
+every event after 7. That stream reads the run's status and its events in one
 statement (one snapshot), and a run's events are all stored before its final
 status (its `run_end` in the same transaction), so once a read finds the run
 ended, the events read with it are the last ones: the stream then closes. A
@@ -27,6 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from sbx.agent.service.eventlog import POLL_S
+from sbx.agent.service.feed import Feed, sse_frame
 from sbx.agent.service.problems import Problem
 from sbx.agent.store.models import EventRow, Run
 
@@ -49,6 +54,40 @@ def last_event_id(request: Request) -> int:
 
 async def event_stream(service: Service, run_id: str, after: int) -> AsyncIterator[str]:
     """The SSE text of `run_id`'s events after `after`, until the run has ended."""
+    feed = service.events.feed(run_id)
+    if feed is not None and after >= feed.base - 1:
+        async for text in _from_feed(service, feed, run_id, after):
+            yield text
+        return
+    async for text in _from_store(service, run_id, after):
+        yield text
+
+
+async def _from_feed(service: Service, feed: Feed, run_id: str, after: int
+                     ) -> AsyncIterator[str]:
+    """The frames of a run running here, from memory, until its end was fed."""
+    with service.hub.waiter(run_id) as wake:
+        while True:
+            wake.clear()
+            frames, ended = feed.since(after)
+            if frames:
+                after = frames[-1][0]
+                yield "".join(frame for _, frame in frames)
+            if ended:
+                return
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=KEEPALIVE_S)
+            except TimeoutError:  # quiet: the store says whether the run still runs
+                yield ": keep-alive\n\n"
+                ended, _ = await run_in_threadpool(_read, service, run_id, after)
+                if ended:  # its end never reached the feed (a failure): the store has it
+                    async for text in _from_store(service, run_id, after):
+                        yield text
+                    return
+
+
+async def _from_store(service: Service, run_id: str, after: int) -> AsyncIterator[str]:
+    """The run's events read from the store, until a read finds the run ended."""
     last_sent = time.monotonic()
     with service.hub.waiter(run_id) as wake:
         while True:
@@ -56,7 +95,7 @@ async def event_stream(service: Service, run_id: str, after: int) -> AsyncIterat
             ended, rows = await run_in_threadpool(_read, service, run_id, after)
             for seq, kind, data in rows:
                 after = seq
-                yield f"id: {seq}\nevent: {kind}\ndata: {data}\n\n"
+                yield sse_frame(seq, kind, data)
                 last_sent = time.monotonic()
             if len(rows) == BATCH:
                 continue

@@ -5,7 +5,8 @@ answer, result; its events) or from its conversation's transcript (downloads
 and exports). `TenantView` is applied at those two doors, once each:
 
     store      `install(db, view)`: a `before_flush` hook rewrites every `Run` and
-               `EventRow` as it is written, whichever module wrote it
+               `EventRow` written through a session, whichever module wrote it; the
+               event log applies the view itself, once, before it streams and stores
     downloads  `exports.py` passes each attachment's text through `view.text`
 
 and every face (HTTP API, SSE, the web page, exports) reads what came out.

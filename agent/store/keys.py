@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,6 +28,9 @@ Role = Literal["admin", "user"]
 KEY_PREFIX = "sbx_"
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 QUOTA_FIELDS = tuple(ServiceQuotas.model_fields)
+_REVOCATIONS = [0]
+"""Keys revoked by this process: a `KeyCache` forgets what it holds when this moves."""
+_REVOKING = threading.Lock()
 
 
 class KeyAdminError(SbxError):
@@ -103,25 +107,71 @@ def list_keys(db: Database) -> list[KeyInfo]:
 
 
 def revoke_key(db: Database, name: str) -> None:
-    """Revoke a key at once: its next request gets 401."""
+    """Revoke a key: its next request gets 401 (within `[service] key_cache` elsewhere)."""
     with db.write() as session:
         row = session.get(ApiKey, name)
         if row is None:
             raise KeyAdminError(f"no key named {name!r}")
         if row.revoked_at is None:
             row.revoked_at = time.time()
+    with _REVOKING:
+        _REVOCATIONS[0] += 1
 
 
 def lookup_key(db: Database, key: str) -> KeyInfo | None:
     """The live key a bearer token stands for, or None (unknown, malformed or revoked)."""
     if not key.startswith(KEY_PREFIX) or len(key) > 128:
         return None
+    return _live_key(db, hash_key(key))
+
+
+def _live_key(db: Database, digest: str) -> KeyInfo | None:
     with db.reading() as connection:  # every request asks: no ORM session
         row = connection.execute(select(*ApiKey.__table__.columns)
-                                 .where(ApiKey.key_hash == hash_key(key))).first()
+                                 .where(ApiKey.key_hash == digest)).first()
     if row is None or row.revoked_at is not None:
         return None
     return key_info(row)
+
+
+class KeyCache:
+    """Live keys a replica looked up, trusted for `ttl` seconds before the store is asked again.
+
+    Every request of a client presents its key; asking the store each time is most
+    of what an unauthenticated-looking request costs. A key revoked in this process
+    (`revoke_key`) is refused at its next request; one revoked elsewhere (the CLI,
+    another replica) within `ttl`. Unknown keys are not remembered: a key created
+    anywhere works at once. At most `size` keys are held (then the cache starts over).
+    """
+
+    def __init__(self, db: Database, ttl: float, size: int = 10_000) -> None:
+        self.db = db
+        self.ttl = ttl
+        self.size = size
+        self._lock = threading.Lock()
+        self._keys: dict[str, tuple[float, KeyInfo]] = {}
+        self._revocations = _REVOCATIONS[0]
+
+    def lookup(self, key: str) -> KeyInfo | None:
+        """The live key a bearer token stands for, or None (unknown, malformed or revoked)."""
+        if not key.startswith(KEY_PREFIX) or len(key) > 128:
+            return None
+        digest, now = hash_key(key), time.monotonic()
+        with self._lock:
+            if self._revocations != _REVOCATIONS[0]:  # revoked here: forget them all
+                self._keys, self._revocations = {}, _REVOCATIONS[0]
+            held = self._keys.get(digest)
+        if held is not None and held[0] > now:
+            return held[1]
+        info = _live_key(self.db, digest)
+        with self._lock:
+            if info is None:
+                self._keys.pop(digest, None)
+            else:
+                if len(self._keys) >= self.size:
+                    self._keys = {}
+                self._keys[digest] = (now + self.ttl, info)
+        return info
 
 
 def key_named(db: Database, name: str) -> KeyInfo | None:
