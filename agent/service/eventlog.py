@@ -151,6 +151,7 @@ class EventLog:
                 self._flush(state)
         notify(self.observer.event, principal=principal, run_id=run_id, event=data)
         self.hub.publish(run_id)
+        return seq
 
     def closing(self, run_id: str) -> list[dict[str, Any]]:
         """The run is ending: its events not stored yet, for the final status's transaction.
