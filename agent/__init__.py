@@ -87,8 +87,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.sandbox_files": ("file_op", "read_file", "write_file", "FileOpError"),
     "sbx.agent.core.plan": ("pending_note",),
     "sbx.agent.core.problem": ("Problem", "not_found", "quota_exceeded", "unavailable"),
-    "sbx.agent.core.restore": ("Cell",),
-    "sbx.agent.core.restore_text": ("restore_summary",),
+    "sbx.agent.core.restore": ("Cell", "restore_summary"),
     "sbx.agent.core.resume": ("Resumable", "read_resumable", "resume_conversation",
         "continue_paused", "find_transcript", "read_paused"),
     "sbx.agent.core.run_recorder": ("RunRecorder", "NoRecorder", "RunTicket", "RunOutcome",
@@ -140,7 +139,6 @@ _RENAMED: dict[str, str] = {
     "configure_tracing": "configure_from_env",
     "export_transcript": "export",
     "iter_audit_records": "iter_records",
-    "restore_summary": "summary",
     "resume_conversation": "resume",
     "verify_audit_log": "verify_log",
 }
@@ -250,7 +248,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.problem import quota_exceeded as quota_exceeded
     from sbx.agent.core.problem import unavailable as unavailable
     from sbx.agent.core.restore import Cell as Cell
-    from sbx.agent.core.restore_text import summary as restore_summary
+    from sbx.agent.core.restore import restore_summary as restore_summary
     from sbx.agent.core.resume import Resumable as Resumable
     from sbx.agent.core.resume import continue_paused as continue_paused
     from sbx.agent.core.resume import find_transcript as find_transcript

@@ -18,9 +18,8 @@ import pytest
 import scripted_llm
 from conftest import TEST_IMAGE
 from sbx.agent.core.app import App
-from sbx.agent.core.config import AppConfig, load_config
+from sbx.agent.core.config import AppConfig, RestoreSettings, load_config
 from sbx.agent.core.conversation import RESET_NOTE, Conversation, ConversationSpec
-from sbx.agent.core.restore_settings import RestoreSettings
 from sbx.agent.core.settings import Endpoint
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.tools.audit_verify import verify_log

@@ -27,14 +27,15 @@ from pydantic import BaseModel
 from sbx.agent import (
     PLAN_MARKS,
     Event,
+    StateRestored,
     TranscriptError,
     numbered_events,
     outcome_of,
     pending_note,
+    restore_summary,
     safe_text,
 )
 from sbx.agent.cli.answer_parts import answer_text, mislabelled_line
-from sbx.agent.cli.display_restored import render_restored
 
 Row = dict[str, Any]
 """An event as plain data: the renderers read each field defensively, as replay must."""
@@ -42,6 +43,8 @@ Row = dict[str, Any]
 MAX_CODE_LINES = 30
 MAX_LINE = 160
 MAX_LIVE_LINES = 200
+MAX_RESTORED_LINE = 300
+"""Longest line of a restore's report (a cell may name many variables)."""
 """Live output lines shown per tool call while it runs; then one note, and the result."""
 WAIT_NOTE_S = 5
 """Off a terminal, a model waited on gets one line per this many seconds (and per retry)."""
@@ -272,7 +275,18 @@ class Progress:
             f"peak memory {_num(sandbox, 'peak_memory_bytes', 'sandbox') / 2**20:.0f} MiB"
         )
 
-    _on_state_restored = render_restored  # display_restored.py: this module is at its budget
+    def _on_state_restored(self, event: Row) -> None:
+        """One line for the restore, then one per cell that differs or could not be restored.
+
+        Every name and detail comes from code the model wrote: `_echo` escapes it, and
+        each line is cut at `MAX_RESTORED_LINE` (a cell may name many variables).
+        """
+        restored = StateRestored.model_validate(event)  # a transcript line was validated as one
+        colour = "red" if restored.status == "not_restored" else "cyan"
+        self._echo(_cut(f"~  {restore_summary(restored)}"), fg=colour)
+        for item in (*restored.differed, *restored.failed):
+            self._echo(_cut(f"   {item.call_id}: {item.detail}"), dim=True)
+
     def _on_run_error(self, event: Row) -> None:
         self._echo(f"== error: {_clip(_text(event.get('error')))}", fg="red", bold=True)
 
@@ -319,6 +333,12 @@ def one_line(text: Any) -> str:
         if line.strip() and not _SECTION.match(line.strip()):
             return _clip(line.strip())
     return "(no output)"
+
+
+def _cut(text: str) -> str:
+    """One line of a restore's report, at most `MAX_RESTORED_LINE` (`_echo` escapes it)."""
+    text = text.replace("\n", " ")
+    return text if len(text) <= MAX_RESTORED_LINE else text[: MAX_RESTORED_LINE - 3] + "..."
 
 
 def _clip(text: str, *, tabs: bool = False) -> str:

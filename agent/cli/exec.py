@@ -30,7 +30,6 @@ from sbx.agent import (
 from sbx.agent.cli.errors import EXIT_OOM, EXIT_TIMEOUT, fail, operator_errors
 from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, opened_core
-from sbx.agent.cli.program_output import ProgramOutput
 
 _RECORD = click.Path(path_type=Path)
 
@@ -157,3 +156,42 @@ def exec_command(
     else:
         print_result(result, run.output_dir, live)
     sys.exit(exit_code_for(result))
+
+
+class ProgramOutput:
+    """A program's own output (`sbx exec`), written as it arrives from the sandbox.
+
+    To a terminal each piece is escaped (`safe_text`), so the program cannot drive it;
+    to a pipe or file it goes as written. What was written stays written when the
+    user presses Ctrl-C. `remaining` is what the result holds beyond what arrived
+    live (the kept tail, the sandbox's cut marker), so nothing is written twice.
+    """
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self._streams = {"stdout": out, "stderr": err}
+        self._written = {"stdout": 0, "stderr": 0}
+
+    def __call__(self, stream: str, text: str) -> None:
+        """The sandbox's live output callback: write `text` to its stream now."""
+        target = self._streams.get(stream)
+        if target is None:
+            return
+        self.write(target, text)
+        self._written[stream] += len(text)
+
+    def relay(self, call_id: str, stream: str, text: str) -> None:
+        """The core's output sink (`on_output(call_id, stream, text)`): one program, any call."""
+        self(stream, text)
+
+    def remaining(self, stream: str, whole: str) -> str:
+        """The part of the result's `whole` stream not written live."""
+        done = self._written.get(stream, 0)
+        return whole[done:] if done <= len(whole) else ""
+
+    @staticmethod
+    def write(target: TextIO, text: str) -> None:
+        """Escaped on a terminal, as written elsewhere; a lone surrogate as `\\udXXX`."""
+        if target.isatty():
+            text = safe_text(text, multiline=True)
+        target.write(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        target.flush()

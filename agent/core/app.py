@@ -31,11 +31,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sbx.agent.core.config import AppConfig
+from sbx.agent.core.config import AppConfig, PoolSettings
 from sbx.agent.core.conversation import Conversation, ConversationSpec, new_conversation_id
 from sbx.agent.core.events import ConversationStart, EventSink
 from sbx.agent.core.limits_request import LimitsRequest
-from sbx.agent.core.pool_settings import PoolSettings
 from sbx.agent.core.settings import Endpoint, SettingsError
 from sbx.agent.core.state import RunResult
 from sbx.agent.core.transcript import Transcript

@@ -10,8 +10,8 @@ layer:
     [agent] [agent.budget]     ──▶ sbx.agent.core.settings.AgentSettings (the loop)
     [service] [service.quotas] ──▶ ServiceSettings (below)            (`sbx serve` only)
     [service.oidc]             ──▶ OidcSettings: the web page's sign-in through a provider
-    [restore]                  ──▶ sbx.agent.core.restore_settings.RestoreSettings (state replay)
-    [pool]                     ──▶ sbx.agent.core.pool_settings.PoolSettings (warm containers)
+    [restore]                  ──▶ RestoreSettings (below) (state replay)
+    [pool]                     ──▶ PoolSettings (below) (warm containers)
 
 A table the file leaves out (`[tools]`, `[sandbox]`, `[agent]`, ...) takes the
 packaged default's, so a file holding only the table to change changes only it.
@@ -44,11 +44,9 @@ from pydantic import (
     model_validator,
 )
 
-from sbx.agent.core.pool_settings import PoolSettings
-from sbx.agent.core.restore_settings import RestoreSettings
 from sbx.agent.core.settings import FLAG_NAMES, AgentSettings, SettingsError, apply_flags
 from sbx.agent.core.teams import TeamSettings, check_team_names
-from sbx.sandbox.limits import Bytes, Limits, Seconds
+from sbx.sandbox.limits import Bytes, Limits, Seconds, Wait
 from sbx.tools.custom import custom_tools
 from sbx.tools.policy import Policy, PolicyError, default_policy_path
 from sbx.tools.toml_lines import key_lines, line_of
@@ -57,6 +55,54 @@ if TYPE_CHECKING:
     from sbx.agent.core.limits_request import LimitsRequest
 
 _Model = TypeVar("_Model", bound=BaseModel)
+
+
+class PoolSettings(BaseModel):
+    """The operator's warm-pool knobs (`[pool]`); no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    size: int = Field(default=0, ge=0, le=1024)
+    """Warm containers kept ready with no demand (with `max_size` 0: always exactly this many)."""
+    max_size: int = Field(default=0, ge=0, le=1024)
+    """Most warm containers when the size follows demand: leases taken in about the last
+    `window`, plus (`sbx serve`) open conversations that hold no sandbox; 0: a fixed size."""
+    window: Seconds = Field(default=60.0, gt=0, le=86_400)
+    """How far back arrivals count (the decayed rate's time constant), and so how long the
+    pool stays grown after a burst before idle containers are removed."""
+    refill_delay: Wait = Field(default=2.0, le=60)
+    """How long a refill may wait after a take while the next arrival is still served warm
+    or unlikely that soon, so it does not compete with the taker's first questions; 0: at
+    once."""
+    memory_budget: Bytes = 2 * 1024**3
+    """Bytes of memory limits (`[sandbox] memory` each) the warm containers reserve at most
+    together; the host's caps bound them too."""
+
+    @property
+    def keeps_warm(self) -> bool:
+        """Whether any container is kept warm at all (a key to warm is needed)."""
+        return self.size > 0 or self.max_size > 0
+
+
+class RestoreSettings(BaseModel):
+    """The operator's switch and bounds for restore by replay (`[restore]`); no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    """Rebuild a lost sandbox's state by replaying the conversation's successful executions;
+    false: the next question starts empty and the model is told so."""
+    max_cells: int = Field(default=100, ge=0, le=10_000)
+    """Most executions one replay re-runs; a conversation with more is not restored."""
+    cpu_seconds: float = Field(default=120.0, ge=0)
+    """Sandbox CPU seconds a replay may use in all; checked after each cell."""
+    snapshot_bytes: int = Field(default=32 * 2**20, ge=0)
+    """Largest snapshot of a conversation's state (its variables and files, taken inside its
+    sandbox when it is released for idleness) the host keeps; 0: no snapshots, replay alone.
+    A state larger than this, or than `max_artifact_bytes`, is restored by replay."""
+    wall_time: Seconds = 300.0
+    """Wall-clock seconds a replay may take in all; checked after each cell (one cell is also
+    bounded by the sandbox's own `timeout`)."""
 
 
 class ServiceQuotas(BaseModel):

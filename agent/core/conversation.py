@@ -46,9 +46,9 @@ from sbx.agent.core.restore import (
     held_cells,
     prior_cells,
     replace_killed,
+    restore_note,
     restore_workspace,
 )
-from sbx.agent.core.restore_text import note
 from sbx.agent.core.run_recorder import NoRecorder, RunRecorder, RunTicket, recorded, result_outcome
 from sbx.agent.core.state import RunResult, SandboxUsage
 from sbx.agent.core.transcript import Transcript
@@ -298,7 +298,7 @@ class Conversation(Closing):
                 restored = restore_workspace(self.workspace, cells, self.config.restore,
                                              run_id=run_id, reason=lost, cause=cause)
                 self.emit(restored.event)
-                asked = f"{note(restored.event)}\n\n{question}"
+                asked = f"{restore_note(restored.event)}\n\n{question}"
             result = run(
                 asked, model=self.model, gate=gate, settings=self.config.settings,
                 system_prompt=prompt.text, history=self._messages, emit=self.emit,

@@ -63,9 +63,9 @@ from sbx.agent.core.cells import Cell as Cell
 from sbx.agent.core.cells import assigned_names as assigned_names
 from sbx.agent.core.cells import cell_of as cell_of
 from sbx.agent.core.cells import cells_of as cells_of
+from sbx.agent.core.config import RestoreSettings
 from sbx.agent.core.events import CellDifference, StateRestored
 from sbx.agent.core.outcomes import loss_text
-from sbx.agent.core.restore_settings import RestoreSettings
 from sbx.agent.core.snapshot import Snapshot, load_cell, refusal, report_of
 from sbx.agent.core.state import PriorWork, SandboxUsage
 from sbx.agent.core.transcript import TranscriptError, read_transcript
@@ -367,3 +367,48 @@ def replace_killed(workspace: Workspace, settings: RestoreSettings) -> None:
 def forgotten() -> StateRestored:
     """The event of a conversation reset on purpose: nothing before it is replayed later."""
     return StateRestored(status="not_restored", reason=loss_text("reset"), cause="reset")
+
+
+# ---------------------------------------------------------------- what people and the model read
+
+
+def cell_count(count: int) -> str:
+    """`1 cell`, `3 cells`: the count the model, the CLI and the page read alike."""
+    return f"{count} cell" if count == 1 else f"{count} cells"
+
+
+def restore_note(event: StateRestored) -> str:
+    """What the model reads before the question, after a restore (or its failure)."""
+    if event.status == "not_restored":
+        return (f"[sbx] The sandbox was replaced since the previous question ({event.reason}); "
+                "state not restored: variables, imports and files from earlier runs are gone. "
+                "Re-run what you need.")
+    how = (f"restored {cell_count(event.replayed)} by re-running the earlier code in order"
+           if not event.from_snapshot else
+           f"loaded the variables and files of {cell_count(event.from_snapshot)} from a snapshot "
+           f"and re-ran {cell_count(event.replayed)}")
+    lines = [f"[sbx] The sandbox was replaced since the previous question ({event.reason}); "
+             f"sbx restored its state: {how}."]
+    for item in event.differed:
+        lines.append(f"- cell {item.call_id} differs: {item.detail}")
+    for item in event.failed:
+        lines.append(f"- cell {item.call_id} could not be restored: {item.detail}")
+    if event.variables:
+        lines.append("These variables may differ from before (and anything computed from "
+                     "them): " + ", ".join(event.variables) + ".")
+    return "\n".join(lines)
+
+
+def restore_summary(event: StateRestored) -> str:
+    """One line for people (CLI progress, the web page); the caller escapes it."""
+    if event.status == "not_restored":
+        return f"state not restored ({event.reason})"
+    text = f"restored {cell_count(event.replayed)} ({event.reason})"
+    if event.from_snapshot:
+        text = (f"restored {cell_count(event.from_snapshot)} from a snapshot and re-ran "
+                f"{event.replayed} ({event.reason})")
+    if event.differed or event.failed:
+        text += f"; {len(event.differed)} differ, {len(event.failed)} could not be restored"
+    if event.variables:
+        text += "; may differ: " + ", ".join(event.variables)
+    return text

@@ -34,8 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from sbx.agent.core.outcomes import idle_reason, loss_text, reset_note
-from sbx.agent.core.restore import Cell, cell_of, replace_killed, restore_workspace
-from sbx.agent.core.restore_text import note as restore_note
+from sbx.agent.core.restore import (
+    Cell,
+    cell_of,
+    replace_killed,
+    restore_note,
+    restore_workspace,
+)
 from sbx.agent.core.run_recorder import (
     RunKind,
     RunRecorder,
