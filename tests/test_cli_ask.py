@@ -126,7 +126,7 @@ def test_json_output_and_the_exit_status_of_a_budget_end(llm, tmp_path):
     assert document["message"] == "The next request would exceed max_turns of 1 (--max-turns)"
     assert (document["turns"], document["tool_calls"]) == (1, 1)
     assert document["transcript"] == str(tmp_path / "run.jsonl")
-    assert "sbx: no answer (step_limit): The next request would exceed" in outcome.stderr
+    assert "sbx: no answer, limit reached (steps): The next request would exceed" in outcome.stderr
 
 
 def test_a_failing_endpoint_exits_4_with_one_clear_line(llm, tmp_path):
@@ -138,7 +138,7 @@ def test_a_failing_endpoint_exits_4_with_one_clear_line(llm, tmp_path):
 
     assert outcome.exit_code == 4
     assert outcome.stdout == ""
-    assert "sbx: no answer (model_error): Model request failed: the model endpoint " in (
+    assert "sbx: no answer, model error: Model request failed: the model endpoint " in (
         outcome.stderr
     )
     assert "answered HTTP 500 (not retried: --max-retries is 0): model crashed" in outcome.stderr

@@ -158,7 +158,7 @@ def test_an_answer_cut_off_at_the_output_limit_is_not_completed(llm, tmp_path):
         "The model's answer was cut off at the endpoint's output limit (finish_reason='length'); "
         "raise the endpoint's max_tokens or ask for a shorter answer"
     )
-    assert "sbx: no answer (truncated)" in stderr
+    assert "sbx: no answer, answer cut off" in stderr
     assert _transcript(tmp_path)[-1]["status"] == "truncated"
 
 

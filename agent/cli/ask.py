@@ -37,6 +37,7 @@ from sbx.agent import (
     continue_paused,
     find_transcript,
     read_paused,
+    run_outcome,
     safe_json,
     safe_text,
 )
@@ -240,7 +241,8 @@ def _finish(outcome: Answer, *, as_json: bool) -> NoReturn:
         click.echo(f"sbx: the model needs your answer; continue with: sbx ask --continue "
                    f"{result.run_id} \"your answer\"", err=True)
     elif result.status != "completed":
-        click.echo(f"sbx: no answer ({result.status}): {safe_text(str(result.message))}", err=True)
+        ending = run_outcome(result.status)
+        click.echo(f"sbx: no answer, {ending}: {safe_text(str(result.message))}", err=True)
     records = f"transcript {outcome.transcript}, audit log {outcome.audit_log}"
     click.echo(f"sbx: {safe_text(records)}", err=True)
     sys.exit(_EXIT[result.status])

@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from sbx.agent import Conversation, RunResult, read_resumable, safe_text
+from sbx.agent import Conversation, RunResult, read_resumable, run_outcome, safe_text
 from sbx.agent import resume_conversation as resume
 from sbx.agent.cli.answer_parts import answer_text
 from sbx.agent.cli.display import Progress
@@ -157,7 +157,8 @@ def show(result: RunResult, *, restores: bool = False) -> None:
                    err=True)
         click.echo("(your next line answers it)", err=True)
     else:
-        click.echo(f"sbx: no answer ({result.status}): {safe_text(result.message)}", err=True)
+        ending = run_outcome(result.status)
+        click.echo(f"sbx: no answer, {ending}: {safe_text(result.message)}", err=True)
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
