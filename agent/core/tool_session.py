@@ -364,6 +364,7 @@ class ToolSession(Closing):
         if fresh:
             workspace.discard()
             workspace.take_reset()  # nothing was lost: no reset to report
+            workspace.lost_reason()  # and no loss to restore
             return DATA_NOW.format(name=path.name)
         return DATA_AFTER_RESET.format(name=path.name)
 
