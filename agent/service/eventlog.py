@@ -42,8 +42,9 @@ from sbx.agent.store.models import EventRow
 
 POLL_S = 1.0
 """Seconds between a store-reading stream's reads when no local wake-up comes."""
-STEP_ENDS = frozenset({"tool_result"})
-"""Event types that end a run's step: its events are stored then."""
+STEP_ENDS = frozenset({"tool_result", "plan"})
+"""Event types stored before they are streamed, with what came before them: the end of a
+step, and a plan revision (the run resource shows the plan live, as the stream does)."""
 ENDS = frozenset({"run_end", "run_error"})
 FLUSH_EVENTS = 64
 FLUSH_S = 1.0
@@ -139,16 +140,16 @@ class EventLog:
             state.next_seq = seq + 1
             state.pending.append({"run_id": run_id, "seq": seq, "type": kind, "data": text,
                                   "created_at": time.time()})
+            if not state.closing and (
+                    state.feed is None or kind in STEP_ENDS or len(state.pending) >= FLUSH_EVENTS
+                    or time.time() - state.pending[0]["created_at"] >= FLUSH_S):
+                self._flush(state)
             if state.feed is not None:
                 frame = sse_frame(seq, kind, text)
                 if kind in ENDS or state.held:
                     state.held.append((seq, frame))
                 else:
                     state.feed.add(seq, frame)
-            if not state.closing and (
-                    state.feed is None or kind in STEP_ENDS or len(state.pending) >= FLUSH_EVENTS
-                    or time.time() - state.pending[0]["created_at"] >= FLUSH_S):
-                self._flush(state)
         notify(self.observer.event, principal=principal, run_id=run_id, event=data)
         self.hub.publish(run_id)
         return seq
