@@ -155,6 +155,17 @@ def wait_for_file_in_container(engine: Engine, container_id: str, path: str) -> 
     raise AssertionError(f"{path} never appeared in container {container_id[:12]}")
 
 
+def wait_until(condition, seconds: float = 60.0) -> bool:
+    """Poll a condition no event announces (a container's age, a database session, a
+    cache's expiry): whether it held within `seconds`; the deadline stops a hung test."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def wait_until_removed(engine: Engine, container_id: str, seconds: float = 120) -> None:
     """Wait for the engine's own `destroy` event of `container_id` (at once if it is gone).
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from conftest import TEST_IMAGE
+from conftest import TEST_IMAGE, wait_until
 from sbx.sandbox.capacity import HostCapacity
 from sbx.sandbox.config import container_config
 from sbx.sandbox.errors import HostBusy
@@ -33,16 +32,6 @@ def capacity(tmp_path: Path, sandboxes: int = 8, wait_s: float = 30.0) -> HostCa
 def ours(engine) -> list[dict]:
     """Managed containers created by this test process."""
     return [c for c in engine.managed_containers() if c["Labels"].get("sbx.owner") == owner_tag()]
-
-
-def wait_until(condition, seconds: float = 60.0) -> bool:
-    """Poll a condition no event announces (a container's age); the deadline stops a hung test."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_taken_container_is_ready_serves_one_run_and_is_never_reused(engine, tmp_path) -> None:

@@ -15,8 +15,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import sqlalchemy
 from pydantic import ValidationError
 
 import service_support
+from conftest import wait_until
 from sbx.sandbox.datadrop import DropDir
 from sbx.tools.context import ToolContext
 from sbx.tools.gate import ToolGate, build_gate
@@ -321,20 +320,10 @@ def test_a_cancelled_run_cancels_its_query_at_once(tmp_path, pg_cluster):
     caller = threading.Thread(target=lambda: outcomes.append(
         query(gate, "pg", "SELECT pg_sleep(30) AS slept")))
     caller.start()
-    assert until(lambda: sessions(url) != [], within_s=20)
+    assert wait_until(lambda: sessions(url) != [], 20)
     gate.cancel()
     caller.join(20)
-    ended = until(lambda: sessions(url) == [], within_s=5)
+    ended = wait_until(lambda: sessions(url) == [], 5)
     gate.close()
     assert outcomes and outcomes[0].status == "cancelled", outcomes
     assert ended  # the statement was cancelled with the run, not left for its 60 s
-
-
-def until(condition: Callable[[], bool], within_s: float) -> bool:
-    """Whether `condition` held within `within_s` seconds (looked at ten times a second)."""
-    deadline = time.monotonic() + within_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
