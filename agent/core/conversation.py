@@ -241,8 +241,7 @@ class Conversation(Closing):
         with self._lock:
             self.workspace.discard()
             self.workspace.forget_snapshot()
-            self.workspace.take_reset()  # a fresh start needs no note
-            self.workspace.lost_reason()
+            self.workspace.forget_loss()  # a fresh start needs no note
             self._messages = []
             self.emit(forgotten())  # a later restore replays nothing from before
 

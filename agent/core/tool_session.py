@@ -363,8 +363,7 @@ class ToolSession(Closing):
             fresh = not self._holds_state
         if fresh:
             workspace.discard()
-            workspace.take_reset()  # nothing was lost: no reset to report
-            workspace.lost_reason()  # and no loss to restore
+            workspace.forget_loss()  # nothing was lost: no reset to report, nothing to restore
             return DATA_NOW.format(name=path.name)
         return DATA_AFTER_RESET.format(name=path.name)
 

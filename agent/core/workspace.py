@@ -208,6 +208,11 @@ class Workspace(Closing):
             pending, self.reset_pending = self.reset_pending, False
             return pending
 
+    def forget_loss(self) -> None:
+        """A replaced sandbox lost nothing anyone must hear of: no reset note, no restore."""
+        with self._lock:
+            self.reset_pending, self._lost = False, ""
+
     def lost(self, reason: str, *, cause: LossCause = "replaced") -> None:
         """The interpreter lost its state (a timeout or OOM kill restarted it, a restart)."""
         with self._lock:
