@@ -15,8 +15,8 @@ Three kinds of process, so that model-written code can never speak the protocol:
   budget the host sets.
 * The **zygote** is forked from the supervisor before anything else and
   imports the modules listed in PREIMPORT_LIST (the image recipe's
-  `images/preimport.txt`: numpy, pandas, matplotlib with Agg), once per
-  container. It then only forks kernels when the supervisor asks, so every
+  `images/preimport.txt`: numpy and pandas, what a first question needs), once
+  per container. It then only forks kernels when the supervisor asks, so every
   kernel starts with the data stack already imported, and a reset (timeout,
   OOM kill) forks a fresh copy of that clean state: module attributes a
   previous kernel changed are gone with it. It never sees a request, code or
@@ -104,6 +104,7 @@ import sys
 import time
 import traceback
 import unicodedata
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -429,10 +430,73 @@ class FigureHooks:
         return None
 
 
+class Deferred3D:
+    """A meta-path finder that leaves matplotlib's 3-D projection until a figure asks for it.
+
+    `matplotlib.projections` imports `mpl_toolkits.mplot3d` to register the
+    `3d` projection, so every `import matplotlib.pyplot` paid for it (50-145 ms
+    of CPU here) though few charts are 3-D. While `matplotlib.projections` runs,
+    this finder refuses that import (matplotlib then registers the others and
+    warns, which is silenced); afterwards the registry imports and registers
+    `Axes3D` the first time `projection="3d"` is looked up. Importing
+    `mpl_toolkits.mplot3d` directly is untouched.
+    """
+
+    deferring = False
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        """Refuse mplot3d inside `matplotlib.projections`; wrap that module's loader."""
+        if name == "mpl_toolkits.mplot3d" and Deferred3D.deferring:
+            raise ImportError("the 3-D projection is imported on first use")
+        if name != "matplotlib.projections" or Deferred3D.deferring:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                original = spec.loader.exec_module
+
+                def exec_module(module: Any, original: Any = original) -> None:
+                    Deferred3D.deferring = True
+                    try:
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            original(module)
+                    finally:
+                        Deferred3D.deferring = False
+                    register_3d_on_use(module.projection_registry)
+
+                spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+                return spec
+        return None
+
+
+def register_3d_on_use(registry: Any) -> None:
+    """Make `registry` import and register the 3-D projection when `3d` is first asked for."""
+    original = registry.get_projection_class
+
+    def get_projection_class(name: Any, *args: Any, **kwargs: Any) -> Any:
+        if name == "3d" and "3d" not in registry.get_projection_names():
+            from mpl_toolkits.mplot3d import Axes3D
+
+            registry.register(Axes3D)
+        return original(name, *args, **kwargs)
+
+    registry.get_projection_class = get_projection_class
+
+
+def defer_3d_projection() -> None:
+    """Install `Deferred3D` once (the zygote before its imports, each kernel before its code)."""
+    if not any(isinstance(finder, Deferred3D) for finder in sys.meta_path):
+        sys.meta_path.insert(0, Deferred3D())
+
+
 def install_figure_hooks() -> None:
     """Patch matplotlib now if it is imported (the zygote preimported it), else on import."""
     if not any(isinstance(finder, FigureHooks) for finder in sys.meta_path):
         sys.meta_path.insert(0, FigureHooks())
+    defer_3d_projection()
     for name in ("matplotlib.pyplot", "matplotlib.figure"):
         if name in sys.modules:
             patch_figures(sys.modules[name])
@@ -1115,6 +1179,7 @@ def preimport(names: list[str], separated: bool) -> None:
         names = []
     if os.environ.get("SBX_PREIMPORT") != "1":  # only the warm pool's containers: the host
         names = []  # creates the others for a caller, who would wait for imports it may not use
+    defer_3d_projection()
     with code_identity(separated):
         config = seed_font_cache()
         with writable_for_us(config):
