@@ -478,9 +478,7 @@ def register_3d_on_use(registry: Any) -> None:
 
     def get_projection_class(name: Any, *args: Any, **kwargs: Any) -> Any:
         if name == "3d" and "3d" not in registry.get_projection_names():
-            from mpl_toolkits.mplot3d import Axes3D
-
-            registry.register(Axes3D)
+            registry.register(importlib.import_module("mpl_toolkits.mplot3d").Axes3D)
         return original(name, *args, **kwargs)
 
     registry.get_projection_class = get_projection_class

@@ -7,13 +7,24 @@ Built from measured inputs (no engine, no timing asserts): the list itself,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from sbx.agent.bench import every
 from sbx.agent.bench.restore import SNAPSHOT_VS_LIVE, SNAPSHOT_VS_REPLAY, RestoreBench
 from sbx.agent.bench.serve_options import ServeBenchOptions
 from sbx.agent.bench.serve_report import LevelFigures, ServeBenchReport
-from sbx.sandbox.bench.felt import BENCH, GOALS, RESTORE, SERVE, felt_targets, render_felt
+from sbx.sandbox.bench.felt import (
+    BENCH,
+    GOALS,
+    RESTORE,
+    SERVE,
+    felt_targets,
+    merge_felt,
+    render_felt,
+)
 from sbx.sandbox.bench.stats import BenchReport, Summary
 from sbx.sandbox.bench.targets import BASELINE, POOLED, evaluate_targets
 from sbx.sandbox.bench.workloads import FIRST_QUESTION
@@ -44,6 +55,9 @@ def test_the_list_holds_every_target_of_the_issue_and_who_measures_it() -> None:
     assert (found["first_question"]["measured"], found["first_question"]["met"]) == (0.05, True)
     assert found["burst"]["note"] == "measured by `sbx bench serve`"
     assert found["restore_first_answer_vs_live"]["note"] == "measured by `sbx bench restore`"
+    served = {item.goal.key: item.note for item in felt_targets({}, bench=SERVE)}
+    assert served["restore_first_answer_vs_live"] == (
+        "measured by `sbx bench restore` and `sbx bench`")
     assert found["idle_memory"]["note"] == ""  # this bench's own, not measured this time
     with pytest.raises(ValueError, match="not a target"):
         felt_targets({"speed": 1.0}, bench=BENCH)
@@ -57,7 +71,7 @@ def test_a_bound_from_below_is_met_at_or_above_it() -> None:
     assert felt_targets({"busy_cores": 0.64}, bench=SERVE)[4].met is False
     text = "\n".join(render_felt(list(felt.values())))
     assert "  met              0.9  >= 0.9      busy cores during a 32-conversation" in text
-    assert "NOT MET" in text and "(measured by `sbx bench restore`)" in text
+    assert "NOT MET" in text and "(measured by `sbx bench restore` and `sbx bench`)" in text
 
 
 def test_sbx_bench_json_reports_every_target_from_its_own_numbers() -> None:
@@ -88,8 +102,9 @@ def _level(count: int, *, serve: float, core: float, first_event: float) -> Leve
     level.first_events = [first_event] * count
     level.phases = {"core": 1, "serve": 1}
     level.cpu_s["core"].update(process=0.011 * count)
-    level.cpu_s["serve"].update(process=0.044 * count, host=3.0)
-    level.wall_s = {"core": 1.0, "serve": 2.0}
+    level.cpu_s["serve"].update(process=0.044 * count, host=9.0, after=3.0)
+    level.wall_s = {"core": 1.0, "serve": 5.0}
+    level.calm_wall_s = {"core": 1.0, "serve": 2.0}  # the later questions, no builds
     return level
 
 
@@ -106,7 +121,8 @@ def test_sbx_bench_serve_json_reports_every_target_from_its_levels() -> None:
                        "busy_cores": 0.75}
     assert [found[key]["met"] for key in KEYS[:5]] == [False, False, False, False, False]
     assert found["pooled_cpu"]["note"] == "measured by `sbx bench`"
-    assert found["burst"]["note"] == "the bench's pandas question without the 10 MB CSV"
+    assert found["burst"]["note"] == ""  # the CSV's first question, at 32
+    assert data["levels"][1]["later_questions_wall_s"] == {"core": 1.0, "serve": 2.0}
     assert data["docker_runs_ms"]["p99"] == 12000.0
     assert data["levels"][1]["first_answer_p99_ms"] == {"core": 600.0, "serve": 1800.0}
     assert data["levels"][1]["first_event_p99_ms"] == 900.0
@@ -120,7 +136,10 @@ def test_a_serve_run_without_the_level_of_one_cannot_compare_first_events() -> N
     assert found["first_event"]["measured"] is None
     assert found["first_event"]["note"] == "needs the levels 1 and a higher one"
     assert found["http_p99"]["note"] == "at 8 at once"
-    assert str(found["burst"]["note"]).endswith("without the 10 MB CSV; at 8 at once")
+    assert found["burst"]["note"] == "at 8 at once"
+    report.levels[0].calm_wall_s = {"core": 0.0, "serve": 0.0}  # no later questions
+    busy = _every_target(json.loads(json.dumps(report.as_json()))["targets"])["busy_cores"]
+    assert busy["measured"] is None and str(busy["note"]).startswith("needs later questions")
     assert found["burst"]["measured"] is None  # no docker runs measured
     assert _every_target([t.as_json() for t in ServeBenchReport(
         options=ServeBenchOptions()).felt()])["burst"]["measured"] is None
@@ -133,3 +152,63 @@ def test_the_restore_targets_are_the_restore_benchs_own_names_and_limits() -> No
     listed = {goal.key: goal.limit for goal in GOALS if goal.by == RESTORE}
     assert own == listed == {"restore_first_answer_vs_live": SNAPSHOT_VS_LIVE,
                              "restore_first_answer_vs_full_replay": SNAPSHOT_VS_REPLAY}
+
+
+def _serve_report() -> ServeBenchReport:
+    report = ServeBenchReport(options=ServeBenchOptions(levels=(1, 32), questions=1, rounds=1),
+                              cores=2)
+    report.levels = [_level(1, serve=0.05, core=0.04, first_event=0.03),
+                     _level(32, serve=1.8, core=0.6, first_event=0.9)]
+    report.docker_runs_s = [12.0] * 32
+    return report
+
+
+def test_sbx_bench_measures_every_target_with_its_serve_and_restore_parts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sbx bench` runs the other two benches as parts (their harnesses stand in here: the
+    test is about the one list, each harness has its own tests) and merges their targets."""
+    asked: dict[str, Any] = {}
+
+    def serve(options: ServeBenchOptions, progress: Callable[[str], None]) -> ServeBenchReport:
+        asked["serve"] = options
+        progress("serving")
+        return _serve_report()
+
+    def restore(**kwargs: Any) -> RestoreBench:
+        asked["restore"] = kwargs
+        return RestoreBench(cells=10, live_s=[0.1], snapshot_s=[0.4], restored_s=[4.0])
+
+    monkeypatch.setattr(every, "run_serve_bench", serve)
+    monkeypatch.setattr(every, "run_restore_bench", restore)
+    report = BenchReport()
+    report.latency[FIRST_QUESTION] = {BASELINE: Summary.of([1.5]), POOLED: Summary.of([0.12])}
+    report.first_question_cpu = {BASELINE: 0.6, POOLED: 0.5}
+    report.idle_memory = {"cgroup_anon_rss": 60.0}
+    evaluate_targets(report)
+    said: list[str] = []
+    options = ServeBenchOptions(levels=(1, 32), questions=2, rounds=1, image="img")
+    texts = every.add_parts(report, every.Parts(serve=options, restore_rounds=1, image="img"),
+                            said.append)
+    assert asked["serve"] is options and said == ["serve: serving"]
+    assert asked["restore"]["rounds"] == 1 and asked["restore"]["idle"] == 0
+    data = json.loads(json.dumps(report.as_json()))
+    found = _every_target(data["targets"])
+    assert all(found[key]["measured"] is not None for key in KEYS), found
+    assert (found["restore_first_answer_vs_live"]["measured"], found["burst"]["measured"],
+            found["pooled_cpu"]["measured"]) == (4.0, 0.15, 0.833)
+    assert set(data["parts"]) == {"serve", "restore"} and every.serve_ok(report)
+    assert texts[0].startswith("sbx bench serve (part of this run):")
+    assert "What users feel" in texts[0] and "snapshot restore" in texts[1]
+
+
+def test_a_part_left_out_says_so_in_its_targets() -> None:
+    report = BenchReport()
+    evaluate_targets(report)
+    assert every.add_parts(report, every.Parts(serve=None, restore_rounds=0, image="img"),
+                           print) == []
+    found = _every_target([item.as_json() for item in report.felt])
+    assert found["burst"]["note"] == "skipped (--skip serve)"
+    assert found["restore_first_answer_vs_live"]["note"] == "skipped (--skip restore)"
+    assert found["pooled_cpu"]["note"] == "" and report.parts == {}
+    with pytest.raises(ValueError, match="every goal"):
+        merge_felt(report.felt, report.felt[1:])

@@ -151,6 +151,14 @@ def test_a_tiny_real_run_loses_no_event_and_leaves_no_container(engine, announce
                 assert cpu[figure] is not None and cpu[figure] >= 0
     ratio = report["p99_ratio_highest_to_lowest"]
     assert set(ratio) == {"core", "serve"} and all(value > 0 for value in ratio.values())
+    targets = {target["key"]: target for target in report["targets"]}
+    for key in ("burst", "service_cpu", "http_p99", "first_event", "busy_cores"):
+        assert targets[key]["measured"] > 0, targets[key]  # each a figure of this run
+    assert targets["burst"]["note"] == "at 2 at once"  # the CSV's first question, vs docker run
+    assert report["docker_runs_ms"]["p99"] > 0
+    assert report["levels"][1]["later_questions_wall_s"]["serve"] > 0  # busy cores' window
+    assert targets["pooled_cpu"]["measured"] is None
+    assert targets["pooled_cpu"]["note"] == "measured by `sbx bench`"
 
 
 def test_host_room_is_what_the_tightest_cap_holds(monkeypatch):

@@ -38,6 +38,7 @@ from sbx.agent.core.events import StateRestored
 from sbx.agent.core.settings import Endpoint
 from sbx.agent.core.transcript import read_transcript
 from sbx.agent.testing.scripted_model import ScriptedLLM, assistant, tool_call
+from sbx.sandbox.bench.felt import RESTORE, Felt, felt_targets
 from sbx.sandbox.bench.memory import container_memory_bytes
 from sbx.sandbox.pool_config import PoolConfig
 
@@ -125,6 +126,11 @@ class RestoreBench:
                   snapshot / statistics.median(self.restored_s))]
         return [{"name": name, "limit": limit, "measured": round(ratio, 3),
                  "met": ratio <= limit} for name, limit, ratio in pairs]
+
+    def felt(self) -> list[Felt]:
+        """Every target of the speed users feel (`felt.py`), this bench's two measured."""
+        return felt_targets({target["name"]: target["measured"] for target in self.targets()},
+                            bench=RESTORE)
 
     def as_json(self) -> dict[str, Any]:
         """The `--json` document."""

@@ -2,12 +2,18 @@
 
 At each level of concurrency (`--levels`, 1, 8 and 32 conversations at once by
 default, in ascending order), N conversations of Q questions each, all at
-once, with the scripted model (each question: one `execute_python` call that
-uses the previous question's variable, then an answer), run on both sides:
+once, with the scripted model, run on both sides. Every conversation holds a
+10 MB CSV (`sales.csv`): its first question reads it with pandas, a new
+conversation's first pandas question; the later ones use the DataFrame and the
+variable the previous one left (each question: one `execute_python` call,
+then an answer; a program that did not print the CSV's row count fails the
+bench).
 
-    serve    against a real `sbx serve` on 127.0.0.1 (one API key per conversation):
-             POST the question, read its Server-Sent Events until the run ends
-    core     the same conversations through `App` / `Conversation` in this process
+    serve    against a real `sbx serve` on 127.0.0.1 (one API key per conversation,
+             the CSV uploaded once as each key's dataset, each conversation opened
+             over it): POST the question, read its Server-Sent Events until the run ends
+    core     the same conversations through `App` / `Conversation` in this process,
+             the CSV mounted as the conversation's data
 
 Rounds alternate the order (serve, core, core, serve, ...) so that drift on a
 shared host falls on both sides. Both sides run the same demand-sized pool (the
@@ -48,6 +54,7 @@ from sbx.agent.bench.serve_phases import (
     FAKE_KEY,
     MODEL,
     Opening,
+    Responder,
     Sample,
     ServerProcess,
     core_phase,
@@ -55,7 +62,7 @@ from sbx.agent.bench.serve_phases import (
     http_phase,
     open_over_http,
     process_cpu_s,
-    respond,
+    upload_over_http,
 )
 from sbx.agent.bench.serve_pool import PoolFigures, core_pool, server_pool, settle, warmed
 from sbx.agent.bench.serve_report import LevelFigures, ServeBenchReport
@@ -66,6 +73,7 @@ from sbx.agent.store.db import Database
 from sbx.agent.store.keys import Role, create_key
 from sbx.agent.store.models import EventRow
 from sbx.agent.testing.scripted_model import ScriptedLLM
+from sbx.sandbox.bench.first_question import write_csv
 from sbx.sandbox.engine import Engine
 from sbx.sandbox.gc import owner_tag
 from sbx.sandbox.host_caps import HostCaps, Need
@@ -130,6 +138,12 @@ class _Sides:
     server: ServerProcess
     llm: ScriptedLLM
     keys: list[str]
+    datasets: list[str]
+    """Each key's upload of `csv` (the service's ids), in the order of `keys`."""
+    csv: Path
+    """The 10 MB CSV every conversation asks about (the core mounts it as data)."""
+    model: Responder
+    """The scripted model's turns (it keeps the results that lack the expected output)."""
     endpoint: Endpoint
     root: Path
     reads: dict[str, Callable[[], PoolFigures]]
@@ -142,6 +156,9 @@ def _rounds(report: ServeBenchReport, root: Path, server: ServerProcess, llm: Sc
     config = load_config(root / "policy.toml")
     report.host_room = host_room(config.limits)
     keys = _keys(server.database, o.most)
+    csv = write_csv(root / "csv")
+    progress(f"uploading the CSV as a dataset of each of {len(keys)} keys")
+    datasets = upload_over_http(server, keys, csv)
     admin = _keys(server.database, 1, prefix="bench-ops", role="admin")[0]
     endpoint = Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model=MODEL)
     served: list[Sample] = []
@@ -149,9 +166,9 @@ def _rounds(report: ServeBenchReport, root: Path, server: ServerProcess, llm: Sc
                   audit_log=root / "core-audit.jsonl", image=o.image) as app, \
             httpx2.Client(base_url=server.url, timeout=httpx2.Timeout(30.0, connect=10.0),
                           headers={"Authorization": f"Bearer {admin}"}) as ops:
-        sides = _Sides(app=app, server=server, llm=llm, keys=keys, endpoint=endpoint,
-                       root=root, reads={"core": lambda: core_pool(app),
-                                         "serve": lambda: server_pool(ops)})
+        sides = _Sides(app=app, server=server, llm=llm, keys=keys, datasets=datasets, csv=csv,
+                       model=Responder(), endpoint=endpoint, root=root,
+                       reads={"core": lambda: core_pool(app), "serve": lambda: server_pool(ops)})
         settle(*sides.reads.values())  # the pools' first fill is no phase's cost
         for count in o.levels:
             level = LevelFigures(conversations=count, separated=count <= report.host_room)
@@ -164,7 +181,7 @@ def _rounds(report: ServeBenchReport, root: Path, server: ServerProcess, llm: Sc
                         served += samples
                 if count == o.most:
                     progress(f"{count} hardened docker runs of the question at once")
-                    report.docker_runs_s += docker_burst(count, config.limits, o.image)
+                    report.docker_runs_s += docker_burst(count, config.limits, o.image, csv)
     return served
 
 
@@ -172,30 +189,36 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
            ) -> list[Sample]:
     """One side's phase at one level: its samples, CPU parts and pool takes added to `level`."""
     count, questions = level.conversations, report.options.questions
-    sides.llm.script([respond] * count * questions * 2)
+    sides.llm.script([sides.model] * count * questions * 2)
     pid = sides.server.proc.pid if side == "serve" else None
-    opening = Opening(count, wait=level.separated)
+    opening = Opening(count, wait=level.separated, calm=lambda: settle(*sides.reads.values()))
     ahead = _announce(report, side, sides, count) if report.options.announced else None
     took = sides.reads[side]()
     before = process_cpu_s(pid), host_busy_s()
     started = time.perf_counter()
     if side == "serve":
-        batches = http_phase(sides.server, sides.keys[:count], questions, opening, ahead)
+        batches = http_phase(sides.server, sides.keys[:count], sides.datasets[:count],
+                             questions, opening, ahead)
     else:
-        batches = core_phase(sides.app, sides.endpoint, sides.root, count, questions, opening)
+        batches = core_phase(sides.app, sides.endpoint, sides.root, sides.csv, count,
+                             questions, opening)
         sides.app.expect_sessions(0)
     after = process_cpu_s(pid), host_busy_s()
-    level.wall_s[side] += time.perf_counter() - started
+    ended = time.perf_counter()
+    level.wall_s[side] += ended - started
     settle(*sides.reads.values())
     settled = host_busy_s()
     taken = sides.reads[side]()
     opened = after[1] if opening.at is None else opening.at
+    calm = after[1] if opening.calm_at is None else opening.calm_at
     used = level.cpu_s[side]
     used["process"] += after[0] - before[0]
     used["host"] += after[1] - before[1]
     used["opening"] += opened - before[1]
-    used["after"] += after[1] - opened
-    used["refill"] += settled - after[1]
+    used["after"] += after[1] - calm
+    used["refill"] += (calm - opened) + (settled - after[1])
+    if opening.calm_t is not None:
+        level.calm_wall_s[side] += ended - opening.calm_t
     level.takes[side]["hit"] += taken.hits - took.hits
     level.takes[side]["miss"] += taken.misses - took.misses
     level.phases[side] += 1
@@ -204,6 +227,9 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     level.first_events.extend(s.first_event_s for s in samples if s.first_event_s is not None)
     level.seconds[side].extend(sample.seconds for sample in samples)
     report.statuses.update(sample.status for sample in samples)
+    if sides.model.wrong:
+        raise ServeBenchError(f"{side} at {count} at once: {len(sides.model.wrong)} question(s) "
+                              f"did not read the CSV: {sides.model.wrong[0]!r}")
     if sides.llm.remaining:
         statuses = dict(Counter(sample.status for sample in samples))
         raise ServeBenchError(f"{side} at {count} at once: {sides.llm.remaining} scripted turns "
@@ -221,7 +247,7 @@ def _announce(report: ServeBenchReport, side: str, sides: _Sides, count: int
     """
     opened = None
     if side == "serve":
-        opened = open_over_http(sides.server, sides.keys[:count])
+        opened = open_over_http(sides.server, sides.keys[:count], sides.datasets[:count])
     else:
         sides.app.expect_sessions(count)
     if not warmed(sides.reads[side], count):

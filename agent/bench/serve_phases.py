@@ -40,25 +40,48 @@ from sbx.agent.core.app import App
 from sbx.agent.core.conversation import ConversationSpec
 from sbx.agent.core.settings import Endpoint
 from sbx.agent.testing.scripted_model import Reply, ScriptedCall, ScriptedRequest
+from sbx.sandbox.bench.first_question import CSV_ROWS
 
 FAKE_KEY = "sk-bench-SCRIPTED0123456789abcdefghij"
 MODEL = "scripted"
-CODE = ("import pandas as pd\nn = globals().get('n', 0) + 1\n"
-        "print('question', int(pd.Series([n]).sum()))")
-"""Each question's program: a pandas question using the variable the previous one left."""
+CSV_PATH = "/data/sales.csv"
+"""Where each conversation's dataset (`sbx.sandbox.bench.first_question.write_csv`) is seen."""
+CODE = ("import pandas as pd\nif 'frame' not in globals():\n"
+        f"    frame = pd.read_csv({CSV_PATH!r})\n"
+        "n = globals().get('n', 0) + 1\n"
+        "print('question', n, 'rows', len(frame))")
+"""Each question's program: the first reads the 10 MB CSV (a new conversation's first pandas
+question), later ones use the DataFrame and the variable the previous one left."""
 DEADLINE_S = 900.0
 """A phase that has not finished by then is a failure, not a longer wait."""
 START_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 180.0
 
 
-def respond(request: ScriptedRequest) -> Reply:
-    """The scripted model: run the program, then (after its result) answer without numbers."""
-    messages = request.body.get("messages") or [{}]
-    if messages[-1].get("role") == "tool":
-        return Reply(content="Done: the program ran.")
-    arguments = json.dumps({"code": CODE})
-    return Reply(tool_calls=(ScriptedCall(name="execute_python", arguments=arguments),))
+EXPECT = f"rows {CSV_ROWS}"
+"""What every question's program prints (`CSV_ROWS` rows were read)."""
+
+
+class Responder:
+    """The scripted model: run the program, then (after its result) answer without numbers.
+
+    A program's result without `EXPECT` (the CSV unread, a traceback) is kept in
+    `wrong`: the bench fails rather than time questions that did not do the work.
+    """
+
+    def __init__(self) -> None:
+        self.wrong: list[str] = []
+
+    def __call__(self, request: ScriptedRequest) -> Reply:
+        """The next turn for `request`."""
+        messages = request.body.get("messages") or [{}]
+        if messages[-1].get("role") == "tool":
+            content = str(messages[-1].get("content") or "")
+            if EXPECT not in content:
+                self.wrong.append(content[:300])
+            return Reply(content="Done: the program ran.")
+        arguments = json.dumps({"code": CODE})
+        return Reply(tool_calls=(ScriptedCall(name="execute_python", arguments=arguments),))
 
 
 @dataclass(kw_only=True)
@@ -162,22 +185,33 @@ class Opening:
     The first question of a conversation takes its sandbox (a warm container or
     one created on its path), so the host's CPU from the phase's start to the
     moment the last conversation has its first answer (`at`) is what opening
-    the phase's conversations cost; what follows is their later questions.
-    Everyone waits for the slowest first answer there: a later question's
-    latency does not include that wait (it is timed from its own asking).
-    With `wait` false (more conversations than the host's caps hold at once:
-    those holding a sandbox must go on, or the rest would queue for the cap
-    in vain) nobody waits and nothing is noted.
+    the phase's conversations cost. Then, before anyone goes on, `calm` runs
+    (the bench lets both pools build what replaces the containers taken), and
+    the host's CPU and the clock are read again (`calm_at`, `calm_t`): the later
+    questions that follow run with no container being built, the window the
+    busy-cores target reads. Everyone waits for the slowest first answer there:
+    a later question's latency does not include that wait (it is timed from its
+    own asking). With `wait` false (more conversations than the host's caps hold
+    at once: those holding a sandbox must go on, or the rest would queue for the
+    cap in vain) nobody waits and nothing is noted.
     """
 
-    def __init__(self, count: int, *, wait: bool = True) -> None:
+    def __init__(self, count: int, *, wait: bool = True,
+                 calm: Callable[[], object] = lambda: None) -> None:
         self.wait = wait
         self.at: float | None = None
         """The host's busy CPU seconds when the last conversation passed (if `wait`)."""
+        self.calm_at: float | None = None
+        """The host's busy CPU seconds once `calm` returned (if `wait`)."""
+        self.calm_t: float | None = None
+        """`time.perf_counter()` once `calm` returned (if `wait`)."""
+        self._calm = calm
         self._barrier = threading.Barrier(count, action=self._mark, timeout=DEADLINE_S)
 
     def _mark(self) -> None:
         self.at = host_busy_s()
+        self._calm()
+        self.calm_at, self.calm_t = host_busy_s(), time.perf_counter()
 
     def passed(self) -> None:
         """Wait until every conversation of the phase has had its first answer (if `wait`)."""
@@ -216,18 +250,29 @@ def run_concurrently(count: int, work: Callable[[int], list[Sample]],
         return [future.result() for future in futures]
 
 
-def open_over_http(server: ServerProcess, keys: list[str]) -> list[str]:
-    """One new conversation per key, one after another: their ids (an announced burst)."""
+def upload_over_http(server: ServerProcess, keys: list[str], csv: Path) -> list[str]:
+    """The CSV uploaded as a dataset of each key, one after another: the datasets' ids."""
     ids = []
     for key in keys:
-        with _client(server, key) as client:
-            ids.append(_create_conversation(client))
+        with _client(server, key) as client, csv.open("rb") as handle:
+            uploaded = client.post("/v1/datasets", files={"file": (csv.name, handle, "text/csv")})
+            _expect(uploaded, 201)
+            ids.append(str(uploaded.json()["id"]))
     return ids
 
 
-def http_phase(server: ServerProcess, keys: list[str], questions: int, opening: Opening,
-               opened: list[str] | None = None) -> list[list[Sample]]:
-    """Each key holds one conversation and asks `questions` questions, all keys at once.
+def open_over_http(server: ServerProcess, keys: list[str], datasets: list[str]) -> list[str]:
+    """One new conversation per key over its dataset, one after another (an announced burst)."""
+    ids = []
+    for key, dataset in zip(keys, datasets, strict=True):
+        with _client(server, key) as client:
+            ids.append(_create_conversation(client, dataset))
+    return ids
+
+
+def http_phase(server: ServerProcess, keys: list[str], datasets: list[str], questions: int,
+               opening: Opening, opened: list[str] | None = None) -> list[list[Sample]]:
+    """Each key holds one conversation over its dataset and asks `questions`, all at once.
 
     `opened`: the conversations, already created (`open_over_http`), one per key;
     None creates each as its thread starts.
@@ -235,7 +280,8 @@ def http_phase(server: ServerProcess, keys: list[str], questions: int, opening: 
 
     def conversation(index: int) -> list[Sample]:
         with _client(server, keys[index]) as client:
-            conversation_id = opened[index] if opened else _create_conversation(client)
+            conversation_id = (opened[index] if opened
+                               else _create_conversation(client, datasets[index]))
             samples = [_ask_over_http(client, conversation_id, 1)]
             opening.passed()
             samples += [_ask_over_http(client, conversation_id, number)
@@ -252,8 +298,8 @@ def _client(server: ServerProcess, key: str) -> httpx2.Client:
                          timeout=httpx2.Timeout(300.0, connect=10.0))
 
 
-def _create_conversation(client: httpx2.Client) -> str:
-    created = client.post("/v1/conversations", json={})
+def _create_conversation(client: httpx2.Client, dataset: str) -> str:
+    created = client.post("/v1/conversations", json={"datasets": [dataset]})
     _expect(created, 201)
     return str(created.json()["id"])
 
@@ -289,12 +335,13 @@ def _expect(response: httpx2.Response, status: int) -> None:
                               f"{response.status_code} (expected {status}): {body}")
 
 
-def core_phase(app: App, endpoint: Endpoint, root: Path, count: int, questions: int,
+def core_phase(app: App, endpoint: Endpoint, root: Path, csv: Path, count: int, questions: int,
                opening: Opening) -> list[list[Sample]]:
     """The same conversations through the application core, in this process, all at once."""
 
     def conversation(index: int) -> list[Sample]:
-        spec = ConversationSpec(principal=f"bench:{index}", output_root=root / "output")
+        spec = ConversationSpec(principal=f"bench:{index}", data=(csv,),
+                                output_root=root / "output")
         transcript = root / "transcripts" / f"{index}-{time.monotonic_ns()}.jsonl"
         samples = []
         with app.conversation(spec, endpoint=endpoint, transcript=transcript) as talk:

@@ -17,10 +17,15 @@ The CPU figures, and what each includes:
                        path), per conversation; an announced burst was created,
                        and its pool warmed, before the phase began
     host/q after       the host while the conversations asked their later questions
-                       (each in the sandbox it holds), per later question
-    host/conv refill   the host from a phase's end until both pools had settled (the
-                       containers the pool built to replace what the phase took, and
-                       the removal of the phase's own), per conversation
+                       (each in the sandbox it holds, no container being built: both
+                       pools settled first), per later question
+    host/conv refill   the host while both pools settled after the first answers and
+                       again after the phase's end (the containers the pool built to
+                       replace what the phase took, and the removal of the phase's
+                       own), per conversation
+
+The busy-cores target is the host's CPU over the later questions' window (after
+the refills, so no container is built) over that window's wall time and cores.
 """
 
 from __future__ import annotations
@@ -75,6 +80,9 @@ class LevelFigures:
     """Phases run per side (one per round)."""
     wall_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SIDES, 0.0))
     """Wall-clock seconds of each side's phases (asking to the last run's end)."""
+    calm_wall_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SIDES, 0.0))
+    """Wall-clock seconds of each side's later questions, after both pools settled (the
+    window of `cpu_s[side]["after"]`; 0 when opening was not measured apart)."""
     first_answers: dict[str, list[float]] = field(
         default_factory=lambda: {side: [] for side in SIDES})
     """Each conversation's first question (the one that takes its sandbox), per side."""
@@ -118,6 +126,8 @@ class LevelFigures:
                                                     * 1000, 1) for side in SIDES},
                 "first_event_p99_ms": round(percentile(self.first_events, 99) * 1000, 1),
                 "wall_s": {side: round(self.wall_s[side], 3) for side in SIDES},
+                "later_questions_wall_s": {side: round(self.calm_wall_s[side], 3)
+                                           for side in SIDES},
                 "pool_takes": self.takes}
 
 
@@ -188,20 +198,19 @@ class ServeBenchReport:
         latency = high.latency_ms()
         process = {side: ratio(high.cpu_s[side]["process"], len(high.seconds[side]))
                    for side in SIDES}
-        busy = ratio(high.cpu_s["serve"]["host"], high.wall_s["serve"] * self.cores)
+        busy = ratio(high.cpu_s["serve"]["after"], high.calm_wall_s["serve"] * self.cores)
         at = f"at {high.conversations} at once"
         notes = {key: at for key in ("burst", "http_p99", "busy_cores", "service_cpu")
                  if high.conversations != 32}
+        if busy is None:
+            notes["busy_cores"] = ("needs later questions (--questions 2 or more) and a level "
+                                   "the host's caps hold at once")
         first_event = None
         if low.conversations == 1 and len(self.levels) > 1:
             first_event = ratio(percentile(high.first_events, 99),
                                  percentile(low.first_events, 99))
         else:
             notes["first_event"] = "needs the levels 1 and a higher one"
-        notes["burst"] = "; ".join(["the bench's pandas question without the 10 MB CSV",
-                                    *([at] if "burst" in notes else [])])
-        if not self.options.announced:
-            notes["busy_cores"] = "unannounced: the burst includes container builds"
         return felt_targets({
             "burst": ratio(percentile(high.first_answers["serve"], 99),
                             percentile(self.docker_runs_s, 99)),

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from sbx.agent.bench.every import PARTS, Parts, add_parts, serve_ok
 from sbx.agent.bench.gate import GateRefused, add_gate, add_gate_concurrency
 from sbx.agent.bench.restore import run_restore_bench
 from sbx.agent.bench.serve import run_serve_bench
@@ -33,6 +34,22 @@ from sbx.sandbox.bench.run import BenchOptions, run_bench
 from sbx.sandbox.config import DEFAULT_IMAGE
 
 
+class LevelsType(click.ParamType[tuple[int, ...]]):
+    """`--levels 1,8,32`: the harness's own rule (`parse_levels`), refused as a usage error."""
+
+    name = "levels"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[int, ...]:
+        """The ascending distinct levels, or a one-line usage error."""
+        if isinstance(value, tuple):
+            return value
+        try:
+            return parse_levels(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 @click.group("bench", invoke_without_command=True)
 @click.option("--quick", is_flag=True, help="A short run: 3 repetitions, 8 runs per throughput.")
 @click.option("--reps", type=click.IntRange(1, 1000), help="Timed repetitions per latency cell.")
@@ -45,12 +62,16 @@ from sbx.sandbox.config import DEFAULT_IMAGE
     help="Warm containers kept during the bench.",
 )
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
+@click.option("--serve-levels", type=LevelsType(), default="1,32", show_default=True,
+              help="The service part's levels (conversations at once), as `sbx bench serve`.")
+@click.option("--skip", type=click.Choice(PARTS), multiple=True,
+              help="Leave out a part (its targets then say so): serve, restore.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 @operator_errors
 def bench_command(
     ctx: click.Context, quick: bool, reps: int | None, runs: int | None, pool_size: int,
-    image: str, as_json: bool,
+    image: str, serve_levels: tuple[int, ...], skip: tuple[str, ...], as_json: bool,
 ) -> None:
     """Measure sbx against its floors and a hardened `docker run`, interleaved in one run.
 
@@ -58,9 +79,13 @@ def bench_command(
     Prints medians and p90 per workload and mode, the ratios to the floor and
     to the baseline, throughput at concurrency 1/4/8, an idle pooled
     container's memory, the gate's overhead, and which targets are met.
-    Respects the host caps (SBX_MAX_SANDBOXES, SBX_MAX_MEMORY, SBX_MAX_CPUS).
-    `sbx bench ds1000 PROBLEMS.jsonl` measures the image's data stack instead;
-    `sbx bench serve` what the HTTP service adds over the in-process core.
+    Then, as parts of the same run, the service's bench (`sbx bench serve` at
+    --serve-levels) and the restore's (`sbx bench restore` without its idle
+    memory), so the report carries every target of the speed users feel
+    with its figure; --skip leaves a part out. Respects the host caps
+    (SBX_MAX_SANDBOXES, SBX_MAX_MEMORY, SBX_MAX_CPUS; raise them for 32 at
+    once, see `sbx bench serve --help`). `sbx bench ds1000 PROBLEMS.jsonl`
+    measures the image's data stack instead.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -82,11 +107,22 @@ def bench_command(
         add_gate_concurrency(report, calls=max(20, options.reps * 4))
     except GateRefused as refused:
         fail(str(refused))
+    parts = Parts(
+        serve=None if "serve" in skip else ServeBenchOptions(
+            levels=serve_levels, questions=2 if quick else 3, rounds=1 if quick else 2,
+            image=image),
+        restore_rounds=0 if "restore" in skip else 1 if quick else 3, image=image)
+    try:
+        texts = add_parts(report, parts, progress)
+    except ServeBenchError as exc:
+        fail(f"bench serve part: {exc}")
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=2))
     else:
-        click.echo(render(report))
+        click.echo("\n\n".join([*texts, render(report)]))
     sys.stdout.flush()
+    if not serve_ok(report):
+        sys.exit(1)
 
 
 @bench_command.command("ds1000")
@@ -138,22 +174,6 @@ def ds1000_with_hints(problems: Path, *, image: str, jobs: int,
     report = ds1000.run_ds1000(chosen, image=image, jobs=jobs, progress=progress)
     hinted = measure_hints(report, chosen, image=image, jobs=jobs)
     return ds1000.render(report) + "\n\n" + hinted.render()
-
-
-class LevelsType(click.ParamType[tuple[int, ...]]):
-    """`--levels 1,8,32`: the harness's own rule (`parse_levels`), refused as a usage error."""
-
-    name = "levels"
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> tuple[int, ...]:
-        """The ascending distinct levels, or a one-line usage error."""
-        if isinstance(value, tuple):
-            return value
-        try:
-            return parse_levels(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
 
 
 @bench_command.command("serve")

@@ -1,11 +1,12 @@
 """The speed users feel: one list of targets, each a ratio from one run, for every bench.
 
-`sbx bench` and `sbx bench serve` each measure some of these and report the
-whole list (`sbx bench restore` reports its two, under the same names), so a
+`sbx bench` measures all of them (it runs the service's and the restore's
+benches as parts of its run, `sbx.agent.bench.every`); `sbx bench serve` and
+`sbx bench restore` measure their own and report the whole list too, so a
 reader sees in one place what was met, what was not, and which command
-measures what it left out (`measured` is null there). Every figure is a ratio
-of two things measured in the same run on the same host, so a slow or shared
-host moves both sides.
+measures what a run left out (`measured` is null there, and the note says
+why). Every figure is a ratio of two things measured in the same run on the
+same host, so a slow or shared host moves both sides.
 
     burst              32 new conversations over HTTP, each a first pandas question
                        of a 10 MB CSV, pool sized from demand: p99 to `run_end` over
@@ -125,9 +126,27 @@ def felt_targets(measured: Mapping[str, float | None], *, bench: str,
         value = measured.get(goal.key)
         note = notes.get(goal.key, "")
         if value is None and not note and goal.by != bench:
-            note = f"measured by `{goal.by}`"
+            also = "" if goal.by == BENCH or bench == BENCH else f" and `{BENCH}`"
+            note = f"measured by `{goal.by}`{also}"
         felt.append(Felt(goal=goal, measured=value, note=note))
     return felt
+
+
+def merge_felt(*lists: list[Felt]) -> list[Felt]:
+    """One list from several benches' (each `felt_targets` of one run): every goal's figure.
+
+    A goal takes the first measured figure among the lists, else the entry of the
+    bench that measures it (its note says why it is missing), else the first.
+    """
+    merged = []
+    for index, goal in enumerate(GOALS):
+        entries = [items[index] for items in lists if len(items) > index]
+        if any(item.goal.key != goal.key for item in entries):
+            raise ValueError("each list must hold every goal, in the order of GOALS")
+        measured = [item for item in entries if item.measured is not None]
+        own = [item for item in entries if item.note and not item.note.startswith("measured by")]
+        merged.append((measured or own or entries)[0])
+    return merged
 
 
 def render_felt(felt: list[Felt]) -> list[str]:

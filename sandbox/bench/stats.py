@@ -88,6 +88,8 @@ class BenchReport:
     """Earlier issues' targets as ratios, met or not (`earlier_targets` in the JSON)."""
     felt: list[Felt] = field(default_factory=list)
     """The speed users feel: every target with this run's figure (`targets` in the JSON)."""
+    parts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The other benches this run included (`serve`, `restore`): each one's own JSON."""
     notes: list[str] = field(default_factory=list)
     """Caveats worth reading next to the numbers."""
 
@@ -120,5 +122,6 @@ class BenchReport:
             },
             "targets": [item.as_json() for item in self.felt],
             "earlier_targets": [vars(t) for t in self.targets],
+            "parts": self.parts,
             "notes": self.notes,
         }
