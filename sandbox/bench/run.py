@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from tempfile import TemporaryDirectory, mkdtemp
 
+from sbx.sandbox.bench.counted import CountedEngine
 from sbx.sandbox.bench.first_question import measure_first_question
 from sbx.sandbox.bench.floor import PersistentFloor, docker_run, host_floor
 from sbx.sandbox.bench.host import host_busy_seconds
@@ -147,6 +148,10 @@ class _Bench:
             time.monotonic() < deadline
         ):
             time.sleep(0.01)
+
+    def counted_cpu(self) -> float | None:
+        """CPU seconds of the bench's containers, the engine and this process (`counted.py`)."""
+        return self.engine.cpu_seconds() if isinstance(self.engine, CountedEngine) else None
 
     def supported(self, mode: str, workload: Workload) -> bool:
         missing = set(workload.modules) & self.host_missing
@@ -313,7 +318,7 @@ def run_bench(
     progress: Progress = lambda _: None,
 ) -> BenchReport:
     """Measure everything in one run and return the report."""
-    engine = engine or Engine.connect()
+    engine = engine or CountedEngine.open()
     engine.require_image(options.image)
     capacity = capacity or HostCapacity.from_env()
     report = BenchReport()
@@ -330,6 +335,8 @@ def run_bench(
             measure_throughput(bench, report)
         finally:
             bench.close()
+            if isinstance(engine, CountedEngine):
+                engine.forget_parent()
     report.environment["load_after"] = _load()
     report.notes += _notes(options, capacity) + _engine_ceiling(report)
     report.environment["host_floor_missing"] = sorted(bench.host_missing)

@@ -84,6 +84,8 @@ class BenchReport:
     """Gate + audit overhead per tool call (filled by the CLI: `sandbox` never imports `tools`)."""
     first_question_cpu: dict[str, float] = field(default_factory=dict)
     """mode -> median host CPU seconds of one first question with the CSV, refill included."""
+    first_question_counted_cpu: dict[str, float] = field(default_factory=dict)
+    """The same counting only the bench's containers, the engine and the bench (`counted.py`)."""
     targets: list[Target] = field(default_factory=list)
     """Earlier issues' targets as ratios, met or not (`earlier_targets` in the JSON)."""
     felt: list[Felt] = field(default_factory=list)
@@ -119,6 +121,10 @@ class BenchReport:
             "gate": self.gate,
             "first_question_host_cpu_ms": {
                 mode: round(seconds * 1000, 1) for mode, seconds in self.first_question_cpu.items()
+            },
+            "first_question_counted_cpu_ms": {
+                mode: round(seconds * 1000, 1)
+                for mode, seconds in self.first_question_counted_cpu.items()
             },
             "targets": [item.as_json() for item in self.felt],
             "earlier_targets": [vars(t) for t in self.targets],
