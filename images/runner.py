@@ -414,20 +414,30 @@ class FigureHooks:
         """The spec the next finder gives, its loader patching the module once it ran."""
         if name not in ("matplotlib.pyplot", "matplotlib.figure"):
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                original = spec.loader.exec_module
 
-                def exec_module(module: Any, original: Any = original) -> None:
-                    original(module)
-                    patch_figures(module)
+        def exec_module(original: Callable[[Any], None], module: Any) -> None:
+            original(module)
+            patch_figures(module)
 
-                spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-                return spec
-        return None
+        return wrapped_spec(self, name, path, target, exec_module)
+
+
+def wrapped_spec(finder: Any, name: str, path: Any, target: Any,
+                 exec_module: Callable[[Callable[[Any], None], Any], None]) -> Any:
+    """The spec the other finders give for `name`, with `exec_module` wrapped around its loader's.
+
+    `exec_module(original, module)` runs instead of the loader's own; None when no
+    finder has the module.
+    """
+    for other in sys.meta_path:
+        if other is finder or not hasattr(other, "find_spec"):
+            continue
+        spec = other.find_spec(name, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader.exec_module = functools.partial(  # type: ignore[method-assign]
+                exec_module, spec.loader.exec_module)
+            return spec
+    return None
 
 
 class Deferred3D:
@@ -450,26 +460,18 @@ class Deferred3D:
             raise ImportError("the 3-D projection is imported on first use")
         if name != "matplotlib.projections" or Deferred3D.deferring:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                original = spec.loader.exec_module
 
-                def exec_module(module: Any, original: Any = original) -> None:
-                    Deferred3D.deferring = True
-                    try:
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore")
-                            original(module)
-                    finally:
-                        Deferred3D.deferring = False
-                    register_3d_on_use(module.projection_registry)
+        def exec_module(original: Callable[[Any], None], module: Any) -> None:
+            Deferred3D.deferring = True
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    original(module)
+            finally:
+                Deferred3D.deferring = False
+            register_3d_on_use(module.projection_registry)
 
-                spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-                return spec
-        return None
+        return wrapped_spec(self, name, path, target, exec_module)
 
 
 def register_3d_on_use(registry: Any) -> None:

@@ -108,12 +108,17 @@ def _level(count: int, *, serve: float, core: float, first_event: float) -> Leve
     return level
 
 
-def test_sbx_bench_serve_json_reports_every_target_from_its_levels() -> None:
+def _serve_report() -> ServeBenchReport:
     report = ServeBenchReport(options=ServeBenchOptions(levels=(1, 32), questions=1, rounds=1),
                               cores=2)
     report.levels = [_level(1, serve=0.05, core=0.04, first_event=0.03),
                      _level(32, serve=1.8, core=0.6, first_event=0.9)]
     report.docker_runs_s = [12.0] * 32
+    return report
+
+
+def test_sbx_bench_serve_json_reports_every_target_from_its_levels() -> None:
+    report = _serve_report()
     data = json.loads(json.dumps(report.as_json()))
     found = _every_target(data["targets"])
     figures = {key: found[key]["measured"] for key in KEYS[:5]}
@@ -152,15 +157,6 @@ def test_the_restore_targets_are_the_restore_benchs_own_names_and_limits() -> No
     listed = {goal.key: goal.limit for goal in GOALS if goal.by == RESTORE}
     assert own == listed == {"restore_first_answer_vs_live": SNAPSHOT_VS_LIVE,
                              "restore_first_answer_vs_full_replay": SNAPSHOT_VS_REPLAY}
-
-
-def _serve_report() -> ServeBenchReport:
-    report = ServeBenchReport(options=ServeBenchOptions(levels=(1, 32), questions=1, rounds=1),
-                              cores=2)
-    report.levels = [_level(1, serve=0.05, core=0.04, first_event=0.03),
-                     _level(32, serve=1.8, core=0.6, first_event=0.9)]
-    report.docker_runs_s = [12.0] * 32
-    return report
 
 
 def test_sbx_bench_measures_every_target_with_its_serve_and_restore_parts(
