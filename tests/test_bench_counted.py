@@ -10,6 +10,7 @@ import pytest
 from conftest import TEST_IMAGE
 from sbx.sandbox.bench.counted import CountedEngine, daemon_cpu_seconds
 from sbx.sandbox.bench.floor import docker_run
+from sbx.sandbox.bench.render import render
 from sbx.sandbox.bench.stats import BenchReport, Summary
 from sbx.sandbox.bench.targets import BASELINE, POOLED, evaluate_targets
 from sbx.sandbox.bench.workloads import FIRST_QUESTION
@@ -33,8 +34,9 @@ def test_a_removed_containers_cpu_stays_counted_under_the_benchs_parent() -> Non
         assert text.strip() == "spun"
         used = engine.containers_cpu_seconds()
         assert used is not None and used - before >= 0.3  # after the engine removed it
-        whole = engine.cpu_seconds()
+        whole, parts = engine.cpu_seconds(), engine.cpu_parts()
         assert whole is not None and whole - whole_before >= used - before
+        assert parts is not None and set(parts) == {"containers", "engine", "bench"}
     finally:
         engine.forget_parent()
     assert not list(Path("/sys/fs/cgroup").glob(f"*/{engine.parent.lstrip('/')}"))
@@ -69,9 +71,13 @@ def test_the_cpu_target_prefers_the_benchs_own_figure_and_says_which_it_used() -
     report.latency[FIRST_QUESTION] = {BASELINE: Summary.of([1.5]), POOLED: Summary.of([0.12])}
     report.first_question_cpu = {BASELINE: 2.0, POOLED: 4.0}  # the host, others' work in it
     report.first_question_counted_cpu = {BASELINE: 0.6, POOLED: 0.45}
+    report.first_question_cpu_parts = {POOLED: {"containers": 0.3, "engine": 0.1, "bench": 0.05}}
     report.environment = {"cores": 2, "load_before": [9.0], "load_after": [9.0]}
     evaluate_targets(report)
     (cpu,) = [item.as_json() for item in report.felt if item.goal.key == "pooled_cpu"]
     assert (cpu["measured"], cpu["met"]) == (0.75, True)
     assert cpu["note"] == "CPU of the bench's containers, the engine's daemons and the bench"
     assert report.as_json()["first_question_counted_cpu_ms"] == {BASELINE: 600.0, POOLED: 450.0}
+    assert report.as_json()["first_question_counted_cpu_parts_ms"][POOLED] == {
+        "containers": 300.0, "engine": 100.0, "bench": 50.0}
+    assert "sbx fresh (pool) 300 + 100 + 50" in render(report)

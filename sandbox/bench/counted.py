@@ -69,11 +69,17 @@ class CountedEngine(Engine):
 
     def cpu_seconds(self) -> float | None:
         """This bench's containers, the engine's daemons and this process, in CPU seconds."""
+        parts = self.cpu_parts()
+        return None if parts is None else sum(parts.values())
+
+    def cpu_parts(self) -> dict[str, float] | None:
+        """`cpu_seconds` by part: `containers`, `engine` (its daemons), `bench` (this process)."""
         containers = self.containers_cpu_seconds()
         if containers is None:
             return None
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        return containers + daemon_cpu_seconds() + usage.ru_utime + usage.ru_stime
+        return {"containers": containers, "engine": daemon_cpu_seconds(),
+                "bench": usage.ru_utime + usage.ru_stime}
 
     def forget_parent(self) -> None:
         """Remove the parent's (empty) cgroup directories; what cannot be removed stays."""

@@ -79,7 +79,7 @@ class _Bench(Protocol):
 
     def quiesce(self) -> None: ...
 
-    def counted_cpu(self) -> float | None: ...
+    def counted_cpu(self) -> dict[str, float] | None: ...
 
 
 def write_csv(directory: Path, rows: int = CSV_ROWS) -> Path:
@@ -102,7 +102,7 @@ def measure_first_question(bench: _Bench, report: BenchReport, reps: int) -> Non
     csv = write_csv(bench.scratch / "data")
     samples: dict[str, list[float]] = {mode: [] for mode in MODES}
     cpu: dict[str, list[float]] = {mode: [] for mode in MODES}
-    counted: dict[str, list[float]] = {mode: [] for mode in MODES}
+    counted: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     limits, image = bench.options.limits, bench.options.image
     session = bench.pool.session(
         SessionSpec(limits=limits, image=image, data=(csv,), output_dir=bench.scratch / "warm")
@@ -122,13 +122,17 @@ def measure_first_question(bench: _Bench, report: BenchReport, reps: int) -> Non
                     if busy is not None and after is not None:
                         cpu[mode].append(after - busy)
                     if own is not None and own_after is not None:
-                        counted[mode].append(own_after - own)
+                        counted[mode].append({part: own_after[part] - own[part] for part in own})
     finally:
         session.close()
     report.latency[WORKLOAD] = {mode: Summary.of(values) for mode, values in samples.items()}
     report.first_question_cpu = {mode: statistics.median(v) for mode, v in cpu.items() if v}
     report.first_question_counted_cpu = {
-        mode: statistics.median(v) for mode, v in counted.items() if v}
+        mode: statistics.median(sum(sample.values()) for sample in v)
+        for mode, v in counted.items() if v}
+    report.first_question_cpu_parts = {
+        mode: {part: statistics.median(sample[part] for sample in v) for part in v[0]}
+        for mode, v in counted.items() if v}
     report.notes.append(_delivery_note(bench, csv))
 
 

@@ -125,6 +125,10 @@ def render(report: BenchReport) -> str:
     if report.first_question_cpu:
         lines.append("Host CPU per first question with the CSV, ms (refill included): " + ", ".join(
             f"{mode} {seconds * 1000:.0f}" for mode, seconds in report.first_question_cpu.items()))
+    if report.first_question_cpu_parts:
+        lines.append("The same, the bench's containers + the engine's daemons + the bench, ms: "
+                     + ", ".join(f"{mode} " + " + ".join(f"{v * 1000:.0f}" for v in parts.values())
+                                 for mode, parts in report.first_question_cpu_parts.items()))
     lines += ["", *render_felt(report.felt)]
     lines += [f"note: {note}" for note in report.notes]
     return "\n".join(lines)

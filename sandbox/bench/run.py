@@ -149,9 +149,9 @@ class _Bench:
         ):
             time.sleep(0.01)
 
-    def counted_cpu(self) -> float | None:
+    def counted_cpu(self) -> dict[str, float] | None:
         """CPU seconds of the bench's containers, the engine and this process (`counted.py`)."""
-        return self.engine.cpu_seconds() if isinstance(self.engine, CountedEngine) else None
+        return self.engine.cpu_parts() if isinstance(self.engine, CountedEngine) else None
 
     def supported(self, mode: str, workload: Workload) -> bool:
         missing = set(workload.modules) & self.host_missing

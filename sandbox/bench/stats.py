@@ -86,6 +86,8 @@ class BenchReport:
     """mode -> median host CPU seconds of one first question with the CSV, refill included."""
     first_question_counted_cpu: dict[str, float] = field(default_factory=dict)
     """The same counting only the bench's containers, the engine and the bench (`counted.py`)."""
+    first_question_cpu_parts: dict[str, dict[str, float]] = field(default_factory=dict)
+    """mode -> part (`containers`, `engine`, `bench`) -> median CPU seconds of that part."""
     targets: list[Target] = field(default_factory=list)
     """Earlier issues' targets as ratios, met or not (`earlier_targets` in the JSON)."""
     felt: list[Felt] = field(default_factory=list)
@@ -125,6 +127,10 @@ class BenchReport:
             "first_question_counted_cpu_ms": {
                 mode: round(seconds * 1000, 1)
                 for mode, seconds in self.first_question_counted_cpu.items()
+            },
+            "first_question_counted_cpu_parts_ms": {
+                mode: {part: round(seconds * 1000, 1) for part, seconds in parts.items()}
+                for mode, parts in self.first_question_cpu_parts.items()
             },
             "targets": [item.as_json() for item in self.felt],
             "earlier_targets": [vars(t) for t in self.targets],
