@@ -10,7 +10,10 @@ conversation: each takes one sandbox at its first question).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
 
 import click
 import pytest
@@ -23,6 +26,7 @@ from sbx.agent.bench.serve import (
     ServeBenchReport,
     host_room,
 )
+from sbx.agent.bench.serve_phases import process_cpu_s, process_tree
 from sbx.agent.bench.serve_report import LevelFigures, percentile
 from sbx.agent.cli import bench as cli_bench
 from sbx.sandbox.limits import Limits
@@ -183,3 +187,22 @@ def test_a_bench_that_cannot_finish_says_why_in_one_line(monkeypatch):
     assert done.exit_code != 0 and "Traceback" not in done.output
     assert done.output.strip().splitlines()[-1] == (
         "sbx: bench serve: serve at 2 at once: POST /v1/conversations: 503 (expected 201)")
+
+
+def test_a_servers_cpu_includes_the_worker_processes_under_it():
+    """`sbx serve --workers N` runs its workers as child processes: their CPU is the server's."""
+    spin = ("import sys, time\nend = time.process_time() + 0.3\n"
+            "while time.process_time() < end: pass\nprint('spun', flush=True)\ntime.sleep(60)")
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', "
+                               f"{spin!r}])"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline() == "spun\n"
+        tree = process_tree(parent.pid)
+        assert tree[0] == parent.pid and len(tree) == 2
+        assert process_cpu_s(parent.pid) >= 0.3  # the worker's, not the idle parent's
+    finally:
+        for pid in reversed(process_tree(parent.pid)):
+            os.kill(pid, signal.SIGKILL)
+        parent.wait(30)
+        parent.stdout.close()

@@ -110,7 +110,7 @@ def run_serve_bench(options: ServeBenchOptions, progress: Callable[[str], None]
         (root / "policy.toml").write_text(policy_text(options))
         with ScriptedLLM() as llm:
             server = ServerProcess(root=root, policy=root / "policy.toml", image=options.image,
-                                   llm_url=llm.base_url)
+                                   llm_url=llm.base_url, workers=options.workers)
             try:
                 served = _rounds(report, root, server, llm, progress)
             finally:
@@ -118,7 +118,7 @@ def run_serve_bench(options: ServeBenchOptions, progress: Callable[[str], None]
         llm.assert_complete()
         progress("checking events, containers and audit logs")
         _count_events(report, server.database, served)
-        left = {server.owner, owner_tag()}
+        left = {*server.owners, owner_tag()}
         report.containers_left = sum(
             1 for c in Engine.connect().managed_containers() if c["Labels"].get("sbx.owner") in left
         )
@@ -190,11 +190,11 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     """One side's phase at one level: its samples, CPU parts and pool takes added to `level`."""
     count, questions = level.conversations, report.options.questions
     sides.llm.script([sides.model] * count * questions * 2)
-    pid = sides.server.proc.pid if side == "serve" else None
+    read_cpu = sides.server.cpu_s if side == "serve" else process_cpu_s
     opening = Opening(count, wait=level.separated, calm=lambda: settle(*sides.reads.values()))
     ahead = _announce(report, side, sides, count) if report.options.announced else None
     took = sides.reads[side]()
-    before = process_cpu_s(pid), host_busy_s()
+    before = read_cpu(), host_busy_s()
     started = time.perf_counter()
     if side == "serve":
         batches = http_phase(sides.server, sides.keys[:count], sides.datasets[:count],
@@ -203,7 +203,7 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
         batches = core_phase(sides.app, sides.endpoint, sides.root, sides.csv, count,
                              questions, opening)
         sides.app.expect_sessions(0)
-    after = process_cpu_s(pid), host_busy_s()
+    after = read_cpu(), host_busy_s()
     ended = time.perf_counter()
     level.wall_s[side] += ended - started
     settle(*sides.reads.values())

@@ -57,6 +57,10 @@ class ServeBenchOptions:
     `App.expect_sessions`). False: each conversation is opened and asked at once, a burst
     the pool only sees as it arrives."""
 
+    workers: int = 1
+    """`sbx serve --workers N` (worker processes over the same store; 1: the single process
+    every `sbx serve` has). Their CPU counts as the server's."""
+
     @property
     def most(self) -> int:
         """The highest level: what the service's queue and the pool's `max_size` allow."""

@@ -2,7 +2,8 @@
 
     ServerProcess   a real `sbx serve` on 127.0.0.1 (port 0), its own data dir and SQLite
                     store, the scripted model; stopped with SIGTERM, which must exit 0
-    process_cpu_s   CPU seconds of a process (the server's, or this one's for the core)
+    process_cpu_s   CPU seconds of a process and its children (the server and any worker
+                    processes it runs, or this one's for the core)
     host_busy_s     CPU seconds the whole host was busy (the engine and containers too)
     Opening         the point every conversation of a phase passes after its first answer,
                     where the host's CPU is read (what opening a conversation costs)
@@ -100,13 +101,15 @@ class Sample:
 class ServerProcess:
     """`sbx serve` in a child process (see the module docstring)."""
 
-    def __init__(self, *, root: Path, policy: Path, image: str, llm_url: str) -> None:
+    def __init__(self, *, root: Path, policy: Path, image: str, llm_url: str,
+                 workers: int = 1) -> None:
         self.root = root
         self.database = f"sqlite:///{root / 'data' / 'sbx.db'}"
         command = [sys.executable, "-c", "from sbx.agent.cli.main import main; main()",
                    "serve", "--port", "0", "--database", self.database, "--data-dir",
                    str(root / "data"), "--policy", str(policy), "--image", image,
-                   "--log-level", "warning", "--access-log", "off", "--grace", "30s"]
+                   "--log-level", "warning", "--access-log", "off", "--grace", "30s",
+                   *(["--workers", str(workers)] if workers != 1 else [])]
         env = {**os.environ, "OPENAI_BASE_URL": llm_url, "OPENAI_API_KEY": FAKE_KEY,
                "SBX_MODEL": MODEL}
         for name in ("SBX_AUDIT_LOG", "SBX_AUDIT_KEY", "SBX_DATABASE_URL", "OTEL_TRACES_EXPORTER"):
@@ -115,6 +118,7 @@ class ServerProcess:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, env=env)
         self.lines: list[str] = []
+        self._pids = {self.proc.pid}
         self._ready: queue.Queue[str | None] = queue.Queue()
         self._pump = threading.Thread(target=self._read, daemon=True)
         self._pump.start()
@@ -126,9 +130,17 @@ class ServerProcess:
         return self.root / "data" / "audit.jsonl"
 
     @property
-    def owner(self) -> str:
-        """The `sbx.owner` label of the server's containers."""
-        return f"{socket.gethostname()}:{self.proc.pid}"
+    def owners(self) -> set[str]:
+        """The `sbx.owner` labels of the server's containers.
+
+        Its process's, and any worker process's seen while it ran (`cpu_s` notes them).
+        """
+        return {f"{socket.gethostname()}:{pid}" for pid in self._pids}
+
+    def cpu_s(self) -> float:
+        """CPU seconds the server and its worker processes have used (`process_cpu_s`)."""
+        self._pids.update(process_tree(self.proc.pid))
+        return process_cpu_s(self.proc.pid)
 
     def _read(self) -> None:
         if self.proc.stderr is None:  # pragma: no cover - Popen was given PIPE
@@ -164,12 +176,39 @@ class ServerProcess:
 
 
 def process_cpu_s(pid: int | None = None) -> float:
-    """CPU seconds (user + system) a process has used: this one, or `pid` (Linux `/proc`)."""
+    """CPU seconds (user + system) a process has used: this one, or `pid` and those under it.
+
+    Under it: every live process below `pid` and the ones it reaped (a server's
+    worker processes; Linux `/proc`).
+    """
     if pid is None:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = 0
+    for index, member in enumerate(process_tree(pid)):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited since it was listed: its parent's reaped figures hold it
+        ticks += int(fields[11]) + int(fields[12])
+        if index == 0:  # children reaped by the root (a worker that exited)
+            ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` first, then every live process under it (from `/proc/<pid>/task/*/children`)."""
+    found, queue = [pid], [pid]
+    while queue:
+        parent = queue.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                children = [int(child) for child in task.read_text().split()]
+            except OSError:
+                continue
+            found += children
+            queue += children
+    return found
 
 
 def host_busy_s() -> float:

@@ -191,11 +191,13 @@ def ds1000_with_hints(problems: Path, *, image: str, jobs: int,
               help="Open each conversation and ask at once, so the pools see the burst only "
                    "as it arrives (default: conversations are opened first and asked once "
                    "the pools warmed for them).")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Run the server as `sbx serve --workers N` (its workers' CPU counted).")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @operator_errors
 def serve_bench_command(levels: tuple[int, ...] | None, conversations: int | None,
-                        questions: int, rounds: int, unannounced: bool, image: str,
+                        questions: int, rounds: int, unannounced: bool, workers: int, image: str,
                         as_json: bool) -> None:
     """Measure what `sbx serve` adds over the in-process core, at 1, 8 and 32 at once.
 
@@ -223,7 +225,7 @@ def serve_bench_command(levels: tuple[int, ...] | None, conversations: int | Non
         raise click.UsageError("give --levels or --conversations, not both")
     chosen = (conversations,) if conversations is not None else levels or DEFAULT_LEVELS
     options = ServeBenchOptions(levels=chosen, questions=questions, rounds=rounds, image=image,
-                                announced=not unannounced)
+                                announced=not unannounced, workers=workers)
     try:
         report = run_serve_bench(
             options, progress=lambda message: click.echo(f"sbx bench serve: {message}", err=True))
