@@ -128,6 +128,9 @@ def test_sbx_bench_serve_json_reports_every_target_from_its_levels() -> None:
     assert found["pooled_cpu"]["note"] == "measured by `sbx bench`"
     assert found["burst"]["note"] == ""  # the CSV's first question, at 32
     assert data["levels"][1]["later_questions_wall_s"] == {"core": 1.0, "serve": 2.0}
+    report.load = [1.5, 9.25]  # other work kept the host busy: the figure counts it
+    busy = _every_target([item.as_json() for item in report.felt()])["busy_cores"]
+    assert busy["note"] == "the whole host's CPU, other work included: load 9.25 on 2 cores"
     assert data["docker_runs_ms"]["p99"] == 12000.0
     assert data["levels"][1]["first_answer_p99_ms"] == {"core": 600.0, "serve": 1800.0}
     assert data["levels"][1]["first_event_p99_ms"] == 900.0

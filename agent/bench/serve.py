@@ -104,7 +104,7 @@ def policy_text(options: ServeBenchOptions) -> str:
 def run_serve_bench(options: ServeBenchOptions, progress: Callable[[str], None]
                     ) -> ServeBenchReport:
     """Run the bench in a temporary directory (see the module docstring)."""
-    report = ServeBenchReport(options=options)
+    report = ServeBenchReport(options=options, load=[round(os.getloadavg()[0], 2)])
     with TemporaryDirectory(prefix="sbx-bench-serve-") as scratch:
         root = Path(scratch)
         (root / "policy.toml").write_text(policy_text(options))
@@ -126,6 +126,7 @@ def run_serve_bench(options: ServeBenchOptions, progress: Callable[[str], None]
             verdict = verify_log(path, key=None)
             report.audit[name] = (f"verifies ({verdict.records} records, {verdict.runs} runs)"
                                   if verdict.ok else f"FAILS: {verdict}")
+    report.load.append(round(os.getloadavg()[0], 2))
     report.check()
     return report
 

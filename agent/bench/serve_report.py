@@ -154,6 +154,8 @@ class ServeBenchReport:
     """Hardened `docker run`s of the question, the highest level's count at once, each round."""
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     """The host's cores (the busy-cores target's denominator)."""
+    load: list[float] = field(default_factory=list)
+    """The host's 1-minute load average before and after the levels (other work shows here)."""
 
     @property
     def ok(self) -> bool:
@@ -205,6 +207,9 @@ class ServeBenchReport:
         if busy is None:
             notes["busy_cores"] = ("needs later questions (--questions 2 or more) and a level "
                                    "the host's caps hold at once")
+        elif max(self.load, default=0.0) > self.cores:
+            notes["busy_cores"] = (f"the whole host's CPU, other work included: load "
+                                   f"{max(self.load):g} on {self.cores} cores")
         first_event = None
         if low.conversations == 1 and len(self.levels) > 1:
             first_event = ratio(percentile(high.first_events, 99),
@@ -227,7 +232,7 @@ class ServeBenchReport:
             "targets": [item.as_json() for item in self.felt()],
             "docker_runs_ms": {f"p{q}": round(percentile(self.docker_runs_s, q) * 1000, 1)
                                for q in QUANTILES},
-            "options": asdict(self.options), "host_room": self.host_room,
+            "options": asdict(self.options), "host_room": self.host_room, "load": self.load,
             "unwarmed_phases": self.unwarmed,
             "levels": [level.as_json(q) for level in self.levels],
             "p99_ratio_highest_to_lowest": self.p99_ratio(),
