@@ -38,8 +38,9 @@ from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.session import new_run_id as new_run_id
 from sbx.tools.outcome import ToolOutcome
 
-RunKind = Literal["question", "execute", "mcp", "e2b"]
-"""A conversation's run, one program, one execution of an MCP session or of an E2B sandbox."""
+RunKind = Literal["question", "execute", "mcp", "e2b", "rerun"]
+"""A conversation's run, one program, one execution of an MCP session or of an E2B sandbox,
+a rerun of a recorded conversation's code."""
 NOTHING_RAN = ("invalid", "denied", "unknown", "halted")
 """Gate statuses of a call that ran no code (without an execution record)."""
 MAX_MESSAGE_CHARS = 2000
@@ -135,13 +136,16 @@ class NoRecorder:
 
 
 def recorded(recorder: RunRecorder, ticket: RunTicket, work: Callable[[], T],
-             outcome: Callable[[T], RunOutcome | None]) -> T:
-    """Run an admitted run's `work`, telling `recorder` it started and how it ended.
+             outcome: Callable[[T], RunOutcome | None], *, admitted: bool = False) -> T:
+    """A run's whole life, for every kind: admitted, started, then finished or withdrawn.
 
-    `outcome` maps what `work` returned to the run's outcome (None: nothing
-    ran, the run is withdrawn). `HostBusy` withdraws it too; any other
-    exception ends it `error` and propagates.
+    `admitted`: the face admitted the ticket already (`Conversation.admit`, when
+    the run was posted). `outcome` maps what `work` returned to the run's outcome
+    (None: nothing ran, the run is withdrawn). `HostBusy` withdraws it too; any
+    other exception ends it `error` and propagates.
     """
+    if not admitted:
+        recorder.admitted(ticket)
     recorder.started(ticket)
     try:
         value = work()
@@ -162,12 +166,11 @@ def recorded(recorder: RunRecorder, ticket: RunTicket, work: Callable[[], T],
 def recorded_call(recorder: RunRecorder, ticket: RunTicket,
                   call: Callable[[], ToolOutcome], tariff: Tariff | None = None,
                   prior: Callable[[], PriorWork | None] | None = None) -> ToolOutcome:
-    """One program's whole life: admitted, started, then finished or withdrawn.
+    """One program's life (`recorded`), its outcome the gate's.
 
     `tariff` prices its sandbox time (CPU seconds, GB-seconds) as the run's cost;
     `prior()`, asked when it ends, is work `call` did for it first (a restore's replay).
     """
-    recorder.admitted(ticket)
     return recorded(recorder, ticket, call, lambda outcome: call_outcome(
         outcome, tariff, prior() if prior is not None else None))
 
