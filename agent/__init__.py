@@ -79,7 +79,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.app": ("App", "Answer", "os_principal", "require_image",
         "DEFAULT_IMAGE", "OUTPUT_DIR", "RUNS_DIR"),
     "sbx.agent.core.artifacts": ("open_artifact", "unsafe_name_reason"),
-    "sbx.agent.core.cancellation": ("Cancellation",),
+    "sbx.agent.model.cancellation": ("Cancellation",),
     "sbx.agent.core.config": ("load_config", "AppConfig", "ServiceSettings", "ServiceQuotas",
         "OidcSettings", "describe_validation_error"),
     "sbx.agent.core.conversation": ("Conversation", "new_conversation_id"),
@@ -203,7 +203,6 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.app import require_image as require_image
     from sbx.agent.core.artifacts import open_artifact as open_artifact
     from sbx.agent.core.artifacts import unsafe_name_reason as unsafe_name_reason
-    from sbx.agent.core.cancellation import Cancellation as Cancellation
     from sbx.agent.core.config import AppConfig as AppConfig
     from sbx.agent.core.config import OidcSettings as OidcSettings
     from sbx.agent.core.config import ServiceQuotas as ServiceQuotas
@@ -290,6 +289,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.export.formats import FORMATS as EXPORT_FORMATS
     from sbx.agent.export.formats import Format as ExportFormat
     from sbx.agent.export.formats import export as export_transcript
+    from sbx.agent.model.cancellation import Cancellation as Cancellation
     from sbx.agent.model.reply import ModelError as ModelError
     from sbx.agent.provenance.data import data_digests as data_digests
     from sbx.agent.provenance.parts import PART_KEYS as ANSWER_PART_KEYS

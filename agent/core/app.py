@@ -40,7 +40,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.config import AppConfig, PoolSettings
 from sbx.agent.core.conversation import Conversation, ConversationSpec, new_conversation_id
 from sbx.agent.core.events import ConversationStart, EventSink
@@ -55,6 +54,7 @@ from sbx.agent.core.state import RunResult
 from sbx.agent.core.tool_session import ToolSession
 from sbx.agent.core.transcript import Transcript
 from sbx.agent.core.workspace import Workspace, check_data
+from sbx.agent.model.cancellation import Cancellation
 from sbx.agent.model.client import ModelClient
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.config import DEFAULT_IMAGE as DEFAULT_IMAGE

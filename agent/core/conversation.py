@@ -32,7 +32,6 @@ from functools import partial
 from typing import Any
 
 from sbx.agent.core.asking import PendingInput, PendingQuestion, answer_message
-from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.core.loop import run
@@ -54,6 +53,7 @@ from sbx.agent.core.state import RunResult, SandboxUsage
 from sbx.agent.core.transcript import Transcript
 from sbx.agent.core.workspace import ConversationSpec as ConversationSpec
 from sbx.agent.core.workspace import Workspace
+from sbx.agent.model.cancellation import Cancellation, Cancelled
 from sbx.agent.model.client import ModelClient, TokenUsage
 from sbx.agent.provenance.data import data_digests
 from sbx.sandbox.closing import Closing

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.limits_request import LimitsRequest
 from sbx.agent.core.run_recorder import NoRecorder, RunRecorder, recorded_call
 from sbx.agent.core.workspace import Workspace
+from sbx.agent.model.cancellation import Cancellation
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.result import ExecutionResult
 from sbx.tools.context import OutputSink

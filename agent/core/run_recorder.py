@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
-from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.cost import Tariff
 from sbx.agent.core.state import PriorWork, RunResult, SandboxUsage
+from sbx.agent.model.cancellation import Cancellation
 from sbx.agent.model.reply import TokenUsage
 from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.session import new_run_id as new_run_id

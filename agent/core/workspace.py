@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.notes import NoteStore, notes_for
 from sbx.agent.core.outcomes import LossCause, execution_loss, idle_reason, loss_text
@@ -36,6 +35,7 @@ from sbx.agent.core.settings import SettingsError
 from sbx.agent.core.snapshot import STATE_DIR, Snapshot, take
 from sbx.agent.core.spend import SpendLimit
 from sbx.agent.core.teams import withhold
+from sbx.agent.model.cancellation import Cancellation
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.datadrop import DropDir
 from sbx.sandbox.errors import InvalidInput, SandboxError
