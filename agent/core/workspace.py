@@ -95,7 +95,7 @@ class ConversationSpec:
     notes: NoteStore | None = None
     """Where notes about the data live (the CLI's file, the service's database); None: none."""
     one_shot: bool = False
-    """One program (`execute_program`): stdout is what it wrote, no trailing value printed."""
+    """One program (`App.execute`): stdout is what it wrote, no trailing value printed."""
 
 
 def check_data(data: Sequence[Path]) -> None:
