@@ -224,6 +224,38 @@ def test_faces_never_build_a_workspace_a_conversation_or_a_gate() -> None:
     assert [bad for rel, tree in _face_modules() for bad in _constructions(rel, tree)] == []
 
 
+RUN_MACHINERY = {"Workspace", "ToolGate", "build_gate", "open_gate", "workspace", "_workspace"}
+"""What a run is built from: only the core builds a workspace or opens a gate, in the door's
+methods (`App.execute`, `App.tool_session`, `App.rerun`, a conversation's run)."""
+
+
+def _run_machinery(rel: str, tree: ast.Module) -> list[str]:
+    """Calls that build a workspace or open a gate, by name or as a method."""
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else (
+                func.attr if isinstance(func, ast.Attribute) else "")
+            if name in RUN_MACHINERY:
+                bad.append(f"{rel}:{node.lineno} calls {name}")
+    return bad
+
+
+def test_only_the_core_builds_a_workspace_or_opens_a_gate() -> None:
+    bad = []
+    for path in _modules("agent"):
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith("agent/core/") or rel == "agent/bench/gate.py":  # it measures the gate
+            continue
+        bad += _run_machinery(rel, ast.parse(path.read_text(), filename=rel))
+    assert bad == []
+    rerun = ast.parse("w = app._workspace(spec)\ng = w.open_gate('r-1')\nbuild_gate(p)\n")
+    assert _run_machinery("agent/replay/x.py", rerun) == [
+        "agent/replay/x.py:1 calls _workspace", "agent/replay/x.py:2 calls open_gate",
+        "agent/replay/x.py:3 calls build_gate"]
+
+
 def test_faces_never_reach_the_apps_audit_log_pool_or_image() -> None:
     assert [bad for rel, tree in _face_modules() for bad in _app_insides(rel, tree)] == []
 
