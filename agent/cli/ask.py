@@ -193,7 +193,7 @@ def _run(question: str, options: FaceOptions, *, quiet: bool) -> Answer:
     with opened_app(options) as (app, endpoint):
         return app.answer_one(
             question, spec=_asking(options.spec()), endpoint=endpoint,
-            transcript=options.transcript, progress=progress,
+            transcript=options.transcript, progress=progress, limits=options.limits,
         )
 
 
@@ -205,7 +205,7 @@ def _continue(run_id: str, answer: str, options: FaceOptions, *, quiet: bool) ->
         paused = read_paused(path, run_id)
         return app.continue_paused(
             paused, answer, spec=_asking(options.spec()), endpoint=endpoint,
-            progress=progress,
+            progress=progress, limits=options.limits,
         )
 
 

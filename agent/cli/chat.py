@@ -83,9 +83,11 @@ def chat_command(
              "--transcript)", 2)
     with opened_app(options) as (app, endpoint):
         if resume_from is not None:
-            opened = app.resume(read_resumable(resume_from), spec=spec, endpoint=endpoint)
+            opened = app.resume(read_resumable(resume_from), spec=spec, endpoint=endpoint,
+                                limits=limits)
         else:
-            opened = app.conversation(spec, endpoint=endpoint, transcript=options.transcript)
+            opened = app.conversation(spec, endpoint=endpoint, transcript=options.transcript,
+                                      limits=limits)
         with opened as conversation:
             if progress is not None:
                 conversation.subscribe(progress)

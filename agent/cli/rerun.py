@@ -48,7 +48,8 @@ def rerun_command(transcript: Path, options: FaceOptions) -> NoReturn:
     with opened_core(options) as app, tempfile.TemporaryDirectory(prefix="sbx-rerun-") as scratch:
         try:
             report = app.rerun(
-                record, principal=os_principal(), output_dir=Path(scratch), on_check=_show
+                record, principal=os_principal(), output_dir=Path(scratch), on_check=_show,
+                limits=options.limits,
             )
         except (RerunError, AuditError) as exc:
             fail(str(exc))

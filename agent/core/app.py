@@ -198,13 +198,14 @@ class App(Closing):
         return conversation
 
     def continue_paused(self, paused: Resumable, answer: str, *, spec: ConversationSpec,
-                        endpoint: Endpoint, progress: EventSink | None = None) -> Answer:
+                        endpoint: Endpoint, progress: EventSink | None = None,
+                        limits: LimitsRequest | None = None) -> Answer:
         """Answer a recorded run that ended `needs_input` (`sbx ask --continue`): a new run.
 
         It runs in a new sandbox and is appended to the paused run's transcript
         (`read_paused` checks that the run is the last and waits for an answer).
         """
-        with self.resume(paused, spec=spec, endpoint=endpoint) as conversation:
+        with self.resume(paused, spec=spec, endpoint=endpoint, limits=limits) as conversation:
             if progress is not None:
                 conversation.subscribe(progress)
             result = conversation.answer(answer)
@@ -213,8 +214,8 @@ class App(Closing):
                       audit_log=self.audit_path, output_dir=output)
 
     def answer_one(self, question: str, *, spec: ConversationSpec, endpoint: Endpoint,
-                   transcript: Path | None = None,
-                   progress: EventSink | None = None) -> Answer:
+                   transcript: Path | None = None, progress: EventSink | None = None,
+                   limits: LimitsRequest | None = None) -> Answer:
         """One question in a conversation of its own: the shape of `sbx ask`.
 
         The transcript is named after the run (`sbx-runs/<run_id>.jsonl`) unless
@@ -222,7 +223,8 @@ class App(Closing):
         """
         run_id = new_run_id()
         path = transcript or RUNS_DIR / f"{run_id}.jsonl"
-        with self.conversation(spec, endpoint=endpoint, transcript=path) as conversation:
+        with self.conversation(spec, endpoint=endpoint, transcript=path,
+                               limits=limits) as conversation:
             if progress is not None:
                 conversation.subscribe(progress)
             result = conversation.ask(question, run_id=run_id)
@@ -270,7 +272,8 @@ class App(Closing):
 
     def rerun(self, record: RecordedConversation, *, principal: str, output_dir: Path,
               on_check: Callable[[ExecutionCheck], None] = lambda check: None,
-              recorder: RunRecorder | None = None) -> RerunReport:
+              recorder: RunRecorder | None = None,
+              limits: LimitsRequest | None = None) -> RerunReport:
         """Run a recorded conversation's code again in a fresh sandbox; compare each output.
 
         The recorded data still present is mounted (what changed is in the report);
@@ -279,7 +282,8 @@ class App(Closing):
         """
         report, data = rerun_plan(record)
         workspace = self._workspace(ConversationSpec(
-            conversation_id=report.rerun_id, principal=principal, data=data, output=output_dir))
+            conversation_id=report.rerun_id, principal=principal, data=data, output=output_dir),
+            limits=limits)
         return rerun_in(workspace, record, report, recorder=recorder or NoRecorder(),
                         on_check=on_check)
 
