@@ -25,7 +25,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import openai
 from openai import OpenAI, Timeout
@@ -118,29 +118,18 @@ class Endpoint(Protocol):
 class ClientSettings(Protocol):
     """What the client needs of the agent's settings (the core's `AgentSettings` has them)."""
 
-    @property
-    def max_retries(self) -> int:
-        """Retries of a failed request."""
-
-    @property
-    def request_timeout(self) -> float:
-        """Seconds one HTTP request may take."""
-
-    @property
-    def max_reply_bytes(self) -> int:
-        """The largest reply body read."""
-
-    @property
-    def max_answer_chars(self) -> int:
-        """The longest answer text kept."""
-
-    @property
-    def max_argument_bytes(self) -> int:
-        """The largest tool-call arguments kept."""
-
-    @property
-    def tool_format(self) -> str:
-        """`native` tool calls, or `text` (code in fenced blocks)."""
+    max_retries: int
+    """Retries of a failed request."""
+    request_timeout: float
+    """Seconds one HTTP request may take."""
+    max_reply_bytes: int
+    """The largest reply body read."""
+    max_answer_chars: int
+    """The longest answer text kept."""
+    max_argument_bytes: int
+    """The largest tool-call arguments kept."""
+    tool_format: Literal["native", "text"]
+    """`native` tool calls, or `text` (code in fenced blocks)."""
 
 
 class ModelClient:
