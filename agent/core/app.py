@@ -174,14 +174,15 @@ class App(Closing):
         return conversation
 
     def resume(self, record: Resumable, *, spec: ConversationSpec, endpoint: Endpoint,
-               data: tuple[Path, ...] | None = None,
-               limits: LimitsRequest | None = None) -> Conversation:
+               data: tuple[Path, ...] | None = None, limits: LimitsRequest | None = None,
+               lost_reason: str | None = None) -> Conversation:
         """Take up the recorded conversation `record`: its id, data, messages and question.
 
         Its events are appended to the same transcript; its first run restores the
         sandbox's state (the sandbox died with the process that held it). `spec` gives
         the face's principal, output and operator; `data` replaces the recorded paths (a
-        replica has its own copy of the datasets).
+        replica has its own copy of the datasets); `lost_reason` says why its sandbox is
+        gone (a restart's words: which process ended, which replica drained).
         """
         spec = replace(spec, conversation_id=record.conversation_id,
                        data=record.data if data is None else data)
@@ -194,7 +195,8 @@ class App(Closing):
         except BaseException:
             transcript.close()
             raise
-        conversation.restore(record.messages, record.pending, lost=record.executions > 0)
+        conversation.restore(record.messages, record.pending, lost=record.executions > 0,
+                             reason=lost_reason)
         return conversation
 
     def continue_paused(self, paused: Resumable, answer: str, *, spec: ConversationSpec,

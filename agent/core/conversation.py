@@ -216,19 +216,22 @@ class Conversation(Closing):
         return result
 
     def restore(
-        self, messages: list[dict[str, Any]], pending: PendingInput | None, *, lost: bool
+        self, messages: list[dict[str, Any]], pending: PendingInput | None, *, lost: bool,
+        reason: str | None = None,
     ) -> None:
         """Take up a conversation from its record (a new process): its messages, its question.
 
-        `lost`: code ran in the sandbox that is gone now, so the model is told.
+        `lost`: code ran in the sandbox that is gone now, so the model is told `reason` (a
+        restart's words; by default "the previous process ended").
         """
         with self._lock:
             self._messages = list(messages)
             self.question.set(pending)
             self.workspace.reset_pending = lost
             if lost:
-                self.workspace.lost(loss_text("restart", "the previous process ended"),
-                                    cause="restart")
+                self.workspace.lost(
+                    reason or loss_text("restart", "the previous process ended"),
+                    cause="restart")
 
     def cancel(self) -> None:
         """Cancel the run in progress from another thread: its sandbox is removed."""

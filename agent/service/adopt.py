@@ -99,8 +99,6 @@ def _hold(service: Service, row: _Taken, record: Resumable, *, reason: str) -> L
                             output_root=directory / "output", defer_questions=True,
                             notes=DbNoteStore(service.db))
     conversation = service.app.resume(record, spec=spec, endpoint=chosen, data=row.data,
-                                      limits=requested)
-    if record.executions:
-        conversation.workspace.lost(reason, cause="restart")
+                                      limits=requested, lost_reason=reason)
     logger.info("adopted conversation %s (%s)", row.id, reason)
     return service.runs.attach(conversation, principal=row.principal)
