@@ -1,10 +1,10 @@
 """`RunRecorder`: the one interface through which a face's store hears of every run.
 
-Three kinds of run go through the core: a question (or the answer that
+Every kind of run goes through the core: a question (or the answer that
 continues one) in a conversation, one program (`POST /v1/execute`, `sbx
-exec`), one execution of an MCP session. Each has the same life, and the core
-tells the recorder every step of it, so a store (the service's) implements it
-once for all three:
+exec`), one execution of a tool session (MCP, E2B), a rerun of a recorded
+conversation's code. Each has the same life, told to the recorder by one
+function (`recorded`), so a store (the service's) implements it once for all:
 
     admitted(ticket)            the run may run now (a quota, a queue place; or raise to
                                 refuse it: nothing was recorded and nothing runs); the
@@ -16,9 +16,9 @@ once for all three:
                                 gate refused the call): no run is counted
 
 After `admitted`, exactly one of `finished` and `withdrawn` follows. A run
-has one ticket, built by the core: a face that admits a conversation's run
-when it is posted (the service) gets it from `Conversation.admit` and hands
-that same ticket to `ask` or `answer`. How a
+has one ticket, built by the core (`Workspace.ticket`): a face that admits a
+conversation's run when it is posted (the service) gets it from
+`Conversation.admit` and hands that same ticket to `ask` or `answer`. How a
 tool call's outcome maps to a run's status is written here once
 (`call_outcome`), as is a conversation run's (`result_outcome`).
 """
@@ -55,7 +55,7 @@ class RunTicket:
     run_id: str
     """The run's id (audit `run_start`, transcript, store)."""
     kind: RunKind
-    """Which of the three kinds it is."""
+    """Which kind of run it is."""
     principal: str
     """Who runs it, as the face authenticated them."""
     team: str | None = None
