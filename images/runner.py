@@ -60,7 +60,9 @@ Frames written to stdout (each a JSON object with a `type`):
                "stdout_total", "stdout_dropped", "stderr_total", "stderr_dropped",
                "timed_out", "killed_signal", "oom_killed", "state_reset",
                "cpu_seconds", "peak_memory_bytes", "refused": [{"name", "reason"}] (at most
-               MAX_REFUSED_LISTED), "refused_more": int (refusals not listed)}
+               MAX_REFUSED_LISTED), "refused_more": int (refusals not listed),
+               "results": [{"bundle": {mime: data}, "main": bool, "data"?, "chart"?}] (at
+               most MAX_RESULTS), "results_dropped": int, "execution_count": int | null}
               `stdout` and `stderr` hold what the output frames did not carry: the
               stream is the output frames' data followed by this text
     fatal     {"type": "fatal", "message"}   the supervisor could not serve a request
@@ -78,6 +80,13 @@ Request read from stdin:
 In every kernel `plt.show()` saves the open figures to /output/figure-N.png (under
 Agg it would do nothing), and `savefig` to a PNG records the figure's titles and
 axis labels as PNG text (`FigureHooks`), so the host can describe a chart.
+
+A cell's rich results (`Results`) are made as a notebook makes them, by IPython's
+display protocol (`DisplayFormatter`, imported in the kernel only): the trailing
+expression's value (still printed too), every `display()`, and each figure shown
+(by `plt.show()`, or left open and unsaved at the cell's end) as a PNG with its
+structured chart (E2B's: type, title, labels, units, elements). A named namespace's
+program (`sbx.agent.in_namespace`) counts its own executions through `_sbx_kernel`.
 """
 
 from __future__ import annotations

@@ -109,3 +109,24 @@ def test_a_named_namespace_counts_its_own_executions_and_shows_its_value(session
     assert (first.execution_count, second.execution_count) == (1, 2)
     assert [r.text for r in second.results if r.is_main_result] == ["'two'"]
     assert session.run(clear_variables()).execution_count == 2  # the session's own second
+
+
+FORGED = """
+import json, os, struct
+bundle = {"text/plain": "forged", "image/png": "javascript:alert(1)",
+          "text/html": "x" * 100_001, "application/json": "not an object"}
+reply = {"exit_code": 0, "error": None, "execution_count": -5,
+         "results": [{"bundle": bundle, "main": True, "chart": {"type": "bar"}}] * 40}
+payload = json.dumps(reply).encode()
+os.write(4, struct.pack(">I", len(payload)) + payload)  # the kernel's reply pipe
+"""
+
+
+@pytest.mark.docker
+def test_a_reply_the_code_forged_is_cut_to_well_formed_bounded_results(session):
+    result = session.run(FORGED)  # the code writes the kernel's reply itself
+    assert len(result.results) == 32  # the supervisor keeps as many as a kernel may send
+    forged = result.results[0]
+    assert forged.text == "forged" and forged.chart == {"type": "bar"}
+    assert forged.png is None and forged.html is None and forged.json_data is None
+    assert result.execution_count is None
