@@ -473,10 +473,10 @@ class Results:
         """IPython's DisplayFormatter, or None where IPython is not installed."""
         if self._formatter is None:
             try:
-                from IPython.core.formatters import DisplayFormatter
+                formatters = importlib.import_module("IPython.core.formatters")
             except Exception:
                 return None
-            self._formatter = DisplayFormatter()
+            self._formatter = formatters.DisplayFormatter()
         return self._formatter
 
     def show(self, value: Any, main: bool = False, include: Any = None,
@@ -529,17 +529,17 @@ def display(*values: Any, include: Any = None, exclude: Any = None, raw: bool = 
 
 def install_display() -> None:
     """`display` as a builtin (as in a notebook) and as IPython's own `display`."""
-    builtins.display = display  # type: ignore[attr-defined]
+    setattr(builtins, "display", display)  # noqa: B010 (a builtin the code may call)
     for name in ("IPython.core.display_functions", "IPython.display", "IPython.core.display"):
         try:
             module = importlib.import_module(name)
         except Exception:
             continue
         if hasattr(module, "display"):
-            module.display = display
+            setattr(module, "display", display)  # noqa: B010 (IPython's, for `from ... import`)
     kernel = type(sys)("_sbx_kernel")
-    kernel.show = RESULTS.show  # type: ignore[attr-defined]
-    kernel.count_cell = RESULTS.count_cell  # type: ignore[attr-defined]
+    setattr(kernel, "show", RESULTS.show)  # noqa: B010
+    setattr(kernel, "count_cell", RESULTS.count_cell)  # noqa: B010
     sys.modules["_sbx_kernel"] = kernel
 
 
@@ -627,10 +627,11 @@ def figure_chart(figure: Any) -> dict[str, Any] | None:
 
 def chart_kind(ax: Any) -> str:
     """What one axes draws, judged by its artists (texts and grid lines aside)."""
-    from matplotlib.collections import PathCollection
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import PathPatch, Rectangle, Wedge
-    from matplotlib.text import Text
+    patches = importlib.import_module("matplotlib.patches")
+    Text = importlib.import_module("matplotlib.text").Text
+    Line2D = importlib.import_module("matplotlib.lines").Line2D
+    PathCollection = importlib.import_module("matplotlib.collections").PathCollection
+    PathPatch, Rectangle, Wedge = patches.PathPatch, patches.Rectangle, patches.Wedge
 
     artists = [a for a in getattr(ax, "_children", []) if not isinstance(a, Text)]
     if artists and all(isinstance(a, Line2D) for a in artists):
