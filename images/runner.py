@@ -863,13 +863,11 @@ def show_open_figures() -> None:
     if pyplot is None:
         return
     try:
-        numbers = pyplot.get_fignums()
-        for number in numbers:
+        for number in pyplot.get_fignums():
             figure = pyplot.figure(number)
             if not getattr(figure, "_sbx_saved", False):
                 show_figure(figure)
-        if numbers:
-            pyplot.close("all")
+                pyplot.close(figure)  # a saved one stays open for the next cell, as before
     except Exception as exc:  # the code broke pyplot: its figures stay unshown
         report(f"figures not shown: {type(exc).__name__}")
 

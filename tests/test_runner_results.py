@@ -130,3 +130,12 @@ def test_a_reply_the_code_forged_is_cut_to_well_formed_bounded_results(session):
     assert forged.text == "forged" and forged.chart == {"type": "bar"}
     assert forged.png is None and forged.html is None and forged.json_data is None
     assert result.execution_count is None
+
+
+@pytest.mark.docker
+def test_a_figure_the_code_saved_is_not_shown_again_and_stays_open(session):
+    saved = session.run("import matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+                        "plt.savefig('/output/mine.png')")
+    assert saved.ok and saved.results == [] and [a.name for a in saved.artifacts] == ["mine.png"]
+    shown = session.run("plt.title('same figure'); plt.show()")
+    assert [r.chart["title"] for r in shown.results if r.chart] == ["same figure"]
