@@ -388,8 +388,9 @@ def execute_cell(
         if trailing is not None:
             value = eval(compile(trailing, filename, "eval"), namespace)
             if value is not None:
-                print(shown_value(value))
-                RESULTS.show(value, main=True)
+                text = shown_value(value)
+                print(text)
+                RESULTS.show(value, main=True, text=text)
     except SystemExit as stop:
         return {"exit_code": exit_code_of(stop), "error": None}
     except BaseException as exc:
@@ -480,8 +481,12 @@ class Results:
         return self._formatter
 
     def show(self, value: Any, main: bool = False, include: Any = None,
-             exclude: Any = None) -> None:
-        """Format `value` through the display protocol and keep it as a result."""
+             exclude: Any = None, text: str | None = None) -> None:
+        """Format `value` through the display protocol and keep it as a result.
+
+        The main result's text/plain is the value as the cell printed it (`text`, or
+        `shown_value` again): a DataFrame summarised, whatever the display options.
+        """
         formatter = self.formatter()
         bundle: dict[str, Any] = {}
         if formatter is not None:
@@ -490,7 +495,7 @@ class Results:
             except Exception as exc:
                 bundle = {"text/plain": f"<display failed: {type(exc).__name__}>"}
         if main or "text/plain" not in bundle:
-            bundle["text/plain"] = shown_value(value)  # a DataFrame summarised, as printed
+            bundle["text/plain"] = text if text is not None else shown_value(value)
         self.add(bundle, main=main, data=table_data(value))
 
     def add(self, bundle: dict[str, Any], *, main: bool = False, data: Any = None,
