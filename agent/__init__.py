@@ -42,8 +42,9 @@ Configuration: the policy file and the model endpoint, read once into typed valu
     configure_tracing
 
 Results and events: what a run returns and what it tells its subscribers on the way.
-    RunResult, RunStatus, ExecutionResult, Artifact, Event, EventSink, ConversationStart,
-    RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult, PlanUpdated, Compaction,
+    RunResult, RunStatus, ExecutionResult, DisplayResult, Artifact, Event, EventSink,
+    ConversationStart, RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult,
+    PlanUpdated, Compaction,
     RunEnd, RunError, StateRestored, parse_event, restore_summary, pending_note, PLAN_MARKS,
     Cell, ANSWER_PART_KEYS, ANSWER_PART_TITLES, numbered_events, open_artifact,
     unsafe_name_reason, outcome_of, run_outcome, loss_text
@@ -115,7 +116,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.sandbox.closing": ("Closing",),
     "sbx.sandbox.errors": ("SbxError", "SandboxError", "HostBusy"),
     "sbx.sandbox.limits": ("Limits",),
-    "sbx.sandbox.result": ("ExecutionResult", "Artifact"),
+    "sbx.sandbox.result": ("ExecutionResult", "Artifact", "DisplayResult"),
     "sbx.sandbox.units": ("format_size", "parse_size", "parse_duration"),
     "sbx.tools.audit": ("audit_key_from_env", "AUDIT_PATH_ENV", "AuditError"),
     "sbx.tools.audit_show": ("audit_call_rows", "AUDIT_COLUMNS"),
@@ -153,8 +154,9 @@ __all__ = [
     "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Answer", "App",
     "AppConfig", "Artifact", "AuditError", "CallReport", "Cancellation", "Cell", "Closing",
     "Compaction", "Conversation", "ConversationSpec", "ConversationStart", "DEFAULT_IMAGE",
-    "DatasetNotes", "EXPORT_FORMATS", "Endpoint", "Event", "EventSink", "ExecutionCheck",
-    "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy", "LimitRefused", "LimitTooLow",
+    "DatasetNotes", "DisplayResult", "EXPORT_FORMATS", "Endpoint", "Event", "EventSink",
+    "ExecutionCheck", "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy",
+    "LimitRefused", "LimitTooLow",
     "Limits", "LimitsRequest", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note",
     "NoteError", "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS",
     "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError",
@@ -300,6 +302,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.sandbox.errors import SbxError as SbxError
     from sbx.sandbox.limits import Limits as Limits
     from sbx.sandbox.result import Artifact as Artifact
+    from sbx.sandbox.result import DisplayResult as DisplayResult
     from sbx.sandbox.result import ExecutionResult as ExecutionResult
     from sbx.sandbox.units import format_size as format_size
     from sbx.sandbox.units import parse_duration as parse_duration
