@@ -76,6 +76,7 @@ OUTPUT_DIR = Path("sbx-output")
 """Default root of artifact directories (`<run_id>/`)."""
 
 S = TypeVar("S", bound=ToolSession)
+"""A face's own kind of tool session, built by `App.tool_session` (MCP's, E2B's)."""
 
 
 def os_principal() -> str:
