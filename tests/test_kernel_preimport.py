@@ -25,8 +25,9 @@ from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
 
-STACK = ["numpy", "pandas"]
-"""What a first question needs: imported ahead."""
+STACK = ["numpy", "pandas", "IPython.core.formatters", "IPython.core.display_functions"]
+"""What a first question needs (every cell's results go through IPython's display
+protocol): imported ahead."""
 ON_USE = ["matplotlib", "matplotlib.pyplot", "mpl_toolkits.mplot3d"]
 """Imported by the first cell that asks (every warm container would pay for them)."""
 LOADED = f"""
