@@ -23,6 +23,7 @@ The app and its conversations: every way a run starts.
     App, Answer, answer_one, os_principal, require_image, DEFAULT_IMAGE, OUTPUT_DIR, RUNS_DIR,
     Conversation, ConversationSpec, new_conversation_id, Workspace, check_data, idle_reason,
     ProgramSpec, execute_program, ToolSession, CallReport, file_op, read_file, write_file,
+    KeptSession, KeptSessions, SessionHost, Owner, Admitted, SessionNotFound,
     in_namespace, drop_namespace, clear_variables, Cancellation, Resumable, read_resumable,
     resume_conversation, continue_paused, find_transcript, read_paused, rerun, RerunReport,
     ExecutionCheck, recorded_data
@@ -61,7 +62,7 @@ Utilities: what every face needs to show untrusted text and read sizes and durat
 Errors: one root, `SbxError`: what an operator must fix; the model's errors are data.
     SbxError, SandboxError, HostBusy, SettingsError, LimitRefused, LimitTooLow, NoteError,
     UnreadableLine, PolicyError, AuditError, TranscriptError, RecordError, RerunError,
-    SessionClosed, TracingError, ModelError, FileOpError
+    SessionClosed, TracingError, ModelError, FileOpError, SessionNotFound
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.state": ("RunResult", "RunStatus"),
     "sbx.agent.core.teams": ("TeamSettings", "metrics_team"),
     "sbx.agent.core.tool_session": ("ToolSession", "CallReport", "SessionClosed"),
+    "sbx.agent.core.kept_sessions": ("KeptSession", "KeptSessions", "SessionHost", "Owner",
+        "Admitted", "SessionNotFound"),
     "sbx.agent.core.tracing": ("configure_tracing", "TracingError"),
     "sbx.agent.core.transcript": ("numbered_events", "TranscriptError"),
     "sbx.agent.core.workspace": ("ConversationSpec", "Workspace", "check_data"),
@@ -146,19 +149,20 @@ _RENAMED: dict[str, str] = {
 _EXPORTS = {name: module for module, names in _OWNERS.items() for name in names}
 
 __all__ = [
-    "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Answer", "App",
-    "AppConfig", "Artifact", "AuditError", "CallReport", "Cancellation", "Cell", "Closing",
-    "Compaction", "Conversation", "ConversationSpec", "ConversationStart", "DEFAULT_IMAGE",
-    "DatasetNotes", "EXPORT_FORMATS", "Endpoint", "Event", "EventSink", "ExecutionCheck",
-    "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy", "LimitRefused", "LimitTooLow",
-    "Limits", "LimitsRequest", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note",
-    "NoteError", "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS",
-    "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError",
-    "RecordedConversation", "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd",
-    "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket",
-    "SandboxError", "SbxError", "ServiceQuotas", "ServiceSettings", "SessionClosed",
-    "SettingsError", "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure",
-    "ToolResult", "ToolReturn", "ToolSession", "TracingError", "TranscriptError", "UnreadableLine",
+    "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Admitted",
+    "Answer", "App", "AppConfig", "Artifact", "AuditError", "CallReport", "Cancellation", "Cell",
+    "Closing", "Compaction", "Conversation", "ConversationSpec", "ConversationStart",
+    "DEFAULT_IMAGE", "DatasetNotes", "EXPORT_FORMATS", "Endpoint", "Event", "EventSink",
+    "ExecutionCheck", "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy", "KeptSession",
+    "KeptSessions", "LimitRefused", "LimitTooLow", "Limits", "LimitsRequest", "MessageAdded",
+    "ModelError", "ModelReplied", "NoRecorder", "Note", "NoteError", "OUTPUT_DIR", "OidcSettings",
+    "OutputChunk", "OutputSink", "Owner", "PLAN_MARKS", "PlanUpdated", "PolicyError", "Problem",
+    "ProgramSpec", "RUNS_DIR", "RecordError", "RecordedConversation", "Redactor", "RerunError",
+    "RerunReport", "Resumable", "RunEnd", "RunError", "RunOutcome", "RunRecorder", "RunResult",
+    "RunStart", "RunStatus", "RunTicket", "SandboxError", "SbxError", "ServiceQuotas",
+    "ServiceSettings", "SessionClosed", "SessionHost", "SessionNotFound", "SettingsError",
+    "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure", "ToolResult",
+    "ToolReturn", "ToolSession", "TracingError", "TranscriptError", "UnreadableLine",
     "UploadDatasetRule", "Workspace", "answer_one", "audit_call_rows", "audit_key_from_env",
     "build_tool", "call_status", "check_data", "clear_variables", "configure_tracing",
     "continue_paused", "data_digests", "describe_validation_error", "drop_namespace",
@@ -228,6 +232,12 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.history import RecordedConversation as RecordedConversation
     from sbx.agent.core.history import RecordError as RecordError
     from sbx.agent.core.history import read_record as read_record
+    from sbx.agent.core.kept_sessions import Admitted as Admitted
+    from sbx.agent.core.kept_sessions import KeptSession as KeptSession
+    from sbx.agent.core.kept_sessions import KeptSessions as KeptSessions
+    from sbx.agent.core.kept_sessions import Owner as Owner
+    from sbx.agent.core.kept_sessions import SessionHost as SessionHost
+    from sbx.agent.core.kept_sessions import SessionNotFound as SessionNotFound
     from sbx.agent.core.limits_request import LimitRefused as LimitRefused
     from sbx.agent.core.limits_request import LimitsRequest as LimitsRequest
     from sbx.agent.core.limits_request import LimitTooLow as LimitTooLow

@@ -22,10 +22,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sbx.agent import HostBusy
+from sbx.agent import HostBusy, SessionNotFound
 from sbx.agent.e2b import control, envd, interpreter
 from sbx.agent.e2b.host import E2bHost, Refused
-from sbx.agent.e2b.sandboxes import E2bSandbox, Sandboxes
+from sbx.agent.e2b.sandboxes import E2bSandbox, sandboxes
 
 INTERPRETER_PORT = "49999"
 """The code interpreter's port in `E2b-Sandbox-Port` (the SDK's `JUPYTER_PORT`)."""
@@ -39,7 +39,7 @@ class E2bFace:
 
     def __init__(self, host: E2bHost) -> None:
         self.host = host
-        self.sandboxes = Sandboxes(host)
+        self.sandboxes = sandboxes(host)
         self.api: ASGIApp = Starlette(routes=control.routes(self.sandboxes, host.authenticate))
         self._interpreter = Starlette(routes=[
             Route("/execute", self._guard(interpreter.execute), methods=["POST"]),
@@ -84,8 +84,8 @@ class E2bFace:
             if path.startswith(prefix):
                 try:
                     found = self._find(request)
-                except Refused as exc:
-                    await control.error(exc)(scope, receive, send)
+                except SessionNotFound as exc:
+                    await control.error(Refused(404, str(exc)))(scope, receive, send)
                     return
                 envd.CURRENT.set(found)
                 await rpc({**scope, "path": path, "root_path": ""}, receive, send)
@@ -101,7 +101,7 @@ class E2bFace:
         """204 while the sandbox lives; 502 after, which the SDK reads as not running."""
         try:
             self._find(request)
-        except Refused:
+        except SessionNotFound:
             return Response(status_code=502)
         return Response(status_code=204)
 
@@ -111,6 +111,8 @@ class E2bFace:
                 return await handler(request, self._find(request))
             except Refused as exc:
                 return control.error(exc)
+            except SessionNotFound as exc:
+                return control.error(Refused(404, str(exc)))
             except HostBusy as exc:  # the host's sandbox cap stays full: retry soon
                 return control.error(Refused(503, str(exc), retry_after=BUSY_RETRY_S))
         return endpoint

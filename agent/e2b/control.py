@@ -11,7 +11,6 @@ sbx's one image; any other template is 404, as E2B answers an unknown one.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +21,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sbx.agent.e2b.host import Refused, Tenant
+from sbx.agent import Owner, SessionNotFound
+from sbx.agent.e2b.host import Refused
 from sbx.agent.e2b.sandboxes import E2bSandbox, Sandboxes
 
 TEMPLATES = {"code-interpreter-v1": "code-interpreter-v1",
@@ -32,7 +32,7 @@ ENVD_VERSION = "0.5.6"
 """The envd features the face speaks: multipart uploads, no file metadata, no PTY."""
 DEFAULT_TIMEOUT_S = 300
 """E2B's default sandbox timeout when the create names none."""
-Handler = Callable[[Request, Tenant, Sandboxes], Awaitable[Response]]
+Handler = Callable[[Request, Owner, Sandboxes], Awaitable[Response]]
 
 
 def error(exc: Refused) -> Response:
@@ -48,7 +48,7 @@ def _iso(seconds: float) -> str:
 
 def created(sandbox: E2bSandbox) -> dict[str, Any]:
     """The SDK's `Sandbox`: ids, envd version and the access token for the sandbox URL."""
-    return {"templateID": sandbox.info.template, "sandboxID": sandbox.id,
+    return {"templateID": sandbox.template, "sandboxID": sandbox.id,
             "clientID": "sbx", "envdVersion": ENVD_VERSION, "envdAccessToken": sandbox.token,
             "trafficAccessToken": sandbox.token, "domain": None}
 
@@ -56,11 +56,11 @@ def created(sandbox: E2bSandbox) -> dict[str, Any]:
 def detail(sandbox: E2bSandbox) -> dict[str, Any]:
     """The SDK's `SandboxDetail` / `ListedSandbox`."""
     limits = sandbox.workspace.config.limits
-    return {**created(sandbox), "startedAt": _iso(sandbox.info.started_at),
-            "endAt": _iso(sandbox.info.end_at), "cpuCount": max(1, int(limits.cpus)),
+    return {**created(sandbox), "startedAt": _iso(sandbox.started_at),
+            "endAt": _iso(sandbox.end_at), "cpuCount": max(1, int(limits.cpus)),
             "memoryMB": int(limits.memory) // 2**20, "diskSizeMB": 0,
-            "state": "paused" if sandbox.info.paused else "running",
-            "metadata": sandbox.info.metadata}
+            "state": "paused" if sandbox.paused else "running",
+            "metadata": sandbox.metadata}
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def _timeout(body: dict[str, Any]) -> int:
     return value
 
 
-async def create(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> Response:
+async def create(request: Request, owner: Owner, sandboxes: Sandboxes) -> Response:
     """`POST /sandboxes`: a new sandbox of the default image (its container opens on use)."""
     body = await _body(request)
     template = TEMPLATES.get(str(body.get("templateID", "")))
@@ -102,24 +102,24 @@ async def create(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> Resp
                       "code-interpreter-v1 and base (its one image); custom templates are not "
                       "supported")
     sandbox = await run_in_threadpool(
-        sandboxes.create, tenant, template=template, timeout_s=_timeout(body),
-        metadata=_strings(body.get("metadata"), "metadata"),
-        envs=_strings(body.get("envVars"), "envVars"))
+        sandboxes.create, owner, timeout_s=_timeout(body), run_kind="e2b",
+        envs=_strings(body.get("envVars"), "envVars"), template=template,
+        metadata=_strings(body.get("metadata"), "metadata"))
     return JSONResponse(created(sandbox), 201)
 
 
-async def listing(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> Response:
+async def listing(request: Request, owner: Owner, sandboxes: Sandboxes) -> Response:
     """`GET /v2/sandboxes`: the key's sandboxes, filtered by metadata and state (one page)."""
     wanted = dict(parse_qsl(request.query_params.get("metadata", "")))
     states = set(filter(None, request.query_params.get("state", "").split(",")))
-    rows = [detail(s) for s in sandboxes.of(tenant)
-            if all(s.info.metadata.get(k) == v for k, v in wanted.items())]
+    rows = [detail(s) for s in sandboxes.of(owner)
+            if all(s.metadata.get(k) == v for k, v in wanted.items())]
     return JSONResponse([row for row in rows if not states or row["state"] in states])
 
 
-async def get(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> Response:
+async def get(request: Request, owner: Owner, sandboxes: Sandboxes) -> Response:
     """`GET /sandboxes/{id}`."""
-    return JSONResponse(detail(_found(request, tenant, sandboxes)))
+    return JSONResponse(detail(_found(request, owner, sandboxes)))
 
 
 def acting(action: Callable[[Sandboxes, E2bSandbox], None]) -> Handler:
@@ -129,15 +129,15 @@ def acting(action: Callable[[Sandboxes, E2bSandbox], None]) -> Handler:
     error) and `POST .../pause` (`Sandboxes.pause`: sbx's idle release; the state comes
     back on resume).
     """
-    async def handler(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> Response:
-        await run_in_threadpool(action, sandboxes, _found(request, tenant, sandboxes))
+    async def handler(request: Request, owner: Owner, sandboxes: Sandboxes) -> Response:
+        await run_in_threadpool(action, sandboxes, _found(request, owner, sandboxes))
         return Response(status_code=204)
     return handler
 
 
-async def set_timeout(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> Response:
+async def set_timeout(request: Request, owner: Owner, sandboxes: Sandboxes) -> Response:
     """`POST /sandboxes/{id}/timeout` (and `/refreshes`): killed that long from now."""
-    sandbox = _found(request, tenant, sandboxes)
+    sandbox = _found(request, owner, sandboxes)
     body = await _body(request)
     seconds = body.get("duration", body.get("timeout", DEFAULT_TIMEOUT_S))
     if isinstance(seconds, bool) or not isinstance(seconds, int):
@@ -146,26 +146,22 @@ async def set_timeout(request: Request, tenant: Tenant, sandboxes: Sandboxes) ->
     return Response(status_code=204)
 
 
-async def connect(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> Response:
+async def connect(request: Request, owner: Owner, sandboxes: Sandboxes) -> Response:
     """`POST /sandboxes/{id}/connect` and `/resume`: running again (state restored on use)."""
-    sandbox = _found(request, tenant, sandboxes)
+    sandbox = _found(request, owner, sandboxes)
     body = await _body(request)
     if "timeout" in body:
         sandboxes.set_timeout(sandbox, _timeout(body))
-    resumed = sandbox.info.paused
-    sandbox.info.paused = False
+    resumed, sandbox.paused = sandbox.paused, False
     status = 201 if resumed or request.url.path.endswith("/resume") else 200
     return JSONResponse(created(sandbox), status)
 
 
-def _found(request: Request, tenant: Tenant, sandboxes: Sandboxes) -> E2bSandbox:
-    sandbox = sandboxes.find(tenant, request.path_params["sandbox_id"])
-    if sandbox.info.end_at <= time.time():
-        raise Refused(404, f"sandbox {sandbox.id!r} not found (its timeout passed)")
-    return sandbox
+def _found(request: Request, owner: Owner, sandboxes: Sandboxes) -> E2bSandbox:
+    return sandboxes.find(owner, request.path_params["sandbox_id"])
 
 
-def routes(sandboxes: Sandboxes, authenticate: Callable[[str], Tenant]) -> list[Route]:
+def routes(sandboxes: Sandboxes, authenticate: Callable[[str], Owner]) -> list[Route]:
     """The control plane's routes, each behind the `X-API-Key` check."""
 
     def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -174,10 +170,14 @@ def routes(sandboxes: Sandboxes, authenticate: Callable[[str], Tenant]) -> list[
                 key = request.headers.get("x-api-key", "")
                 if not key:
                     raise Refused(401, "send your sbx API key as X-API-Key (E2B_API_KEY)")
-                tenant = await run_in_threadpool(authenticate, key)
-                return await handler(request, tenant, sandboxes)
+                owner = await run_in_threadpool(authenticate, key)
+                return await handler(request, owner, sandboxes)
             except Refused as exc:
                 return error(exc)
+            except SessionNotFound as exc:
+                return error(Refused(404, str(exc)))
+            except ValueError as exc:  # a timeout out of range
+                return error(Refused(400, str(exc)))
         return endpoint
 
     one = "/sandboxes/{sandbox_id}"

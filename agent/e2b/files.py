@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sbx.agent import FileOpError, file_op, read_file, write_file
+from sbx.agent import FileOpError
 from sbx.agent.e2b.host import Refused
 from sbx.agent.e2b.sandboxes import E2bSandbox
 
@@ -39,15 +39,10 @@ def outside(path: str) -> str:
 
 def run(sandbox: E2bSandbox, op: Any, path: str, **args: Any) -> Any:
     """One file operation at an E2B path; its value, or `Refused` with envd's status."""
-    with sandbox.turn:
-        try:
-            if op == "read":
-                return read_file(sandbox, inside(path))
-            if op == "write":
-                return write_file(sandbox, inside(path), args["data"])
-            return file_op(sandbox, op, inside(path), **args)
-        except FileOpError as exc:
-            raise Refused(STATUS[exc.failure], outside(str(exc))) from None
+    try:
+        return sandbox.file(op, inside(path), **args)
+    except FileOpError as exc:
+        raise Refused(STATUS[exc.failure], outside(str(exc))) from None
 
 
 def read(sandbox: E2bSandbox, path: str) -> bytes:

@@ -70,7 +70,7 @@ def create_app(service: Service) -> ASGIApp:
     document = openapi_document(ROUTES)
     mcp = McpEndpoint(service)
     e2b = E2bFace(ServiceE2bHost(service))
-    service.share.e2b = e2b.sandboxes  # their idle sandboxes share the host too
+    service.share.kept = e2b.sandboxes  # their idle sandboxes share the host too
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sbx.agent import App
-from sbx.agent.e2b.host import Admitted, Refused, Tenant
+from sbx.agent import Admitted, App, Owner
+from sbx.agent.e2b.host import Refused
 from sbx.agent.mcp.admission import Caller
 from sbx.agent.service.core import Service
 from sbx.agent.service.mcp_tenancy import ServiceAdmission
@@ -34,29 +34,29 @@ class ServiceE2bHost:
         self.admission = ServiceAdmission(service, self.output_root, model=E2B_MODEL,
                                           label="E2B sandbox", failure=_too_many)
 
-    def authenticate(self, api_key: str) -> Tenant:
+    def authenticate(self, api_key: str) -> Owner:
         """The key's principal and team, or 401."""
         key = lookup_key(self.service.db, api_key.strip())
         if key is None:
             raise Refused(401, "the API key is unknown or was revoked")
-        return Tenant(principal=key.principal, team=key.team, grant=key)
+        return Owner(principal=key.principal, team=key.team, grant=key)
 
-    def admit(self, tenant: Tenant, sandbox_id: str) -> Admitted:
+    def admit(self, owner: Owner, sandbox_id: str) -> Admitted:
         """A conversation slot and the key's datasets, or 429 naming the quota.
 
         Its recorder refuses an execution over a quota the same way.
         """
-        opened = self.admission.open(_caller(tenant, sandbox_id), sandbox_id)
+        opened = self.admission.open(_caller(owner, sandbox_id), sandbox_id)
         return Admitted(data=opened.data, recorder=opened.recorder)
 
-    def release(self, tenant: Tenant, sandbox_id: str) -> None:
+    def release(self, owner: Owner, sandbox_id: str) -> None:
         """The slot is freed, the sandbox's artifacts deleted."""
-        self.admission.close(_caller(tenant, sandbox_id), sandbox_id)
+        self.admission.close(_caller(owner, sandbox_id), sandbox_id)
 
 
-def _caller(tenant: Tenant, sandbox_id: str) -> Caller:
-    return Caller(key=f"{tenant.principal}\ne2b:{sandbox_id}", principal=tenant.principal,
-                  team=tenant.team, grant=tenant.grant)
+def _caller(owner: Owner, sandbox_id: str) -> Caller:
+    return Caller(key=f"{owner.principal}\ne2b:{sandbox_id}", principal=owner.principal,
+                  team=owner.team, grant=owner.grant)
 
 
 def _too_many(detail: str) -> Refused:
