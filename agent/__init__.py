@@ -23,7 +23,7 @@ The app and its conversations: every way a run starts.
     App, Answer, answer_one, os_principal, require_image, DEFAULT_IMAGE, OUTPUT_DIR, RUNS_DIR,
     Conversation, ConversationSpec, new_conversation_id, Workspace, check_data, idle_reason,
     ProgramSpec, execute_program, ToolSession, CallReport, file_op, read_file, write_file,
-    KeptSession, KeptSessions, SessionHost, Owner, Admitted, SessionNotFound,
+    KeptSession, KeptSessions, SessionHost, Owner, Admitted, SessionNotFound, streamed,
     in_namespace, drop_namespace, clear_variables, Cancellation, Resumable, read_resumable,
     resume_conversation, continue_paused, find_transcript, read_paused, rerun, RerunReport,
     ExecutionCheck, recorded_data
@@ -98,7 +98,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.teams": ("TeamSettings", "metrics_team"),
     "sbx.agent.core.tool_session": ("ToolSession", "CallReport", "SessionClosed"),
     "sbx.agent.core.kept_sessions": ("KeptSession", "KeptSessions", "SessionHost", "Owner",
-        "Admitted", "SessionNotFound"),
+        "Admitted", "SessionNotFound", "streamed"),
     "sbx.agent.core.tracing": ("configure_tracing", "TracingError"),
     "sbx.agent.core.transcript": ("numbered_events", "TranscriptError"),
     "sbx.agent.core.workspace": ("ConversationSpec", "Workspace", "check_data"),
@@ -173,8 +173,8 @@ __all__ = [
     "os_principal", "outcome_of", "parse_duration", "parse_event", "parse_size", "pending_note",
     "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable", "recorded_data",
     "require_image", "rerun", "resolve_endpoint", "restore_summary", "resume_conversation",
-    "run_outcome", "safe_json", "safe_text", "summarize_data", "unavailable", "unsafe_name_reason",
-    "verify_audit_log", "write_file",
+    "run_outcome", "safe_json", "safe_text", "streamed", "summarize_data", "unavailable",
+    "unsafe_name_reason", "verify_audit_log", "write_file",
 ]
 
 
@@ -238,6 +238,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.kept_sessions import Owner as Owner
     from sbx.agent.core.kept_sessions import SessionHost as SessionHost
     from sbx.agent.core.kept_sessions import SessionNotFound as SessionNotFound
+    from sbx.agent.core.kept_sessions import streamed as streamed
     from sbx.agent.core.limits_request import LimitRefused as LimitRefused
     from sbx.agent.core.limits_request import LimitsRequest as LimitsRequest
     from sbx.agent.core.limits_request import LimitTooLow as LimitTooLow

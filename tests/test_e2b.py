@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from e2b import (
+    CommandExitException,
     NotFoundException,
     RateLimitException,
     SandboxException,
@@ -95,8 +96,8 @@ def test_the_sync_sdk_runs_code_statefully_streams_counts_errors_and_files(
         assert once.logs.stdout == ["for one run yes\n"]
         assert sandbox.run_code(both).logs.stdout == ["hello from create None\n"]
         _files_round_trip(sandbox)
-        with pytest.raises(SandboxException, match="tools.execute_python"):
-            sandbox.commands.run("ls")
+        with pytest.raises(SandboxException, match=r"\[tools.run_command\] enabled = true"):
+            sandbox.commands.run("ls")  # off unless the operator's policy enables it
         _independent_contexts(sandbox)
         with pytest.raises(SandboxException, match="custom templates") as unknown:
             Sandbox.create(template="my-custom-template")
@@ -152,6 +153,33 @@ def _files_round_trip(sandbox: Sandbox) -> None:
     assert moved.path == "/home/user/made/blob.bin"
     sandbox.files.remove("made")
     assert not sandbox.files.exists("made/blob.bin")
+
+
+@pytest.mark.docker
+def test_shell_commands_run_through_the_gate_when_the_policy_enables_them(
+    sqlite, serve, engine, monkeypatch
+):
+    server = serve(sqlite, policy={"tools.run_command": {"enabled": True}})
+    point_sdk_at(monkeypatch, server, server.key("ann"))
+    with Sandbox.create(envs={"WHO": "ann"}) as sandbox:
+        heard: list[str] = []
+        done = sandbox.commands.run("echo hi; echo to-err >&2; echo $WHO $ONCE; pwd",
+                                    envs={"ONCE": "now"}, on_stdout=heard.append)
+        assert (done.exit_code, done.stdout, done.stderr) == (0, "hi\nann now\n/work\n",
+                                                              "to-err\n")
+        assert "".join(heard) == done.stdout
+        sandbox.files.write("made-by-python.txt", "from the files API")
+        assert sandbox.commands.run("cat made-by-python.txt").stdout == "from the files API"
+        with pytest.raises(CommandExitException) as failed:
+            sandbox.commands.run("exit 3")
+        assert failed.value.exit_code == 3
+        sandbox_id = sandbox.sandbox_id
+    commands = [r for r in audit_records(server) if r.get("run_id") == sandbox_id
+                and r.get("event") == "outcome" and r["data"].get("tool") == "run_command"]
+    assert [r["data"].get("exit_code") for r in commands] == [0, 0, 3]
+    verified = subprocess.run([*SBX, "audit", "verify", str(server.audit_log)],
+                              capture_output=True, text=True, timeout=120)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 @pytest.mark.docker

@@ -17,11 +17,12 @@ data, the recorder that accounts for its runs), and what to free at its end.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -143,9 +144,7 @@ class KeptSession(ToolSession):
         next call replays the journal into a new one.
         """
         with self.turn:
-            if not self._envs_set:
-                self._envs_set = True
-                self.call("execute_python", {"code": _set_envs(self.envs, save=False)})
+            self._set_session_envs()
             if envs:
                 self.call("execute_python", {"code": _set_envs(envs, save=True)})
             try:
@@ -158,6 +157,25 @@ class KeptSession(ToolSession):
             finally:
                 if envs:
                     self.call("execute_python", {"code": f"exec({_ENVS_BACK!r}, {{}})\n"})
+
+    def command(self, command: str, *, cwd: str, envs: Mapping[str, str],
+                on_output: Sink | None = None,
+                on_start: Callable[[], None] | None = None) -> CallReport:
+        """A shell command through the gate (`run_command`, when the policy enables it).
+
+        The session's env vars hold for it, `envs` besides them; its report's execution
+        has the output and `exit_code`.
+        """
+        with self.turn:
+            self._set_session_envs()
+            return self.call("run_command", {"command": command, "cwd": cwd,
+                                             "envs": dict(envs)},
+                             on_output=on_output, on_start=on_start)
+
+    def _set_session_envs(self) -> None:
+        if not self._envs_set:
+            self._envs_set = True
+            self.call("execute_python", {"code": _set_envs(self.envs, save=False)})
 
     def file(self, op: FileOp, path: str, **args: Any) -> Any:
         """One file operation at a sandbox path, in its turn (`sbx.agent.file_op`'s values).
@@ -287,3 +305,41 @@ class KeptSessions(Closing, Generic[S]):
 def _check_lifetime(seconds: float) -> None:
     if not 0 < seconds <= MAX_LIFETIME_S:
         raise ValueError(f"timeout: between 1 and {MAX_LIFETIME_S} seconds")
+
+
+async def streamed(run: Callable[[Sink, Callable[[], None]], CallReport],
+                   cancel: Callable[[], None]) -> AsyncIterator[tuple[str, Any]]:
+    """A blocking call heard as it goes, for an async face: its events, in order.
+
+    `run(on_output, on_start)` runs in a worker thread; this yields `("started",
+    None)` once it is admitted, `(stream, text)` for its output as it comes, and
+    `("done", report)` last. What it raises (a refusal before it ran, the session
+    ended) is raised here. A consumer that stops early (its client went away) has
+    `cancel()` called, which stops the call.
+    """
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def put(kind: str, value: Any = None) -> None:
+        loop.call_soon_threadsafe(events.put_nowait, (kind, value))
+
+    def work() -> None:
+        try:
+            put("done", run(put, lambda: put("started")))
+        except Exception as exc:
+            put("failed", exc)
+
+    loop.run_in_executor(None, work)
+    finished = False
+    try:
+        while True:
+            kind, value = await events.get()
+            finished = kind in ("done", "failed")
+            if kind == "failed":
+                raise value
+            yield kind, value
+            if finished:
+                return
+    finally:
+        if not finished:
+            loop.run_in_executor(None, cancel)

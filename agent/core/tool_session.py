@@ -61,6 +61,9 @@ from sbx.tools.outcome import ToolOutcome
 
 logger = logging.getLogger(__name__)
 
+IN_SANDBOX = ("execute_python", "run_command")
+"""The tools that run in the session's sandbox: each a run (recorded, cancellable), after the
+session's state is restored; only `execute_python`'s programs are journaled and replayed."""
 MAX_REMEMBERED_ARTIFACTS = 10_000
 """Artifacts a session keeps addressable as resources; the oldest are forgotten first."""
 DATA_NOW = "It is at /data/{name} from the next execute_python call."
@@ -132,6 +135,15 @@ class ToolSession(Closing):
         """
         return self._guard.text(text).text
 
+    def allows(self, tool: str) -> bool:
+        """Whether the policy enables `tool`.
+
+        A face may refuse in its own words what the gate would deny: a denial at the
+        gate counts toward its halt.
+        """
+        rule = self.workspace.config.policy.tools.rule(tool)
+        return rule is not None and rule.enabled
+
     @property
     def output_dir(self) -> Path:
         """Where this session's artifacts are copied (nothing of another session's is there)."""
@@ -154,7 +166,7 @@ class ToolSession(Closing):
         def through_gate() -> ToolOutcome:
             nonlocal note, prior
             gate = self._open_gate()
-            if name == "execute_python":
+            if name in IN_SANDBOX:
                 note, prior = self._restored(self._take_reset_note())
             if on_start is not None:
                 on_start()
@@ -173,7 +185,7 @@ class ToolSession(Closing):
                 if self._closed:
                     raise SessionClosed(f"session {self.id} has ended")
                 using.enter_context(self.workspace.in_use())
-            if name == "execute_python":
+            if name in IN_SANDBOX:
                 outcome = self._execution(through_gate, lambda: prior)
             else:
                 outcome = through_gate()
