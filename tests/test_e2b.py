@@ -190,13 +190,22 @@ def test_the_async_sdk_survives_a_client_timeout_and_a_kill_ends_a_running_execu
     point_sdk_at(monkeypatch, server, server.key("ann"))
 
     async def scenario() -> None:
-        sandbox = await AsyncSandbox.create()
+        sandbox = await AsyncSandbox.create(envs={"WHERE": "async"})
         await sandbox.run_code("kept = 'still here'")
         await sandbox.files.write("async.txt", "written by the async SDK")
         assert await sandbox.files.read("/home/user/async.txt") == "written by the async SDK"
         assert await sandbox.files.exists("async.txt")
-        with pytest.raises(TimeoutException):
-            await sandbox.run_code("import time\ntime.sleep(60)", timeout=2)
+        envs = await sandbox.run_code("import os\nprint(os.environ['WHERE'], os.environ['NOW'])",
+                                      envs={"NOW": "once"})
+        assert envs.logs.stdout == ["async once\n"]
+        context = await sandbox.create_code_context()
+        await sandbox.run_code("kept = 'the context'", context=context)
+        assert [c.id for c in await sandbox.list_code_contexts()] == ["default", context.id]
+        await sandbox.remove_code_context(context)
+        with pytest.raises(TimeoutException):  # the client gives up: the execution is stopped
+            await sandbox.run_code("import time\ntime.sleep(600)", timeout=2)
+        wait_for(lambda: "cancelled" in [r["data"].get("status") for r in _executions(
+            server, sandbox.sandbox_id)], what="the abandoned execution cancelled")
         after = await sandbox.run_code("print(kept)")
         assert after.error is None and after.logs.stdout == ["still here\n"]
 
@@ -268,6 +277,26 @@ def test_another_keys_sandbox_is_not_found_and_over_quota_is_the_rate_limit_erro
     with pytest.raises(SandboxException, match="429.*runs_per_hour"):
         capped.run_code("ran += 1")
     capped.kill()
+
+
+@pytest.mark.docker
+def test_over_the_money_budget_mid_session_is_refused_with_the_retry_time(
+    sqlite, serve, engine, monkeypatch
+):
+    server = serve(sqlite, policy={"agent.prices": {"currency": "EUR"},
+                                   "agent.prices.sandbox": {"cpu_second": 1.0}})
+    point_sdk_at(monkeypatch, server, server.key("spender", cost_per_day=0.2))
+    with Sandbox.create() as sandbox:
+        burnt = sandbox.run_code("import time\nend = time.process_time() + 0.5\n"
+                                 "while time.process_time() < end:\n    pass")
+        assert burnt.error is None  # it ran: its cost passes the day's budget
+        with pytest.raises(SandboxException) as refused:
+            sandbox.run_code("print('over budget')")
+        # the code interpreter's SDK raises its own SandboxException for every status
+        # but 404 and 502; the message is E2B's body, naming the budget and the retry time
+        assert re.search(r"^429 .*per day \(0\.2 EUR\).*retry in \d+ s", str(refused.value))
+        with pytest.raises(RateLimitException, match=r"retry in \d+ s"):
+            sandbox.files.write("more.txt", "a file operation is a run too")
 
 
 @pytest.mark.docker
