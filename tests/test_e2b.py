@@ -153,6 +153,8 @@ def _files_round_trip(sandbox: Sandbox) -> None:
     assert moved.path == "/home/user/made/blob.bin"
     sandbox.files.remove("made")
     assert not sandbox.files.exists("made/blob.bin")
+    with pytest.raises(SandboxException, match="not supported"):
+        sandbox.files.watch_dir("/home/user")
 
 
 @pytest.mark.docker
@@ -173,6 +175,9 @@ def test_shell_commands_run_through_the_gate_when_the_policy_enables_them(
         with pytest.raises(CommandExitException) as failed:
             sandbox.commands.run("exit 3")
         assert failed.value.exit_code == 3
+        assert sandbox.commands.list() == []  # each command ran to its end
+        with pytest.raises(SandboxException, match="not supported"):
+            sandbox.commands.connect(1)
         sandbox_id = sandbox.sandbox_id
     commands = [r for r in audit_records(server) if r.get("run_id") == sandbox_id
                 and r.get("event") == "outcome" and r["data"].get("tool") == "run_command"]

@@ -22,7 +22,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -308,7 +308,7 @@ def _check_lifetime(seconds: float) -> None:
 
 
 async def streamed(run: Callable[[Sink, Callable[[], None]], CallReport],
-                   cancel: Callable[[], None]) -> AsyncIterator[tuple[str, Any]]:
+                   cancel: Callable[[], None]) -> AsyncGenerator[tuple[str, Any], None]:
     """A blocking call heard as it goes, for an async face: its events, in order.
 
     `run(on_output, on_start)` runs in a worker thread; this yields `("started",

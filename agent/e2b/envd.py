@@ -10,7 +10,7 @@ sandbox (`files.py`). A command (`sandbox.commands.run`) is sbx's
 from __future__ import annotations
 
 import shlex
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Any, NoReturn
 
@@ -110,21 +110,9 @@ class Filesystem:
         await _run("remove", request.path)
         return pb.RemoveResponse()
 
-    def watch_dir(self, request: Any, ctx: Any, /) -> AsyncIterator[Any]:
-        """Not served: sbx has no file events."""
-        _unsupported("watching a directory")
-
-    async def create_watcher(self, request: Any, ctx: Any, /) -> Any:
-        """Not served."""
-        _unsupported("watching a directory")
-
-    async def get_watcher_events(self, request: Any, ctx: Any, /) -> Any:
-        """Not served."""
-        _unsupported("watching a directory")
-
-    async def remove_watcher(self, request: Any, ctx: Any, /) -> Any:
-        """Not served."""
-        _unsupported("watching a directory")
+    def __getattr__(self, name: str) -> Any:
+        """Watching a directory (`watch_dir`, the watchers) is not served: no file events."""
+        return _unsupported("watching a directory")
 
 
 class Processes:
@@ -167,9 +155,8 @@ class Processes:
         return ppb.ListResponse()
 
     def __getattr__(self, name: str) -> Any:
-        async def refused(request: Any, ctx: Any, /) -> NoReturn:
-            _unsupported("connecting to a command, its input and signals")
-        return refused
+        """Connecting to a command, its input and signals are not served."""
+        return _unsupported("connecting to a command, its input and signals")
 
 
 def _event(kind: str, value: Any) -> ppb.StartResponse:
@@ -196,9 +183,12 @@ def _ended(report: CallReport, taken: dict[str, int]) -> list[ppb.StartResponse]
     return [*tails, _event("end", end)]
 
 
-def _unsupported(what: str) -> NoReturn:
-    raise ConnectError(Code.UNIMPLEMENTED, f"{what} is not supported by sbx's E2B face")
+def _unsupported(what: str) -> Callable[..., NoReturn]:
+    """A handler refusing any call, unary or streaming (it raises as it is called)."""
+    def refused(request: Any, ctx: Any, /) -> NoReturn:
+        raise ConnectError(Code.UNIMPLEMENTED, f"{what} is not supported by sbx's E2B face")
+    return refused
 
 
-FILESYSTEM = FilesystemASGIApplication(Filesystem())  # type: ignore[arg-type]
+FILESYSTEM = FilesystemASGIApplication(Filesystem())
 PROCESS = ProcessASGIApplication(Processes())

@@ -16,18 +16,17 @@ with its own working directory. Other languages are refused.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from sbx.agent import CallReport, clear_variables, drop_namespace, in_namespace
+from sbx.agent import CallReport, clear_variables, drop_namespace, in_namespace, streamed
 from sbx.agent.e2b.files import HOME, inside
 from sbx.agent.e2b.host import Refused
 from sbx.agent.e2b.sandboxes import E2bSandbox
@@ -119,48 +118,31 @@ async def execute(request: Request, sandbox: E2bSandbox) -> Response:
         isinstance(k, str) and isinstance(v, str) for k, v in envs.items()
     ):
         raise Refused(400, "env_vars: an object of strings")
-    loop = asyncio.get_running_loop()
-    events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-
-    def put(kind: str, value: Any = None) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, (kind, value))
-
-    def work() -> None:
-        try:
-            put("done", sandbox.python(code, on_output=put, on_start=lambda: put("started"),
-                                       envs=envs))
-        except Exception as exc:  # a refusal before it ran, or the sandbox ended
-            put("failed", exc)
-
-    loop.run_in_executor(None, work)
-    first = await events.get()
-    if first[0] == "failed":
-        raise first[1]
+    events = streamed(lambda on_output, on_start: sandbox.python(
+        code, on_output=on_output, on_start=on_start, envs=envs), sandbox.cancel_running)
+    first = await anext(events)  # a refusal before it ran is raised here: an HTTP error
     return StreamingResponse(_stream(sandbox, first, events), media_type="application/x-ndjson")
 
 
 async def _stream(sandbox: E2bSandbox, first: tuple[str, Any],
-                  events: asyncio.Queue[tuple[str, Any]]) -> AsyncIterator[bytes]:
-    finished = False
+                  events: AsyncGenerator[tuple[str, Any], None]) -> AsyncIterator[bytes]:
+    """The NDJSON lines; a client gone before the end closes `events`, which stops the code."""
     lines = Lines()
+    kind, value = first
     try:
-        kind, value = first
         while True:
             if kind in ("stdout", "stderr"):
                 for line in lines.add(kind, value):
                     yield line
             elif kind == "done":
-                finished = True
                 for line in _closing(sandbox, value, lines):
                     yield line
                 return
-            elif kind == "failed":
-                finished = True
-                raise Cut(sandbox.id) from value
-            kind, value = await events.get()
+            kind, value = await anext(events)
+    except Exception as exc:  # the sandbox ended under it
+        raise Cut(sandbox.id) from exc
     finally:
-        if not finished:  # the client went away (its timeout): stop the code
-            asyncio.get_running_loop().run_in_executor(None, sandbox.cancel_running)
+        await events.aclose()
 
 
 def _context(context_id: str, cwd: str) -> dict[str, str]:
