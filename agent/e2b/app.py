@@ -22,15 +22,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sbx.agent import HostBusy, SessionNotFound
+from sbx.agent import SessionNotFound
 from sbx.agent.e2b import control, envd, interpreter
-from sbx.agent.e2b.host import E2bHost, Refused
+from sbx.agent.e2b.host import E2bHost
 from sbx.agent.e2b.sandboxes import E2bSandbox, sandboxes
 
 INTERPRETER_PORT = "49999"
 """The code interpreter's port in `E2b-Sandbox-Port` (the SDK's `JUPYTER_PORT`)."""
-BUSY_RETRY_S = 10.0
-"""Retry-After when the host's sandbox cap stays full (`HostBusy`)."""
 Handler = Callable[[Request, E2bSandbox], Awaitable[Response]]
 
 
@@ -85,7 +83,7 @@ class E2bFace:
                 try:
                     found = self._find(request)
                 except SessionNotFound as exc:
-                    await control.error(Refused(404, str(exc)))(scope, receive, send)
+                    await control.error(exc)(scope, receive, send)
                     return
                 envd.CURRENT.set(found)
                 await rpc({**scope, "path": path, "root_path": ""}, receive, send)
@@ -109,10 +107,6 @@ class E2bFace:
         async def endpoint(request: Request) -> Response:
             try:
                 return await handler(request, self._find(request))
-            except Refused as exc:
+            except control.FAILURES as exc:  # a refusal, a full host (503: retry soon)
                 return control.error(exc)
-            except SessionNotFound as exc:
-                return control.error(Refused(404, str(exc)))
-            except HostBusy as exc:  # the host's sandbox cap stays full: retry soon
-                return control.error(Refused(503, str(exc), retry_after=BUSY_RETRY_S))
         return endpoint

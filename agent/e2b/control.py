@@ -3,7 +3,7 @@
 Every request carries `X-API-Key: <an sbx API key>`; its principal owns what
 it creates, and sees nothing of another key's (a foreign id is 404, the
 SDK's `NotFoundException`). Errors are E2B's `{code, message}`: 401, 404,
-429 (the SDK's `RateLimitException`, with `Retry-After`), 400.
+429 (the SDK's `RateLimitException`, with `Retry-After`), 400, 503.
 
 Templates: `code-interpreter-v1` and `base` (and the SDK's `-v1` aliases) mean
 sbx's one image; any other template is 404, as E2B answers an unknown one.
@@ -16,12 +16,13 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sbx.agent import Owner, SessionNotFound
+from sbx.agent import HostBusy, Owner, SessionNotFound, describe_validation_error
 from sbx.agent.e2b.host import Refused
 from sbx.agent.e2b.sandboxes import E2bSandbox, Sandboxes
 
@@ -30,13 +31,34 @@ TEMPLATES = {"code-interpreter-v1": "code-interpreter-v1",
 """The templates sbx serves, each by sbx's default image (E2B's names and aliases)."""
 ENVD_VERSION = "0.5.6"
 """The envd features the face speaks: multipart uploads, no file metadata, no PTY."""
-DEFAULT_TIMEOUT_S = 300
-"""E2B's default sandbox timeout when the create names none."""
+BUSY_RETRY_S = 10.0
+"""Retry-After when the host's sandbox cap stays full (`HostBusy`)."""
+FAILURES = (Refused, SessionNotFound, HostBusy, ValueError)
+"""What a handler may raise for its caller to read (`error`)."""
 Handler = Callable[[Request, Owner, Sandboxes], Awaitable[Response]]
 
 
-def error(exc: Refused) -> Response:
-    """E2B's error body; 429 with `Retry-After` when the host said when."""
+class Body(BaseModel):
+    """What a create, connect or timeout request may say (the rest is ignored)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    templateID: str = "base"
+    timeout: int = Field(default=300, ge=1)
+    """Seconds from now (E2B's default 300); `duration` is the refresh's name for it."""
+    duration: int | None = Field(default=None, ge=1)
+    metadata: dict[str, str] | None = None
+    envVars: dict[str, str] | None = None
+
+
+def error(exc: Exception) -> Response:
+    """E2B's error body for a refusal (`FAILURES`); `Retry-After` when the host said when."""
+    if isinstance(exc, ValidationError):
+        exc = Refused(400, describe_validation_error(exc))
+    elif not isinstance(exc, Refused):
+        busy = isinstance(exc, HostBusy)
+        status = 404 if isinstance(exc, SessionNotFound) else 503 if busy else 400
+        exc = Refused(status, str(exc), retry_after=BUSY_RETRY_S if busy else None)
     headers = {"Retry-After": str(max(1, int(exc.retry_after)))} if exc.retry_after else None
     return JSONResponse({"code": exc.status, "message": exc.message}, exc.status,
                         headers=headers)
@@ -63,48 +85,22 @@ def detail(sandbox: E2bSandbox) -> dict[str, Any]:
             "metadata": sandbox.metadata}
 
 
-async def _body(request: Request) -> dict[str, Any]:
+async def _body(request: Request) -> Body:
     raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        data = await request.json()
-    except ValueError:
-        raise Refused(400, "the body is not JSON") from None
-    if not isinstance(data, dict):
-        raise Refused(400, "the body is not a JSON object")
-    return data
-
-
-def _strings(value: object, name: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise Refused(400, f"{name}: an object of strings")
-    return dict(value)
-
-
-def _timeout(body: dict[str, Any]) -> int:
-    value = body.get("timeout", DEFAULT_TIMEOUT_S)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise Refused(400, "timeout: whole seconds")
-    return value
+    return Body.model_validate_json(raw) if raw.strip() else Body()
 
 
 async def create(request: Request, owner: Owner, sandboxes: Sandboxes) -> Response:
     """`POST /sandboxes`: a new sandbox of the default image (its container opens on use)."""
     body = await _body(request)
-    template = TEMPLATES.get(str(body.get("templateID", "")))
+    template = TEMPLATES.get(body.templateID)
     if template is None:
-        raise Refused(404, f"template {body.get('templateID')!r} not found: sbx serves "
+        raise Refused(404, f"template {body.templateID!r} not found: sbx serves "
                       "code-interpreter-v1 and base (its one image); custom templates are not "
                       "supported")
     sandbox = await run_in_threadpool(
-        sandboxes.create, owner, timeout_s=_timeout(body), run_kind="e2b",
-        envs=_strings(body.get("envVars"), "envVars"), template=template,
-        metadata=_strings(body.get("metadata"), "metadata"))
+        sandboxes.create, owner, timeout_s=body.timeout, run_kind="e2b",
+        envs=body.envVars or {}, template=template, metadata=body.metadata or {})
     return JSONResponse(created(sandbox), 201)
 
 
@@ -125,9 +121,8 @@ async def get(request: Request, owner: Owner, sandboxes: Sandboxes) -> Response:
 def acting(action: Callable[[Sandboxes, E2bSandbox], None]) -> Handler:
     """A handler doing `action` to the caller's sandbox, then answering 204.
 
-    `DELETE /sandboxes/{id}` (`Sandboxes.kill`: a running execution ends with the SDK's
-    error) and `POST .../pause` (`Sandboxes.pause`: sbx's idle release; the state comes
-    back on resume).
+    `DELETE /sandboxes/{id}` (`kill`: a running execution ends with the SDK's error)
+    and `POST .../pause` (`pause`: sbx's idle release; the state comes back on resume).
     """
     async def handler(request: Request, owner: Owner, sandboxes: Sandboxes) -> Response:
         await run_in_threadpool(action, sandboxes, _found(request, owner, sandboxes))
@@ -139,10 +134,7 @@ async def set_timeout(request: Request, owner: Owner, sandboxes: Sandboxes) -> R
     """`POST /sandboxes/{id}/timeout` (and `/refreshes`): killed that long from now."""
     sandbox = _found(request, owner, sandboxes)
     body = await _body(request)
-    seconds = body.get("duration", body.get("timeout", DEFAULT_TIMEOUT_S))
-    if isinstance(seconds, bool) or not isinstance(seconds, int):
-        raise Refused(400, "timeout: whole seconds")
-    sandboxes.set_timeout(sandbox, seconds)
+    sandboxes.set_timeout(sandbox, body.duration or body.timeout)
     return Response(status_code=204)
 
 
@@ -150,8 +142,8 @@ async def connect(request: Request, owner: Owner, sandboxes: Sandboxes) -> Respo
     """`POST /sandboxes/{id}/connect` and `/resume`: running again (state restored on use)."""
     sandbox = _found(request, owner, sandboxes)
     body = await _body(request)
-    if "timeout" in body:
-        sandboxes.set_timeout(sandbox, _timeout(body))
+    if "timeout" in body.model_fields_set:
+        sandboxes.set_timeout(sandbox, body.timeout)
     resumed, sandbox.paused = sandbox.paused, False
     status = 201 if resumed or request.url.path.endswith("/resume") else 200
     return JSONResponse(created(sandbox), status)
@@ -172,12 +164,8 @@ def routes(sandboxes: Sandboxes, authenticate: Callable[[str], Owner]) -> list[R
                     raise Refused(401, "send your sbx API key as X-API-Key (E2B_API_KEY)")
                 owner = await run_in_threadpool(authenticate, key)
                 return await handler(request, owner, sandboxes)
-            except Refused as exc:
+            except FAILURES as exc:
                 return error(exc)
-            except SessionNotFound as exc:
-                return error(Refused(404, str(exc)))
-            except ValueError as exc:  # a timeout out of range
-                return error(Refused(400, str(exc)))
         return endpoint
 
     one = "/sandboxes/{sandbox_id}"
