@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from sbx.agent.core.app import App
+from sbx.agent.core.namespaces import clear_variables, drop_namespace, in_namespace
 from sbx.agent.core.run_recorder import NoRecorder, RunRecorder
 from sbx.agent.core.sandbox_files import FileOp, file_op, read_file, write_file
 from sbx.agent.core.tool_session import CallReport, ToolSession
@@ -129,20 +130,26 @@ class KeptSession(ToolSession):
         """Killed (or timed out): a call still running is cut, not finished."""
         self.turn = threading.RLock()
         """One call at a time (an execution, a file operation)."""
+        self.namespaces: dict[str, str] = {}
+        """Named namespaces besides the session's own: name to working directory."""
         self._on_close = on_close
         self._envs_set = not envs
 
     def python(self, code: str, *, on_output: Sink | None = None,
                on_start: Callable[[], None] | None = None,
-               envs: Mapping[str, str] | None = None) -> CallReport:
+               envs: Mapping[str, str] | None = None,
+               namespace: str | None = None) -> CallReport:
         """One program through the gate (audited, a run of the owner's quotas); its report.
 
         `on_start()` once it is admitted, `on_output(stream, text)` while it runs.
         `envs` hold for this program only: a program before it sets them and one after
-        restores them (two more runs, both audited). A refusal (a quota) is raised
-        before anything ran. After a timeout or a kill the sandbox is replaced, so the
-        next call replays the journal into a new one.
+        restores them (two more runs, both audited). `namespace`: run in that named
+        namespace (`open_namespace`) rather than the session's own. A refusal (a quota)
+        is raised before anything ran. After a timeout or a kill the sandbox is
+        replaced, so the next call replays the journal into a new one.
         """
+        if namespace is not None:
+            code = in_namespace(code, namespace, self._namespace(namespace))
         with self.turn:
             self._set_session_envs()
             if envs:
@@ -157,6 +164,30 @@ class KeptSession(ToolSession):
             finally:
                 if envs:
                     self.call("execute_python", {"code": f"exec({_ENVS_BACK!r}, {{}})\n"})
+
+    def open_namespace(self, cwd: str) -> str:
+        """A new namespace of its own, working in `cwd` (made at its first use); its name."""
+        name = "ns-" + secrets.token_hex(6)
+        self.namespaces[name] = cwd
+        return name
+
+    def reset_namespace(self, name: str | None = None, *, remove: bool = False) -> None:
+        """Empty the namespace `name` (None: the session's own, whose named ones stay).
+
+        `remove`: forget a named one as well.
+        """
+        if name is not None:
+            self._namespace(name)
+        with self.turn:
+            self.python(clear_variables() if name is None else drop_namespace(name))
+            if remove and name is not None:
+                self.namespaces.pop(name, None)
+
+    def _namespace(self, name: str) -> str:
+        try:
+            return self.namespaces[name]
+        except KeyError:
+            raise SessionNotFound(f"no namespace {name!r} in this sandbox") from None
 
     def command(self, command: str, *, cwd: str, envs: Mapping[str, str],
                 on_output: Sink | None = None,

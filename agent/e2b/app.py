@@ -22,9 +22,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sbx.agent import SessionNotFound
-from sbx.agent.e2b import control, envd, interpreter
-from sbx.agent.e2b.host import E2bHost
+from sbx.agent import SessionHost, SessionNotFound
+from sbx.agent.e2b import control, envd, files, interpreter
 from sbx.agent.e2b.sandboxes import E2bSandbox, sandboxes
 
 INTERPRETER_PORT = "49999"
@@ -35,7 +34,7 @@ Handler = Callable[[Request, E2bSandbox], Awaitable[Response]]
 class E2bFace:
     """The two apps over one set of sandboxes; `running()` looks after them while served."""
 
-    def __init__(self, host: E2bHost) -> None:
+    def __init__(self, host: SessionHost) -> None:
         self.host = host
         self.sandboxes = sandboxes(host)
         self.api: ASGIApp = Starlette(routes=control.routes(self.sandboxes, host.authenticate))
@@ -49,8 +48,8 @@ class E2bFace:
         ])
         self._envd = Starlette(routes=[
             Route("/health", self._health, methods=["GET"]),
-            Route("/files", self._guard(envd.read_file), methods=["GET"]),
-            Route("/files", self._guard(envd.write_files), methods=["POST"]),
+            Route("/files", self._guard(files.read_file), methods=["GET"]),
+            Route("/files", self._guard(files.write_files), methods=["POST"]),
         ])
 
     @asynccontextmanager

@@ -23,8 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sbx.agent import HostBusy, Owner, SessionNotFound, describe_validation_error
-from sbx.agent.e2b.host import Refused
-from sbx.agent.e2b.sandboxes import E2bSandbox, Sandboxes
+from sbx.agent.e2b.sandboxes import E2bSandbox, Refused, Sandboxes
 
 TEMPLATES = {"code-interpreter-v1": "code-interpreter-v1",
              "code-interpreter": "code-interpreter-v1", "base": "base", "base-v1": "base"}

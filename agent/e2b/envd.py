@@ -1,4 +1,4 @@
-"""envd's side of the sandbox URL: `/files`, `/health`, and the filesystem and process RPC.
+"""envd's RPC on the sandbox URL: the filesystem and process services.
 
 The RPC is served by the `e2b` package's own generated Connect stubs
 (`FilesystemASGIApplication`, `ProcessASGIApplication`) over `connectrpc`,
@@ -23,13 +23,10 @@ from e2b.envd.process import process_pb as ppb
 from e2b.envd.process.process_connect import ProcessASGIApplication
 from protobuf import Oneof
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 
 from sbx.agent import CallReport, streamed
 from sbx.agent.e2b import files
-from sbx.agent.e2b.host import Refused
-from sbx.agent.e2b.sandboxes import E2bSandbox
+from sbx.agent.e2b.sandboxes import E2bSandbox, Refused
 
 COMMANDS_REFUSED = (
     "shell commands are off in this sbx: the operator's policy enables them with "
@@ -39,27 +36,6 @@ CURRENT: ContextVar[E2bSandbox] = ContextVar("e2b_sandbox")
 """The sandbox of the RPC being served (set by the dispatcher before the stub runs)."""
 _CODES = {404: Code.NOT_FOUND, 409: Code.ALREADY_EXISTS, 400: Code.INVALID_ARGUMENT,
           429: Code.RESOURCE_EXHAUSTED, 401: Code.UNAUTHENTICATED}
-
-
-async def read_file(request: Request, sandbox: E2bSandbox) -> Response:
-    """`GET /files?path=`: the file's bytes."""
-    data = await run_in_threadpool(files.read, sandbox, request.query_params.get("path", ""))
-    return Response(data, media_type="application/octet-stream")
-
-
-async def write_files(request: Request, sandbox: E2bSandbox) -> Response:
-    """`POST /files`: each multipart file written at its name (or `?path=` for one)."""
-    form = await request.form()
-    written = []
-    uploads = [value for _, value in form.multi_items() if not isinstance(value, str)]
-    for upload in uploads:
-        path = request.query_params.get("path") if len(uploads) == 1 else None
-        data = await upload.read()
-        entry = await run_in_threadpool(files.write, sandbox, path or upload.filename or "",
-                                        data)
-        written.append({"name": entry["name"], "type": "file",
-                        "path": files.outside(entry["path"])})
-    return JSONResponse(written)
 
 
 def _entry(value: dict[str, Any]) -> pb.EntryInfo:

@@ -1,4 +1,4 @@
-"""E2B's file paths and errors over the door's file operations (`sbx.agent.file_op`).
+"""E2B's file paths and errors over the door's file operations, and envd's `/files`.
 
 E2B's home, `/home/user`, is the sandbox's writable working directory
 `/work` (a size-limited tmpfs); relative paths are relative to it. Other
@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
 from sbx.agent import FileOpError
-from sbx.agent.e2b.host import Refused
-from sbx.agent.e2b.sandboxes import E2bSandbox
+from sbx.agent.e2b.sandboxes import E2bSandbox, Refused
 
 HOME = "/home/user"
 WORK = "/work"
@@ -45,13 +48,21 @@ def run(sandbox: E2bSandbox, op: Any, path: str, **args: Any) -> Any:
         raise Refused(STATUS[exc.failure], outside(str(exc))) from None
 
 
-def read(sandbox: E2bSandbox, path: str) -> bytes:
-    """The bytes at `path`."""
-    data: bytes = run(sandbox, "read", path)
-    return data
+async def read_file(request: Request, sandbox: E2bSandbox) -> Response:
+    """Envd's `GET /files?path=`: the file's bytes."""
+    path = request.query_params.get("path", "")
+    return Response(await run_in_threadpool(run, sandbox, "read", path),
+                    media_type="application/octet-stream")
 
 
-def write(sandbox: E2bSandbox, path: str, data: bytes) -> dict[str, Any]:
-    """Write `data` at `path` (parents made); the written entry."""
-    entry: dict[str, Any] = run(sandbox, "write", path, data=data)
-    return entry
+async def write_files(request: Request, sandbox: E2bSandbox) -> Response:
+    """Envd's `POST /files`: each multipart file written at its name (or `?path=` for one)."""
+    form = await request.form()
+    written = []
+    uploads = [value for _, value in form.multi_items() if not isinstance(value, str)]
+    for upload in uploads:
+        path = request.query_params.get("path") if len(uploads) == 1 else None
+        entry = await run_in_threadpool(run, sandbox, "write", path or upload.filename or "",
+                                        data=await upload.read())
+        written.append({"name": entry["name"], "type": "file", "path": outside(entry["path"])})
+    return JSONResponse(written)

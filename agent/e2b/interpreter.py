@@ -10,14 +10,13 @@ restores its variables by replay. A sandbox killed meanwhile cuts the
 stream, which the SDK reports as a sandbox killed mid-request.
 
 Contexts: `default` is the sandbox's own namespace; each context created is
-a namespace of its own in the same interpreter (`sbx.agent.in_namespace`),
+a namespace of its own in the same interpreter (`KeptSession.open_namespace`),
 with its own working directory. Other languages are refused.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
@@ -26,10 +25,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from sbx.agent import CallReport, clear_variables, drop_namespace, in_namespace, streamed
-from sbx.agent.e2b.files import HOME, inside
-from sbx.agent.e2b.host import Refused
-from sbx.agent.e2b.sandboxes import E2bSandbox
+from sbx.agent import CallReport, streamed
+from sbx.agent.e2b.files import HOME, WORK, inside, outside
+from sbx.agent.e2b.sandboxes import E2bSandbox, Refused
 
 DEFAULT = "default"
 PYTHON = (None, "", "python", "python3")
@@ -111,15 +109,15 @@ async def execute(request: Request, sandbox: E2bSandbox) -> Response:
     if language not in PYTHON:
         raise Refused(400, f"language {language!r}: sbx runs Python only")
     context_id = body.get("context_id") or DEFAULT
-    if context_id != DEFAULT:
-        code = in_namespace(code, context_id, inside(_cwd(sandbox, context_id)))
+    namespace = None if context_id == DEFAULT else context_id
     envs = body.get("env_vars") or {}
     if not isinstance(envs, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in envs.items()
     ):
         raise Refused(400, "env_vars: an object of strings")
     events = streamed(lambda on_output, on_start: sandbox.python(
-        code, on_output=on_output, on_start=on_start, envs=envs), sandbox.cancel_running)
+        code, on_output=on_output, on_start=on_start, envs=envs, namespace=namespace),
+        sandbox.cancel_running)
     first = await anext(events)  # a refusal before it ran is raised here: an HTTP error
     return StreamingResponse(_stream(sandbox, first, events), media_type="application/x-ndjson")
 
@@ -146,38 +144,26 @@ async def _stream(sandbox: E2bSandbox, first: tuple[str, Any],
 
 
 def _context(context_id: str, cwd: str) -> dict[str, str]:
-    return {"id": context_id, "language": "python", "cwd": cwd}
-
-
-def _cwd(sandbox: E2bSandbox, context_id: str) -> str:
-    if context_id == DEFAULT:
-        return HOME
-    if context_id not in sandbox.contexts:
-        raise Refused(404, f"context {context_id!r} not found")
-    return sandbox.contexts[context_id]
+    return {"id": context_id, "language": "python", "cwd": outside(cwd)}
 
 
 async def contexts(request: Request, sandbox: E2bSandbox) -> Response:
     """`GET /contexts` lists them; `POST` makes a namespace of its own (Python only)."""
     if request.method == "GET":
-        return JSONResponse([_context(DEFAULT, HOME)] + [
-            _context(cid, cwd) for cid, cwd in sandbox.contexts.items()])
+        return JSONResponse([_context(DEFAULT, WORK)] + [
+            _context(name, cwd) for name, cwd in sandbox.namespaces.items()])
     body = await request.json()
     if body.get("language") not in PYTHON:
         raise Refused(400, f"language {body.get('language')!r}: sbx runs Python only")
-    context_id = "ctx-" + secrets.token_hex(6)
-    sandbox.contexts[context_id] = str(body.get("cwd") or HOME)
-    return JSONResponse(_context(context_id, sandbox.contexts[context_id]))
+    name = sandbox.open_namespace(inside(str(body.get("cwd") or HOME)))
+    return JSONResponse(_context(name, sandbox.namespaces[name]))
 
 
 async def context(request: Request, sandbox: E2bSandbox) -> Response:
     """`POST /contexts/{id}/restart` empties a namespace; `DELETE` forgets one."""
-    context_id = request.path_params["context_id"]
-    _cwd(sandbox, context_id)  # 404 unless it exists
-    if request.method == "DELETE":
-        if context_id == DEFAULT:
-            raise Refused(400, "the default context cannot be removed: kill the sandbox")
-        del sandbox.contexts[context_id]
-    program = clear_variables() if context_id == DEFAULT else drop_namespace(context_id)
-    await run_in_threadpool(sandbox.python, program)
+    context_id, remove = request.path_params["context_id"], request.method == "DELETE"
+    if remove and context_id == DEFAULT:
+        raise Refused(400, "the default context cannot be removed: kill the sandbox")
+    await run_in_threadpool(sandbox.reset_namespace,
+                            None if context_id == DEFAULT else context_id, remove=remove)
     return Response(status_code=204)

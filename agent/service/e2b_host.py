@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sbx.agent import Admitted, App, Owner
-from sbx.agent.e2b.host import Refused
+from sbx.agent.e2b.sandboxes import Refused
 from sbx.agent.mcp.admission import Caller
 from sbx.agent.service.core import Service
 from sbx.agent.service.mcp_tenancy import ServiceAdmission
