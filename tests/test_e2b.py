@@ -23,6 +23,7 @@ import pytest
 from e2b import (
     CommandExitException,
     NotFoundException,
+    PtySize,
     RateLimitException,
     SandboxException,
     TimeoutException,
@@ -178,6 +179,8 @@ def test_shell_commands_run_through_the_gate_when_the_policy_enables_them(
         assert sandbox.commands.list() == []  # each command ran to its end
         with pytest.raises(SandboxException, match="not supported"):
             sandbox.commands.connect(1)
+        with pytest.raises(SandboxException, match="a PTY is not supported"):
+            sandbox.pty.create(PtySize(rows=24, cols=80))
         sandbox_id = sandbox.sandbox_id
     commands = [r for r in audit_records(server) if r.get("run_id") == sandbox_id
                 and r.get("event") == "outcome" and r["data"].get("tool") == "run_command"]

@@ -102,6 +102,8 @@ class Processes:
                     ) -> AsyncIterator[ppb.StartResponse]:
         """`commands.run`: the start, the output as it comes, the end with the exit code."""
         sandbox = CURRENT.get()
+        if request.pty is not None:
+            _unsupported("a PTY")(request, ctx)
         if not sandbox.allows("run_command"):
             raise ConnectError(Code.PERMISSION_DENIED, COMMANDS_REFUSED)
         config = request.process or ppb.ProcessConfig()

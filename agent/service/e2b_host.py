@@ -5,7 +5,9 @@ a `conversations` row (model "e2b") takes a `max_conversations` slot from
 `create` until `kill` or its timeout, the key's datasets are its `/data`, and
 each execution is a run of the service's `StoreRecorder` (runs per hour, CPU
 seconds, money budgets, the replica's queue, the drain). A refusal is the
-face's `Refused(429)`, which the SDK raises as its `RateLimitException`.
+face's `Refused(429)` with the retry time: the SDK's `RateLimitException`
+(`run_code` reports it as a `SandboxException` starting "429"). Keys are
+looked up as the service's every route does (`Service.keys`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from sbx.agent.e2b.sandboxes import Refused
 from sbx.agent.mcp.admission import Caller
 from sbx.agent.service.core import Service
 from sbx.agent.service.mcp_tenancy import ServiceAdmission
-from sbx.agent.store.keys import lookup_key
 
 E2B_MODEL = "e2b"
 
@@ -36,7 +37,7 @@ class ServiceE2bHost:
 
     def authenticate(self, api_key: str) -> Owner:
         """The key's principal and team, or 401."""
-        key = lookup_key(self.service.db, api_key.strip())
+        key = self.service.keys.lookup(api_key.strip())  # as every face's keys are
         if key is None:
             raise Refused(401, "the API key is unknown or was revoked")
         return Owner(principal=key.principal, team=key.team, grant=key)
