@@ -122,7 +122,7 @@ def _independent_contexts(sandbox: Sandbox) -> None:
     assert sandbox.run_code("print(x)", context=context).logs.stdout == ["in the context\n"]
     assert sandbox.run_code("print(x)").logs.stdout == ["20\n"]  # default's own x
     cwd = sandbox.run_code("import os\nos.getcwd()", context=context)
-    assert cwd.logs.stdout == ["'/work/elsewhere'\n"]  # E2B's /home/user is sbx's /work
+    assert cwd.logs.stdout == ["'/home/user/elsewhere'\n"]
     assert {c.id for c in sandbox.list_code_contexts()} == {"default", context.id}
     sandbox.restart_code_context("default")  # its variables go, the context's stay
     cleared = sandbox.run_code("x")
@@ -145,6 +145,10 @@ def _files_round_trip(sandbox: Sandbox) -> None:
     assert bytes(sandbox.files.read("blob.bin", format="bytes")) == b"\x00\x01\xfe\xff"
     assert sandbox.run_code("print(open('notes/hello.txt').read())").logs.stdout == [
         "hello from E2B\n"]
+    made = sandbox.run_code("import os\nopen('/home/user/by_code.txt', 'w').write('by code')\n"
+                            "os.getcwd()")
+    assert made.logs.stdout == ["'/home/user'\n"]  # E2B's home, where its code starts
+    assert sandbox.files.read("by_code.txt") == "by code"
     names = {entry.name for entry in sandbox.files.list("/home/user")}
     assert {"notes", "blob.bin"} <= names
     assert sandbox.files.exists("blob.bin") and not sandbox.files.exists("missing.txt")
@@ -168,7 +172,7 @@ def test_shell_commands_run_through_the_gate_when_the_policy_enables_them(
         heard: list[str] = []
         done = sandbox.commands.run("echo hi; echo to-err >&2; echo $WHO $ONCE; pwd",
                                     envs={"ONCE": "now"}, on_stdout=heard.append)
-        assert (done.exit_code, done.stdout, done.stderr) == (0, "hi\nann now\n/work\n",
+        assert (done.exit_code, done.stdout, done.stderr) == (0, "hi\nann now\n/home/user\n",
                                                               "to-err\n")
         assert "".join(heard) == done.stdout
         sandbox.files.write("made-by-python.txt", "from the files API")
@@ -341,7 +345,9 @@ def test_sigterm_gives_a_running_execution_the_grace_then_cancels_it(
     assert server.stop() == 0
     assert not service_support.server_containers(engine, server)
     mine = [r for r in audit_records(server) if r.get("run_id") == sandbox_id]
-    assert [r["data"].get("status") for r in mine if r["event"] == "outcome"] == ["cancelled"]
+    # the sandbox's start (its working directory, /home/user), then the cancelled execution
+    assert [r["data"].get("status") for r in mine if r["event"] == "outcome"] == [
+        "ok", "cancelled"]
     assert mine[-1]["event"] == "run_end"
 
 

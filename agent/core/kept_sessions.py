@@ -48,6 +48,8 @@ held = sys.modules.setdefault("_sbx_envs", types.ModuleType("_sbx_envs"))
 if SAVE:
     held.saved = {key: os.environ.get(key) for key in ENVS}
 os.environ.update(ENVS)
+if CWD:
+    os.chdir(CWD)
 '''
 _ENVS_BACK = r'''
 import os, sys
@@ -57,12 +59,14 @@ for key, value in sys.modules["_sbx_envs"].saved.items():
     else:
         os.environ[key] = value
 '''
-"""Programs (each run in a namespace of its own) that set env vars in a sandbox, saving
-what a call's own envs replace, and put the saved values back after it."""
+"""Programs (each run in a namespace of its own) that set env vars in a sandbox (and the
+session's working directory), saving what a call's own envs replace, and put the saved
+values back after it."""
 
 
-def _set_envs(envs: Mapping[str, str], *, save: bool) -> str:
-    return f"exec({_ENVS!r}, {{'ENVS': {dict(envs)!r}, 'SAVE': {save!r}}})\n"
+def _set_envs(envs: Mapping[str, str], *, save: bool, cwd: str | None = None) -> str:
+    values = {"ENVS": dict(envs), "SAVE": save, "CWD": cwd}
+    return f"exec({_ENVS!r}, {values!r})\n"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,12 +117,14 @@ class KeptSession(ToolSession):
 
     def __init__(self, *, session_id: str, workspace: Workspace, owner: Owner,
                  recorder: RunRecorder, envs: Mapping[str, str], run_kind: Any,
-                 on_close: Callable[[], None]) -> None:
+                 on_close: Callable[[], None], cwd: str | None = None) -> None:
         super().__init__(session_id=session_id, workspace=workspace, recorder=recorder,
                          run_kind=run_kind)
         self.owner = owner
         self.envs = dict(envs)
         """Env vars set in every sandbox of the session (before its first execution)."""
+        self.cwd = cwd
+        """The working directory of the session's own namespace (None: the sandbox's)."""
         self.token = secrets.token_urlsafe(24)
         """The access token: given only to its owner's callers."""
         self.started_at = time.time()
@@ -133,7 +139,7 @@ class KeptSession(ToolSession):
         self.namespaces: dict[str, str] = {}
         """Named namespaces besides the session's own: name to working directory."""
         self._on_close = on_close
-        self._envs_set = not envs
+        self._started = not envs and cwd is None
 
     def python(self, code: str, *, on_output: Sink | None = None,
                on_start: Callable[[], None] | None = None,
@@ -151,7 +157,7 @@ class KeptSession(ToolSession):
         if namespace is not None:
             code = in_namespace(code, namespace, self._namespace(namespace))
         with self.turn:
-            self._set_session_envs()
+            self._start()
             if envs:
                 self.call("execute_python", {"code": _set_envs(envs, save=True)})
             try:
@@ -198,15 +204,17 @@ class KeptSession(ToolSession):
         has the output and `exit_code`.
         """
         with self.turn:
-            self._set_session_envs()
+            self._start()
             return self.call("run_command", {"command": command, "cwd": cwd,
                                              "envs": dict(envs)},
                              on_output=on_output, on_start=on_start)
 
-    def _set_session_envs(self) -> None:
-        if not self._envs_set:
-            self._envs_set = True
-            self.call("execute_python", {"code": _set_envs(self.envs, save=False)})
+    def _start(self) -> None:
+        """At the session's first call: its env vars and working directory (no run)."""
+        if not self._started:
+            self._started = True
+            self.call("execute_python",
+                      {"code": _set_envs(self.envs, save=False, cwd=self.cwd)}, charged=False)
 
     def file(self, op: FileOp, path: str, **args: Any) -> Any:
         """One file operation at a sandbox path, in its turn (`sbx.agent.file_op`'s values).
@@ -214,6 +222,7 @@ class KeptSession(ToolSession):
         `read` gives the bytes, `write` takes `data` as bytes. Raises `FileOpError`.
         """
         with self.turn:
+            self._start()  # the session's first call starts it, whichever it is
             if op == "read":
                 return read_file(self, path)
             if op == "write":

@@ -151,7 +151,8 @@ class ToolSession(Closing):
 
     def call(self, name: str, arguments: Mapping[str, Any], *,
              on_output: Callable[[str, str], None] | None = None,
-             on_start: Callable[[], None] | None = None) -> CallReport:
+             on_start: Callable[[], None] | None = None,
+             charged: bool = True) -> CallReport:
         """One tool call through the session's gate (policy, validation, quotas, audit).
 
         An execution is a run of the face's `RunRecorder` (its quotas); a refusal
@@ -159,6 +160,9 @@ class ToolSession(Closing):
         the call is admitted (a face may begin its answer), and `on_output(stream,
         text)` with this call's output while it runs (the session's own sink hears it
         too); one call at a time should pass them, as a face's turn ensures.
+        `charged=False`: a program the session runs for itself at its start (its env
+        vars, its working directory) is audited and journaled but is no run of the
+        recorder, so it costs the caller no quota.
         """
         note: str | None = None
         prior: PriorWork | None = None
@@ -185,7 +189,7 @@ class ToolSession(Closing):
                 if self._closed:
                     raise SessionClosed(f"session {self.id} has ended")
                 using.enter_context(self.workspace.in_use())
-            if name in IN_SANDBOX:
+            if name in IN_SANDBOX and charged:
                 outcome = self._execution(through_gate, lambda: prior)
             else:
                 outcome = through_gate()

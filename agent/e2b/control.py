@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sbx.agent import HostBusy, Owner, SessionNotFound, describe_validation_error
+from sbx.agent.e2b.files import HOME
 from sbx.agent.e2b.sandboxes import E2bSandbox, Refused, Sandboxes
 
 TEMPLATES = {"code-interpreter-v1": "code-interpreter-v1",
@@ -99,7 +100,7 @@ async def create(request: Request, owner: Owner, sandboxes: Sandboxes) -> Respon
                       "supported")
     sandbox = await run_in_threadpool(
         sandboxes.create, owner, timeout_s=body.timeout, run_kind="e2b",
-        envs=body.envVars or {}, template=template, metadata=body.metadata or {})
+        envs=body.envVars or {}, cwd=HOME, template=template, metadata=body.metadata or {})
     return JSONResponse(created(sandbox), 201)
 
 

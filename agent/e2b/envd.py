@@ -40,7 +40,7 @@ _CODES = {404: Code.NOT_FOUND, 409: Code.ALREADY_EXISTS, 400: Code.INVALID_ARGUM
 
 def _entry(value: dict[str, Any]) -> pb.EntryInfo:
     kind = pb.FileType.DIRECTORY if value["type"] == "dir" else pb.FileType.FILE
-    return pb.EntryInfo(name=value["name"], type=kind, path=files.outside(value["path"]),
+    return pb.EntryInfo(name=value["name"], type=kind, path=value["path"],
                         size=int(value["size"]), mode=int(value["mode"]),
                         permissions=oct(int(value["mode"])), owner="sandbox", group="sandbox")
 

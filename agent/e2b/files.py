@@ -1,7 +1,7 @@
 """E2B's file paths and errors over the door's file operations, and envd's `/files`.
 
-E2B's home, `/home/user`, is the sandbox's writable working directory
-`/work` (a size-limited tmpfs); relative paths are relative to it. Other
+E2B's home, `/home/user`, is a size-limited tmpfs in every sbx sandbox, and
+an E2B sandbox's code starts there; relative paths are relative to it. Other
 paths are taken as they are, and the container's walls decide. Each
 operation waits for the sandbox's running execution (its turn), so its
 output never joins that execution's stream.
@@ -19,24 +19,14 @@ from sbx.agent import FileOpError
 from sbx.agent.e2b.sandboxes import E2bSandbox, Refused
 
 HOME = "/home/user"
-WORK = "/work"
 STATUS = {"not_found": 404, "exists": 409, "invalid": 400, "unfinished": 502}
 """envd's HTTP status for each failure (404 is the SDK's `FileNotFoundException`)."""
 
 
 def inside(path: str) -> str:
-    """The sandbox's path for an E2B path (`/home/user` is `/work`)."""
-    if path == HOME or path.startswith(HOME + "/"):
-        return WORK + path[len(HOME):]
+    """The sandbox's path for an E2B path: a relative one is under `/home/user`."""
     if not path.startswith("/"):
-        return f"{WORK}/{path}" if path else WORK
-    return path
-
-
-def outside(path: str) -> str:
-    """The E2B path for a sandbox path (the reverse of `inside`)."""
-    if path == WORK or path.startswith(WORK + "/"):
-        return HOME + path[len(WORK):]
+        return f"{HOME}/{path}" if path else HOME
     return path
 
 
@@ -45,7 +35,7 @@ def run(sandbox: E2bSandbox, op: Any, path: str, **args: Any) -> Any:
     try:
         return sandbox.file(op, inside(path), **args)
     except FileOpError as exc:
-        raise Refused(STATUS[exc.failure], outside(str(exc))) from None
+        raise Refused(STATUS[exc.failure], str(exc)) from None
 
 
 async def read_file(request: Request, sandbox: E2bSandbox) -> Response:
@@ -64,5 +54,5 @@ async def write_files(request: Request, sandbox: E2bSandbox) -> Response:
         path = request.query_params.get("path") if len(uploads) == 1 else None
         entry = await run_in_threadpool(run, sandbox, "write", path or upload.filename or "",
                                         data=await upload.read())
-        written.append({"name": entry["name"], "type": "file", "path": outside(entry["path"])})
+        written.append({"name": entry["name"], "type": "file", "path": entry["path"]})
     return JSONResponse(written)

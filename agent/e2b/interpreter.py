@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from sbx.agent import CallReport, streamed
-from sbx.agent.e2b.files import HOME, WORK, inside, outside
+from sbx.agent.e2b.files import HOME, inside
 from sbx.agent.e2b.sandboxes import E2bSandbox, Refused
 
 DEFAULT = "default"
@@ -144,13 +144,13 @@ async def _stream(sandbox: E2bSandbox, first: tuple[str, Any],
 
 
 def _context(context_id: str, cwd: str) -> dict[str, str]:
-    return {"id": context_id, "language": "python", "cwd": outside(cwd)}
+    return {"id": context_id, "language": "python", "cwd": cwd}
 
 
 async def contexts(request: Request, sandbox: E2bSandbox) -> Response:
     """`GET /contexts` lists them; `POST` makes a namespace of its own (Python only)."""
     if request.method == "GET":
-        return JSONResponse([_context(DEFAULT, WORK)] + [
+        return JSONResponse([_context(DEFAULT, HOME)] + [
             _context(name, cwd) for name, cwd in sandbox.namespaces.items()])
     body = await request.json()
     if body.get("language") not in PYTHON:
