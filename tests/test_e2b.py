@@ -166,7 +166,8 @@ def _files_round_trip(sandbox: Sandbox) -> None:
 def test_shell_commands_run_through_the_gate_when_the_policy_enables_them(
     sqlite, serve, engine, monkeypatch
 ):
-    server = serve(sqlite, policy={"tools.run_command": {"enabled": True}})
+    server = serve(sqlite, policy={"tools.run_command": {"enabled": True},
+                                   "tools": {"timeout": "1s"}})  # a command: the sandbox's
     point_sdk_at(monkeypatch, server, server.key("ann"))
     with Sandbox.create(envs={"WHO": "ann"}) as sandbox:
         heard: list[str] = []
@@ -175,6 +176,7 @@ def test_shell_commands_run_through_the_gate_when_the_policy_enables_them(
         assert (done.exit_code, done.stdout, done.stderr) == (0, "hi\nann now\n/home/user\n",
                                                               "to-err\n")
         assert "".join(heard) == done.stdout
+        assert sandbox.commands.run("sleep 2; echo slept").stdout == "slept\n"
         sandbox.files.write("made-by-python.txt", "from the files API")
         assert sandbox.commands.run("cat made-by-python.txt").stdout == "from the files API"
         with pytest.raises(CommandExitException) as failed:
@@ -188,7 +190,7 @@ def test_shell_commands_run_through_the_gate_when_the_policy_enables_them(
         sandbox_id = sandbox.sandbox_id
     commands = [r for r in audit_records(server) if r.get("run_id") == sandbox_id
                 and r.get("event") == "outcome" and r["data"].get("tool") == "run_command"]
-    assert [r["data"].get("exit_code") for r in commands] == [0, 0, 3]
+    assert [r["data"].get("exit_code") for r in commands] == [0, 0, 0, 3]
     verified = subprocess.run([*SBX, "audit", "verify", str(server.audit_log)],
                               capture_output=True, text=True, timeout=120)
     assert verified.returncode == 0, verified.stdout + verified.stderr
