@@ -161,12 +161,8 @@ class KeptSession(ToolSession):
             if envs:
                 self.call("execute_python", {"code": _set_envs(envs, save=True)})
             try:
-                report = self.call("execute_python", {"code": code}, on_output=on_output,
-                                   on_start=on_start)
-                execution = report.outcome.execution
-                if execution is not None and execution.state_reset:
-                    self.discard("its interpreter was restarted after a timeout or a kill")
-                return report
+                return self._replaced_if_reset(self.call(
+                    "execute_python", {"code": code}, on_output=on_output, on_start=on_start))
             finally:
                 if envs:
                     self.call("execute_python", {"code": f"exec({_ENVS_BACK!r}, {{}})\n"})
@@ -205,9 +201,16 @@ class KeptSession(ToolSession):
         """
         with self.turn:
             self._start()
-            return self.call("run_command", {"command": command, "cwd": cwd,
-                                             "envs": dict(envs)},
-                             on_output=on_output, on_start=on_start)
+            return self._replaced_if_reset(self.call(
+                "run_command", {"command": command, "cwd": cwd, "envs": dict(envs)},
+                on_output=on_output, on_start=on_start))
+
+    def _replaced_if_reset(self, report: CallReport) -> CallReport:
+        """After a timeout or a kill, the sandbox is replaced: the next call replays."""
+        execution = report.outcome.execution
+        if execution is not None and execution.state_reset:
+            self.discard("its interpreter was restarted after a timeout or a kill")
+        return report
 
     def _start(self) -> None:
         """At the session's first call: its env vars and working directory (no run)."""
