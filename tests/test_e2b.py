@@ -167,7 +167,8 @@ def test_shell_commands_run_through_the_gate_when_the_policy_enables_them(
     sqlite, serve, engine, monkeypatch
 ):
     server = serve(sqlite, policy={"tools.run_command": {"enabled": True},
-                                   "tools": {"timeout": "1s"}})  # a command: the sandbox's
+                                   "tools": {"timeout": "1s"},  # a command: the sandbox's
+                                   "sandbox": {"timeout": "5s"}})
     point_sdk_at(monkeypatch, server, server.key("ann"))
     with Sandbox.create(envs={"WHO": "ann"}) as sandbox:
         heard: list[str] = []
@@ -182,6 +183,11 @@ def test_shell_commands_run_through_the_gate_when_the_policy_enables_them(
         with pytest.raises(CommandExitException) as failed:
             sandbox.commands.run("exit 3")
         assert failed.value.exit_code == 3
+        sandbox.run_code("kept = 'before'")
+        with pytest.raises(CommandExitException) as killed:
+            sandbox.commands.run("sleep 60")  # killed at the sandbox's timeout
+        assert killed.value.exit_code == 124 and "timed out" in (killed.value.error or "")
+        assert sandbox.run_code("print(kept)").logs.stdout[-1] == "before\n"  # replayed
         assert sandbox.commands.list() == []  # each command ran to its end
         with pytest.raises(SandboxException, match="not supported"):
             sandbox.commands.connect(1)
@@ -190,7 +196,7 @@ def test_shell_commands_run_through_the_gate_when_the_policy_enables_them(
         sandbox_id = sandbox.sandbox_id
     commands = [r for r in audit_records(server) if r.get("run_id") == sandbox_id
                 and r.get("event") == "outcome" and r["data"].get("tool") == "run_command"]
-    assert [r["data"].get("exit_code") for r in commands] == [0, 0, 0, 3]
+    assert [r["data"].get("exit_code") for r in commands] == [0, 0, 0, 3, 124]
     verified = subprocess.run([*SBX, "audit", "verify", str(server.audit_log)],
                               capture_output=True, text=True, timeout=120)
     assert verified.returncode == 0, verified.stdout + verified.stderr

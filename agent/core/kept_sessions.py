@@ -201,9 +201,9 @@ class KeptSession(ToolSession):
         """
         with self.turn:
             self._start()
-            return self._replaced_if_reset(self.call(
-                "run_command", {"command": command, "cwd": cwd, "envs": dict(envs)},
-                on_output=on_output, on_start=on_start))
+            return self.call("run_command",
+                             {"command": command, "cwd": cwd, "envs": dict(envs)},
+                             on_output=on_output, on_start=on_start)
 
     def _replaced_if_reset(self, report: CallReport) -> CallReport:
         """After a timeout or a kill, the sandbox is replaced: the next call replays."""

@@ -155,9 +155,10 @@ def _ended(report: CallReport, taken: dict[str, int]) -> list[ppb.StartResponse]
         return [_event("end", end)]
     tails = [_data(stream, text[taken[stream]:]) for stream, text in
              (("stdout", execution.stdout), ("stderr", execution.stderr)) if text[taken[stream]:]]
-    notes = "; ".join(execution.notes) or None
+    killed = execution.timed_out or execution.oom_killed or execution.state_reset
+    error = ("; ".join(execution.notes) or report.outcome.text[:500]) if killed else None
     end = ppb.ProcessEvent.EndEvent(exit_code=execution.exit_code, exited=True,
-                                    status=f"exit status {execution.exit_code}", error=notes)
+                                    status=f"exit status {execution.exit_code}", error=error)
     return [*tails, _event("end", end)]
 
 
