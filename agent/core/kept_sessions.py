@@ -22,7 +22,8 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -333,6 +334,21 @@ class KeptSessions(Closing, Generic[S]):
                     session.paused = True
             except Exception:  # the others are still looked after
                 logger.warning("looking after session %s failed", session.id, exc_info=True)
+
+    @asynccontextmanager
+    async def looked_after(self, tick_s: float) -> AsyncIterator[None]:
+        """While an async server serves: `tick()` every `tick_s`, and `close()` at its end."""
+        async def look_after() -> None:
+            while True:
+                await asyncio.sleep(tick_s)
+                await asyncio.to_thread(self.tick)
+
+        task = asyncio.create_task(look_after())
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.to_thread(self.close)
 
     def close(self) -> None:
         """Kill every session (the server stops)."""

@@ -10,13 +10,11 @@ finds the sandbox; a wrong or missing one is 404, as an unknown id is.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 
 from starlette._utils import get_route_path
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -52,20 +50,9 @@ class E2bFace:
             Route("/files", self._guard(files.write_files), methods=["POST"]),
         ])
 
-    @asynccontextmanager
-    async def running(self, tick_s: float) -> AsyncIterator[None]:
+    def running(self, tick_s: float) -> AbstractAsyncContextManager[None]:
         """Timeouts and idle releases every `tick_s` while served; every sandbox killed after."""
-        async def look_after() -> None:
-            while True:
-                await asyncio.sleep(tick_s)
-                await run_in_threadpool(self.sandboxes.tick)
-
-        task = asyncio.create_task(look_after())
-        try:
-            yield
-        finally:
-            task.cancel()
-            await run_in_threadpool(self.sandboxes.close)
+        return self.sandboxes.looked_after(tick_s)
 
     async def sandbox(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The sandbox URL: the interpreter or envd by `E2b-Sandbox-Port`."""
