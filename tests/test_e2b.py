@@ -110,7 +110,9 @@ def test_the_sync_sdk_runs_code_statefully_streams_counts_errors_and_files(
         sandbox.kill()
     with pytest.raises(NotFoundException):
         Sandbox.connect(sandbox_id)
-    assert len(_executions(server, sandbox_id)) >= 3  # the cells, and the file programs
+    outcomes = [r for r in audit_records(server) if r.get("event") == "outcome"]
+    assert len(outcomes) >= 20  # every execution, file operation and context program
+    assert {r["run_id"] for r in outcomes} == {sandbox_id}  # each names the E2B sandbox
     verified = subprocess.run([*SBX, "audit", "verify", str(server.audit_log)],
                               capture_output=True, text=True, timeout=120)
     assert verified.returncode == 0, verified.stdout + verified.stderr
