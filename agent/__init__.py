@@ -37,8 +37,9 @@ Configuration: the policy file and the model endpoint, read once into typed valu
     configure_tracing
 
 Results and events: what a run returns and what it tells its subscribers on the way.
-    RunResult, RunStatus, ExecutionResult, Artifact, Event, EventSink, ConversationStart,
-    RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult, PlanUpdated, Compaction,
+    RunResult, RunStatus, ExecutionResult, DisplayResult, Artifact, Event, EventSink,
+    ConversationStart, RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult,
+    PlanUpdated, Compaction,
     RunEnd, RunError, StateRestored, parse_event, restore_summary, pending_note, PLAN_MARKS,
     Cell, ANSWER_PART_KEYS, ANSWER_PART_TITLES, numbered_events, open_artifact,
     unsafe_name_reason, outcome_of, run_outcome, loss_text
@@ -113,7 +114,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.sandbox.closing": ("Closing",),
     "sbx.sandbox.errors": ("SbxError", "SandboxError", "HostBusy"),
     "sbx.sandbox.limits": ("Limits",),
-    "sbx.sandbox.result": ("ExecutionResult", "Artifact"),
+    "sbx.sandbox.result": ("ExecutionResult", "Artifact", "DisplayResult"),
     "sbx.sandbox.units": ("format_size", "parse_size", "parse_duration"),
     "sbx.tools.audit": ("audit_key_from_env", "AUDIT_PATH_ENV", "AuditError"),
     "sbx.tools.audit_show": ("audit_call_rows", "AUDIT_COLUMNS"),
@@ -152,17 +153,17 @@ __all__ = [
     "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Admitted",
     "Answer", "App", "AppConfig", "Artifact", "AuditError", "CallReport", "Cancellation", "Cell",
     "Closing", "Compaction", "Conversation", "ConversationSpec", "ConversationStart",
-    "DEFAULT_IMAGE", "DatasetNotes", "EXPORT_FORMATS", "Endpoint", "Event", "EventSink",
-    "ExecutionCheck", "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy", "KeptSession",
-    "KeptSessions", "LimitRefused", "LimitTooLow", "Limits", "LimitsRequest", "MessageAdded",
-    "ModelError", "ModelReplied", "NoRecorder", "Note", "NoteError", "OUTPUT_DIR", "OidcSettings",
-    "OutputChunk", "OutputSink", "Owner", "PLAN_MARKS", "PlanUpdated", "PolicyError", "Problem",
-    "ProgramSpec", "RUNS_DIR", "RecordError", "RecordedConversation", "Redactor", "RerunError",
-    "RerunReport", "Resumable", "RunEnd", "RunError", "RunOutcome", "RunRecorder", "RunResult",
-    "RunStart", "RunStatus", "RunTicket", "SandboxError", "SbxError", "ServiceQuotas",
-    "ServiceSettings", "SessionClosed", "SessionHost", "SessionNotFound", "SettingsError",
-    "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure", "ToolResult",
-    "ToolReturn", "ToolSession", "TracingError", "TranscriptError", "UnreadableLine",
+    "DEFAULT_IMAGE", "DatasetNotes", "DisplayResult", "EXPORT_FORMATS", "Endpoint", "Event",
+    "EventSink", "ExecutionCheck", "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy",
+    "KeptSession", "KeptSessions", "LimitRefused", "LimitTooLow", "Limits", "LimitsRequest",
+    "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note", "NoteError", "OUTPUT_DIR",
+    "OidcSettings", "OutputChunk", "OutputSink", "Owner", "PLAN_MARKS", "PlanUpdated",
+    "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError", "RecordedConversation",
+    "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd", "RunError", "RunOutcome",
+    "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket", "SandboxError", "SbxError",
+    "ServiceQuotas", "ServiceSettings", "SessionClosed", "SessionHost", "SessionNotFound",
+    "SettingsError", "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure",
+    "ToolResult", "ToolReturn", "ToolSession", "TracingError", "TranscriptError", "UnreadableLine",
     "UploadDatasetRule", "Workspace", "answer_one", "audit_call_rows", "audit_key_from_env",
     "build_tool", "call_status", "check_data", "clear_variables", "configure_tracing",
     "continue_paused", "data_digests", "describe_validation_error", "drop_namespace",
@@ -312,6 +313,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.sandbox.errors import SbxError as SbxError
     from sbx.sandbox.limits import Limits as Limits
     from sbx.sandbox.result import Artifact as Artifact
+    from sbx.sandbox.result import DisplayResult as DisplayResult
     from sbx.sandbox.result import ExecutionResult as ExecutionResult
     from sbx.sandbox.units import format_size as format_size
     from sbx.sandbox.units import parse_duration as parse_duration

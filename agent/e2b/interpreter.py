@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from sbx.agent import CallReport, streamed
+from sbx.agent import CallReport, ExecutionResult, streamed
 from sbx.agent.e2b.files import HOME, inside
 from sbx.agent.e2b.sandboxes import E2bSandbox, Refused
 
@@ -68,7 +68,8 @@ def _output(stream: str, text: str) -> bytes:
     return _line(stream, text=text, timestamp=time.time_ns() // 1000)
 
 
-def _closing(sandbox: E2bSandbox, report: CallReport, lines: Lines) -> Iterator[bytes]:
+def _closing(sandbox: E2bSandbox, report: CallReport, lines: Lines,
+             context_id: str = DEFAULT) -> Iterator[bytes]:
     """What follows the streamed output: the rest of it, the error if any, the count, the end.
 
     A quick cell's output comes with its result rather than streamed (the runner
@@ -95,9 +96,25 @@ def _closing(sandbox: E2bSandbox, report: CallReport, lines: Lines) -> Iterator[
         name = "TimeoutError" if execution.timed_out else "SandboxError"
         value = "; ".join(execution.notes) or outcome.text[:500]
         yield _line("error", name=name, value=value, traceback=value)
-    sandbox.executions += 1
-    yield _line("number_of_executions", execution_count=sandbox.executions)
+    yield from _results(sandbox, execution, context_id)
     yield _line("end_of_execution")
+
+
+def _results(sandbox: E2bSandbox, execution: ExecutionResult | None,
+             context_id: str) -> Iterator[bytes]:
+    """The cell's rich results as E2B's `result` lines, then its `number_of_executions`.
+
+    A named context counts its own cells (the kernel's count for its namespace);
+    the default context is counted here, since the face runs helper programs
+    (env vars, files) in it that are no cells of the caller's.
+    """
+    for result in execution.results if execution is not None else []:
+        yield _line("result", **result.model_dump(by_alias=True, exclude_none=True))
+    count = execution.execution_count if execution is not None else None
+    if context_id == DEFAULT or count is None:
+        sandbox.executions += 1
+        count = sandbox.executions
+    yield _line("number_of_executions", execution_count=count)
 
 
 async def execute(request: Request, sandbox: E2bSandbox) -> Response:
@@ -119,11 +136,13 @@ async def execute(request: Request, sandbox: E2bSandbox) -> Response:
         code, on_output=on_output, on_start=on_start, envs=envs, namespace=namespace),
         sandbox.cancel_running)
     first = await anext(events)  # a refusal before it ran is raised here: an HTTP error
-    return StreamingResponse(_stream(sandbox, first, events), media_type="application/x-ndjson")
+    return StreamingResponse(_stream(sandbox, first, events, context_id),
+                             media_type="application/x-ndjson")
 
 
 async def _stream(sandbox: E2bSandbox, first: tuple[str, Any],
-                  events: AsyncGenerator[tuple[str, Any], None]) -> AsyncIterator[bytes]:
+                  events: AsyncGenerator[tuple[str, Any], None],
+                  context_id: str) -> AsyncIterator[bytes]:
     """The NDJSON lines; a client gone before the end closes `events`, which stops the code."""
     lines = Lines()
     kind, value = first
@@ -133,7 +152,7 @@ async def _stream(sandbox: E2bSandbox, first: tuple[str, Any],
                 for line in lines.add(kind, value):
                     yield line
             elif kind == "done":
-                for line in _closing(sandbox, value, lines):
+                for line in _closing(sandbox, value, lines, context_id):
                     yield line
                 return
             kind, value = await anext(events)
