@@ -39,6 +39,7 @@ from typing import Any
 from sbx.agent.core.events import EventSink, MessageAdded
 from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.state import RunState
+from sbx.agent.model.request_size import image_parts, without_images
 from sbx.tools.outcome import ToolOutcome
 from sbx.tools.text_safety import safe_text
 
@@ -49,10 +50,6 @@ FIGURE_META_KEY = b"sbx:figure"
 HEADER_BYTES = 64 * 1024
 """How much of a file is read to describe it (PNG text chunks come before the pixels)."""
 MAX_DESCRIPTION_CHARS = 600
-IMAGE_TOKENS = 1000
-"""What one image part counts for in the size estimate (endpoints bill a few hundred to
-about a thousand tokens for an image of this size)."""
-SHOWN_PLACEHOLDER = "[an image was shown to the model here]"
 MAX_CHARTS = 6
 MAX_CHART_ITEMS = 20
 MAX_POINTS_SHOWN = 12
@@ -260,28 +257,3 @@ def chart_message(found: Sequence[Picture], settings: AgentSettings, model: str)
 def _image_part(picture: Picture) -> dict[str, Any]:
     data = base64.b64encode(Path(picture.path).read_bytes()).decode("ascii")
     return {"type": "image_url", "image_url": {"url": f"data:{picture.mime};base64,{data}"}}
-
-
-def without_images(message: dict[str, Any]) -> dict[str, Any]:
-    """The message with each image part replaced by a short text (transcript, estimates)."""
-    content = message.get("content")
-    if not isinstance(content, list):
-        return message
-    parts = [
-        {"type": "text", "text": SHOWN_PLACEHOLDER}
-        if isinstance(part, dict) and part.get("type") == "image_url"
-        else part
-        for part in content
-    ]
-    return {**message, "content": parts}
-
-
-def image_parts(messages: Sequence[dict[str, Any]]) -> int:
-    """How many image parts the messages carry (each counts `IMAGE_TOKENS` in estimates)."""
-    return sum(
-        1
-        for message in messages
-        if isinstance(message.get("content"), list)
-        for part in message["content"]
-        if isinstance(part, dict) and part.get("type") == "image_url"
-    )

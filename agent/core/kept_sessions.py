@@ -268,13 +268,13 @@ class KeptSessions(Closing, Generic[S]):
                                 team=owner.team, data=admitted.data,
                                 output_root=self.host.output_root)
         try:
-            workspace = self.host.app.workspace(spec)
+            session = self.host.app.tool_session(spec, build=lambda workspace: self._make(
+                session_id=session_id, workspace=workspace, owner=owner,
+                recorder=admitted.recorder, envs=envs, run_kind=run_kind,
+                on_close=lambda: self.host.release(owner, session_id), **extra))
         except BaseException:
             self.host.release(owner, session_id)
             raise
-        session = self._make(session_id=session_id, workspace=workspace, owner=owner,
-                             recorder=admitted.recorder, envs=envs, run_kind=run_kind,
-                             on_close=lambda: self.host.release(owner, session_id), **extra)
         self.set_timeout(session, timeout_s)
         with self._lock:
             self._live[session_id] = session

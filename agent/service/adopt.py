@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from sbx.agent import ConversationSpec, LimitsRequest, Resumable, TranscriptError, read_resumable
-from sbx.agent import resume_conversation as resume
 from sbx.agent.service.core import Service
 from sbx.agent.service.runs import Live
 from sbx.agent.service.teams import tenant_of_principal
@@ -99,9 +98,7 @@ def _hold(service: Service, row: _Taken, record: Resumable, *, reason: str) -> L
                             withheld_tools=tenant.withheld_tools,
                             output_root=directory / "output", defer_questions=True,
                             notes=DbNoteStore(service.db))
-    conversation = resume(service.app, record, spec=spec, endpoint=chosen, data=row.data,
-                          limits=requested)
-    if record.executions:
-        conversation.workspace.lost(reason, cause="restart")
+    conversation = service.app.resume(record, spec=spec, endpoint=chosen, data=row.data,
+                                      limits=requested, lost_reason=reason)
     logger.info("adopted conversation %s (%s)", row.id, reason)
     return service.runs.attach(conversation, principal=row.principal)

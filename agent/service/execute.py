@@ -24,7 +24,6 @@ from sbx.agent import (
     OutputSink,
     ProgramSpec,
     call_status,
-    execute_program,
     new_run_id,
 )
 from sbx.agent.service.api import Call, api, json_response
@@ -77,8 +76,8 @@ def _run(call: Call, program: ProgramSpec, cancel: Cancellation, recorder: Store
     """The core runs the program, the store records it; the run's document."""
     service = call.service
     try:
-        run = execute_program(service.app, program, recorder=recorder, cancel=cancel,
-                              on_output=on_output)
+        run = service.app.execute(program, recorder=recorder, cancel=cancel,
+                                  on_output=on_output)
     except HostBusy as exc:  # nothing ran: the attempt costs no run of the hourly quota
         raise unavailable(f"the host is at its sandbox cap: {exc}", HOST_BUSY_RETRY_S) from None
     with service.db.read() as session:

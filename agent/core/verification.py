@@ -1,4 +1,4 @@
-"""Provenance in the loop: keep what an answer may quote, check the answer, ask once to fix it.
+"""Verification in the loop: keep what an answer may quote, check the answer, ask once to fix it.
 
 The loop calls three helpers, so its own functions stay small:
 
@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from sbx.agent.core.budget import before_request
-from sbx.agent.core.compaction import estimate_tokens
 from sbx.agent.core.events import EventSink, ExecutionRecord, MessageAdded, ResultTable
 from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.state import Ending, PendingAnswer, RunState
+from sbx.agent.model.request_size import estimate_tokens
 from sbx.agent.provenance.parts import check_parts, parts_request
 from sbx.agent.provenance.trace import Output, Provenance, trace_numbers, validation_request
 from sbx.tools.outcome import ToolOutcome
