@@ -124,7 +124,7 @@ def _independent_contexts(sandbox: Sandbox) -> None:
     assert sandbox.run_code("print(x)", context=context).logs.stdout == ["in the context\n"]
     assert sandbox.run_code("print(x)").logs.stdout == ["20\n"]  # default's own x
     cwd = sandbox.run_code("import os\nos.getcwd()", context=context)
-    assert cwd.logs.stdout == ["'/home/user/elsewhere'\n"]
+    assert (cwd.text, cwd.logs.stdout) == ("'/home/user/elsewhere'", [])  # a value, not a log
     assert {c.id for c in sandbox.list_code_contexts()} == {"default", context.id}
     sandbox.restart_code_context("default")  # its variables go, the context's stay
     cleared = sandbox.run_code("x")
@@ -149,7 +149,7 @@ def _files_round_trip(sandbox: Sandbox) -> None:
         "hello from E2B\n"]
     made = sandbox.run_code("import os\nopen('/home/user/by_code.txt', 'w').write('by code')\n"
                             "os.getcwd()")
-    assert made.logs.stdout == ["'/home/user'\n"]  # E2B's home, where its code starts
+    assert made.text == "'/home/user'"  # E2B's home, where its code starts
     assert sandbox.files.read("by_code.txt") == "by code"
     names = {entry.name for entry in sandbox.files.list("/home/user")}
     assert {"notes", "blob.bin"} <= names

@@ -156,7 +156,8 @@ class KeptSession(ToolSession):
         replaced, so the next call replays the journal into a new one.
         """
         if namespace is not None:
-            code = in_namespace(code, namespace, self._namespace(namespace))
+            code = in_namespace(code, namespace, self._namespace(namespace),
+                                printed=not self.workspace.spec.values_as_results)
         with self.turn:
             self._start()
             if envs:
@@ -246,10 +247,17 @@ Make = Callable[..., S]
 class KeptSessions(Closing, Generic[S]):
     """Every live kept session of one server, by owner and id; thread-safe."""
 
-    def __init__(self, host: SessionHost, make: Make[S], *, prefix: str) -> None:
+    def __init__(self, host: SessionHost, make: Make[S], *, prefix: str,
+                 values_as_results: bool = False) -> None:
+        """Sessions made by `make`, with ids starting `prefix`.
+
+        `values_as_results`: a cell's trailing value is a rich result only, never printed
+        (a notebook's stdout, which E2B's SDK shows as the cell's logs).
+        """
         self.host = host
         self._make = make
         self._prefix = prefix
+        self._values_as_results = values_as_results
         self._lock = threading.Lock()
         self._live: dict[str, S] = {}
         """By id (random, unique); each knows its owner."""
@@ -266,7 +274,8 @@ class KeptSessions(Closing, Generic[S]):
         admitted = self.host.admit(owner, session_id)
         spec = ConversationSpec(conversation_id=session_id, principal=owner.principal,
                                 team=owner.team, data=admitted.data,
-                                output_root=self.host.output_root)
+                                output_root=self.host.output_root,
+                                values_as_results=self._values_as_results)
         try:
             session = self.host.app.tool_session(spec, build=lambda workspace: self._make(
                 session_id=session_id, workspace=workspace, owner=owner,

@@ -43,4 +43,4 @@ Sandboxes = KeptSessions[E2bSandbox]
 
 def sandboxes(host: SessionHost) -> Sandboxes:
     """The server's E2B sandboxes (ids `e2b-...`)."""
-    return KeptSessions(host, E2bSandbox, prefix="e2b-")
+    return KeptSessions(host, E2bSandbox, prefix="e2b-", values_as_results=True)
