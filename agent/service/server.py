@@ -329,8 +329,12 @@ def bind_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_forever(service: Service, sock: socket.socket, *, grace_s: float) -> None:
-    """Serve on the bound socket until SIGTERM or Ctrl-C, then drain and close the service."""
+def serve_forever(service: Service, sock: socket.socket, *, grace_s: float,
+                  private: socket.socket | None = None) -> None:
+    """Serve on the bound socket until SIGTERM or Ctrl-C, then drain and close the service.
+
+    `private`: a worker's Unix socket, for the requests its siblings forward.
+    """
     settings = service.settings
     protocol: Any = type("GuardedH11", (GuardedH11,), {
         "head_timeout_s": settings.client_timeout,
@@ -343,6 +347,7 @@ def serve_forever(service: Service, sock: socket.socket, *, grace_s: float) -> N
         limit_concurrency=MAX_CONNECTIONS, h11_max_incomplete_event_size=64 * 1024,
     )
     try:
-        DrainingServer(config, service=service, grace_s=grace_s).run(sockets=[sock])
+        sockets = [sock] if private is None else [sock, private]
+        DrainingServer(config, service=service, grace_s=grace_s).run(sockets=sockets)
     finally:
         service.close()  # idempotent: the lifespan closed it unless uvicorn failed to start
