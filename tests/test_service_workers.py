@@ -101,7 +101,9 @@ def test_two_workers_serve_one_conversations_questions_in_order_with_no_event_lo
 
 @pytest.mark.docker
 def test_a_client_asking_again_the_moment_it_sees_run_end_never_gets_409(postgres, serve, llm):
-    server = serve(postgres, args=("--workers", "2"))
+    # Every conversation's first run takes a sandbox: the host's caps must hold them all.
+    server = serve(postgres, args=("--workers", "2"),
+                   env={"SBX_MAX_CPUS": "64", "SBX_MAX_SANDBOXES": "64"})
     key = server.key("xavier", max_conversations=32, runs_per_hour=1000)
     conversations = 16
     llm.script([assistant("ok")] * (conversations * 2))
@@ -115,8 +117,11 @@ def test_a_client_asking_again_the_moment_it_sees_run_end_never_gets_409(postgre
         run = home.post(f"/v1/conversations/{conversation}/questions",
                         json={"question": "first"}).json()["run_id"]
         other = clients[(index + 1) % 2]
+        seen = []
         with other.stream("GET", f"/v1/runs/{run}/events") as response:
+            assert response.status_code == 200, response.read()
             for event in sse_events(response):
+                seen.append(event)
                 if event["event"] == "run_end":  # ask again at once, through the other worker
                     again = other.post(f"/v1/conversations/{conversation}/questions",
                                        json={"question": "second"})
@@ -125,7 +130,7 @@ def test_a_client_asking_again_the_moment_it_sees_run_end_never_gets_409(postgre
                     assert again.status_code == 202, again.text
                     stream(other, again.json()["run_id"])
                     return
-        pytest.fail(f"the stream of {run} ended without run_end")
+        pytest.fail(f"the stream of {run} ended without run_end: {seen}")
 
     with ThreadPoolExecutor(max_workers=conversations) as pool:
         list(pool.map(one, range(conversations)))
