@@ -16,13 +16,18 @@ import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy import select
 
 import service_support
 from conftest import wait_until
+from mcp_support import text_of
 from sbx.agent.store.models import Conversation, EventRow, Replica, Run
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.sandbox.config import OWNER_LABEL
@@ -182,3 +187,23 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return not Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
+
+
+@pytest.mark.docker
+def test_mcp_calls_through_either_worker_share_one_sandbox(postgres, serve):
+    server = serve(postgres, args=("--workers", "2"))
+    key = server.key("zoe")
+    sockets = worker_sockets(server)
+
+    async def call(index: int, code: str) -> Any:
+        transport = httpx.AsyncHTTPTransport(uds=str(sockets[index]))
+        async with httpx.AsyncClient(transport=transport, timeout=120,
+                                     headers={"Authorization": f"Bearer {key}"}) as http:
+            async with Client(streamable_http_client(server.url + "/mcp", http_client=http)
+                              ) as client:
+                return await client.call_tool("execute_python", {"code": code})
+
+    first = anyio.run(call, 1, "total = 40 + 2")  # worker 1 relays /mcp to worker 0
+    second = anyio.run(call, 0, "print(total)")
+    assert not first.is_error, text_of(first)
+    assert text_of(second).startswith("[stdout]\n42"), text_of(second)

@@ -148,7 +148,9 @@ class Service:
         self.uploads = InflightUploads()
         """The bytes each key's uploads in progress hold (bounded per key)."""
         worker = options.worker
-        self.siblings = Siblings(self.replicas.me.id, worker.siblings() if worker else {})
+        self.siblings = Siblings(
+            self.replicas.me.id, worker.siblings() if worker else {},
+            primary=worker.primary if worker else None)
         """The other workers of this server, to which changes of their conversations go."""
         self.metrics.watch(lambda: live_figures(self))
         self._closed = False

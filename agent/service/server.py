@@ -112,6 +112,9 @@ class GuardedH11(H11Protocol):
         self._address = self.client[0] if self.client else ""
         self._inner_app, self.app = self.app, self._admit
         self._counted = False
+        if not self._address:  # a sibling worker's Unix socket: it counted the client itself
+            self._arm()
+            return
         if not self.proxies.trusts(self._address):  # a proxy's clients count per request
             if not self.slots.take(self._address):
                 self._refuse_after_head()

@@ -9,21 +9,30 @@ address and never sees a redirect. The holder authenticates the request again
 (the same headers). A forwarded request carries `Sbx-Forwarded`, and is never
 forwarded a second time (ownership that moved meanwhile gets a 307 instead).
 Replicas on other hosts are not siblings: those still answer 307.
+
+The faces whose sessions live in one process and carry no conversation id in
+their path (`/mcp`, whose sessionless clients share a sandbox per key and
+name; E2B's `/e2b/...`) are served by worker 0 alone: `Pinned` streams such a
+request, both ways, to worker 0 from any other worker (its per-key limits,
+such as `mcp_sessions`, are then the host's).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import anyio.from_thread
 import httpx
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sbx.agent.service.api import Call
-from sbx.agent.service.problems import unavailable
+from sbx.agent.service.problems import problem_response, unavailable
 from sbx.agent.store.models import Replica
 
 logger = logging.getLogger(__name__)
@@ -36,6 +45,8 @@ CONNECTIONS = 8
 """Connections kept to each sibling (far below its per-client cap)."""
 _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length",
                   "content-encoding", "te", "upgrade", "proxy-connection", "x-request-id"})
+_HOP_RAW = _HOP - {"content-length", "content-encoding"}
+"""What a relayed stream drops: its bytes go as they are, so their length and encoding stay."""
 
 
 def to_owner(call: Call, owner: Replica) -> Response:
@@ -51,9 +62,11 @@ def to_owner(call: Call, owner: Replica) -> Response:
 class Siblings:
     """The other workers, by replica id; `forward` passes a request to one of them."""
 
-    def __init__(self, me: str, sockets: dict[str, Path]) -> None:
+    def __init__(self, me: str, sockets: dict[str, Path], primary: Path | None = None) -> None:
         self.me = me
         self.sockets = sockets
+        self.primary = primary
+        """Worker 0's socket, when this is another worker: the pinned faces go there."""
         self._clients: dict[str, httpx.Client] = {}
         self._lock = threading.Lock()
 
@@ -102,3 +115,92 @@ class Siblings:
                                         max_keepalive_connections=CONNECTIONS))
                 self._clients[replica_id] = client
             return client
+
+
+PINNED = ("/mcp", "/e2b/")
+"""Paths served by worker 0 alone (`Pinned`)."""
+
+
+def pinned(path: str) -> bool:
+    """Whether `path` belongs to a face whose sessions live in worker 0."""
+    return path == PINNED[0] or path.startswith((PINNED[0] + "/", PINNED[1]))
+
+
+class Pinned:
+    """ASGI: a request of a pinned face, streamed to worker 0 and its answer streamed back.
+
+    The request passed this worker's gateway (its key is checked again there); the
+    answer (an MCP event stream, an E2B execution's output) is relayed as it comes,
+    until it ends or the client goes away.
+    """
+
+    def __init__(self, app: ASGIApp, siblings: Siblings) -> None:
+        self.app = app
+        self.siblings = siblings
+        self._client: httpx.AsyncClient | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Relay a pinned face's request to worker 0; serve anything else here."""
+        primary = self.siblings.primary
+        if scope["type"] != "http" or primary is None or not pinned(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                transport=httpx.AsyncHTTPTransport(uds=str(primary)),
+                timeout=httpx.Timeout(None, connect=5.0))
+        headers = [(name, value) for name, value in scope["headers"]
+                   if name.decode("latin-1").lower() not in _HOP_RAW
+                   and name.decode("latin-1").lower() != FORWARDED]
+        request_id = str((scope.get("state") or {}).get("request_id", ""))
+        headers += [(FORWARDED.encode(), self.siblings.me.encode()),
+                    (b"x-request-id", request_id.encode())]
+        query = scope.get("query_string", b"").decode("latin-1")
+        url = "http://sibling" + scope["path"] + (f"?{query}" if query else "")
+        request = self._client.build_request(scope["method"], url, headers=headers,
+                                             content=_body(receive))
+        try:
+            answer = await self._client.send(request, stream=True)
+        except httpx.HTTPError:
+            await problem_response(
+                {"type": "about:blank", "title": "Service Unavailable", "status": 503,
+                 "detail": "worker 0, which serves this, is restarting; retry shortly"},
+                503, {"Retry-After": "2"})(scope, receive, send)
+            return
+        try:
+            await _relay(answer, receive, send)
+        finally:
+            await answer.aclose()
+
+
+async def _body(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+async def _relay(answer: httpx.Response, receive: Receive, send: Send) -> None:
+    """Send the answer as it comes; stop when the client disconnects."""
+    raw = [(name, value) for name, value in answer.headers.raw
+           if name.decode("latin-1").lower() not in _HOP_RAW]
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            message: Message = await receive()
+            while message["type"] != "http.disconnect":
+                message = await receive()
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        await send({"type": "http.response.start", "status": answer.status_code,
+                    "headers": raw})
+        async for chunk in answer.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        group.cancel_scope.cancel()

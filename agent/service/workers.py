@@ -79,6 +79,11 @@ class WorkerSlot:
         """Where this worker also listens, for requests its siblings forward."""
         return self.run_dir / f"w{self.index}.sock"
 
+    @property
+    def primary(self) -> Path | None:
+        """Worker 0's socket (the faces pinned to it), for every other worker."""
+        return self.run_dir / "w0.sock" if self.index else None
+
     def siblings(self) -> dict[str, Path]:
         """The other workers' replica ids and Unix sockets."""
         return {worker_id(self.base_id, i): self.run_dir / f"w{i}.sock"
