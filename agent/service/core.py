@@ -149,7 +149,7 @@ class Service:
         """The bytes each key's uploads in progress hold (bounded per key)."""
         worker = options.worker
         self.siblings = Siblings(
-            self.replicas.me.id, worker.siblings() if worker else {},
+            self.replicas.me.id, worker.siblings() if worker else {}, db=db,
             primary=worker.primary if worker else None)
         """The other workers of this server, to which changes of their conversations go."""
         self.metrics.watch(lambda: live_figures(self))

@@ -43,6 +43,7 @@ from sbx.agent.service.edge import (
     has_credentials,
     sends_body,
 )
+from sbx.agent.service.workers import EARLY_SIGNALS
 
 SHUTDOWN_MARGIN_S = 15
 """Seconds past the grace for cancelled runs to end before open streams are cut."""
@@ -304,6 +305,8 @@ class DrainingServer(uvicorn.Server):
             return
         previous = {sig: signal.signal(sig, self.handle_exit)
                     for sig in (signal.SIGINT, signal.SIGTERM)}
+        while EARLY_SIGNALS:  # a worker told to stop while it started: drain now
+            self.handle_exit(EARLY_SIGNALS.pop(0), None)
         try:
             yield
         finally:

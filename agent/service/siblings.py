@@ -14,12 +14,15 @@ The faces whose sessions live in one process and carry no conversation id in
 their path (`/mcp`, whose sessionless clients share a sandbox per key and
 name; E2B's `/e2b/...`) are served by worker 0 alone: `Pinned` streams such a
 request, both ways, to worker 0 from any other worker (its per-key limits,
-such as `mcp_sessions`, are then the host's).
+such as `mcp_sessions`, are then the host's). It relays the event stream of a
+run that a sibling runs to that sibling too, whose stream comes from memory;
+when the sibling does not answer, the stream is served here from the store.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,16 +30,20 @@ from pathlib import Path
 import anyio
 import anyio.from_thread
 import httpx
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sbx.agent.service.api import Call
 from sbx.agent.service.problems import problem_response, unavailable
-from sbx.agent.store.models import Replica
+from sbx.agent.store.db import Database
+from sbx.agent.store.models import Replica, Run
 
 logger = logging.getLogger(__name__)
 
+UNFINISHED = ("queued", "running")
 FORWARDED = "sbx-forwarded"
 """The header a forwarded request carries (its value: the forwarding replica's id)."""
 FORWARD_TIMEOUT_S = 120.0
@@ -62,9 +69,11 @@ def to_owner(call: Call, owner: Replica) -> Response:
 class Siblings:
     """The other workers, by replica id; `forward` passes a request to one of them."""
 
-    def __init__(self, me: str, sockets: dict[str, Path], primary: Path | None = None) -> None:
+    def __init__(self, me: str, sockets: dict[str, Path], *, db: Database,
+                 primary: Path | None = None) -> None:
         self.me = me
         self.sockets = sockets
+        self.db = db
         self.primary = primary
         """Worker 0's socket, when this is another worker: the pinned faces go there."""
         self._clients: dict[str, httpx.Client] = {}
@@ -97,6 +106,15 @@ class Siblings:
         kept = {name: value for name, value in answer.headers.items() if name not in _HOP}
         return Response(answer.content, status_code=answer.status_code, headers=kept)
 
+    def running_at(self, run_id: str) -> Path | None:
+        """The socket of the sibling running `run_id` (None: not running, or here)."""
+        with self.db.read() as session:
+            found = session.execute(select(Run.replica_id, Run.status)
+                                    .where(Run.id == run_id)).first()
+        if found is None or found.status not in UNFINISHED:
+            return None
+        return self.sockets.get(found.replica_id)
+
     def close(self) -> None:
         """Close the connections to every sibling."""
         with self._lock:
@@ -126,42 +144,52 @@ def pinned(path: str) -> bool:
     return path == PINNED[0] or path.startswith((PINNED[0] + "/", PINNED[1]))
 
 
-class Pinned:
-    """ASGI: a request of a pinned face, streamed to worker 0 and its answer streamed back.
+EVENTS = re.compile(r"/v1/runs/([A-Za-z0-9_.-]{1,100})/events")
+"""A run's event stream: relayed to the sibling running it, which streams it from memory."""
 
-    The request passed this worker's gateway (its key is checked again there); the
-    answer (an MCP event stream, an E2B execution's output) is relayed as it comes,
-    until it ends or the client goes away.
+
+class Pinned:
+    """ASGI: a request that a sibling serves best, streamed to it and its answer streamed back.
+
+    Relayed: the pinned faces' requests (to worker 0), and the event stream of a run
+    that a sibling is running (to that sibling, whose stream comes from memory instead
+    of re-reading the store every second; if it does not answer, the stream is served
+    here, from the store). The request passed this worker's gateway and is
+    authenticated again by the sibling; the answer is relayed as it comes, until it
+    ends or the client goes away.
     """
 
     def __init__(self, app: ASGIApp, siblings: Siblings) -> None:
         self.app = app
         self.siblings = siblings
-        self._client: httpx.AsyncClient | None = None
+        self._clients: dict[Path, httpx.AsyncClient] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Relay a pinned face's request to worker 0; serve anything else here."""
-        primary = self.siblings.primary
-        if scope["type"] != "http" or primary is None or not pinned(scope["path"]):
+        """Relay to the sibling that serves it; serve anything else here."""
+        target, required = await self._target(scope)
+        if target is None:
             await self.app(scope, receive, send)
             return
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                transport=httpx.AsyncHTTPTransport(uds=str(primary)),
+        client = self._clients.get(target)
+        if client is None:
+            client = self._clients[target] = httpx.AsyncClient(
+                transport=httpx.AsyncHTTPTransport(uds=str(target)),
                 timeout=httpx.Timeout(None, connect=5.0))
         headers = [(name, value) for name, value in scope["headers"]
-                   if name.decode("latin-1").lower() not in _HOP_RAW
-                   and name.decode("latin-1").lower() != FORWARDED]
+                   if name.decode("latin-1").lower() not in _HOP_RAW]
         request_id = str((scope.get("state") or {}).get("request_id", ""))
         headers += [(FORWARDED.encode(), self.siblings.me.encode()),
                     (b"x-request-id", request_id.encode())]
         query = scope.get("query_string", b"").decode("latin-1")
         url = "http://sibling" + scope["path"] + (f"?{query}" if query else "")
-        request = self._client.build_request(scope["method"], url, headers=headers,
-                                             content=_body(receive))
+        request = client.build_request(scope["method"], url, headers=headers,
+                                       content=_body(receive))
         try:
-            answer = await self._client.send(request, stream=True)
+            answer = await client.send(request, stream=True)
         except httpx.HTTPError:
+            if not required:  # the store has the run's events too
+                await self.app(scope, receive, send)
+                return
             await problem_response(
                 {"type": "about:blank", "title": "Service Unavailable", "status": 503,
                  "detail": "worker 0, which serves this, is restarting; retry shortly"},
@@ -171,6 +199,19 @@ class Pinned:
             await _relay(answer, receive, send)
         finally:
             await answer.aclose()
+
+    async def _target(self, scope: Scope) -> tuple[Path | None, bool]:
+        """(the sibling's socket to relay to, or None; whether only it can serve this)."""
+        siblings = self.siblings
+        if scope["type"] != "http" or not siblings.sockets or any(
+                name == FORWARDED.encode() for name, _ in scope["headers"]):
+            return None, False
+        if pinned(scope["path"]):
+            return siblings.primary, True
+        found = EVENTS.fullmatch(scope["path"])
+        if found is None or scope["method"] != "GET":
+            return None, False
+        return await run_in_threadpool(siblings.running_at, found[1]), False
 
 
 async def _body(receive: Receive) -> AsyncIterator[bytes]:

@@ -179,6 +179,8 @@ class Supervisor:
                 continue
             code = os.waitstatus_to_exitcode(status)
             if self.stopping:
+                if code != 0:
+                    logger.warning("worker %d (pid %d) exited with %d", index, pid, code)
                 failed = failed or code != 0
                 continue
             logger.warning("worker %d (pid %d) exited with %d; starting it again",
@@ -229,15 +231,25 @@ class Supervisor:
         return read_end
 
 
+EARLY_SIGNALS: list[int] = []
+"""SIGTERM or SIGINT received while the worker was starting: the server drains at once when
+it starts serving (`server.DrainingServer.capture_signals`), so a worker restarted just
+before a shutdown still exits 0, and none is left running."""
+
+
+def _remember(sig: int, frame: FrameType | None) -> None:
+    EARLY_SIGNALS.append(sig)
+
+
 def _become_worker() -> None:
-    """Default signal handlers, a process group of its own, and death with the parent.
+    """Signals kept for later, a process group of its own, and death with the parent.
 
     Its own process group: a Ctrl-C at the terminal reaches the parent alone, which
     passes it on once (two would stop the worker without its drain).
     """
     parent = os.getppid()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, signal.SIG_DFL)
+        signal.signal(sig, _remember)
     os.setpgid(0, 0)
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
