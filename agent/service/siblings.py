@@ -49,7 +49,7 @@ FORWARDED = "sbx-forwarded"
 FORWARD_TIMEOUT_S = 120.0
 """Seconds a forwarded change may take (a delete waits for its run's cancel)."""
 CONNECTIONS = 8
-"""Connections kept to each sibling (far below its per-client cap)."""
+"""Connections kept open to each sibling for forwarded changes."""
 _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length",
                   "content-encoding", "te", "upgrade", "proxy-connection", "x-request-id"})
 _HOP_RAW = _HOP - {"content-length", "content-encoding"}
