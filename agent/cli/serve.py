@@ -46,7 +46,6 @@ from sbx.agent.service.workers import (
     Supervisor,
     WorkerSlot,
     announce_ready,
-    check_workers,
     listen_unix,
     worker_id,
 )
@@ -82,8 +81,8 @@ _FILE = click.Path(path_type=Path, dir_okay=False)
               help="One JSON line per request: '-' is stderr, 'off' none, else a file (0600).")
 @click.option("--workers", type=click.IntRange(1, MAX_WORKERS), envvar="SBX_WORKERS",
               help="Worker processes on this address, one replica each over the same store, "
-              "so the service uses more than one core (about one per core). max_running, "
-              "max_queued and [pool] are shared among them. "
+              "so the service uses more than one core (about one per core). The warm pool "
+              "([pool]) is shared among them. "
               "[default: $SBX_WORKERS, else the policy's [service] workers, 1]")
 def serve_command(host: str, port: int, policy: Path | None, database: str | None,
                   data_dir_option: Path | None, advertise_url: str | None, replica_id: str | None,
@@ -134,16 +133,13 @@ def serve_command(host: str, port: int, policy: Path | None, database: str | Non
 
 
 def _worker_count(option: int | None, policy: Path | None) -> int:
-    """`--workers`, else the policy's `[service] workers`; one line if the policy forbids it."""
+    """`--workers`, else the policy's `[service] workers` (one line if it cannot be read)."""
+    if option is not None:
+        return option
     try:
-        config = load_config(policy)
+        return load_config(policy).service.workers
     except PolicyError as exc:
         fail(str(exc))
-    count = option or config.service.workers
-    refused = check_workers(count, config)
-    if refused is not None:
-        fail(refused, 2)
-    return count
 
 
 def _serve_workers(options: ServeOptions, sock: socket.socket, count: int, *, grace_s: float,

@@ -202,11 +202,11 @@ class ServiceSettings(BaseModel):
     state by replay (`[restore]`), or starts empty and is told so."""
     workers: int = Field(default=1, ge=1, le=MAX_WORKERS)
     """Worker processes `sbx serve` runs on its one address (`--workers`): each a replica over
-    the same store, so the service uses more than one core. The host's sizes below
-    (`max_running`, `max_queued`, `[pool]`) are shared among them, not multiplied."""
+    the same store, so the service uses more than one core. The warm pool's sizes (`[pool]`)
+    are the host's, shared among them; `max_running` and `max_queued` are each worker's."""
     max_running: int = Field(default=8, ge=1, le=1024)
-    """Runs executing at once in one replica (each holds a worker thread); with `workers`,
-    on the host, split among its workers."""
+    """Runs executing at once in one replica (each holds a worker thread); each worker of
+    `workers` is one."""
     max_queued: int = Field(default=64, ge=0, le=100_000)
     """Runs waiting for a worker; past it a question gets 503 with `Retry-After`."""
     max_in_flight: int = Field(default=4, ge=1, le=10_000)

@@ -18,9 +18,12 @@ over its private Unix socket (`siblings.Siblings`), so a client never sees the
 workers; reads come from the store on any worker, and an event stream of a run
 another worker runs reads the store.
 
-Sizes that are the host's (`[service] max_running`, `max_queued`, `[pool]`)
-are split among the workers (`WorkerSlot.scaled`), and the host's sandbox caps
-are one ledger for every sbx process already (`sandbox.capacity`).
+The warm pool's sizes (`[pool]`) are the host's: split among the workers
+(`WorkerSlot.scaled`); the host's sandbox caps are one ledger for every sbx
+process already (`sandbox.capacity`). A replica's run queue (`[service]
+max_running`, `max_queued`) stays each worker's: the kernel does not spread
+conversations evenly, and a split queue made the busier worker queue runs while
+the other had room (measured with `sbx bench serve`).
 
 The parent holds no thread and no database: it forwards SIGTERM and SIGINT to
 every worker (each drains as a lone server does) and exits when they have all
@@ -94,13 +97,10 @@ class WorkerSlot:
         return total // self.count + (1 if self.index < total % self.count else 0)
 
     def scaled(self, config: AppConfig) -> AppConfig:
-        """The configuration with the host's sizes split among the workers."""
-        service, pool = config.service, config.pool
+        """The configuration with the warm pool's sizes split among the workers."""
+        pool = config.pool
         return replace(
             config,
-            service=service.model_copy(update={
-                "max_running": max(1, self.share(service.max_running)),
-                "max_queued": self.share(service.max_queued)}),
             pool=pool.model_copy(update={
                 "size": self.share(pool.size), "max_size": self.share(pool.max_size),
                 "memory_budget": pool.memory_budget // self.count}),
@@ -110,14 +110,6 @@ class WorkerSlot:
 def worker_id(base_id: str, index: int) -> str:
     """The replica id of worker `index` of the server whose `--replica-id` is `base_id`."""
     return f"{base_id}/w{index}"
-
-
-def check_workers(count: int, config: AppConfig) -> str | None:
-    """Why `count` workers cannot serve this policy (None: they can)."""
-    if count > config.service.max_running:
-        return (f"--workers {count} needs [service] max_running >= {count} (it is "
-                f"{config.service.max_running}): each worker runs at least one run at a time")
-    return None
 
 
 class Supervisor:
