@@ -39,8 +39,8 @@ Dataset notes: what analysts wrote down about a dataset, shown to later runs.
 
 Configuration: the policy file and the model endpoint, read once into typed values.
     load_config, AppConfig, ServiceSettings, ServiceQuotas, OidcSettings, TeamSettings,
-    metrics_team, describe_validation_error, Endpoint, resolve_endpoint, LimitsRequest, Limits,
-    configure_tracing
+    MAX_WORKERS, metrics_team, describe_validation_error, Endpoint, resolve_endpoint,
+    LimitsRequest, Limits, configure_tracing
 
 Results and events: what a run returns and what it tells its subscribers on the way.
     RunResult, RunStatus, ExecutionResult, DisplayResult, Artifact, Event, EventSink,
@@ -83,7 +83,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.artifacts": ("open_artifact", "unsafe_name_reason"),
     "sbx.agent.model.cancellation": ("Cancellation",),
     "sbx.agent.core.config": ("load_config", "AppConfig", "ServiceSettings", "ServiceQuotas",
-        "OidcSettings", "describe_validation_error"),
+        "OidcSettings", "describe_validation_error", "MAX_WORKERS"),
     "sbx.agent.core.conversation": ("Conversation", "new_conversation_id"),
     "sbx.agent.core.events": ("Event", "EventSink", "ConversationStart", "RunStart",
         "MessageAdded", "ModelReplied", "OutputChunk", "ToolResult", "PlanUpdated", "Compaction",
@@ -160,8 +160,8 @@ __all__ = [
     "DEFAULT_IMAGE", "DatasetNotes", "DisplayResult", "EXPORT_FORMATS", "Endpoint", "Event",
     "EventSink", "ExecutionCheck", "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy",
     "KeptSession", "KeptSessions", "LimitRefused", "LimitTooLow", "Limits", "LimitsRequest",
-    "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note", "NoteError", "OUTPUT_DIR",
-    "OidcSettings", "OutputChunk", "OutputSink", "Owner", "PLAN_MARKS", "PlanUpdated",
+    "MAX_WORKERS", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note", "NoteError",
+    "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink", "Owner", "PLAN_MARKS", "PlanUpdated",
     "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError", "RecordedConversation",
     "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd", "RunError", "RunOutcome",
     "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket", "SandboxError", "SbxError",
@@ -207,6 +207,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.app import require_image as require_image
     from sbx.agent.core.artifacts import open_artifact as open_artifact
     from sbx.agent.core.artifacts import unsafe_name_reason as unsafe_name_reason
+    from sbx.agent.core.config import MAX_WORKERS as MAX_WORKERS
     from sbx.agent.core.config import AppConfig as AppConfig
     from sbx.agent.core.config import OidcSettings as OidcSettings
     from sbx.agent.core.config import ServiceQuotas as ServiceQuotas
