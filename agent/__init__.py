@@ -30,6 +30,7 @@ The app and its conversations: every way a run starts is a method of theirs.
     Answer, os_principal, require_image, DEFAULT_IMAGE, OUTPUT_DIR, RUNS_DIR,
     ConversationSpec, new_conversation_id, Workspace, check_data, idle_reason,
     ProgramSpec, ToolSession, CallReport, file_op, read_file, write_file,
+    KeptSession, KeptSessions, SessionHost, Owner, Admitted, SessionNotFound, streamed,
     in_namespace, drop_namespace, clear_variables, Cancellation, Resumable, read_resumable,
     find_transcript, read_paused, RerunReport, ExecutionCheck, recorded_data
 
@@ -38,8 +39,8 @@ Dataset notes: what analysts wrote down about a dataset, shown to later runs.
 
 Configuration: the policy file and the model endpoint, read once into typed values.
     load_config, AppConfig, ServiceSettings, ServiceQuotas, OidcSettings, TeamSettings,
-    metrics_team, describe_validation_error, Endpoint, resolve_endpoint, LimitsRequest, Limits,
-    configure_tracing
+    MAX_WORKERS, metrics_team, describe_validation_error, Endpoint, resolve_endpoint,
+    LimitsRequest, Limits, configure_tracing
 
 Results and events: what a run returns and what it tells its subscribers on the way.
     RunResult, RunStatus, ExecutionResult, DisplayResult, Artifact, Event, EventSink,
@@ -68,7 +69,7 @@ Utilities: what every face needs to show untrusted text and read sizes and durat
 Errors: one root, `SbxError`: what an operator must fix; the model's errors are data.
     SbxError, SandboxError, HostBusy, SettingsError, LimitRefused, LimitTooLow, NoteError,
     UnreadableLine, PolicyError, AuditError, TranscriptError, RecordError, RerunError,
-    SessionClosed, TracingError, ModelError, FileOpError
+    SessionClosed, TracingError, ModelError, FileOpError, SessionNotFound
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.artifacts": ("open_artifact", "unsafe_name_reason"),
     "sbx.agent.model.cancellation": ("Cancellation",),
     "sbx.agent.core.config": ("load_config", "AppConfig", "ServiceSettings", "ServiceQuotas",
-        "OidcSettings", "describe_validation_error"),
+        "OidcSettings", "describe_validation_error", "MAX_WORKERS"),
     "sbx.agent.core.conversation": ("Conversation", "new_conversation_id"),
     "sbx.agent.core.events": ("Event", "EventSink", "ConversationStart", "RunStart",
         "MessageAdded", "ModelReplied", "OutputChunk", "ToolResult", "PlanUpdated", "Compaction",
@@ -103,6 +104,8 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.state": ("RunResult", "RunStatus"),
     "sbx.agent.core.teams": ("TeamSettings", "metrics_team"),
     "sbx.agent.core.tool_session": ("ToolSession", "CallReport", "SessionClosed"),
+    "sbx.agent.core.kept_sessions": ("KeptSession", "KeptSessions", "SessionHost", "Owner",
+        "Admitted", "SessionNotFound", "streamed"),
     "sbx.agent.core.tracing": ("configure_tracing", "TracingError"),
     "sbx.agent.core.transcript": ("numbered_events", "TranscriptError"),
     "sbx.agent.core.workspace": ("ConversationSpec", "Workspace", "check_data"),
@@ -151,31 +154,30 @@ _RENAMED: dict[str, str] = {
 _EXPORTS = {name: module for module, names in _OWNERS.items() for name in names}
 
 __all__ = [
-    "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Answer", "App",
-    "AppConfig", "Artifact", "AuditError", "CallReport", "Cancellation", "Cell", "Closing",
-    "Compaction", "Conversation", "ConversationSpec", "ConversationStart", "DEFAULT_IMAGE",
-    "DatasetNotes", "DisplayResult", "EXPORT_FORMATS", "Endpoint", "Event", "EventSink",
-    "ExecutionCheck", "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy",
-    "LimitRefused", "LimitTooLow",
-    "Limits", "LimitsRequest", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note",
-    "NoteError", "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS",
-    "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError",
-    "RecordedConversation", "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd",
-    "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket",
-    "SandboxError", "SbxError", "ServiceQuotas", "ServiceSettings", "SessionClosed",
+    "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Admitted",
+    "Answer", "App", "AppConfig", "Artifact", "AuditError", "CallReport", "Cancellation", "Cell",
+    "Closing", "Compaction", "Conversation", "ConversationSpec", "ConversationStart",
+    "DEFAULT_IMAGE", "DatasetNotes", "DisplayResult", "EXPORT_FORMATS", "Endpoint", "Event",
+    "EventSink", "ExecutionCheck", "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy",
+    "KeptSession", "KeptSessions", "LimitRefused", "LimitTooLow", "Limits", "LimitsRequest",
+    "MAX_WORKERS", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note", "NoteError",
+    "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink", "Owner", "PLAN_MARKS", "PlanUpdated",
+    "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError", "RecordedConversation",
+    "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd", "RunError", "RunOutcome",
+    "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket", "SandboxError", "SbxError",
+    "ServiceQuotas", "ServiceSettings", "SessionClosed", "SessionHost", "SessionNotFound",
     "SettingsError", "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure",
     "ToolResult", "ToolReturn", "ToolSession", "TracingError", "TranscriptError", "UnreadableLine",
-    "UploadDatasetRule", "Workspace", "audit_call_rows", "audit_key_from_env",
-    "build_tool", "call_status", "check_data", "clear_variables", "configure_tracing",
-    "data_digests", "describe_validation_error", "drop_namespace",
-    "export_transcript", "failed_outcome", "file_op", "find_transcript",
-    "format_size", "idle_reason", "in_namespace", "index_data_files", "iter_audit_records",
-    "load_config", "local_note_store", "loss_text", "metrics_team", "module_from_error",
-    "new_conversation_id", "new_run_id", "not_found", "numbered_events", "open_artifact",
-    "os_principal", "outcome_of", "parse_duration", "parse_event", "parse_size", "pending_note",
-    "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable", "recorded_data",
-    "require_image", "resolve_endpoint", "restore_summary",
-    "run_outcome", "safe_json", "safe_text", "summarize_data", "unavailable", "unsafe_name_reason",
+    "UploadDatasetRule", "Workspace", "audit_call_rows", "audit_key_from_env", "build_tool",
+    "call_status", "check_data", "clear_variables", "configure_tracing", "data_digests",
+    "describe_validation_error", "drop_namespace", "export_transcript", "failed_outcome", "file_op",
+    "find_transcript", "format_size", "idle_reason", "in_namespace", "index_data_files",
+    "iter_audit_records", "load_config", "local_note_store", "loss_text", "metrics_team",
+    "module_from_error", "new_conversation_id", "new_run_id", "not_found", "numbered_events",
+    "open_artifact", "os_principal", "outcome_of", "parse_duration", "parse_event", "parse_size",
+    "pending_note", "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable",
+    "recorded_data", "require_image", "resolve_endpoint", "restore_summary", "run_outcome",
+    "safe_json", "safe_text", "streamed", "summarize_data", "unavailable", "unsafe_name_reason",
     "verify_audit_log", "write_file",
 ]
 
@@ -205,6 +207,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.app import require_image as require_image
     from sbx.agent.core.artifacts import open_artifact as open_artifact
     from sbx.agent.core.artifacts import unsafe_name_reason as unsafe_name_reason
+    from sbx.agent.core.config import MAX_WORKERS as MAX_WORKERS
     from sbx.agent.core.config import AppConfig as AppConfig
     from sbx.agent.core.config import OidcSettings as OidcSettings
     from sbx.agent.core.config import ServiceQuotas as ServiceQuotas
@@ -231,6 +234,13 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.history import RecordedConversation as RecordedConversation
     from sbx.agent.core.history import RecordError as RecordError
     from sbx.agent.core.history import read_record as read_record
+    from sbx.agent.core.kept_sessions import Admitted as Admitted
+    from sbx.agent.core.kept_sessions import KeptSession as KeptSession
+    from sbx.agent.core.kept_sessions import KeptSessions as KeptSessions
+    from sbx.agent.core.kept_sessions import Owner as Owner
+    from sbx.agent.core.kept_sessions import SessionHost as SessionHost
+    from sbx.agent.core.kept_sessions import SessionNotFound as SessionNotFound
+    from sbx.agent.core.kept_sessions import streamed as streamed
     from sbx.agent.core.limits_request import LimitRefused as LimitRefused
     from sbx.agent.core.limits_request import LimitsRequest as LimitsRequest
     from sbx.agent.core.limits_request import LimitTooLow as LimitTooLow

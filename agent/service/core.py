@@ -7,6 +7,7 @@
       ├─ Replicas.register, recover_own what a crash of this replica left becomes `interrupted`
       ├─ App.open                       audit log; sandbox pool (reaps orphaned containers)
       ├─ RunManager, EventLog           conversations held here, their runs and events
+      ├─ Siblings                       the other workers of `--workers N` (changes forwarded)
       └─ Housekeeper                    heartbeat, dead replicas' sweep, idle sandboxes released
 
 `begin_drain(grace)` (SIGTERM) stops accepting changes, lets runs finish
@@ -44,8 +45,10 @@ from sbx.agent.service.outcomes import Observer, Observers
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.runs import RunManager
 from sbx.agent.service.sandbox_share import SandboxShare
+from sbx.agent.service.siblings import Siblings
 from sbx.agent.service.tenant_view import TenantView, install
 from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
+from sbx.agent.service.workers import WorkerSlot
 from sbx.agent.store.db import Database, database_url
 from sbx.agent.store.keys import KeyCache
 from sbx.agent.store.replicas import Identity, Replicas
@@ -74,6 +77,8 @@ class ServeOptions:
     """`--audit-log`; default `SBX_AUDIT_LOG`, the policy's, else `<data_dir>/audit.jsonl`."""
     image: str = DEFAULT_IMAGE
     """The sandbox image."""
+    worker: WorkerSlot | None = None
+    """Which worker of `sbx serve --workers N` this is (None: the server is one process)."""
 
 
 class DataPaths:
@@ -142,6 +147,11 @@ class Service:
         """The OpenID Connect provider the web page signs in through (`[service.oidc]`)."""
         self.uploads = InflightUploads()
         """The bytes each key's uploads in progress hold (bounded per key)."""
+        worker = options.worker
+        self.siblings = Siblings(
+            self.replicas.me.id, worker.siblings() if worker else {}, db=db,
+            primary=worker.primary if worker else None)
+        """The other workers of this server, to which changes of their conversations go."""
         self.metrics.watch(lambda: live_figures(self))
         self._closed = False
         self._drain: threading.Thread | None = None
@@ -162,6 +172,8 @@ class Service:
         `observer` hears what the service reports (the access log), beside its metrics.
         """
         config = load_config(options.policy)
+        if options.worker is not None:  # the host's sizes, split among the workers
+            config = options.worker.scaled(config)
         oidc = open_client(config.service.oidc, environ)
         paths = DataPaths(options.data_dir).create()
         sweep_partial_uploads(paths.datasets)  # what a kill -9 mid-upload left
@@ -241,6 +253,7 @@ class Service:
         if self._drain is not None:
             self._drain.join()  # runs get their grace; then the drain cancels the rest
         self.housekeeper.stop()
+        self.siblings.close()
         try:
             self.runs.shutdown()
             self.replicas.stop("the server shut down")

@@ -34,8 +34,7 @@ from typing import TYPE_CHECKING
 from sbx.agent import loss_text
 
 if TYPE_CHECKING:
-    from sbx.agent import ToolSession
-    from sbx.agent.e2b.sandboxes import Sandboxes
+    from sbx.agent import KeptSession, KeptSessions, ToolSession
     from sbx.agent.mcp.tool_sessions import McpSessions
     from sbx.agent.service.core import Service
     from sbx.agent.service.runs import RunManager
@@ -62,8 +61,8 @@ class SandboxShare:
         self.service = service
         self.mcp: McpSessions | None = None
         """The `/mcp` sessions, once the endpoint exists."""
-        self.e2b: Sandboxes | None = None
-        """The E2B face's sandboxes, once it exists."""
+        self.kept: KeptSessions[KeptSession] | None = None
+        """The kept sessions (the E2B face's sandboxes), once they exist."""
 
     def held(self) -> list[Held]:
         """Every sandbox this replica holds for a conversation, an MCP session or E2B."""
@@ -74,8 +73,8 @@ class SandboxShare:
         sessions: list[tuple[str, ToolSession]] = [
             (session.caller.principal, session)
             for session in (self.mcp.live() if self.mcp is not None else [])]
-        sessions += [(sandbox.tenant.principal, sandbox)
-                     for sandbox in (self.e2b.live() if self.e2b is not None else [])]
+        sessions += [(kept.principal, kept)
+                     for kept in (self.kept.live() if self.kept is not None else [])]
         for principal, session in sessions:
             if session.workspace.holds_sandbox:
                 held.append(Held(principal=principal, idle_for=session.workspace.idle_for(),
