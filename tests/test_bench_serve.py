@@ -55,6 +55,14 @@ def test_a_broken_promise_is_named_and_fails_the_report():
                                "audit log core: FAILS: torn tail",
                                "serve at 1: 2 pool take(s) for 1 phase(s)"]
     assert report.render().endswith("FAILED: " + "; ".join(report.problems))
+    workers = ServeBenchReport(options=ServeBenchOptions(levels=(1,), questions=1, rounds=1,
+                                                        workers=2))
+    workers.statuses, workers.server_exit = report.statuses, 0
+    workers.audit = {"server": "verifies (4 records, 1 runs)"}
+    workers.levels = report.levels  # the serve side's takes are one worker's share: not counted
+    workers.check()
+    assert workers.ok, workers.problems
+    assert "sbx serve --workers 2: the server's pool figures" in workers.render()
 
 
 def test_the_report_says_whether_the_burst_was_announced():

@@ -177,8 +177,11 @@ class ServeBenchReport:
                           if not verdict.startswith("verifies")]
         if self.server_exit != 0:
             self.problems.append(f"sbx serve exited {self.server_exit} after SIGTERM")
-        for level in self.levels:  # each conversation takes one sandbox, at its first question
-            for side in SIDES:
+        # Each conversation takes one sandbox, at its first question. With workers, each has
+        # its share of the pool and `/metrics` is the one worker's that answered: not counted.
+        counted = SIDES if o.workers == 1 else ("core",)
+        for level in self.levels:
+            for side in counted:
                 taken = sum(level.takes[side].values())
                 if taken != level.phases[side] * level.conversations:
                     self.problems.append(f"{side} at {level.conversations}: {taken} pool "
@@ -251,6 +254,9 @@ class ServeBenchReport:
         lines = [f"{', '.join(map(str, o.levels))} conversation(s) at once x {o.questions} "
                  f"question(s), {o.rounds} round(s) per level, scripted model",
                  f"burst {burst}",
+                 *([f"sbx serve --workers {o.workers}: the server's pool figures (takes, "
+                    "warming, settling) are one worker's share, the one that answered "
+                    "/metrics"] if o.workers > 1 else []),
                  "latency per question, ms      p50       p90       p99"]
         for level in self.levels:
             latency = level.latency_ms()
