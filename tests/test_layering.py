@@ -52,9 +52,9 @@ HOSTED_FACES = {"sbx.agent.cli": ("sbx.agent.service", "sbx.agent.mcp"),
 """A face that starts another: the CLI runs `sbx serve` and `sbx mcp`; the service serves MCP
 and E2B's API."""
 FACE_EXTRAS = {
-    "agent/service/": ("sbx.agent.store",),
+    "agent/service/": ("sbx.agent.store", "sbx.agent.core.hosting"),
     "agent/cli/keys.py": ("sbx.agent.store",),
-    "agent/cli/serve.py": ("sbx.agent.store",),
+    "agent/cli/serve.py": ("sbx.agent.store", "sbx.agent.core.hosting"),
     "agent/cli/demo.py": ("sbx.agent.testing",),
     "agent/cli/ask.py": ("sbx.agent.testing",),
 }

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from sbx.agent.service.outcomes import UNMATCHED, Observer
+from sbx.agent.core.hosting.observer import UNMATCHED, Observer
 
 MAX_FIELD_CHARS = 200
 """Longest method or path written (client-chosen text)."""

@@ -41,7 +41,7 @@ from sbx.agent.service.web.signin_sessions import cookie_key
 from sbx.agent.store.keys import KeyInfo
 
 if TYPE_CHECKING:
-    from sbx.agent.service.core import Service
+    from sbx.agent.service.host import Service
 
 JSON_TYPES = ("application/json",)
 

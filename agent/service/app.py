@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
+from sbx.agent.core.hosting.observer import notify
 from sbx.agent.e2b.app import E2bFace
 from sbx.agent.service import (
     conversations,
@@ -48,12 +49,11 @@ from sbx.agent.service import (
     usage,
 )
 from sbx.agent.service.api import ROUTES, starlette_routes
-from sbx.agent.service.core import Service
 from sbx.agent.service.e2b_host import ServiceE2bHost
+from sbx.agent.service.host import Service
 from sbx.agent.service.mcp_http import MCP_PATH, McpEndpoint
 from sbx.agent.service.middleware import BodyTimeout, BodyTooLarge, Gateway
 from sbx.agent.service.openapi import openapi_document
-from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem, respond
 from sbx.agent.service.web import oidc, pages, signin
 from sbx.agent.service.web.headers import SecurityHeaders
@@ -70,7 +70,8 @@ def create_app(service: Service) -> ASGIApp:
     document = openapi_document(ROUTES)
     mcp = McpEndpoint(service)
     e2b = E2bFace(ServiceE2bHost(service))
-    service.share.e2b = e2b.sandboxes  # their idle sandboxes share the host too
+    sandboxes = e2b.sandboxes  # their idle sandboxes share the host too
+    service.share.add_sessions(lambda: ((box.tenant.principal, box) for box in sandboxes.live()))
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)

@@ -19,12 +19,14 @@ from sqlalchemy import select
 from starlette.responses import RedirectResponse, Response
 
 from sbx.agent import ConversationSpec, loss_text, new_conversation_id
-from sbx.agent.service.adopt import NotAdopted, adopt
+from sbx.agent.core.hosting.adopt import NotAdopted, adopt
+from sbx.agent.core.hosting.recorder import StoreRecorder
+from sbx.agent.core.hosting.runs import Live
+from sbx.agent.core.hosting.tenancy import dataset_paths, limited, owned
+from sbx.agent.core.hosting.tenants import tenant_of
 from sbx.agent.service.api import Call, api, json_response
-from sbx.agent.service.core import Service
+from sbx.agent.service.host import Service
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.recorder import StoreRecorder
-from sbx.agent.service.runs import Live
 from sbx.agent.service.schemas import (
     AnswerQuestion,
     AskQuestion,
@@ -33,8 +35,6 @@ from sbx.agent.service.schemas import (
     Listing,
     RunAccepted,
 )
-from sbx.agent.service.teams import tenant_of
-from sbx.agent.service.tenancy import dataset_paths, limited, owned
 from sbx.agent.store.models import Conversation, Run
 from sbx.agent.store.notes import DbNoteStore
 from sbx.agent.store.quotas import reserve_conversation

@@ -22,13 +22,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from sbx.agent import ServiceQuotas, format_size, summarize_data
+from sbx.agent.core.hosting.tenancy import owned
+from sbx.agent.core.hosting.tenants import effective_quotas
 from sbx.agent.service import text_encoding
 from sbx.agent.service.api import Call, api, json_response
-from sbx.agent.service.core import Service
+from sbx.agent.service.host import Service
 from sbx.agent.service.problems import Problem, quota_exceeded
 from sbx.agent.service.schemas import DatasetOut, Listing
-from sbx.agent.service.teams import effective_quotas
-from sbx.agent.service.tenancy import owned
 from sbx.agent.service.uploads import (
     Upload,
     check_content,

@@ -15,7 +15,7 @@ from pathlib import Path
 from sbx.agent import App
 from sbx.agent.e2b.host import Admitted, Refused, Tenant
 from sbx.agent.mcp.admission import Caller
-from sbx.agent.service.core import Service
+from sbx.agent.service.host import Service
 from sbx.agent.service.mcp_tenancy import ServiceAdmission
 from sbx.agent.store.keys import lookup_key
 

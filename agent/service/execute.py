@@ -27,14 +27,14 @@ from sbx.agent import (
     execute_program,
     new_run_id,
 )
+from sbx.agent.core.hosting.recorder import StoreRecorder
+from sbx.agent.core.hosting.tenancy import dataset_paths, limited
+from sbx.agent.core.hosting.tenants import tenant_of
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.execute_stream import ExecutionStream
 from sbx.agent.service.problems import Problem, unavailable
-from sbx.agent.service.recorder import StoreRecorder
 from sbx.agent.service.runs_api import artifact_out
 from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
-from sbx.agent.service.teams import tenant_of
-from sbx.agent.service.tenancy import dataset_paths, limited
 from sbx.agent.store.models import ArtifactRow
 
 HOST_BUSY_RETRY_S = 10.0

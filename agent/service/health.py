@@ -16,7 +16,7 @@ from sbx.agent.service.api import Call, api
 from sbx.agent.store.db import StoreError
 
 if TYPE_CHECKING:
-    from sbx.agent.service.core import Service
+    from sbx.agent.service.host import Service
 
 MIN_FREE_BYTES = 256 * 1024**2
 """Below this much free space in the data dir the replica is not ready (uploads would fail)."""

@@ -39,14 +39,14 @@ from pathlib import Path
 from sqlalchemy import select
 
 from sbx.agent import RunOutcome, RunTicket, ServiceQuotas, ToolFailure
+from sbx.agent.core.hosting.observer import notify
+from sbx.agent.core.hosting.recorder import StoreRecorder
+from sbx.agent.core.hosting.tenants import Tenant, effective_quotas, tenant_of
 from sbx.agent.mcp.admission import Caller, Opened, Refused
 from sbx.agent.mcp.upload import StoredDataset, upload_gate_tool
-from sbx.agent.service.core import Service
 from sbx.agent.service.datasets import store_upload
-from sbx.agent.service.outcomes import notify
+from sbx.agent.service.host import Service
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.recorder import StoreRecorder
-from sbx.agent.service.teams import Tenant, effective_quotas, tenant_of
 from sbx.agent.service.uploads import HEAD_BYTES, Upload, format_of, safe_name
 from sbx.agent.store.keys import KeyInfo
 from sbx.agent.store.models import Conversation, Dataset
@@ -192,7 +192,7 @@ def quotas_of(service: Service, caller: Caller) -> ServiceQuotas:
 
 
 def tenant_caller(service: Service, caller: Caller) -> Tenant:
-    """The caller's principal, team, quotas and budgets (`sbx.agent.service.teams`)."""
+    """The caller's principal, team, quotas and budgets (`sbx.agent.core.hosting.tenants`)."""
     if not isinstance(caller.grant, KeyInfo):  # pragma: no cover - the face always sets it
         raise TypeError("an MCP caller over HTTP carries its API key")
     return tenant_of(service, caller.grant)

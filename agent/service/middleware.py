@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sbx.agent.service.outcomes import UNMATCHED, Observer, notify
+from sbx.agent.core.hosting.observer import UNMATCHED, Observer, notify
 from sbx.agent.service.problems import Problem, respond, unavailable
 
 logger = logging.getLogger(__name__)

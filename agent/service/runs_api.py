@@ -26,13 +26,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from sbx.agent import open_artifact, run_outcome
+from sbx.agent.core.hosting.retention import delete_runs, run_directory
+from sbx.agent.core.hosting.tenancy import owned
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.problems import Problem, not_found
-from sbx.agent.service.retention import delete_runs, run_directory
 from sbx.agent.service.schemas import AnswerPartsOut, ArtifactOut, Listing, PlanStepOut, RunOut
 from sbx.agent.service.sse import event_stream, last_event_id
-from sbx.agent.service.tenancy import owned
 from sbx.agent.store.models import ArtifactRow, EventRow, Run
 
 UNFINISHED = ("queued", "running")

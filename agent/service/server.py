@@ -35,7 +35,6 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from sbx.agent.service.app import create_app
-from sbx.agent.service.core import Service
 from sbx.agent.service.edge import (
     MAX_CONNECTIONS,
     EdgeSlots,
@@ -43,6 +42,7 @@ from sbx.agent.service.edge import (
     has_credentials,
     sends_body,
 )
+from sbx.agent.service.host import Service
 
 SHUTDOWN_MARGIN_S = 15
 """Seconds past the grace for cancelled runs to end before open streams are cut."""

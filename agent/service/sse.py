@@ -30,13 +30,13 @@ from sqlalchemy import and_, select
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from sbx.agent.service.eventlog import POLL_S
-from sbx.agent.service.feed import Feed, sse_frame
+from sbx.agent.core.hosting.eventlog import POLL_S
+from sbx.agent.core.hosting.feed import Feed, sse_frame
 from sbx.agent.service.problems import Problem
 from sbx.agent.store.models import EventRow, Run
 
 if TYPE_CHECKING:
-    from sbx.agent.service.core import Service
+    from sbx.agent.service.host import Service
 
 KEEPALIVE_S = 15.0
 _EVENT_ID = re.compile(r"[0-9]{1,12}")

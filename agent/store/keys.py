@@ -60,6 +60,19 @@ class KeyInfo:
         return principal_of(self.name)
 
 
+@dataclass(frozen=True, kw_only=True)
+class SignedInUser(KeyInfo):
+    """A person signed in through the provider; acts as a key with the policy's default quotas."""
+
+    identity: str
+    """`oidc:<claim value>`: the principal."""
+
+    @property
+    def principal(self) -> str:
+        """`oidc:<claim value>`."""
+        return self.identity
+
+
 def principal_of(name: str) -> str:
     """The principal a key name stands for."""
     return f"key:{name}"

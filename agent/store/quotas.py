@@ -18,7 +18,7 @@ or a dataset frees one at once).
 
 The defaults are the policy's `[service.quotas]`, then its key's team's
 (`[service.teams.NAME] quotas`); an API key's overrides (`sbx keys create
---max-conversations 2 ...`) replace them for that key (`sbx.agent.service.teams`).
+--max-conversations 2 ...`) replace them for that key (`sbx.agent.core.hosting.tenants`).
 Money budgets are checked beside these (`sbx.agent.store.spend`).
 CPU seconds are known only when a run ends, so a principal's last run of
 the day may pass `cpu_seconds_per_day`; the next one is refused.

@@ -25,7 +25,7 @@ from sqlalchemy import delete, func, select
 
 from sbx.agent.service.problems import Problem
 from sbx.agent.store.db import Database
-from sbx.agent.store.keys import KeyInfo, Role, hash_key
+from sbx.agent.store.keys import Role, SignedInUser, hash_key
 from sbx.agent.store.models import OidcIdentity, OidcLogin, OidcSession
 
 LOGIN_TTL_S: Final = 600.0
@@ -34,19 +34,6 @@ MAX_PENDING: Final = 10_000
 """Logins pending at once (anyone may start one: the table stays bounded)."""
 MAX_SESSIONS_PER_PRINCIPAL: Final = 20
 """Signed-in browsers per person; signing in once more ends the oldest."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class SignedInUser(KeyInfo):
-    """A person signed in through the provider; acts as a key with the policy's default quotas."""
-
-    identity: str
-    """`oidc:<claim value>`: the principal."""
-
-    @property
-    def principal(self) -> str:
-        """`oidc:<claim value>`."""
-        return self.identity
 
 
 @dataclass(frozen=True, kw_only=True)

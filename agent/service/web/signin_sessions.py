@@ -46,7 +46,7 @@ from sbx.agent.store.keys import KeyInfo, hash_key, key_info
 from sbx.agent.store.models import ApiKey, OidcSession, WebSession
 
 if TYPE_CHECKING:
-    from sbx.agent.service.core import Service
+    from sbx.agent.service.host import Service
 
 COOKIE = "__Host-sbx_session"
 """The session cookie's name."""

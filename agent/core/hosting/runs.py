@@ -40,15 +40,15 @@ from sbx.agent import (
     RunTicket,
     failed_outcome,
 )
-from sbx.agent.service.eventlog import EventLog, artifact_name, public_event
-from sbx.agent.service.problems import unavailable
-from sbx.agent.service.tenant_view import incident, run_message
+from sbx.agent.core.hosting.eventlog import EventLog, artifact_name, public_event
+from sbx.agent.core.hosting.tenant_view import incident, run_message
+from sbx.agent.core.problem import unavailable
 from sbx.agent.store.db import Database
 from sbx.agent.store.models import ArtifactRow
 from sbx.agent.store.models import Conversation as ConversationRow
 
 if TYPE_CHECKING:
-    from sbx.agent.service.recorder import StoreRecorder
+    from sbx.agent.core.hosting.recorder import StoreRecorder
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from sbx.agent import AppConfig, LimitRefused, Limits, LimitsRequest, LimitTooLow
-from sbx.agent.service.problems import Problem, not_found
+from sbx.agent.core.problem import Problem, not_found
 from sbx.agent.store.models import Conversation, Dataset, Run
 
 _ID_SHAPES = {

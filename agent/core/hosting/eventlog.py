@@ -34,9 +34,9 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from sbx.agent import Event
-from sbx.agent.service.feed import Feed, sse_frame
-from sbx.agent.service.outcomes import Observer, notify
-from sbx.agent.service.tenant_view import TenantView
+from sbx.agent.core.hosting.feed import Feed, sse_frame
+from sbx.agent.core.hosting.observer import Observer, notify
+from sbx.agent.core.hosting.tenant_view import TenantView
 from sbx.agent.store.db import Database
 from sbx.agent.store.models import EventRow
 

@@ -22,10 +22,10 @@ from typing import Any
 
 from sbx.agent import ConversationSpec, LimitsRequest, Resumable, TranscriptError, read_resumable
 from sbx.agent import resume_conversation as resume
-from sbx.agent.service.core import Service
-from sbx.agent.service.runs import Live
-from sbx.agent.service.teams import tenant_of_principal
-from sbx.agent.service.tenancy import dataset_paths
+from sbx.agent.core.hosting.host import Host
+from sbx.agent.core.hosting.runs import Live
+from sbx.agent.core.hosting.tenancy import dataset_paths
+from sbx.agent.core.hosting.tenants import tenant_of_principal
 from sbx.agent.store.models import Conversation
 from sbx.agent.store.notes import DbNoteStore
 
@@ -39,7 +39,7 @@ class NotAdopted(Exception):
     """The conversation cannot be taken up here; the message says why (the client's 409)."""
 
 
-def adopt(service: Service, conversation_id: str, *, reason: str) -> Live | None:
+def adopt(service: Host, conversation_id: str, *, reason: str) -> Live | None:
     """Hold the conversation here and restore it at its next run; None if another owns it now.
 
     `reason` is what the model and the user are told the state was lost to.
@@ -73,7 +73,7 @@ class _Taken:
     data: tuple[Path, ...]
 
 
-def _take(service: Service, conversation_id: str) -> _Taken | None:
+def _take(service: Host, conversation_id: str) -> _Taken | None:
     """Move the row to this replica unless a live replica owns it."""
     with service.db.write() as session:
         row = session.get(Conversation, conversation_id, with_for_update=True)
@@ -88,7 +88,7 @@ def _take(service: Service, conversation_id: str) -> _Taken | None:
                       limits=dict(row.limits or {}), data=data)
 
 
-def _hold(service: Service, row: _Taken, record: Resumable, *, reason: str) -> Live:
+def _hold(service: Host, row: _Taken, record: Resumable, *, reason: str) -> Live:
     """Open the conversation from its record with the row's limits and model; attach it."""
     endpoint = service.require_endpoint()
     chosen = replace(endpoint, model=row.model)
