@@ -2,8 +2,8 @@
 
 The hosting itself (store, sandbox pool, conversations, drain) is the core's
 `Host`; MCP over HTTP and E2B's API work on the same one. HTTP adds the
-gateway's state, per-key admission of long work, the bytes of uploads in
-flight, the `/metrics` registry and the web page's sign-in provider.
+gateway's state, per-key admission of long work, the `/metrics` registry and
+the web page's sign-in provider.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from sbx.agent.service.admission import Admission
 from sbx.agent.service.metrics import Metrics, live_figures
 from sbx.agent.service.middleware import GatewayState
 from sbx.agent.service.oidc_client import OidcClient, open_client
-from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
 from sbx.agent.store.db import Database
 from sbx.agent.store.replicas import Replicas
 
@@ -40,21 +39,18 @@ class Service(Host):
         """Per-key slots for long work, and the thread pools kept apart from request threads."""
         self.oidc: OidcClient | None = None
         """The OpenID Connect provider the web page signs in through (`[service.oidc]`)."""
-        self.uploads = InflightUploads()
-        """The bytes each key's uploads in progress hold (bounded per key)."""
         self.metrics.watch(lambda: live_figures(self))
 
     @classmethod
     def open(cls, options: ServeOptions, *, environ: Mapping[str, str],
              observer: Observer | None = None) -> Self:
-        """The host opened (see `Host.open`), with the sign-in provider and no stale upload."""
+        """The host opened (see `Host.open`), with the web page's sign-in provider."""
         service = super().open(options, environ=environ, observer=observer)
         try:
             service.oidc = open_client(service.config.service.oidc, environ)
         except BaseException:
             service.close()
             raise
-        sweep_partial_uploads(service.paths.datasets)  # what a kill -9 mid-upload left
         return service
 
     def begin_drain(self, grace_s: float) -> None:

@@ -39,15 +39,14 @@ from pathlib import Path
 from sqlalchemy import select
 
 from sbx.agent import RunOutcome, RunTicket, ServiceQuotas, ToolFailure
+from sbx.agent.core.hosting.datasets import HEAD_BYTES, Upload, format_of, safe_name, store_upload
 from sbx.agent.core.hosting.observer import notify
 from sbx.agent.core.hosting.recorder import StoreRecorder
 from sbx.agent.core.hosting.tenants import Tenant, effective_quotas, tenant_of
 from sbx.agent.mcp.admission import Caller, Opened, Refused
 from sbx.agent.mcp.upload import StoredDataset, upload_gate_tool
-from sbx.agent.service.datasets import store_upload
 from sbx.agent.service.host import Service
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.uploads import HEAD_BYTES, Upload, format_of, safe_name
 from sbx.agent.store.keys import KeyInfo
 from sbx.agent.store.models import Conversation, Dataset
 from sbx.agent.store.quotas import reserve_conversation, upload_too_large

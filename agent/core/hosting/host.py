@@ -2,10 +2,11 @@
 
 Every face that serves many tenants (the HTTP API and its web page, MCP over
 HTTP, E2B's API) works on the same `Host`; the HTTP face adds its own parts
-(the gateway, per-key admission, uploads in flight, metrics, sign-in).
+(the gateway, per-key admission, metrics, sign-in).
 
     Host.open(options)
       ├─ load_config(policy)            the policy file, once ([service] included)
+      ├─ sweep_partial_uploads          temporary files a crash mid-upload left
       ├─ Database.open + migrate        SQLite under --data-dir, or PostgreSQL by URL
       ├─ Replicas.register, recover_own what a crash of this replica left becomes `interrupted`
       ├─ App.open                       audit log; sandbox pool (reaps orphaned containers)
@@ -38,6 +39,7 @@ from sbx.agent import (
     load_config,
     resolve_endpoint,
 )
+from sbx.agent.core.hosting.datasets import InflightUploads, sweep_partial_uploads
 from sbx.agent.core.hosting.eventlog import EventHub, EventLog
 from sbx.agent.core.hosting.lifecycle import Housekeeper
 from sbx.agent.core.hosting.observer import Observer
@@ -129,6 +131,8 @@ class Host:
                                max_queued=self.settings.max_queued)
         self.tenant_view = TenantView(redactor=Redactor())
         """What tenants may read (`tenant_view`); `open` builds it from the endpoint and policy."""
+        self.uploads = InflightUploads()
+        """The bytes each key's uploads in progress hold (bounded per key)."""
         self.share = SandboxShare(self)
         """Releases idle sandboxes of keys over their share while callers wait for the host."""
         self.housekeeper = Housekeeper(self)
@@ -154,6 +158,7 @@ class Host:
         """
         config = load_config(options.policy)
         paths = DataPaths(options.data_dir).create()
+        sweep_partial_uploads(paths.datasets)  # what a kill -9 mid-upload left
         db = Database.open(database_url(options.database, paths.root, environ))
         try:
             db.migrate()
