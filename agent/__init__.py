@@ -42,6 +42,14 @@ Results and events: what a run returns and what it tells its subscribers on the 
     Cell, ANSWER_PART_KEYS, ANSWER_PART_TITLES, numbered_events, open_artifact,
     unsafe_name_reason, outcome_of, run_outcome, loss_text
 
+Hosting: many tenants' conversations on one replica, for every face that serves them
+(the HTTP API and its page, MCP over HTTP, E2B's API).
+    Host, ServeOptions, DataPaths, Observer, Observers, UNMATCHED_ROUTE, notify_observer,
+    EVENT_POLL_S, public_event, Feed, sse_frame, StoreRecorder, delete_runs, run_directory,
+    LiveConversation, dataset_paths, limited, owned, Tenant, effective_quotas, tenant_of,
+    NotAdopted, adopt, Upload, UploadHold, open_upload, format_of, safe_name, store_upload,
+    upload_room
+
 A face's store: how a face with a store hears of every run: one ticket, one lifecycle.
     RunRecorder, NoRecorder, RunTicket, RunOutcome, failed_outcome, call_status, new_run_id
 
@@ -100,6 +108,19 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.transcript": ("numbered_events", "TranscriptError"),
     "sbx.agent.core.workspace": ("ConversationSpec", "Workspace", "check_data"),
     "sbx.agent.core.outcomes": ("idle_reason", "loss_text", "outcome_of", "run_outcome"),
+    "sbx.agent.core.hosting.host": ("Host", "ServeOptions", "DataPaths",),
+    "sbx.agent.core.hosting.observer": ("Observer", "Observers", "UNMATCHED_ROUTE",
+        "notify_observer",),
+    "sbx.agent.core.hosting.eventlog": ("EVENT_POLL_S", "public_event",),
+    "sbx.agent.core.hosting.feed": ("Feed", "sse_frame",),
+    "sbx.agent.core.hosting.recorder": ("StoreRecorder",),
+    "sbx.agent.core.hosting.retention": ("delete_runs", "run_directory",),
+    "sbx.agent.core.hosting.runs": ("LiveConversation",),
+    "sbx.agent.core.hosting.tenancy": ("dataset_paths", "limited", "owned",),
+    "sbx.agent.core.hosting.tenants": ("Tenant", "effective_quotas", "tenant_of",),
+    "sbx.agent.core.hosting.adopt": ("NotAdopted", "adopt",),
+    "sbx.agent.core.hosting.datasets": ("Upload", "UploadHold", "open_upload", "format_of",
+        "safe_name", "store_upload", "upload_room",),
     "sbx.agent.export.formats": ("export_transcript", "EXPORT_FORMATS", "ExportFormat"),
     "sbx.agent.model.reply": ("ModelError",),
     "sbx.agent.provenance.data": ("data_digests",),
@@ -131,14 +152,19 @@ _RENAMED: dict[str, str] = {
     "ANSWER_PART_TITLES": "PART_TITLES",
     "AUDIT_COLUMNS": "COLUMNS",
     "AUDIT_PATH_ENV": "PATH_ENV",
+    "EVENT_POLL_S": "POLL_S",
     "EXPORT_FORMATS": "FORMATS",
     "ExportFormat": "Format",
+    "LiveConversation": "Live",
     "PLAN_MARKS": "MARKS",
     "RunStatus": "Status",
+    "UNMATCHED_ROUTE": "UNMATCHED",
+    "UploadHold": "Hold",
     "audit_call_rows": "call_rows",
     "configure_tracing": "configure_from_env",
     "export_transcript": "export",
     "iter_audit_records": "iter_records",
+    "notify_observer": "notify",
     "resume_conversation": "resume",
     "verify_audit_log": "verify_log",
 }
@@ -149,28 +175,33 @@ __all__ = [
     "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Answer", "App",
     "AppConfig", "Artifact", "AuditError", "CallReport", "Cancellation", "Cell", "Closing",
     "Compaction", "Conversation", "ConversationSpec", "ConversationStart", "DEFAULT_IMAGE",
-    "DatasetNotes", "EXPORT_FORMATS", "Endpoint", "Event", "EventSink", "ExecutionCheck",
-    "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy", "LimitRefused", "LimitTooLow",
-    "Limits", "LimitsRequest", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note",
-    "NoteError", "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS",
-    "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError",
-    "RecordedConversation", "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd",
-    "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket",
-    "SandboxError", "SbxError", "ServiceQuotas", "ServiceSettings", "SessionClosed",
-    "SettingsError", "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure",
-    "ToolResult", "ToolReturn", "ToolSession", "TracingError", "TranscriptError", "UnreadableLine",
-    "UploadDatasetRule", "Workspace", "answer_one", "audit_call_rows", "audit_key_from_env",
-    "build_tool", "call_status", "check_data", "clear_variables", "configure_tracing",
-    "continue_paused", "data_digests", "describe_validation_error", "drop_namespace",
-    "execute_program", "export_transcript", "failed_outcome", "file_op", "find_transcript",
+    "DataPaths", "DatasetNotes", "EVENT_POLL_S", "EXPORT_FORMATS", "Endpoint", "Event",
+    "EventSink", "ExecutionCheck", "ExecutionResult", "ExportFormat", "Feed", "FileOpError",
+    "Host", "HostBusy", "LimitRefused", "LimitTooLow", "Limits", "LimitsRequest",
+    "LiveConversation", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "NotAdopted",
+    "Note", "NoteError", "OUTPUT_DIR", "Observer", "Observers", "OidcSettings", "OutputChunk",
+    "OutputSink", "PLAN_MARKS", "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR",
+    "RecordError", "RecordedConversation", "Redactor", "RerunError", "RerunReport", "Resumable",
+    "RunEnd", "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart", "RunStatus",
+    "RunTicket", "SandboxError", "SbxError", "ServeOptions", "ServiceQuotas", "ServiceSettings",
+    "SessionClosed", "SettingsError", "StateRestored", "StoreRecorder", "TeamSettings", "Tenant",
+    "Tool", "ToolContext", "ToolFailure", "ToolResult", "ToolReturn", "ToolSession",
+    "TracingError", "TranscriptError", "UNMATCHED_ROUTE", "UnreadableLine", "Upload",
+    "UploadDatasetRule", "UploadHold", "Workspace", "adopt", "answer_one", "audit_call_rows",
+    "audit_key_from_env", "build_tool", "call_status", "check_data", "clear_variables",
+    "configure_tracing", "continue_paused", "data_digests", "dataset_paths", "delete_runs",
+    "describe_validation_error", "drop_namespace", "effective_quotas", "execute_program",
+    "export_transcript", "failed_outcome", "file_op", "find_transcript", "format_of",
     "format_size", "idle_reason", "in_namespace", "index_data_files", "iter_audit_records",
-    "load_config", "local_note_store", "loss_text", "metrics_team", "module_from_error",
-    "new_conversation_id", "new_run_id", "not_found", "numbered_events", "open_artifact",
-    "os_principal", "outcome_of", "parse_duration", "parse_event", "parse_size", "pending_note",
-    "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable", "recorded_data",
-    "require_image", "rerun", "resolve_endpoint", "restore_summary", "resume_conversation",
-    "run_outcome", "safe_json", "safe_text", "summarize_data", "unavailable", "unsafe_name_reason",
-    "verify_audit_log", "write_file",
+    "limited", "load_config", "local_note_store", "loss_text", "metrics_team", "module_from_error",
+    "new_conversation_id", "new_run_id", "not_found", "notify_observer", "numbered_events",
+    "open_artifact", "open_upload", "os_principal", "outcome_of", "owned", "parse_duration",
+    "parse_event", "parse_size", "pending_note", "public_event", "quota_exceeded", "read_file",
+    "read_paused", "read_record", "read_resumable", "recorded_data", "require_image", "rerun",
+    "resolve_endpoint", "restore_summary", "resume_conversation", "run_directory", "run_outcome",
+    "safe_json", "safe_name", "safe_text", "sse_frame", "store_upload", "summarize_data",
+    "tenant_of", "unavailable", "unsafe_name_reason", "upload_room", "verify_audit_log",
+    "write_file",
 ]
 
 
@@ -228,6 +259,36 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.history import RecordedConversation as RecordedConversation
     from sbx.agent.core.history import RecordError as RecordError
     from sbx.agent.core.history import read_record as read_record
+    from sbx.agent.core.hosting.adopt import NotAdopted as NotAdopted
+    from sbx.agent.core.hosting.adopt import adopt as adopt
+    from sbx.agent.core.hosting.datasets import Hold as UploadHold
+    from sbx.agent.core.hosting.datasets import Upload as Upload
+    from sbx.agent.core.hosting.datasets import format_of as format_of
+    from sbx.agent.core.hosting.datasets import open_upload as open_upload
+    from sbx.agent.core.hosting.datasets import safe_name as safe_name
+    from sbx.agent.core.hosting.datasets import store_upload as store_upload
+    from sbx.agent.core.hosting.datasets import upload_room as upload_room
+    from sbx.agent.core.hosting.eventlog import POLL_S as EVENT_POLL_S
+    from sbx.agent.core.hosting.eventlog import public_event as public_event
+    from sbx.agent.core.hosting.feed import Feed as Feed
+    from sbx.agent.core.hosting.feed import sse_frame as sse_frame
+    from sbx.agent.core.hosting.host import DataPaths as DataPaths
+    from sbx.agent.core.hosting.host import Host as Host
+    from sbx.agent.core.hosting.host import ServeOptions as ServeOptions
+    from sbx.agent.core.hosting.observer import UNMATCHED as UNMATCHED_ROUTE
+    from sbx.agent.core.hosting.observer import Observer as Observer
+    from sbx.agent.core.hosting.observer import Observers as Observers
+    from sbx.agent.core.hosting.observer import notify as notify_observer
+    from sbx.agent.core.hosting.recorder import StoreRecorder as StoreRecorder
+    from sbx.agent.core.hosting.retention import delete_runs as delete_runs
+    from sbx.agent.core.hosting.retention import run_directory as run_directory
+    from sbx.agent.core.hosting.runs import Live as LiveConversation
+    from sbx.agent.core.hosting.tenancy import dataset_paths as dataset_paths
+    from sbx.agent.core.hosting.tenancy import limited as limited
+    from sbx.agent.core.hosting.tenancy import owned as owned
+    from sbx.agent.core.hosting.tenants import Tenant as Tenant
+    from sbx.agent.core.hosting.tenants import effective_quotas as effective_quotas
+    from sbx.agent.core.hosting.tenants import tenant_of as tenant_of
     from sbx.agent.core.limits_request import LimitRefused as LimitRefused
     from sbx.agent.core.limits_request import LimitsRequest as LimitsRequest
     from sbx.agent.core.limits_request import LimitTooLow as LimitTooLow

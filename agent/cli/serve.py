@@ -29,13 +29,13 @@ from sbx.agent import (
     AuditError,
     PolicyError,
     SandboxError,
+    ServeOptions,
     TracingError,
     TranscriptError,
     parse_duration,
 )
 from sbx.agent import configure_tracing as configure_from_env
 from sbx.agent.cli.errors import fail
-from sbx.agent.core.hosting.host import ServeOptions
 from sbx.agent.service.access_log import AccessLog
 from sbx.agent.service.host import Service
 from sbx.agent.service.server import bind_listener, serve_forever

@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
-from sbx.agent.core.hosting.observer import notify
+from sbx.agent import notify_observer
 from sbx.agent.e2b.app import E2bFace
 from sbx.agent.service import (
     conversations,
@@ -112,7 +112,7 @@ async def _problem(request: Request, exc: Exception) -> Response:
     if quota:
         service: Service = request.app.state.service
         principal = (request.scope.get("state") or {}).get("principal", "-")
-        notify(service.observer.quota_rejected, principal=principal, quota=str(quota))
+        notify_observer(service.observer.quota_rejected, principal=principal, quota=str(quota))
     return respond(exc, _request_id(request))
 
 

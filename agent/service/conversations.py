@@ -18,12 +18,19 @@ from dataclasses import replace
 from sqlalchemy import select
 from starlette.responses import RedirectResponse, Response
 
-from sbx.agent import ConversationSpec, loss_text, new_conversation_id
-from sbx.agent.core.hosting.adopt import NotAdopted, adopt
-from sbx.agent.core.hosting.recorder import StoreRecorder
-from sbx.agent.core.hosting.runs import Live
-from sbx.agent.core.hosting.tenancy import dataset_paths, limited, owned
-from sbx.agent.core.hosting.tenants import tenant_of
+from sbx.agent import (
+    ConversationSpec,
+    LiveConversation,
+    NotAdopted,
+    StoreRecorder,
+    adopt,
+    dataset_paths,
+    limited,
+    loss_text,
+    new_conversation_id,
+    owned,
+    tenant_of,
+)
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.host import Service
 from sbx.agent.service.problems import Problem
@@ -167,7 +174,7 @@ def _no_question() -> Problem:
                    "answer (a run asks with ask_user and ends needs_input)")
 
 
-def _held(call: Call, *, allow_inactive: bool = False) -> Live | Response | None:
+def _held(call: Call, *, allow_inactive: bool = False) -> LiveConversation | Response | None:
     """The live conversation here; a redirect to its replica; None if inactive (allowed)."""
     service = call.service
     with service.db.read() as session:
@@ -202,7 +209,7 @@ def _held(call: Call, *, allow_inactive: bool = False) -> Live | Response | None
                   conversation_status="interrupted")
 
 
-def _adopted(call: Call, conversation_id: str, lost: str) -> Live | Response | None:
+def _adopted(call: Call, conversation_id: str, lost: str) -> LiveConversation | Response | None:
     """Take the conversation up here (restore by replay); None when it cannot be."""
     try:
         live = adopt(call.service, conversation_id, reason=lost)

@@ -13,9 +13,7 @@ from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from sbx.agent.core.hosting.datasets import store_upload, upload_room
-from sbx.agent.core.hosting.tenancy import owned
-from sbx.agent.core.hosting.tenants import effective_quotas
+from sbx.agent import effective_quotas, owned, store_upload, upload_room
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.schemas import DatasetOut, Listing

@@ -23,13 +23,14 @@ from sbx.agent import (
     LimitsRequest,
     OutputSink,
     ProgramSpec,
+    StoreRecorder,
     call_status,
+    dataset_paths,
     execute_program,
+    limited,
     new_run_id,
+    tenant_of,
 )
-from sbx.agent.core.hosting.recorder import StoreRecorder
-from sbx.agent.core.hosting.tenancy import dataset_paths, limited
-from sbx.agent.core.hosting.tenants import tenant_of
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.execute_stream import ExecutionStream
 from sbx.agent.service.problems import Problem, unavailable

@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Self
 
-from sbx.agent import App, AppConfig, Endpoint
-from sbx.agent.core.hosting.host import DataPaths, Host, ServeOptions
-from sbx.agent.core.hosting.observer import Observer, Observers
+from sbx.agent import App, AppConfig, DataPaths, Endpoint, Host, Observer, Observers, ServeOptions
 from sbx.agent.service.admission import Admission
 from sbx.agent.service.metrics import Metrics, live_figures
 from sbx.agent.service.middleware import GatewayState

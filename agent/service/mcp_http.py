@@ -48,8 +48,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from sbx.agent import LimitsRequest, describe_validation_error
-from sbx.agent.core.hosting.tenancy import limited
+from sbx.agent import LimitsRequest, describe_validation_error, limited
 from sbx.agent.mcp.admission import Caller
 from sbx.agent.mcp.server import Face, SbxServer, build_server
 from sbx.agent.mcp.upload import register_upload

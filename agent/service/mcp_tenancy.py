@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import secrets
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -38,11 +36,21 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from sbx.agent import RunOutcome, RunTicket, ServiceQuotas, ToolFailure
-from sbx.agent.core.hosting.datasets import HEAD_BYTES, Upload, format_of, safe_name, store_upload
-from sbx.agent.core.hosting.observer import notify
-from sbx.agent.core.hosting.recorder import StoreRecorder
-from sbx.agent.core.hosting.tenants import Tenant, effective_quotas, tenant_of
+from sbx.agent import (
+    RunOutcome,
+    RunTicket,
+    ServiceQuotas,
+    StoreRecorder,
+    Tenant,
+    ToolFailure,
+    effective_quotas,
+    format_of,
+    notify_observer,
+    open_upload,
+    safe_name,
+    store_upload,
+    tenant_of,
+)
 from sbx.agent.mcp.admission import Caller, Opened, Refused
 from sbx.agent.mcp.upload import StoredDataset, upload_gate_tool
 from sbx.agent.service.host import Service
@@ -155,7 +163,7 @@ class ServiceDatasets:
         self.service = service
 
     def name_for(self, name: str) -> str:
-        """The stored name (`uploads.safe_name`), or a `ToolFailure` naming the formats taken."""
+        """The stored name (`safe_name`), or a `ToolFailure` naming the formats taken."""
         safe = safe_name(name)
         try:
             format_of(safe)
@@ -168,17 +176,16 @@ class ServiceDatasets:
         quotas = quotas_of(self.service, caller)
         if len(data) > quotas.upload_bytes:
             raise ToolFailure(upload_too_large(quotas, len(data)).detail)
-        path = self.service.paths.datasets / f".upload-{secrets.token_hex(8)}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with os.fdopen(os.open(path, flags, 0o600), "wb") as target:
+        target, upload = open_upload(self.service.paths.datasets, name)
+        with target:
             target.write(data)
-        upload = Upload(path=path, filename=name, size=len(data),
-                        sha256=hashlib.sha256(data).hexdigest(), head=data[:HEAD_BYTES])
+        upload.size, upload.sha256 = len(data), hashlib.sha256(data).hexdigest()
+        upload.keep_head(data)
         try:
             with _Refusals(self.service, caller, failure=ToolFailure):
                 row = store_upload(self.service, caller.principal, quotas, upload)
         finally:
-            path.unlink(missing_ok=True)
+            upload.path.unlink(missing_ok=True)
         return StoredDataset(path=self.service.paths.datasets / row.id / row.name, ident=row.id,
                              size=row.size, sha256=row.sha256, summary=row.preview)
 
@@ -214,7 +221,7 @@ class _Refusals:
             return
         quota = exc.extra.get("quota")
         if quota:
-            notify(self.service.observer.quota_rejected, principal=self.caller.principal,
+            notify_observer(self.service.observer.quota_rejected, principal=self.caller.principal,
                    quota=str(quota))
         retry = exc.headers.get("Retry-After")
         detail = exc.detail + (f" (retry in {retry} s)" if retry else "")

@@ -49,8 +49,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 
-from sbx.agent import module_from_error
-from sbx.agent.core.hosting.observer import UNMATCHED, Observer
+from sbx.agent import UNMATCHED_ROUTE, Observer, module_from_error
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.problems import Problem
 
@@ -163,8 +162,9 @@ class Metrics(Observer):
     # ------------------------------------------------------------ observer hooks
 
     def request_finished(self, *, method: str, path: str, status: int, duration_s: float,
-                         request_id: str, route: str = UNMATCHED, principal: str | None = None,
-                         bytes_in: int = 0, bytes_out: int = 0) -> None:
+                         request_id: str, route: str = UNMATCHED_ROUTE,
+                         principal: str | None = None, bytes_in: int = 0,
+                         bytes_out: int = 0) -> None:
         """Count the request under its route's template."""
         shown = method if method in METHODS else "OTHER"
         self.requests.labels(shown, route, str(status)).inc()

@@ -13,9 +13,7 @@ from collections.abc import Callable
 
 from starlette.responses import Response
 
-from sbx.agent import DatasetNotes, Note, NoteError
-from sbx.agent.core.hosting.tenancy import owned
-from sbx.agent.core.hosting.tenants import tenant_of
+from sbx.agent import DatasetNotes, Note, NoteError, owned, tenant_of
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.schemas import Listing, NoteIn, NoteOut

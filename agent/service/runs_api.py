@@ -25,9 +25,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from sbx.agent import open_artifact, run_outcome
-from sbx.agent.core.hosting.retention import delete_runs, run_directory
-from sbx.agent.core.hosting.tenancy import owned
+from sbx.agent import delete_runs, open_artifact, owned, run_directory, run_outcome
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.problems import Problem, not_found

@@ -7,14 +7,12 @@ mode 0600); what it may be called and hold is the hosting's to check
 upload; other parts are skipped, but each may hold at most `MAX_FIELD_BYTES`
 (413); more than `MAX_PARTS` parts, or a part header over the parser's
 bounds, is a 400. Every byte written is counted in the key's share of the
-bytes in flight first (`Hold`): past it the upload is cut (429).
+bytes in flight first (`UploadHold`): past it the upload is cut (429).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import secrets
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -23,7 +21,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from sbx.agent.core.hosting.datasets import HEAD_BYTES, PREFIX, Hold, Upload, owner_tag
+from sbx.agent import Upload, UploadHold, open_upload
 from sbx.agent.service.problems import Problem
 
 if TYPE_CHECKING:
@@ -34,8 +32,10 @@ MAX_FIELD_BYTES = 64 * 1024
 """The most a part other than the upload may hold (a form field, a second file)."""
 
 
-async def receive_upload(request: Request, directory: Path, cap: int, too_large: Problem,
-                         hold: Hold | None = None, over_hold: Problem | None = None) -> Upload:
+async def receive_upload(
+    request: Request, directory: Path, cap: int, too_large: Problem,
+    hold: UploadHold | None = None, over_hold: Problem | None = None,
+) -> Upload:
     """Stream the request's multipart body; its `file` part goes to disk (at most `cap` bytes).
 
     With `hold`, every byte written is counted in it first; past its limit the upload is
@@ -76,7 +76,7 @@ async def receive_upload(request: Request, directory: Path, cap: int, too_large:
 class _Receiver:
     """The parser's callbacks: part headers collected, the `file` part written and counted."""
 
-    def __init__(self, *, directory: Path, cap: int, hold: Hold | None) -> None:
+    def __init__(self, *, directory: Path, cap: int, hold: UploadHold | None) -> None:
         self.directory = directory
         self.cap = cap
         self.hold = hold
@@ -124,10 +124,8 @@ class _Receiver:
         _, options = parse_options_header(self.headers.get("content-disposition", b""))
         filename = options.get(b"filename")
         if self.upload is None and options.get(b"name") == b"file" and filename:
-            path = self.directory / f"{PREFIX}{owner_tag()}-{secrets.token_hex(8)}"
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            self.target = os.fdopen(os.open(path, flags, 0o600), "wb")
-            self.upload = Upload(path=path, filename=filename.decode("utf-8", "replace"))
+            self.target, self.upload = open_upload(self.directory,
+                                                   filename.decode("utf-8", "replace"))
 
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
         """Write and count the upload's bytes; past the cap, stop writing and flag it."""
@@ -145,8 +143,7 @@ class _Receiver:
             return
         self.target.write(chunk)
         self.digest.update(chunk)
-        if len(self.upload.head) < HEAD_BYTES:
-            self.upload.head += chunk[: HEAD_BYTES - len(self.upload.head)]
+        self.upload.keep_head(chunk)
 
     def on_part_end(self) -> None:
         if self.target is not None:

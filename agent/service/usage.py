@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 from starlette.responses import Response
 
-from sbx.agent.core.hosting.tenants import tenant_of
+from sbx.agent import tenant_of
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.store.models import Conversation, Run
 from sbx.agent.store.quotas import DAY_S, HOUR_S, storage_used, stored_bytes

@@ -20,14 +20,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sbx.agent import ConversationSpec, LimitsRequest, Resumable, TranscriptError, read_resumable
-from sbx.agent import resume_conversation as resume
 from sbx.agent.core.hosting.host import Host
 from sbx.agent.core.hosting.runs import Live
 from sbx.agent.core.hosting.tenancy import dataset_paths
 from sbx.agent.core.hosting.tenants import tenant_of_principal
+from sbx.agent.core.limits_request import LimitsRequest
+from sbx.agent.core.resume import Resumable, read_resumable, resume
+from sbx.agent.core.transcript import TranscriptError
+from sbx.agent.core.workspace import ConversationSpec
 from sbx.agent.store.models import Conversation
 from sbx.agent.store.notes import DbNoteStore
+from sbx.sandbox.errors import SbxError
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +38,7 @@ _ADOPTING = threading.Lock()
 """One adoption at a time in this process: two questions at once must not open it twice."""
 
 
-class NotAdopted(Exception):
+class NotAdopted(SbxError):
     """The conversation cannot be taken up here; the message says why (the client's 409)."""
 
 

@@ -25,6 +25,7 @@ import codecs
 import logging
 import os
 import re
+import secrets
 import shutil
 import socket
 import threading
@@ -35,13 +36,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
-from sbx.agent import ServiceQuotas, format_size, summarize_data
+from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.core.hosting import text_encoding
 from sbx.agent.core.problem import Problem, quota_exceeded
 from sbx.agent.store.models import Dataset
 from sbx.agent.store.quotas import reserve_dataset_bytes, storage_used, stored_bytes
+from sbx.sandbox.units import format_size
+from sbx.tools.builtin.data_summary import summarize_data
 
 if TYPE_CHECKING:
     from sbx.agent.core.hosting.host import Host
@@ -118,8 +121,7 @@ class InflightUploads:
                     self._held.pop(principal, None)
 
 
-def owner_tag() -> str:
-    """This process's part of a temporary upload's name: `<host>-<pid>`."""
+def _owner_tag() -> str:
     return f"{_UNSAFE.sub('_', socket.gethostname())[:40]}-{os.getpid()}"
 
 
@@ -170,6 +172,22 @@ class Upload:
     sha256: str = ""
     head: bytes = b""
     """The first `HEAD_BYTES`, for the format check and the preview."""
+
+    def keep_head(self, chunk: bytes) -> None:
+        """Keep what `chunk` (the next bytes written) adds to the head."""
+        if len(self.head) < HEAD_BYTES:
+            self.head += chunk[: HEAD_BYTES - len(self.head)]
+
+
+def open_upload(directory: Path, filename: str) -> tuple[IO[bytes], Upload]:
+    """A fresh temporary file for an upload (`O_EXCL | O_NOFOLLOW`, mode 0600), and its record.
+
+    Its name is this process's (`sweep_partial_uploads` knows whose it is); `filename`
+    is the client's, kept only to be read.
+    """
+    path = directory / f"{PREFIX}{_owner_tag()}-{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.fdopen(os.open(path, flags, 0o600), "wb"), Upload(path=path, filename=filename)
 
 
 def safe_name(filename: str) -> str:

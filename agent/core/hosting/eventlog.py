@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
-from sbx.agent import Event
+from sbx.agent.core.events import Event
 from sbx.agent.core.hosting.feed import Feed, sse_frame
 from sbx.agent.core.hosting.observer import Observer, notify
 from sbx.agent.core.hosting.tenant_view import TenantView

@@ -28,17 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from sbx.agent import AUDIT_PATH_ENV as PATH_ENV
-from sbx.agent import (
-    DEFAULT_IMAGE,
-    App,
-    AppConfig,
-    Endpoint,
-    Redactor,
-    SettingsError,
-    load_config,
-    resolve_endpoint,
-)
+from sbx.agent.core.app import DEFAULT_IMAGE, App
+from sbx.agent.core.config import AppConfig, load_config
 from sbx.agent.core.hosting.datasets import InflightUploads, sweep_partial_uploads
 from sbx.agent.core.hosting.eventlog import EventHub, EventLog
 from sbx.agent.core.hosting.lifecycle import Housekeeper
@@ -47,9 +38,12 @@ from sbx.agent.core.hosting.runs import RunManager
 from sbx.agent.core.hosting.sandbox_share import SandboxShare
 from sbx.agent.core.hosting.tenant_view import TenantView, install
 from sbx.agent.core.problem import Problem
+from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
 from sbx.agent.store.db import Database, database_url
 from sbx.agent.store.keys import KeyCache
 from sbx.agent.store.replicas import Identity, Replicas
+from sbx.tools.audit import PATH_ENV
+from sbx.tools.redact import Redactor
 
 logger = logging.getLogger(__name__)
 

@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from sbx.agent import RunOutcome, RunTicket, metrics_team
 from sbx.agent.core.hosting.observer import notify
 from sbx.agent.core.hosting.tenant_view import incident
 from sbx.agent.core.problem import Problem
+from sbx.agent.core.run_recorder import RunOutcome, RunTicket
+from sbx.agent.core.teams import metrics_team
 from sbx.agent.store.datasets_held import datasets_held
 from sbx.agent.store.db import lock_principal
 from sbx.agent.store.models import Conversation, Run

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from sbx.agent import loss_text
+from sbx.agent.core.outcomes import loss_text
 
 if TYPE_CHECKING:
-    from sbx.agent import ToolSession
     from sbx.agent.core.hosting.host import Host
     from sbx.agent.core.hosting.runs import RunManager
+    from sbx.agent.core.tool_session import ToolSession
 
 SessionSource = Callable[[], Iterable[tuple[str, "ToolSession"]]]
 """The tool sessions a face holds here (MCP over HTTP, E2B), each with its principal."""

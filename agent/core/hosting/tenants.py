@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
-from sbx.agent import ServiceQuotas, ServiceSettings, TeamSettings
+from sbx.agent.core.config import ServiceQuotas, ServiceSettings
+from sbx.agent.core.teams import TeamSettings
 from sbx.agent.store.keys import KeyInfo, SignedInUser, key_named
 from sbx.agent.store.models import ApiKey, OidcIdentity
 from sbx.agent.store.spend import StoreSpend
