@@ -68,6 +68,8 @@ BUILT_BY_THE_CORE = {
 }
 """What only the core builds (a face that imports them from elsewhere fails the import check)."""
 APP_INSIDES = {"audit", "pool", "image"}
+WEIGHED_FACES = ("agent/cli", "agent/service", "agent/mcp")
+"""The faces that translate for the core (the E2B face is a protocol shim beside them)."""
 MAX_MODULE_LINES = 600
 """What one concept may need; a module past it is two concepts (split by meaning, never by size)."""
 OVERSIZE_ALLOWED = {"images/runner.py"}  # one stdlib file shipped into the image
@@ -133,6 +135,17 @@ def test_no_module_is_over_its_budget() -> None:
         rel: n for rel, n in sizes.items() if n > MAX_MODULE_LINES and rel not in OVERSIZE_ALLOWED
     }
     assert over == {}
+
+
+def _lines(top: str) -> int:
+    return sum(len(path.read_text().splitlines()) for path in _modules(top))
+
+
+def test_the_faces_weigh_no_more_than_the_core_they_translate_for() -> None:
+    """A face parses, calls the door and renders: what it needs beyond that belongs below it."""
+    faces = {top: _lines(top) for top in WEIGHED_FACES}
+    core = _lines("agent/core")
+    assert sum(faces.values()) <= core, f"faces {faces}: {sum(faces.values())} > core {core}"
 
 
 def test_the_docker_engine_implements_the_sandbox_seam() -> None:
@@ -310,7 +323,7 @@ def test_the_door_has_one_error_root() -> None:
               and issubclass(getattr(door, name), Exception)]
     assert door.SbxError in errors
     outside = {error.__name__ for error in errors if not issubclass(error, door.SbxError)}
-    assert outside == {"Problem", "ToolFailure"}  # an HTTP answer; a tool's message to the model
+    assert outside == {"ToolFailure"}  # a tool's message to the model
 
 
 def test_the_door_imports_only_what_is_asked_for() -> None:

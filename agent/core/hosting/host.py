@@ -136,7 +136,7 @@ class Host:
         self._drain: threading.Thread | None = None
         self.drained = threading.Event()
         """Set when the drain is over: every run finished within the grace or was cancelled
-        (and ended); the HTTP server stops accepting only then (`server.DrainingServer`)."""
+        (and ended); a face's server stops accepting only then."""
 
     @property
     def replica_id(self) -> str:
