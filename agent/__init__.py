@@ -48,7 +48,10 @@ Hosting: many tenants' conversations on one replica, for every face that serves 
     EVENT_POLL_S, public_event, Feed, sse_frame, StoreRecorder, delete_runs, run_directory,
     LiveConversation, dataset_paths, limited, owned, Tenant, effective_quotas, tenant_of,
     NotAdopted, adopt, Upload, UploadHold, open_upload, format_of, safe_name, store_upload,
-    upload_room
+    upload_room, ServiceAdmission, UPLOAD_TOOL
+
+Tool sessions for another agent (MCP, E2B): who calls, and what the host lets them do.
+    Caller, SessionAdmission, SessionOpened, SessionRefused, FixedData
 
 A face's store: how a face with a store hears of every run: one ticket, one lifecycle.
     RunRecorder, NoRecorder, RunTicket, RunOutcome, failed_outcome, call_status, new_run_id
@@ -58,9 +61,8 @@ Records: transcripts, their exports and the audit log.
     verify_audit_log, iter_audit_records, audit_call_rows, AUDIT_COLUMNS, audit_key_from_env,
     AUDIT_PATH_ENV
 
-Tools a face adds: the gate's kind, for the MCP face's upload tool and program output.
-    Tool, ToolReturn, ToolFailure, build_tool, ToolContext, OutputSink, UploadDatasetRule,
-    index_data_files, summarize_data, module_from_error
+What a face shows of the gate's work: program output, the data files, a missing package.
+    OutputSink, index_data_files, module_from_error
 
 Utilities: what every face needs to show untrusted text and read sizes and durations.
     safe_text, safe_json, Redactor, format_size, parse_size, parse_duration, Closing, Problem,
@@ -108,19 +110,23 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.transcript": ("numbered_events", "TranscriptError"),
     "sbx.agent.core.workspace": ("ConversationSpec", "Workspace", "check_data"),
     "sbx.agent.core.outcomes": ("idle_reason", "loss_text", "outcome_of", "run_outcome"),
-    "sbx.agent.core.hosting.host": ("Host", "ServeOptions", "DataPaths",),
+    "sbx.agent.core.hosting.host": ("Host", "ServeOptions", "DataPaths"),
     "sbx.agent.core.hosting.observer": ("Observer", "Observers", "UNMATCHED_ROUTE",
-        "notify_observer",),
-    "sbx.agent.core.hosting.eventlog": ("EVENT_POLL_S", "public_event",),
-    "sbx.agent.core.hosting.feed": ("Feed", "sse_frame",),
+        "notify_observer"),
+    "sbx.agent.core.hosting.eventlog": ("EVENT_POLL_S", "public_event"),
+    "sbx.agent.core.hosting.feed": ("Feed", "sse_frame"),
     "sbx.agent.core.hosting.recorder": ("StoreRecorder",),
-    "sbx.agent.core.hosting.retention": ("delete_runs", "run_directory",),
+    "sbx.agent.core.hosting.retention": ("delete_runs", "run_directory"),
     "sbx.agent.core.hosting.runs": ("LiveConversation",),
-    "sbx.agent.core.hosting.tenancy": ("dataset_paths", "limited", "owned",),
-    "sbx.agent.core.hosting.tenants": ("Tenant", "effective_quotas", "tenant_of",),
-    "sbx.agent.core.hosting.adopt": ("NotAdopted", "adopt",),
+    "sbx.agent.core.hosting.tenancy": ("dataset_paths", "limited", "owned"),
+    "sbx.agent.core.hosting.tenants": ("Tenant", "effective_quotas", "tenant_of"),
+    "sbx.agent.core.hosting.adopt": ("NotAdopted", "adopt"),
     "sbx.agent.core.hosting.datasets": ("Upload", "UploadHold", "open_upload", "format_of",
-        "safe_name", "store_upload", "upload_room",),
+        "safe_name", "store_upload", "upload_room"),
+    "sbx.agent.core.session_admission": ("Caller", "SessionOpened", "SessionRefused",
+        "SessionAdmission", "FixedData"),
+    "sbx.agent.core.hosting.session_tenancy": ("ServiceAdmission",),
+    "sbx.agent.core.hosting.upload_tool": ("UPLOAD_TOOL",),
     "sbx.agent.export.formats": ("export_transcript", "EXPORT_FORMATS", "ExportFormat"),
     "sbx.agent.model.reply": ("ModelError",),
     "sbx.agent.provenance.data": ("data_digests",),
@@ -137,13 +143,11 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.tools.audit_show": ("audit_call_rows", "AUDIT_COLUMNS"),
     "sbx.tools.audit_verify": ("verify_audit_log", "iter_audit_records", "UnreadableLine"),
     "sbx.tools.builtin.data_files": ("index_data_files",),
-    "sbx.tools.builtin.data_summary": ("summarize_data",),
     "sbx.tools.builtin.plan": ("PLAN_MARKS",),
-    "sbx.tools.context": ("ToolContext", "OutputSink"),
+    "sbx.tools.context": ("OutputSink",),
     "sbx.tools.hints": ("module_from_error",),
-    "sbx.tools.policy": ("UploadDatasetRule", "PolicyError"),
+    "sbx.tools.policy": ("PolicyError",),
     "sbx.tools.redact": ("Redactor",),
-    "sbx.tools.registry": ("Tool", "ToolReturn", "ToolFailure", "build_tool"),
     "sbx.tools.text_safety": ("safe_text", "safe_json"),
 }
 """Each module below the door and the public names it owns."""
@@ -158,6 +162,9 @@ _RENAMED: dict[str, str] = {
     "LiveConversation": "Live",
     "PLAN_MARKS": "MARKS",
     "RunStatus": "Status",
+    "SessionAdmission": "Admission",
+    "SessionOpened": "Opened",
+    "SessionRefused": "Refused",
     "UNMATCHED_ROUTE": "UNMATCHED",
     "UploadHold": "Hold",
     "audit_call_rows": "call_rows",
@@ -173,35 +180,35 @@ _EXPORTS = {name: module for module, names in _OWNERS.items() for name in names}
 
 __all__ = [
     "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Answer", "App",
-    "AppConfig", "Artifact", "AuditError", "CallReport", "Cancellation", "Cell", "Closing",
-    "Compaction", "Conversation", "ConversationSpec", "ConversationStart", "DEFAULT_IMAGE",
-    "DataPaths", "DatasetNotes", "EVENT_POLL_S", "EXPORT_FORMATS", "Endpoint", "Event",
-    "EventSink", "ExecutionCheck", "ExecutionResult", "ExportFormat", "Feed", "FileOpError",
-    "Host", "HostBusy", "LimitRefused", "LimitTooLow", "Limits", "LimitsRequest",
-    "LiveConversation", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "NotAdopted",
-    "Note", "NoteError", "OUTPUT_DIR", "Observer", "Observers", "OidcSettings", "OutputChunk",
-    "OutputSink", "PLAN_MARKS", "PlanUpdated", "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR",
-    "RecordError", "RecordedConversation", "Redactor", "RerunError", "RerunReport", "Resumable",
-    "RunEnd", "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart", "RunStatus",
-    "RunTicket", "SandboxError", "SbxError", "ServeOptions", "ServiceQuotas", "ServiceSettings",
-    "SessionClosed", "SettingsError", "StateRestored", "StoreRecorder", "TeamSettings", "Tenant",
-    "Tool", "ToolContext", "ToolFailure", "ToolResult", "ToolReturn", "ToolSession",
-    "TracingError", "TranscriptError", "UNMATCHED_ROUTE", "UnreadableLine", "Upload",
-    "UploadDatasetRule", "UploadHold", "Workspace", "adopt", "answer_one", "audit_call_rows",
-    "audit_key_from_env", "build_tool", "call_status", "check_data", "clear_variables",
-    "configure_tracing", "continue_paused", "data_digests", "dataset_paths", "delete_runs",
-    "describe_validation_error", "drop_namespace", "effective_quotas", "execute_program",
-    "export_transcript", "failed_outcome", "file_op", "find_transcript", "format_of",
-    "format_size", "idle_reason", "in_namespace", "index_data_files", "iter_audit_records",
-    "limited", "load_config", "local_note_store", "loss_text", "metrics_team", "module_from_error",
-    "new_conversation_id", "new_run_id", "not_found", "notify_observer", "numbered_events",
-    "open_artifact", "open_upload", "os_principal", "outcome_of", "owned", "parse_duration",
-    "parse_event", "parse_size", "pending_note", "public_event", "quota_exceeded", "read_file",
-    "read_paused", "read_record", "read_resumable", "recorded_data", "require_image", "rerun",
-    "resolve_endpoint", "restore_summary", "resume_conversation", "run_directory", "run_outcome",
-    "safe_json", "safe_name", "safe_text", "sse_frame", "store_upload", "summarize_data",
-    "tenant_of", "unavailable", "unsafe_name_reason", "upload_room", "verify_audit_log",
-    "write_file",
+    "AppConfig", "Artifact", "AuditError", "CallReport", "Caller", "Cancellation", "Cell",
+    "Closing", "Compaction", "Conversation", "ConversationSpec", "ConversationStart",
+    "DEFAULT_IMAGE", "DataPaths", "DatasetNotes", "EVENT_POLL_S", "EXPORT_FORMATS", "Endpoint",
+    "Event", "EventSink", "ExecutionCheck", "ExecutionResult", "ExportFormat", "Feed",
+    "FileOpError", "FixedData", "Host", "HostBusy", "LimitRefused", "LimitTooLow", "Limits",
+    "LimitsRequest", "LiveConversation", "MessageAdded", "ModelError", "ModelReplied",
+    "NoRecorder", "NotAdopted", "Note", "NoteError", "OUTPUT_DIR", "Observer", "Observers",
+    "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS", "PlanUpdated", "PolicyError",
+    "Problem", "ProgramSpec", "RUNS_DIR", "RecordError", "RecordedConversation", "Redactor",
+    "RerunError", "RerunReport", "Resumable", "RunEnd", "RunError", "RunOutcome", "RunRecorder",
+    "RunResult", "RunStart", "RunStatus", "RunTicket", "SandboxError", "SbxError", "ServeOptions",
+    "ServiceAdmission", "ServiceQuotas", "ServiceSettings", "SessionAdmission", "SessionClosed",
+    "SessionOpened", "SessionRefused", "SettingsError", "StateRestored", "StoreRecorder",
+    "TeamSettings", "Tenant", "ToolResult", "ToolSession", "TracingError", "TranscriptError",
+    "UNMATCHED_ROUTE", "UPLOAD_TOOL", "UnreadableLine", "Upload", "UploadHold", "Workspace",
+    "adopt", "answer_one", "audit_call_rows", "audit_key_from_env", "call_status", "check_data",
+    "clear_variables", "configure_tracing", "continue_paused", "data_digests", "dataset_paths",
+    "delete_runs", "describe_validation_error", "drop_namespace", "effective_quotas",
+    "execute_program", "export_transcript", "failed_outcome", "file_op", "find_transcript",
+    "format_of", "format_size", "idle_reason", "in_namespace", "index_data_files",
+    "iter_audit_records", "limited", "load_config", "local_note_store", "loss_text",
+    "metrics_team", "module_from_error", "new_conversation_id", "new_run_id", "not_found",
+    "notify_observer", "numbered_events", "open_artifact", "open_upload", "os_principal",
+    "outcome_of", "owned", "parse_duration", "parse_event", "parse_size", "pending_note",
+    "public_event", "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable",
+    "recorded_data", "require_image", "rerun", "resolve_endpoint", "restore_summary",
+    "resume_conversation", "run_directory", "run_outcome", "safe_json", "safe_name", "safe_text",
+    "sse_frame", "store_upload", "tenant_of", "unavailable", "unsafe_name_reason", "upload_room",
+    "verify_audit_log", "write_file",
 ]
 
 
@@ -283,12 +290,14 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.hosting.retention import delete_runs as delete_runs
     from sbx.agent.core.hosting.retention import run_directory as run_directory
     from sbx.agent.core.hosting.runs import Live as LiveConversation
+    from sbx.agent.core.hosting.session_tenancy import ServiceAdmission as ServiceAdmission
     from sbx.agent.core.hosting.tenancy import dataset_paths as dataset_paths
     from sbx.agent.core.hosting.tenancy import limited as limited
     from sbx.agent.core.hosting.tenancy import owned as owned
     from sbx.agent.core.hosting.tenants import Tenant as Tenant
     from sbx.agent.core.hosting.tenants import effective_quotas as effective_quotas
     from sbx.agent.core.hosting.tenants import tenant_of as tenant_of
+    from sbx.agent.core.hosting.upload_tool import UPLOAD_TOOL as UPLOAD_TOOL
     from sbx.agent.core.limits_request import LimitRefused as LimitRefused
     from sbx.agent.core.limits_request import LimitsRequest as LimitsRequest
     from sbx.agent.core.limits_request import LimitTooLow as LimitTooLow
@@ -327,6 +336,11 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.sandbox_files import file_op as file_op
     from sbx.agent.core.sandbox_files import read_file as read_file
     from sbx.agent.core.sandbox_files import write_file as write_file
+    from sbx.agent.core.session_admission import Admission as SessionAdmission
+    from sbx.agent.core.session_admission import Caller as Caller
+    from sbx.agent.core.session_admission import FixedData as FixedData
+    from sbx.agent.core.session_admission import Opened as SessionOpened
+    from sbx.agent.core.session_admission import Refused as SessionRefused
     from sbx.agent.core.settings import Endpoint as Endpoint
     from sbx.agent.core.settings import SettingsError as SettingsError
     from sbx.agent.core.settings import resolve_endpoint as resolve_endpoint
@@ -375,17 +389,10 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.tools.audit_verify import iter_records as iter_audit_records
     from sbx.tools.audit_verify import verify_log as verify_audit_log
     from sbx.tools.builtin.data_files import index_data_files as index_data_files
-    from sbx.tools.builtin.data_summary import summarize_data as summarize_data
     from sbx.tools.builtin.plan import MARKS as PLAN_MARKS
     from sbx.tools.context import OutputSink as OutputSink
-    from sbx.tools.context import ToolContext as ToolContext
     from sbx.tools.hints import module_from_error as module_from_error
     from sbx.tools.policy import PolicyError as PolicyError
-    from sbx.tools.policy import UploadDatasetRule as UploadDatasetRule
     from sbx.tools.redact import Redactor as Redactor
-    from sbx.tools.registry import Tool as Tool
-    from sbx.tools.registry import ToolFailure as ToolFailure
-    from sbx.tools.registry import ToolReturn as ToolReturn
-    from sbx.tools.registry import build_tool as build_tool
     from sbx.tools.text_safety import safe_json as safe_json
     from sbx.tools.text_safety import safe_text as safe_text

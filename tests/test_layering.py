@@ -323,7 +323,7 @@ def test_the_door_has_one_error_root() -> None:
               and issubclass(getattr(door, name), Exception)]
     assert door.SbxError in errors
     outside = {error.__name__ for error in errors if not issubclass(error, door.SbxError)}
-    assert outside == {"ToolFailure"}  # a tool's message to the model
+    assert outside == {"Refused"}  # the host's refusal, which the calling model reads
 
 
 def test_the_door_imports_only_what_is_asked_for() -> None:

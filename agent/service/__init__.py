@@ -11,7 +11,7 @@
     datasets.py       /v1/datasets          uploads.py   streamed multipart uploads
     conversations.py  /v1/conversations     runs_api.py  /v1/runs, events, artifacts
     execute.py        /v1/execute           health.py    /healthz, /readyz
-    mcp_http.py       /mcp: MCP streamable HTTP behind the keys; mcp_tenancy.py its quotas
+    mcp_http.py       /mcp: MCP streamable HTTP behind the keys (the hosting's admission)
     e2b_host.py       E2B's API on the same host
     metrics.py        /metrics; access_log.py one JSON line per request
     openapi.py        /openapi.json from the declarations

@@ -23,8 +23,8 @@ slot freed, its artifacts deleted) on the client's `DELETE` with its
 `Mcp-Session-Id`, after `[service] idle_timeout` without a call (the next
 call with that key gets a new session and is told earlier variables are
 gone), and at shutdown (uvicorn's shutdown ends the open GET streams, so
-they do not hold it for the grace). The quotas are
-`sbx.agent.service.mcp_tenancy`'s.
+they do not hold it for the grace). The quotas are the hosting's
+(`ServiceAdmission`).
 """
 
 from __future__ import annotations
@@ -48,13 +48,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from sbx.agent import LimitsRequest, describe_validation_error, limited
-from sbx.agent.mcp.admission import Caller
+from sbx.agent import Caller, LimitsRequest, ServiceAdmission, describe_validation_error, limited
 from sbx.agent.mcp.server import Face, SbxServer, build_server
 from sbx.agent.mcp.upload import register_upload
 from sbx.agent.service.api import authenticate
 from sbx.agent.service.host import Service
-from sbx.agent.service.mcp_tenancy import ServiceAdmission
 from sbx.agent.service.problems import Problem, quota_exceeded
 from sbx.agent.store.keys import KeyInfo
 

@@ -1,7 +1,8 @@
-"""What the `/mcp` face lets an API key do: the service's quotas and datasets for MCP sessions.
+"""What a host lets an API key do in tool sessions: its quotas and datasets for MCP and E2B.
 
-The MCP layer asks (`sbx.agent.mcp.admission.Admission`); this answers with
-the same store, quotas and checks as the HTTP API:
+A tool session's face asks (`sbx.agent.core.session_admission.Admission`);
+this answers with the same store, quotas and checks as the HTTP API (an E2B
+sandbox is admitted as an MCP session is, its row's model "e2b"):
 
     an MCP session           a `conversations` row (its id is the session's `mcp-...`, model
                              "mcp") from its first tool call until it ends: it takes a
@@ -36,28 +37,20 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from sbx.agent import (
-    RunOutcome,
-    RunTicket,
-    ServiceQuotas,
-    StoreRecorder,
-    Tenant,
-    ToolFailure,
-    effective_quotas,
-    format_of,
-    notify_observer,
-    open_upload,
-    safe_name,
-    store_upload,
-    tenant_of,
-)
-from sbx.agent.mcp.admission import Caller, Opened, Refused
-from sbx.agent.mcp.upload import StoredDataset, upload_gate_tool
-from sbx.agent.service.host import Service
-from sbx.agent.service.problems import Problem
+from sbx.agent.core.config import ServiceQuotas
+from sbx.agent.core.hosting.datasets import format_of, open_upload, safe_name, store_upload
+from sbx.agent.core.hosting.host import Host
+from sbx.agent.core.hosting.observer import notify
+from sbx.agent.core.hosting.recorder import StoreRecorder
+from sbx.agent.core.hosting.tenants import Tenant, effective_quotas, tenant_of
+from sbx.agent.core.hosting.upload_tool import StoredDataset, upload_gate_tool
+from sbx.agent.core.problem import Problem
+from sbx.agent.core.run_recorder import RunOutcome, RunTicket
+from sbx.agent.core.session_admission import Caller, Opened, Refused
 from sbx.agent.store.keys import KeyInfo
 from sbx.agent.store.models import Conversation, Dataset
 from sbx.agent.store.quotas import reserve_conversation, upload_too_large
+from sbx.tools.registry import ToolFailure
 
 logger = logging.getLogger(__name__)
 
@@ -68,14 +61,14 @@ MAX_SESSION_DATASETS = 100
 
 
 class ServiceAdmission:
-    """The `Admission` of `sbx serve`'s `/mcp` (see the module docstring); thread-safe."""
+    """The `Admission` of a host's tool sessions (`/mcp`, E2B): see the module doc; thread-safe."""
 
-    def __init__(self, service: Service, output_root: Path, *, model: str = MCP_MODEL,
+    def __init__(self, service: Host, output_root: Path, *, model: str = MCP_MODEL,
                  label: str = "MCP session",
                  failure: Callable[[str], Exception] = Refused) -> None:
         self.service = service
         self.failure = failure
-        """What a refusal raises, from its detail: MCP's `Refused`, or another face's."""
+        """What a refusal raises, from its detail: `Refused`, or a face's own (E2B's 429)."""
         self.output_root = output_root
         self.model = model
         """The conversation row's `model` (the client brings its own): "mcp", "e2b"."""
@@ -159,7 +152,7 @@ class _RefusingRecorder:
 class ServiceDatasets:
     """The `DatasetStore` of `/mcp`: bytes from a tool call become the caller's dataset."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Host) -> None:
         self.service = service
 
     def name_for(self, name: str) -> str:
@@ -190,14 +183,14 @@ class ServiceDatasets:
                              size=row.size, sha256=row.sha256, summary=row.preview)
 
 
-def quotas_of(service: Service, caller: Caller) -> ServiceQuotas:
+def quotas_of(service: Host, caller: Caller) -> ServiceQuotas:
     """The policy's per-principal quotas with the caller's key's overrides."""
     if not isinstance(caller.grant, KeyInfo):  # pragma: no cover - the face always sets it
         raise TypeError("an MCP caller over HTTP carries its API key")
     return effective_quotas(service.settings, caller.grant)
 
 
-def tenant_caller(service: Service, caller: Caller) -> Tenant:
+def tenant_caller(service: Host, caller: Caller) -> Tenant:
     """The caller's principal, team, quotas and budgets (`sbx.agent.core.hosting.tenants`)."""
     if not isinstance(caller.grant, KeyInfo):  # pragma: no cover - the face always sets it
         raise TypeError("an MCP caller over HTTP carries its API key")
@@ -207,7 +200,7 @@ def tenant_caller(service: Service, caller: Caller) -> Tenant:
 class _Refusals:
     """A `Problem` raised inside becomes the MCP layer's refusal (the observer hears quotas)."""
 
-    def __init__(self, service: Service, caller: Caller,
+    def __init__(self, service: Host, caller: Caller,
                  failure: Callable[[str], Exception] = Refused) -> None:
         self.service = service
         self.caller = caller
@@ -221,8 +214,8 @@ class _Refusals:
             return
         quota = exc.extra.get("quota")
         if quota:
-            notify_observer(self.service.observer.quota_rejected, principal=self.caller.principal,
-                   quota=str(quota))
+            notify(self.service.observer.quota_rejected,
+                   principal=self.caller.principal, quota=str(quota))
         retry = exc.headers.get("Retry-After")
         detail = exc.detail + (f" (retry in {retry} s)" if retry else "")
         raise self.failure(detail) from None
