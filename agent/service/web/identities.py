@@ -136,9 +136,3 @@ def oidc_session(db: Database, token: str) -> tuple[SignedInUser, float] | None:
                             revoked_at=None, overrides={}, identity=identity.principal,
                             team=identity.team)
     return user, float(expires)
-
-
-def end_oidc_session(db: Database, token: str) -> None:
-    """Sign out: the session's row is deleted."""
-    with db.write() as session:
-        session.execute(delete(OidcSession).where(OidcSession.token_hash == hash_key(token)))
