@@ -68,6 +68,9 @@ BUILT_BY_THE_CORE = {
 }
 """What only the core builds (a face that imports them from elsewhere fails the import check)."""
 APP_INSIDES = {"audit", "pool", "image"}
+WEB_FRAMEWORKS = ("starlette", "uvicorn", "mcp", "anyio", "python_multipart", "jwt",
+                  "prometheus_client")
+"""What a face speaks its protocol with; the core and the store import none of it."""
 WEIGHED_FACES = ("agent/cli", "agent/service", "agent/mcp")
 """The faces that translate for the core (the E2B face is a protocol shim beside them)."""
 MAX_MODULE_LINES = 600
@@ -253,6 +256,13 @@ def test_the_core_the_store_and_the_benchmarks_import_no_face() -> None:
     """What sits beside the core (DESIGN.md) serves every face, so it never reaches up into one."""
     for top in ("agent/core", "agent/store", "agent/bench", "agent/model", "agent/testing"):
         assert _offenders(top, ("sbx.agent.cli", "sbx.agent.service", "sbx.agent.mcp")) == []
+
+
+def test_the_core_and_its_hosting_speak_no_protocol() -> None:
+    """Hosting many tenants is the core's; HTTP, MCP and E2B's API are each a face's."""
+    for top in ("agent/core", "agent/store"):
+        assert _offenders(top, WEB_FRAMEWORKS) == []
+        assert _offenders(top, ("sbx.agent.e2b",)) == []
 
 
 def test_the_face_checks_fail_on_a_face_that_does_what_they_forbid() -> None:
