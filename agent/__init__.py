@@ -19,13 +19,19 @@ loops back through this one.
 
 The map (each name's own docstring says more):
 
-The app and its conversations: every way a run starts.
-    App, Answer, answer_one, os_principal, require_image, DEFAULT_IMAGE, OUTPUT_DIR, RUNS_DIR,
-    Conversation, ConversationSpec, new_conversation_id, Workspace, check_data, idle_reason,
-    ProgramSpec, execute_program, ToolSession, CallReport, file_op, read_file, write_file,
+The app and its conversations: every way a run starts is a method of theirs.
+    App, Conversation: a question `Conversation.ask` (after `Conversation.admit` where a
+    face admits it when posted), an answer to a pending question `Conversation.answer`,
+    a recorded conversation taken up `App.resume` (or its paused run answered,
+    `App.continue_paused`), one question alone `App.answer_one`, one program
+    `App.execute`, a tool session for an agent with its own model `App.tool_session`,
+    a rerun of a recorded conversation's code `App.rerun`. Each run has one ticket and
+    one life (admitted, started, finished) told to the face's `RunRecorder`.
+    Answer, os_principal, require_image, DEFAULT_IMAGE, OUTPUT_DIR, RUNS_DIR,
+    ConversationSpec, new_conversation_id, Workspace, check_data, idle_reason,
+    ProgramSpec, ToolSession, CallReport, file_op, read_file, write_file,
     in_namespace, drop_namespace, clear_variables, Cancellation, Resumable, read_resumable,
-    resume_conversation, continue_paused, find_transcript, read_paused, rerun, RerunReport,
-    ExecutionCheck, recorded_data
+    find_transcript, read_paused, RerunReport, ExecutionCheck, recorded_data
 
 Dataset notes: what analysts wrote down about a dataset, shown to later runs.
     DatasetNotes, Note, local_note_store, data_digests
@@ -36,8 +42,9 @@ Configuration: the policy file and the model endpoint, read once into typed valu
     configure_tracing
 
 Results and events: what a run returns and what it tells its subscribers on the way.
-    RunResult, RunStatus, ExecutionResult, Artifact, Event, EventSink, ConversationStart,
-    RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult, PlanUpdated, Compaction,
+    RunResult, RunStatus, ExecutionResult, DisplayResult, Artifact, Event, EventSink,
+    ConversationStart, RunStart, MessageAdded, ModelReplied, OutputChunk, ToolResult,
+    PlanUpdated, Compaction,
     RunEnd, RunError, StateRestored, parse_event, restore_summary, pending_note, PLAN_MARKS,
     Cell, ANSWER_PART_KEYS, ANSWER_PART_TITLES, numbered_events, open_artifact,
     unsafe_name_reason, outcome_of, run_outcome, loss_text
@@ -80,17 +87,17 @@ import importlib
 from typing import TYPE_CHECKING
 
 _OWNERS: dict[str, tuple[str, ...]] = {
-    "sbx.agent.core.app": ("App", "Answer", "answer_one", "os_principal", "require_image",
+    "sbx.agent.core.app": ("App", "Answer", "os_principal", "require_image",
         "DEFAULT_IMAGE", "OUTPUT_DIR", "RUNS_DIR"),
     "sbx.agent.core.artifacts": ("open_artifact", "unsafe_name_reason"),
-    "sbx.agent.core.cancellation": ("Cancellation",),
+    "sbx.agent.model.cancellation": ("Cancellation",),
     "sbx.agent.core.config": ("load_config", "AppConfig", "ServiceSettings", "ServiceQuotas",
         "OidcSettings", "describe_validation_error"),
     "sbx.agent.core.conversation": ("Conversation", "new_conversation_id"),
     "sbx.agent.core.events": ("Event", "EventSink", "ConversationStart", "RunStart",
         "MessageAdded", "ModelReplied", "OutputChunk", "ToolResult", "PlanUpdated", "Compaction",
         "RunEnd", "RunError", "StateRestored", "parse_event"),
-    "sbx.agent.core.execute_program": ("ProgramSpec", "execute_program"),
+    "sbx.agent.core.execute_program": ("ProgramSpec",),
     "sbx.agent.core.limits_request": ("LimitsRequest", "LimitRefused", "LimitTooLow"),
     "sbx.agent.core.notes": ("DatasetNotes", "Note", "local_note_store", "NoteError"),
     "sbx.agent.core.namespaces": ("in_namespace", "drop_namespace", "clear_variables"),
@@ -98,8 +105,8 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.plan": ("pending_note",),
     "sbx.agent.core.problem": ("Problem", "not_found", "quota_exceeded", "unavailable"),
     "sbx.agent.core.restore": ("Cell", "restore_summary"),
-    "sbx.agent.core.resume": ("Resumable", "read_resumable", "resume_conversation",
-        "continue_paused", "find_transcript", "read_paused"),
+    "sbx.agent.core.resume": ("Resumable", "read_resumable", "find_transcript",
+        "read_paused"),
     "sbx.agent.core.run_recorder": ("RunRecorder", "NoRecorder", "RunTicket", "RunOutcome",
         "failed_outcome", "call_status", "new_run_id"),
     "sbx.agent.core.settings": ("Endpoint", "resolve_endpoint", "SettingsError"),
@@ -132,12 +139,11 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.provenance.data": ("data_digests",),
     "sbx.agent.provenance.parts": ("ANSWER_PART_KEYS", "ANSWER_PART_TITLES"),
     "sbx.agent.core.history": ("read_record", "RecordedConversation", "RecordError"),
-    "sbx.agent.replay.rerun": ("rerun", "RerunReport", "ExecutionCheck", "recorded_data",
-        "RerunError"),
+    "sbx.agent.core.rerun": ("RerunReport", "ExecutionCheck", "recorded_data", "RerunError"),
     "sbx.sandbox.closing": ("Closing",),
     "sbx.sandbox.errors": ("SbxError", "SandboxError", "HostBusy"),
     "sbx.sandbox.limits": ("Limits",),
-    "sbx.sandbox.result": ("ExecutionResult", "Artifact"),
+    "sbx.sandbox.result": ("ExecutionResult", "Artifact", "DisplayResult"),
     "sbx.sandbox.units": ("format_size", "parse_size", "parse_duration"),
     "sbx.tools.audit": ("audit_key_from_env", "AUDIT_PATH_ENV", "AuditError"),
     "sbx.tools.audit_show": ("audit_call_rows", "AUDIT_COLUMNS"),
@@ -172,7 +178,6 @@ _RENAMED: dict[str, str] = {
     "export_transcript": "export",
     "iter_audit_records": "iter_records",
     "notify_observer": "notify",
-    "resume_conversation": "resume",
     "verify_audit_log": "verify_log",
 }
 """Public names that differ from their name in the owning module (a plainer one there)."""
@@ -182,31 +187,30 @@ __all__ = [
     "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Answer", "App",
     "AppConfig", "Artifact", "AuditError", "CallReport", "Caller", "Cancellation", "Cell",
     "Closing", "Compaction", "Conversation", "ConversationSpec", "ConversationStart",
-    "DEFAULT_IMAGE", "DataPaths", "DatasetNotes", "EVENT_POLL_S", "EXPORT_FORMATS", "Endpoint",
-    "Event", "EventSink", "ExecutionCheck", "ExecutionResult", "ExportFormat", "Feed",
-    "FileOpError", "FixedData", "Host", "HostBusy", "LimitRefused", "LimitTooLow", "Limits",
-    "LimitsRequest", "LiveConversation", "MessageAdded", "ModelError", "ModelReplied",
-    "NoRecorder", "NotAdopted", "Note", "NoteError", "OUTPUT_DIR", "Observer", "Observers",
-    "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS", "PlanUpdated", "PolicyError",
-    "Problem", "ProgramSpec", "RUNS_DIR", "RecordError", "RecordedConversation", "Redactor",
-    "RerunError", "RerunReport", "Resumable", "RunEnd", "RunError", "RunOutcome", "RunRecorder",
-    "RunResult", "RunStart", "RunStatus", "RunTicket", "SandboxError", "SbxError", "ServeOptions",
-    "ServiceAdmission", "ServiceQuotas", "ServiceSettings", "SessionAdmission", "SessionClosed",
-    "SessionOpened", "SessionRefused", "SettingsError", "StateRestored", "StoreRecorder",
-    "TeamSettings", "Tenant", "ToolResult", "ToolSession", "TracingError", "TranscriptError",
-    "UNMATCHED_ROUTE", "UPLOAD_TOOL", "UnreadableLine", "Upload", "UploadHold", "Workspace",
-    "adopt", "answer_one", "audit_call_rows", "audit_key_from_env", "call_status", "check_data",
-    "clear_variables", "configure_tracing", "continue_paused", "data_digests", "dataset_paths",
-    "delete_runs", "describe_validation_error", "drop_namespace", "effective_quotas",
-    "execute_program", "export_transcript", "failed_outcome", "file_op", "find_transcript",
-    "format_of", "format_size", "idle_reason", "in_namespace", "index_data_files",
-    "iter_audit_records", "limited", "load_config", "local_note_store", "loss_text",
-    "metrics_team", "module_from_error", "new_conversation_id", "new_run_id", "not_found",
-    "notify_observer", "numbered_events", "open_artifact", "open_upload", "os_principal",
-    "outcome_of", "owned", "parse_duration", "parse_event", "parse_size", "pending_note",
-    "public_event", "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable",
-    "recorded_data", "require_image", "rerun", "resolve_endpoint", "restore_summary",
-    "resume_conversation", "run_directory", "run_outcome", "safe_json", "safe_name", "safe_text",
+    "DEFAULT_IMAGE", "DataPaths", "DatasetNotes", "DisplayResult", "EVENT_POLL_S",
+    "EXPORT_FORMATS", "Endpoint", "Event", "EventSink", "ExecutionCheck", "ExecutionResult",
+    "ExportFormat", "Feed", "FileOpError", "FixedData", "Host", "HostBusy", "LimitRefused",
+    "LimitTooLow", "Limits", "LimitsRequest", "LiveConversation", "MessageAdded", "ModelError",
+    "ModelReplied", "NoRecorder", "NotAdopted", "Note", "NoteError", "OUTPUT_DIR", "Observer",
+    "Observers", "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS", "PlanUpdated",
+    "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError", "RecordedConversation",
+    "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd", "RunError", "RunOutcome",
+    "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket", "SandboxError", "SbxError",
+    "ServeOptions", "ServiceAdmission", "ServiceQuotas", "ServiceSettings", "SessionAdmission",
+    "SessionClosed", "SessionOpened", "SessionRefused", "SettingsError", "StateRestored",
+    "StoreRecorder", "TeamSettings", "Tenant", "ToolResult", "ToolSession", "TracingError",
+    "TranscriptError", "UNMATCHED_ROUTE", "UPLOAD_TOOL", "UnreadableLine", "Upload", "UploadHold",
+    "Workspace", "adopt", "audit_call_rows", "audit_key_from_env", "call_status", "check_data",
+    "clear_variables", "configure_tracing", "data_digests", "dataset_paths", "delete_runs",
+    "describe_validation_error", "drop_namespace", "effective_quotas", "export_transcript",
+    "failed_outcome", "file_op", "find_transcript", "format_of", "format_size", "idle_reason",
+    "in_namespace", "index_data_files", "iter_audit_records", "limited", "load_config",
+    "local_note_store", "loss_text", "metrics_team", "module_from_error", "new_conversation_id",
+    "new_run_id", "not_found", "notify_observer", "numbered_events", "open_artifact",
+    "open_upload", "os_principal", "outcome_of", "owned", "parse_duration", "parse_event",
+    "parse_size", "pending_note", "public_event", "quota_exceeded", "read_file", "read_paused",
+    "read_record", "read_resumable", "recorded_data", "require_image", "resolve_endpoint",
+    "restore_summary", "run_directory", "run_outcome", "safe_json", "safe_name", "safe_text",
     "sse_frame", "store_upload", "tenant_of", "unavailable", "unsafe_name_reason", "upload_room",
     "verify_audit_log", "write_file",
 ]
@@ -233,12 +237,10 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.app import RUNS_DIR as RUNS_DIR
     from sbx.agent.core.app import Answer as Answer
     from sbx.agent.core.app import App as App
-    from sbx.agent.core.app import answer_one as answer_one
     from sbx.agent.core.app import os_principal as os_principal
     from sbx.agent.core.app import require_image as require_image
     from sbx.agent.core.artifacts import open_artifact as open_artifact
     from sbx.agent.core.artifacts import unsafe_name_reason as unsafe_name_reason
-    from sbx.agent.core.cancellation import Cancellation as Cancellation
     from sbx.agent.core.config import AppConfig as AppConfig
     from sbx.agent.core.config import OidcSettings as OidcSettings
     from sbx.agent.core.config import ServiceQuotas as ServiceQuotas
@@ -262,7 +264,6 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.events import ToolResult as ToolResult
     from sbx.agent.core.events import parse_event as parse_event
     from sbx.agent.core.execute_program import ProgramSpec as ProgramSpec
-    from sbx.agent.core.execute_program import execute_program as execute_program
     from sbx.agent.core.history import RecordedConversation as RecordedConversation
     from sbx.agent.core.history import RecordError as RecordError
     from sbx.agent.core.history import read_record as read_record
@@ -317,14 +318,16 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.problem import not_found as not_found
     from sbx.agent.core.problem import quota_exceeded as quota_exceeded
     from sbx.agent.core.problem import unavailable as unavailable
+    from sbx.agent.core.rerun import ExecutionCheck as ExecutionCheck
+    from sbx.agent.core.rerun import RerunError as RerunError
+    from sbx.agent.core.rerun import RerunReport as RerunReport
+    from sbx.agent.core.rerun import recorded_data as recorded_data
     from sbx.agent.core.restore import Cell as Cell
     from sbx.agent.core.restore import restore_summary as restore_summary
     from sbx.agent.core.resume import Resumable as Resumable
-    from sbx.agent.core.resume import continue_paused as continue_paused
     from sbx.agent.core.resume import find_transcript as find_transcript
     from sbx.agent.core.resume import read_paused as read_paused
     from sbx.agent.core.resume import read_resumable as read_resumable
-    from sbx.agent.core.resume import resume as resume_conversation
     from sbx.agent.core.run_recorder import NoRecorder as NoRecorder
     from sbx.agent.core.run_recorder import RunOutcome as RunOutcome
     from sbx.agent.core.run_recorder import RunRecorder as RunRecorder
@@ -361,21 +364,18 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.export.formats import FORMATS as EXPORT_FORMATS
     from sbx.agent.export.formats import Format as ExportFormat
     from sbx.agent.export.formats import export as export_transcript
+    from sbx.agent.model.cancellation import Cancellation as Cancellation
     from sbx.agent.model.reply import ModelError as ModelError
     from sbx.agent.provenance.data import data_digests as data_digests
     from sbx.agent.provenance.parts import PART_KEYS as ANSWER_PART_KEYS
     from sbx.agent.provenance.parts import PART_TITLES as ANSWER_PART_TITLES
-    from sbx.agent.replay.rerun import ExecutionCheck as ExecutionCheck
-    from sbx.agent.replay.rerun import RerunError as RerunError
-    from sbx.agent.replay.rerun import RerunReport as RerunReport
-    from sbx.agent.replay.rerun import recorded_data as recorded_data
-    from sbx.agent.replay.rerun import rerun as rerun
     from sbx.sandbox.closing import Closing as Closing
     from sbx.sandbox.errors import HostBusy as HostBusy
     from sbx.sandbox.errors import SandboxError as SandboxError
     from sbx.sandbox.errors import SbxError as SbxError
     from sbx.sandbox.limits import Limits as Limits
     from sbx.sandbox.result import Artifact as Artifact
+    from sbx.sandbox.result import DisplayResult as DisplayResult
     from sbx.sandbox.result import ExecutionResult as ExecutionResult
     from sbx.sandbox.units import format_size as format_size
     from sbx.sandbox.units import parse_duration as parse_duration

@@ -60,7 +60,9 @@ Frames written to stdout (each a JSON object with a `type`):
                "stdout_total", "stdout_dropped", "stderr_total", "stderr_dropped",
                "timed_out", "killed_signal", "oom_killed", "state_reset",
                "cpu_seconds", "peak_memory_bytes", "refused": [{"name", "reason"}] (at most
-               MAX_REFUSED_LISTED), "refused_more": int (refusals not listed)}
+               MAX_REFUSED_LISTED), "refused_more": int (refusals not listed),
+               "results": [{"bundle": {mime: data}, "main": bool, "data"?, "chart"?}] (at
+               most MAX_RESULTS), "results_dropped": int, "execution_count": int | null}
               `stdout` and `stderr` hold what the output frames did not carry: the
               stream is the output frames' data followed by this text
     fatal     {"type": "fatal", "message"}   the supervisor could not serve a request
@@ -78,6 +80,13 @@ Request read from stdin:
 In every kernel `plt.show()` saves the open figures to /output/figure-N.png (under
 Agg it would do nothing), and `savefig` to a PNG records the figure's titles and
 axis labels as PNG text (`FigureHooks`), so the host can describe a chart.
+
+A cell's rich results (`Results`) are made as a notebook makes them, by IPython's
+display protocol (`DisplayFormatter`, imported in the kernel only): the trailing
+expression's value (still printed too), every `display()`, and each figure shown
+(by `plt.show()`, or left open and unsaved at the cell's end) as a PNG with its
+structured chart (E2B's: type, title, labels, units, elements). A named namespace's
+program (`sbx.agent.in_namespace`) counts its own executions through `_sbx_kernel`.
 """
 
 from __future__ import annotations
@@ -90,6 +99,7 @@ import ctypes
 import functools
 import gc
 import importlib
+import io
 import json
 import linecache
 import math
@@ -128,7 +138,8 @@ OUTPUT_FIRST_DELAY_S = 0.002
 """No output frame before this long after the request (unless a whole chunk waits): a quick
 cell's output then comes with its result, one frame instead of two (a session `print(1)`
 was 0.1 ms slower streamed, measured), and a long one's first chunk is at most this late."""
-MAX_REPLY_BYTES = 1 << 20
+MAX_REPLY_BYTES = 6 << 20
+"""A kernel's reply: its error and its results (at most MAX_RESULTS_BYTES) with room to spare."""
 MAX_ERROR_CHARS = 16_000
 MAX_ARTIFACT_DEPTH = 8
 _LENGTH = struct.Struct(">I")
@@ -341,12 +352,19 @@ def kernel_main(request_fd: int, reply_fd: int) -> None:
         pass
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     install_figure_hooks()
+    install_display()
     while True:
         request = receive_message(request_fd)
         if request is None:
             return
-        display = request.get("display", True) is True
-        reply = execute_cell(str(request["code"]), int(request["id"]), namespace, display)
+        shows = request.get("display", True) is True
+        RESULTS.start()
+        reply = execute_cell(str(request["code"]), int(request["id"]), namespace, shows)
+        if shows:
+            show_open_figures()
+            if RESULTS.execution_count is None and int(request["id"]) != 0:
+                RESULTS.count_cell()  # a named namespace's program counted its own
+        reply.update(RESULTS.take())
         sys.stdout.flush()
         sys.stderr.flush()
         send_message(reply_fd, reply)
@@ -370,7 +388,9 @@ def execute_cell(
         if trailing is not None:
             value = eval(compile(trailing, filename, "eval"), namespace)
             if value is not None:
-                print(shown_value(value))
+                text = shown_value(value)
+                print(text)
+                RESULTS.show(value, main=True, text=text)
     except SystemExit as stop:
         return {"exit_code": exit_code_of(stop), "error": None}
     except BaseException as exc:
@@ -387,6 +407,373 @@ def shown_value(value: Any) -> str:
         with pandas.option_context(*options):
             return repr(value)
     return repr(value)
+
+
+# ---------------------------------------------------------------- rich results (display protocol)
+
+RESULT_MIME_TYPES = (
+    "text/plain", "text/html", "text/markdown", "image/svg+xml", "image/png", "image/jpeg",
+    "application/pdf", "text/latex", "application/json",
+)
+"""The formats a result may carry, as IPython's display protocol names them."""
+MAX_RESULTS = 32
+"""Results one cell returns; more are only counted (`results_dropped`)."""
+MAX_RESULTS_BYTES = 4 << 20
+"""JSON bytes of all results of one cell (a figure's PNG is base64 inside them)."""
+MAX_RESULT_TEXT = 100_000
+"""Characters of one textual format; a longer one is left out (text/plain is cut instead)."""
+MAX_DATA_ROWS = 100
+MAX_DATA_COLUMNS = 50
+MAX_DATA_CELL = 200
+"""A DataFrame's `data`: its first rows and columns, each cell at most this many characters."""
+MAX_CHART_ELEMENTS = 100
+MAX_CHART_POINTS = 1000
+MAX_CHART_TEXT = 200
+"""A chart's elements, points per element, and characters per label or title."""
+
+
+class Results:
+    """The rich results of the cell running now: display() calls, figures, the trailing value.
+
+    Each is a MIME bundle made by IPython's `DisplayFormatter` (the code's own
+    `_repr_*_` methods included), with `data` for a DataFrame and `chart` for a
+    matplotlib figure. Every size is bounded here; the host bounds them again, as
+    everything from the code is hostile.
+    """
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.size = 0
+        self.dropped = 0
+        self.count = 0
+        self.namespace_counts: dict[str, int] = {}
+        self.execution_count: int | None = None
+        self._formatter: Any = None
+
+    def start(self) -> None:
+        """A new cell: no results yet."""
+        self.items, self.size, self.dropped, self.execution_count = [], 0, 0, None
+
+    def take(self) -> dict[str, Any]:
+        """The reply's fields for this cell."""
+        return {"results": self.items, "results_dropped": self.dropped,
+                "execution_count": self.execution_count}
+
+    def count_cell(self, namespace: str | None = None) -> int:
+        """The cell's execution count: the kernel's, or one of a named namespace's own."""
+        if namespace is None:
+            self.count += 1
+            self.execution_count = self.count
+        else:
+            number = self.namespace_counts.get(namespace, 0) + 1
+            self.namespace_counts[namespace] = number
+            self.execution_count = number
+        return self.execution_count
+
+    def formatter(self) -> Any:
+        """IPython's DisplayFormatter, or None where IPython is not installed."""
+        if self._formatter is None:
+            try:
+                formatters = importlib.import_module("IPython.core.formatters")
+            except Exception:
+                return None
+            self._formatter = formatters.DisplayFormatter()
+        return self._formatter
+
+    def show(self, value: Any, main: bool = False, include: Any = None,
+             exclude: Any = None, text: str | None = None) -> None:
+        """Format `value` through the display protocol and keep it as a result.
+
+        The main result's text/plain is the value as the cell printed it (`text`, or
+        `shown_value` again): a DataFrame summarised, whatever the display options.
+        """
+        formatter = self.formatter()
+        bundle: dict[str, Any] = {}
+        if formatter is not None:
+            try:
+                bundle = dict(formatter.format(value, include=include, exclude=exclude)[0])
+            except Exception as exc:
+                bundle = {"text/plain": f"<display failed: {type(exc).__name__}>"}
+        if main or "text/plain" not in bundle:
+            bundle["text/plain"] = text if text is not None else shown_value(value)
+        self.add(bundle, main=main, data=table_data(value))
+
+    def add(self, bundle: dict[str, Any], *, main: bool = False, data: Any = None,
+            chart: Any = None) -> None:
+        """Keep one bounded result, or count it when the cell has had its share."""
+        item: dict[str, Any] = {"bundle": bounded_bundle(bundle), "main": main}
+        if data is not None:
+            item["data"] = data
+        if chart is not None:
+            item["chart"] = chart
+        try:
+            size = len(json.dumps(item))
+        except (TypeError, ValueError):
+            item = {"bundle": {"text/plain": "<a result that is not JSON>"}, "main": main}
+            size = len(json.dumps(item))
+        room = MAX_RESULTS if main else MAX_RESULTS - 1  # the trailing value always fits
+        if len(self.items) >= room or self.size + size > MAX_RESULTS_BYTES:
+            self.dropped += 1
+            return
+        self.items.append(item)
+        self.size += size
+
+
+RESULTS = Results()
+
+
+def display(*values: Any, include: Any = None, exclude: Any = None, raw: bool = False,
+            **_ignored: Any) -> None:
+    """IPython's `display()` for this kernel: each value becomes a result of the cell."""
+    for value in values:
+        if raw and isinstance(value, dict):
+            RESULTS.add(value)
+        else:
+            RESULTS.show(value, include=include, exclude=exclude)
+
+
+def install_display() -> None:
+    """`display` as a builtin (as in a notebook) and as IPython's own `display`."""
+    setattr(builtins, "display", display)  # noqa: B010 (a builtin the code may call)
+    for name in ("IPython.core.display_functions", "IPython.display", "IPython.core.display"):
+        try:
+            module = importlib.import_module(name)
+        except Exception:
+            continue
+        if hasattr(module, "display"):
+            setattr(module, "display", display)  # noqa: B010 (IPython's, for `from ... import`)
+    kernel = type(sys)("_sbx_kernel")
+    setattr(kernel, "show", RESULTS.show)  # noqa: B010
+    setattr(kernel, "count_cell", RESULTS.count_cell)  # noqa: B010
+    sys.modules["_sbx_kernel"] = kernel
+
+
+def bounded_bundle(bundle: dict[str, Any]) -> dict[str, Any]:
+    """The known formats of a bundle, each within its size (text/plain cut, others left out)."""
+    kept: dict[str, Any] = {}
+    for mime in RESULT_MIME_TYPES:
+        value = bundle.get(mime)
+        if isinstance(value, bytes):
+            value = base64.b64encode(value).decode()
+        if mime == "application/json":
+            if isinstance(value, (dict, list)):
+                kept[mime] = value
+            continue
+        if not isinstance(value, str):
+            continue
+        if len(value) <= MAX_RESULT_TEXT or mime in ("image/png", "image/jpeg", "application/pdf"):
+            kept[mime] = value
+        elif mime == "text/plain":
+            kept[mime] = value[:MAX_RESULT_TEXT] + "..."
+    return kept
+
+
+def table_data(value: Any) -> dict[str, list[Any]] | None:
+    """A DataFrame's first rows as `{column: [values]}` (JSON values only), else None."""
+    pandas = sys.modules.get("pandas")
+    if pandas is None or not isinstance(value, pandas.DataFrame):
+        return None
+    try:
+        head = value.iloc[:MAX_DATA_ROWS, :MAX_DATA_COLUMNS]
+        data: dict[str, list[Any]] = {}
+        for position in range(head.shape[1]):
+            name = _short(str(head.columns[position]), MAX_DATA_CELL)
+            column = head.iloc[:, position].tolist()
+            data.setdefault(name, [json_value(cell) for cell in column])
+        return data
+    except Exception:
+        return None
+
+
+def json_value(value: Any) -> Any:
+    """A value as JSON can carry it: finite numbers, booleans, null, else short text."""
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        with contextlib.suppress(Exception):
+            value = value.item()  # a NumPy scalar: its Python number
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 2**53 else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if hasattr(value, "isoformat"):
+        try:
+            return _short(value.isoformat(), MAX_DATA_CELL)
+        except Exception:
+            pass
+    try:
+        return _short(str(value), MAX_DATA_CELL)
+    except Exception:
+        return "<unprintable>"
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---------------------------------------------------------------- charts (a figure's data)
+
+
+def figure_chart(figure: Any) -> dict[str, Any] | None:
+    """E2B's structured chart of a drawn figure: one axes' chart, or a superchart of several."""
+    try:
+        axes = figure.get_axes()
+        if not axes:
+            return None
+        if len(axes) == 1:
+            return axes_chart(axes[0])
+        suptitle = figure._suptitle.get_text() if figure._suptitle is not None else ""
+        return {"type": "superchart", "title": _short(suptitle, MAX_CHART_TEXT) or None,
+                "elements": [axes_chart(ax) for ax in axes[:12]]}
+    except Exception as exc:  # a figure we cannot read is shown, only without its data
+        report(f"chart not read: {type(exc).__name__}")
+        return None
+
+
+def chart_kind(ax: Any) -> str:
+    """What one axes draws, judged by its artists (texts and grid lines aside)."""
+    patches = importlib.import_module("matplotlib.patches")
+    Text = importlib.import_module("matplotlib.text").Text
+    Line2D = importlib.import_module("matplotlib.lines").Line2D
+    PathCollection = importlib.import_module("matplotlib.collections").PathCollection
+    PathPatch, Rectangle, Wedge = patches.PathPatch, patches.Rectangle, patches.Wedge
+
+    artists = [a for a in getattr(ax, "_children", []) if not isinstance(a, Text)]
+    if artists and all(isinstance(a, Line2D) for a in artists):
+        return "box_and_whisker" if box_outlines(ax) else "line"
+    if artists and all(isinstance(a, (PathPatch, Line2D)) for a in artists):
+        return "box_and_whisker"
+    for kind, types in (("scatter", PathCollection), ("pie", Wedge), ("bar", Rectangle)):
+        if artists and all(isinstance(a, types) for a in artists):
+            return kind
+    return "unknown"
+
+
+def axes_chart(ax: Any) -> dict[str, Any]:
+    """One axes as E2B's chart: type, title, labels and units, and its elements, bounded."""
+    kind = chart_kind(ax)
+    chart: dict[str, Any] = {"type": kind, "title": _short(ax.get_title(), MAX_CHART_TEXT) or None,
+                             "elements": []}
+    if kind != "pie":
+        for axis, label in (("x", ax.get_xlabel()), ("y", ax.get_ylabel())):
+            label = _short(label, MAX_CHART_TEXT) or None
+            unit = re.search(r"\s\((.*?)\)|\[(.*?)\]", label or "")
+            chart[f"{axis}_label"] = label
+            chart[f"{axis}_unit"] = (unit.group(1) or unit.group(2)) if unit else None
+    elements = {"line": line_elements, "scatter": scatter_elements, "bar": bar_elements,
+                "pie": pie_elements, "box_and_whisker": box_elements}.get(kind)
+    if elements is not None:
+        chart["elements"] = elements(ax)[:MAX_CHART_ELEMENTS]
+    if kind in ("line", "scatter"):
+        for axis in ("x", "y"):
+            ticks = getattr(ax, f"get_{axis}ticks")()[:MAX_CHART_ELEMENTS]
+            chart[f"{axis}_ticks"] = [json_value(float(t)) for t in ticks]
+            chart[f"{axis}_tick_labels"] = [
+                _short(t.get_text(), MAX_CHART_TEXT)
+                for t in getattr(ax, f"get_{axis}ticklabels")()[:MAX_CHART_ELEMENTS]]
+            chart[f"{axis}_scale"] = str(getattr(ax, f"get_{axis}scale")())
+    return chart
+
+
+def _label(artist: Any, fallback: str) -> str:
+    label = str(artist.get_label() or "")
+    return fallback if not label or label.startswith("_") else _short(label, MAX_CHART_TEXT)
+
+
+def _points(xs: Any, ys: Any) -> list[list[Any]]:
+    xs, ys = list(xs)[:MAX_CHART_POINTS], list(ys)[:MAX_CHART_POINTS]
+    return [[json_value(x), json_value(y)] for x, y in zip(xs, ys, strict=False)]
+
+
+def line_elements(ax: Any) -> list[dict[str, Any]]:
+    """Each line's label and points."""
+    return [{"label": _label(line, f"Line {n}"), "points": _points(line.get_xdata(),
+                                                                    line.get_ydata())}
+            for n, line in enumerate(ax.get_lines()[:MAX_CHART_ELEMENTS])]
+
+
+def scatter_elements(ax: Any) -> list[dict[str, Any]]:
+    """Each point collection's label and points."""
+    elements = []
+    for n, collection in enumerate(ax.collections[:MAX_CHART_ELEMENTS]):
+        offsets = collection.get_offsets()[:MAX_CHART_POINTS]
+        elements.append({"label": _label(collection, f"Series {n}"),
+                         "points": _points([p[0] for p in offsets], [p[1] for p in offsets])})
+    return elements
+
+
+def tick_label(labels: dict[float, str], position: float) -> str:
+    """The tick label at `position`, or the position itself when no tick is there."""
+    for tick, text in labels.items():
+        if abs(tick - position) < 1e-6:
+            return text
+    return f"{position:g}"
+
+
+def bar_elements(ax: Any) -> list[dict[str, Any]]:
+    """Each bar: its category (the tick under it), its group (container) and its value."""
+    elements: list[dict[str, Any]] = []
+    for n, container in enumerate(ax.containers[:MAX_CHART_ELEMENTS]):
+        group = _label(container, f"Group {n}")
+        horizontal = getattr(container, "orientation", "vertical") == "horizontal"
+        ticks = ax.get_yticklabels() if horizontal else ax.get_xticklabels()
+        labels = {float(t.get_position()[1 if horizontal else 0]): t.get_text() for t in ticks}
+        for rect in list(container)[:MAX_CHART_ELEMENTS]:
+            if horizontal:
+                where, value = rect.get_y() + rect.get_height() / 2, rect.get_width()
+            else:
+                where, value = rect.get_x() + rect.get_width() / 2, rect.get_height()
+            elements.append({"label": _short(tick_label(labels, where), MAX_CHART_TEXT),
+                             "group": group, "value": json_value(float(value))})
+    return elements
+
+
+def pie_elements(ax: Any) -> list[dict[str, Any]]:
+    """Each slice's label, angle in degrees and radius."""
+    return [{"label": _label(wedge, f"Slice {n}"),
+             "angle": json_value(round(abs(wedge.theta2 - wedge.theta1), 4)),
+             "radius": json_value(float(wedge.r))}
+            for n, wedge in enumerate(ax.patches[:MAX_CHART_ELEMENTS])]
+
+
+def box_outlines(ax: Any) -> list[tuple[float, float, float, float]]:
+    """Each box of a vertical box plot as (left, right, first quartile, third quartile)."""
+    boxes = []
+    for patch in ax.patches:  # patch_artist=True
+        vertices = patch.get_path().vertices
+        boxes.append((min(vertices[:, 0]), max(vertices[:, 0]),
+                      min(vertices[:, 1]), max(vertices[:, 1])))
+    if not boxes:  # drawn as closed five-point lines
+        for line in ax.get_lines():
+            xs, ys = list(line.get_xdata()), list(line.get_ydata())
+            if len(xs) == 5 and xs[0] == xs[-1] and ys[0] == ys[-1] and len(set(xs)) == 2:
+                boxes.append((min(xs), max(xs), min(ys), max(ys)))
+    return [tuple(float(v) for v in box) for box in boxes]  # type: ignore[misc]
+
+
+def box_elements(ax: Any) -> list[dict[str, Any]]:
+    """Each box's quartiles, median, whiskers and outliers, read from the lines around it."""
+    labels = {float(t.get_position()[0]): t.get_text() for t in ax.get_xticklabels()}
+    elements = []
+    for left, right, low, high in box_outlines(ax)[:MAX_CHART_ELEMENTS]:
+        box = {"label": _short(tick_label(labels, (left + right) / 2), MAX_CHART_TEXT),
+               "min": low, "first_quartile": low, "median": None, "third_quartile": high,
+               "max": high, "outliers": []}
+        for line in ax.get_lines():
+            xs = [float(x) for x in line.get_xdata()]
+            ys = [float(y) for y in line.get_ydata()]
+            if not xs or not all(left <= x <= right for x in xs):
+                continue
+            if len(ys) == 2 and ys[0] == ys[1] and low <= ys[0] <= high and xs[0] != xs[1]:
+                box["median"] = ys[0]
+            elif len(ys) == 2 and xs[0] == xs[1] and min(ys) == high:
+                box["max"] = max(ys)
+            elif len(ys) == 2 and xs[0] == xs[1] and max(ys) == low:
+                box["min"] = min(ys)
+            elif line.get_linestyle() in ("None", "none", "", " "):
+                box["outliers"] = [json_value(y) for y in ys[:MAX_CHART_POINTS]]
+        elements.append(box)
+    return elements
 
 
 # ---------------------------------------------------------------- figures (plt.show)
@@ -452,16 +839,42 @@ def patch_figures(module: Any) -> None:
 def _show_function(pyplot: Any) -> Callable[..., None]:
     @functools.wraps(pyplot.show)
     def show(*args: Any, **kwargs: Any) -> None:
-        """Save every open figure to /output (figure-N.png) and close it."""
+        """Save every open figure to /output (figure-N.png), keep it as a result, close it."""
         for number in pyplot.get_fignums():
-            figure = pyplot.figure(number)
-            width, height = figure.get_size_inches()
-            dpi = min(float(figure.dpi), FIGURE_MAX_PIXELS / max(width, height, 0.01))
-            figure.savefig(free_figure_path(), dpi=dpi)
+            show_figure(pyplot.figure(number))
         pyplot.close("all")
 
     show._sbx = True  # type: ignore[attr-defined]
     return show
+
+
+def show_figure(figure: Any) -> None:
+    """One figure as a notebook shows it: a PNG in /output and a result with its chart."""
+    width, height = figure.get_size_inches()
+    dpi = min(float(figure.dpi), FIGURE_MAX_PIXELS / max(width, height, 0.01))
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)  # drawn now: its ticks are known
+    png = buffer.getvalue()
+    with open(free_figure_path(), "xb") as handle:
+        handle.write(png)
+    RESULTS.add({"text/plain": f"<Figure size {width * dpi:.0f}x{height * dpi:.0f} with "
+                               f"{len(figure.get_axes())} Axes>", "image/png": png},
+                chart=figure_chart(figure))
+
+
+def show_open_figures() -> None:
+    """At a cell's end, show the figures it left open and never saved (as a notebook does)."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    try:
+        for number in pyplot.get_fignums():
+            figure = pyplot.figure(number)
+            if not getattr(figure, "_sbx_saved", False):
+                show_figure(figure)
+                pyplot.close(figure)  # a saved one stays open for the next cell, as before
+    except Exception as exc:  # the code broke pyplot: its figures stay unshown
+        report(f"figures not shown: {type(exc).__name__}")
 
 
 def free_figure_path() -> str:
@@ -478,6 +891,7 @@ def _savefig_method(original: Callable[..., Any]) -> Callable[..., Any]:
         """Figure.savefig, with the titles and labels as PNG text when it writes a PNG."""
         if "metadata" not in kwargs and _writes_png(fname, kwargs.get("format")):
             kwargs["metadata"] = {FIGURE_META_KEY: describe_figure(self)}
+        self._sbx_saved = True  # saved by the code: not shown again at the cell's end
         return original(self, fname, *args, **kwargs)
 
     savefig._sbx = True  # type: ignore[attr-defined]
@@ -1360,6 +1774,7 @@ class Supervisor:
             "peak_memory_bytes": peak_during(meter.peak(), peak_before, sampled_peak),
             "refused": listed,
             "refused_more": more,
+            **reply_results(reply),
         }
         if self.kernel is None:
             # Before the frame, not after: the host reads the cgroup when the frame
@@ -1508,6 +1923,25 @@ class CopyBudget:
             return self.refusal
         self.bytes_left -= size
         return None
+
+
+def reply_results(reply: dict[str, Any] | None) -> dict[str, Any]:
+    """The kernel's results, count and execution count, shaped but not trusted.
+
+    The code runs in the kernel and may have written the reply itself: only the
+    shape and the number are checked here (its size is bounded by MAX_REPLY_BYTES);
+    the host validates every field.
+    """
+    reply = reply or {}
+    results = reply.get("results")
+    results = results[:MAX_RESULTS] if isinstance(results, list) else []
+    dropped = reply.get("results_dropped")
+    count = reply.get("execution_count")
+    return {
+        "results": [item for item in results if isinstance(item, dict)],
+        "results_dropped": dropped if isinstance(dropped, int) and dropped >= 0 else 0,
+        "execution_count": count if isinstance(count, int) and count >= 0 else None,
+    }
 
 
 def bounded_refusals(refused: list[dict[str, str]]) -> tuple[list[dict[str, str]], int]:

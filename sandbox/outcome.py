@@ -6,10 +6,21 @@ both the model and the operator know what happened and what to do.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+from typing import Any
+
 from sbx.sandbox.accounting import Snapshot, cpu_seconds_between, oom_between
 from sbx.sandbox.limits import Limits
-from sbx.sandbox.protocol import MAX_REFUSED_LISTED, RefusedFrame, ResultFrame
-from sbx.sandbox.result import Artifact, ExecutionError, ExecutionResult, RefusedArtifact
+from sbx.sandbox.protocol import MAX_REFUSED_LISTED, DisplayFrame, RefusedFrame, ResultFrame
+from sbx.sandbox.result import (
+    Artifact,
+    DisplayResult,
+    ExecutionError,
+    ExecutionResult,
+    RefusedArtifact,
+)
 from sbx.sandbox.units import format_size
 
 RESET = "variables were reset"
@@ -120,7 +131,45 @@ def build_result(
         artifacts=artifacts,
         refused_artifacts=listed,
         refused_unlisted=unlisted,
+        results=[display_result(item) for item in frame.results],
+        results_dropped=frame.results_dropped,
+        execution_count=frame.execution_count,
     )
+
+
+TEXT_FORMATS = {"text/plain": "text", "text/html": "html", "text/markdown": "markdown",
+                "image/svg+xml": "svg", "text/latex": "latex"}
+BINARY_FORMATS = {"image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf"}
+MAX_TEXT_CHARS = 100_000
+"""Characters of one textual format kept (the runner's own bound); a longer one is dropped."""
+MAX_JSON_CHARS = 100_000
+
+
+def display_result(item: DisplayFrame) -> DisplayResult:
+    """One result of the runner's frame, with only well-formed formats within their bounds."""
+    fields: dict[str, Any] = {"is_main_result": item.main, "data": item.data,
+                              "chart": item.chart}
+    for mime, name in TEXT_FORMATS.items():
+        value = item.bundle.get(mime)
+        if isinstance(value, str) and len(value) <= MAX_TEXT_CHARS:
+            fields[name] = value
+    for mime, name in BINARY_FORMATS.items():
+        value = item.bundle.get(mime)
+        if isinstance(value, str) and _is_base64(value):
+            fields[name] = value
+    value = item.bundle.get("application/json")
+    if isinstance(value, (dict, list)) and len(json.dumps(value)) <= MAX_JSON_CHARS:
+        fields["json_data"] = value
+    return DisplayResult(**fields)
+
+
+def _is_base64(text: str) -> bool:
+    """Strict base64 (no other characters): it goes into `data:` URLs as it is."""
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
 
 def lost_runner_result(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
 PROTOCOL_VERSION = 3
 """3: the runner streams the head of stdout and stderr while code runs (`output` frames), and
@@ -21,6 +21,10 @@ neither stream nor preimport (its output lost with its container, as before), an
 would run code as root."""
 MAX_REFUSED_LISTED = 20
 """Refusals one result frame may list (the runner counts the rest in `refused_more`)."""
+MAX_RESULTS = 32
+"""Rich results one result frame may carry (the runner counts the rest in `results_dropped`)."""
+MAX_RESULTS_BYTES = 4 << 20
+"""JSON bytes of one frame's results (the runner's own bound: a frame line may grow by this)."""
 OUTPUT_CHUNK_BYTES = 64 * 1024
 """Most bytes of stdout or stderr one output frame carries (the runner's own constant)."""
 OUTPUT_INTERVAL_S = 0.02
@@ -76,6 +80,21 @@ class RefusedFrame(_Frame):
     reason: str = Field(max_length=1024)
 
 
+class DisplayFrame(BaseModel):
+    """One rich result as the runner sends it: a MIME bundle, a DataFrame's data, a chart.
+
+    Lenient on formats (an unknown one is ignored when the result is built), strict on
+    types: the kernel that made it runs the code, so it may have been forged.
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    bundle: dict[str, JsonValue]
+    main: bool = False
+    data: dict[str, list[JsonValue]] | None = None
+    chart: dict[str, JsonValue] | None = None
+
+
 class ResultFrame(_Frame):
     """The end of one execution."""
 
@@ -97,6 +116,10 @@ class ResultFrame(_Frame):
     peak_memory_bytes: int | None
     refused: list[RefusedFrame] = Field(max_length=MAX_REFUSED_LISTED)
     refused_more: int = Field(default=0, ge=0)
+    results: list[DisplayFrame] = Field(default_factory=list, max_length=MAX_RESULTS)
+    """The cell's rich results (absent from a runner that predates them)."""
+    results_dropped: int = Field(default=0, ge=0)
+    execution_count: int | None = Field(default=None, ge=0)
 
     def unstreamed_head(self, stream: str) -> str:
         """The head's text of `stream` that no output frame carried.

@@ -8,7 +8,9 @@ itself. Errors an operator must fix (no engine, no image) are exceptions in
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 
 class ExecutionError(BaseModel):
@@ -48,6 +50,39 @@ class RefusedArtifact(BaseModel):
     """The name as found in `/output` (it may be hostile; never used as a host path)."""
     reason: str
     """Why it was refused: symlink, special file, unsafe name, too large, too many."""
+
+
+class DisplayResult(BaseModel):
+    """One rich result of a cell, as a notebook shows it.
+
+    The formats IPython's display protocol made of a value: the cell's trailing
+    expression, a `display()` call, a figure shown. The field names are E2B's, so
+    every face reads the same thing. Everything here came from the code and is
+    hostile: sizes are bounded by the runner and again by the host, images are
+    checked base64, and HTML, SVG and Markdown must never be rendered unescaped
+    (the page shows a table from `data`, not from `html`).
+    """
+
+    text: str | None = None
+    """text/plain (for the trailing value: what the cell printed for it)."""
+    html: str | None = None
+    markdown: str | None = None
+    svg: str | None = None
+    png: str | None = None
+    """Base64 of a PNG (a figure shown by `plt.show()`, or an image displayed)."""
+    jpeg: str | None = None
+    pdf: str | None = None
+    latex: str | None = None
+    json_data: JsonValue = Field(default=None, alias="json")
+    """application/json (named `json` on the wire and in E2B)."""
+    data: dict[str, list[JsonValue]] | None = None
+    """A DataFrame's first rows as `{column: [values]}` (E2B's `data`), bounded."""
+    chart: dict[str, Any] | None = None
+    """A matplotlib figure's structured chart (E2B's): type, title, labels, units, elements."""
+    is_main_result: bool = False
+    """The cell's trailing value (True) or a display()/figure output (False)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class StreamCapture(BaseModel):
@@ -102,6 +137,12 @@ class ExecutionResult(BaseModel):
     """Further refusals counted but not listed: code controls `/output`, so the list is bounded."""
     notes: list[str] = Field(default_factory=list)
     """Plain-language resource notes, e.g. 'killed: memory limit 512 MiB reached'."""
+    results: list[DisplayResult] = Field(default_factory=list)
+    """Rich results: display() outputs, shown figures and the trailing value, in order."""
+    results_dropped: int = 0
+    """Further results the cell made past the runner's count or size bound."""
+    execution_count: int | None = None
+    """The cell's number in its namespace (a notebook's In [n]); None from an older runner."""
 
     @property
     def ok(self) -> bool:

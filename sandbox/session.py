@@ -39,7 +39,14 @@ from sbx.sandbox.outcome import (
     merge_host_figures,
     resource_notes,
 )
-from sbx.sandbox.protocol import PROTOCOL_VERSION, FatalFrame, Frame, ReadyFrame, exec_request
+from sbx.sandbox.protocol import (
+    MAX_RESULTS_BYTES,
+    PROTOCOL_VERSION,
+    FatalFrame,
+    Frame,
+    ReadyFrame,
+    exec_request,
+)
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.spec import DEFAULT_OUTPUT_ROOT, SessionSpec
 from sbx.sandbox.spec import new_run_id as new_run_id  # re-exported: callers name runs too
@@ -366,7 +373,7 @@ def max_frame_bytes(limits: Limits) -> int:
     """Longest line the runner may legitimately send (JSON escaping can grow text 6x)."""
     text = 6 * (limits.stdout_bytes + limits.stderr_bytes) + (1 << 20)
     artifact = (limits.max_artifact_bytes * 4) // 3 + 4096
-    return max(text, artifact) + (64 << 10)
+    return max(text, artifact) + MAX_RESULTS_BYTES + (64 << 10)
 
 
 def run_fresh(

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from conftest import TEST_IMAGE
 from sbx.agent.core.app import App
-from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.config import load_config
 from sbx.agent.core.conversation import Conversation, ConversationSpec
 from sbx.agent.core.events import Event, OutputChunk
 from sbx.agent.core.settings import Endpoint
+from sbx.agent.model.cancellation import Cancellation
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from scripted_llm import FAKE_KEY, ScriptedLLM
 

@@ -90,6 +90,24 @@ def test_a_chart_whose_own_text_holds_a_card_number_is_described_not_shown(llm, 
     assert "data:image" not in json.dumps(llm.requests[1].body)
 
 
+@pytest.mark.docker
+def test_without_vision_the_model_reads_each_charts_data(llm, tmp_path):
+    code = ("import matplotlib.pyplot as plt\n"
+            "plt.bar(['north', 'south'], [120, 80]); plt.title('Sales by region')\n"
+            "plt.ylabel('revenue (EUR)'); plt.show()\n"
+            "card = ''.join(['4111', '1111', '1111', '1111'])\n"
+            "plt.plot([1, 2, 3], [3, 1, 2], label='paid with ' + card); plt.show()\n")
+    message, _ = _ask(llm, tmp_path, [], code)
+    text = message["content"]
+    assert "What the charts hold" in text
+    assert "bar chart 'Sales by region', y: 'revenue (EUR)', north [Group 0] = 120.0" in text
+    assert "south [Group 0] = 80.0" in text
+    assert "line chart" in text and "(1, 3), (2, 1), (3, 2)" in text
+    sent = json.dumps(llm.requests[1].body)
+    assert "4111111111111111" not in sent  # the guard saw the chart's own text
+    assert "paid with [card]" in sent
+
+
 def test_the_cli_shows_an_image_message_as_its_text():
     import io
 

@@ -8,7 +8,8 @@ surface `sbx.agent`: a face imports it, its own package and its framework,
 nothing else of sbx (the commands about the sandbox itself excepted); it
 never builds a `Workspace` or a `Conversation`, never reaches the app's audit
 log, pool or image, and nothing outside the CLI imports the CLI. What the
-door exports exists and is documented.
+door exports exists and is documented. No two of `agent/`'s packages import
+each other, directly or around a longer loop: what both sides need sits below.
 """
 
 from __future__ import annotations
@@ -239,6 +240,38 @@ def test_faces_never_build_a_workspace_a_conversation_or_a_gate() -> None:
     assert [bad for rel, tree in _face_modules() for bad in _constructions(rel, tree)] == []
 
 
+RUN_MACHINERY = {"Workspace", "ToolGate", "build_gate", "open_gate", "workspace", "_workspace"}
+"""What a run is built from: only the core builds a workspace or opens a gate, in the door's
+methods (`App.execute`, `App.tool_session`, `App.rerun`, a conversation's run)."""
+
+
+def _run_machinery(rel: str, tree: ast.Module) -> list[str]:
+    """Calls that build a workspace or open a gate, by name or as a method."""
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else (
+                func.attr if isinstance(func, ast.Attribute) else "")
+            if name in RUN_MACHINERY:
+                bad.append(f"{rel}:{node.lineno} calls {name}")
+    return bad
+
+
+def test_only_the_core_builds_a_workspace_or_opens_a_gate() -> None:
+    bad = []
+    for path in _modules("agent"):
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith("agent/core/") or rel == "agent/bench/gate.py":  # it measures the gate
+            continue
+        bad += _run_machinery(rel, ast.parse(path.read_text(), filename=rel))
+    assert bad == []
+    rerun = ast.parse("w = app._workspace(spec)\ng = w.open_gate('r-1')\nbuild_gate(p)\n")
+    assert _run_machinery("agent/replay/x.py", rerun) == [
+        "agent/replay/x.py:1 calls _workspace", "agent/replay/x.py:2 calls open_gate",
+        "agent/replay/x.py:3 calls build_gate"]
+
+
 def test_faces_never_reach_the_apps_audit_log_pool_or_image() -> None:
     assert [bad for rel, tree in _face_modules() for bad in _app_insides(rel, tree)] == []
 
@@ -344,3 +377,65 @@ def test_the_door_imports_only_what_is_asked_for() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def _package_of(rel: str) -> str:
+    """`agent/core/app.py` -> `core`; the door (`agent/__init__.py`) is `sbx.agent`."""
+    parts = Path(rel).parts
+    return parts[1] if len(parts) > 2 else THE_DOOR
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """Which of `agent/`'s packages each imports (the door counts as one).
+
+    Every import counts: at module level, inside a function and under
+    `TYPE_CHECKING`. A lazy import is still a dependency when it runs, and moving an
+    import into a function is the usual way a loop is hidden rather than cut.
+    """
+    graph: dict[str, set[str]] = {}
+    for path in _modules("agent"):
+        rel = str(path.relative_to(ROOT))
+        source = _package_of(rel)
+        for name in _imports(path):
+            parts = name.split(".")
+            if parts[:2] != ["sbx", "agent"]:
+                continue
+            target = parts[2] if len(parts) > 2 else THE_DOOR
+            if target != source:
+                graph.setdefault(source, set()).add(target)
+    return graph
+
+
+def _loop(graph: dict[str, set[str]]) -> list[str]:
+    """One import loop of `graph` as its packages in order (`[a, b, a]`), or [] when none."""
+    state: dict[str, str] = {}  # "open" while on the path, "done" once fully explored
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = "open"
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                return [*path[path.index(target):], target]
+            if target not in state and (found := visit(target)):
+                return found
+        path.pop()
+        state[node] = "done"
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
+def test_no_import_loop_among_the_agents_packages() -> None:
+    graph = _package_graph()
+    assert {"model", "provenance", "replay"} <= graph["core"]  # the graph is read at all
+    assert _loop(graph) == []
+
+
+def test_the_loop_check_finds_direct_and_longer_loops() -> None:
+    assert _loop({"core": {"model"}, "model": {"core"}}) == ["core", "model", "core"]
+    assert _loop({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _loop({"cli": {"core", "service"}, "service": {"core"}, "core": {"model"}}) == []

@@ -31,7 +31,7 @@ def session_workspace(tmp_path: Path) -> Iterator[tuple[App, Workspace, str]]:
     ) as app:
         spec = ConversationSpec(conversation_id=run_id, principal="os:tester",
                                 output_root=tmp_path)
-        yield app, app.workspace(spec), run_id
+        yield app, app._workspace(spec), run_id  # the builder behind tool_session
 
 
 @pytest.mark.docker

@@ -206,7 +206,7 @@ def test_a_fiscal_year_range_is_not_a_number_to_check():
 
 
 def test_earlier_runs_notes_are_not_output():
-    from sbx.agent.provenance.run import earlier_outputs
+    from sbx.agent.core.verification import earlier_outputs
 
     observation = "[stdout]\n41\n[notes]\n- killed: memory limit 512 MiB reached\n[resources] 1.2 s"
     outputs = earlier_outputs([{"role": "tool", "tool_call_id": "c", "content": observation}])

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 import scripted_llm
 from conftest import TEST_IMAGE
+from sbx.agent import App, RunOutcome, RunTicket, load_config, read_record
 from sbx.agent.cli.main import cli
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.sandbox.config import MANAGED_LABEL, RUN_ID_LABEL
@@ -111,3 +112,40 @@ def test_rerun_of_a_file_that_is_no_transcript_exits_2(tmp_path):
     outcome = CliRunner().invoke(cli, ["replay", "--rerun", str(path)])
     assert outcome.exit_code == 2
     assert f"{path}:1: not a JSON line" in outcome.stderr
+
+
+class Heard:
+    """A face's recorder that keeps what it was told of each run."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, RunTicket, str | None]] = []
+
+    def admitted(self, ticket: RunTicket) -> None:
+        self.steps.append(("admitted", ticket, None))
+
+    def started(self, ticket: RunTicket) -> None:
+        self.steps.append(("started", ticket, None))
+
+    def finished(self, ticket: RunTicket, outcome: RunOutcome) -> None:
+        self.steps.append(("finished", ticket, outcome.status))
+
+    def withdrawn(self, ticket: RunTicket) -> None:
+        self.steps.append(("withdrawn", ticket, None))
+
+
+@pytest.mark.docker
+def test_a_rerun_is_one_run_on_one_ticket_with_the_life_of_every_run(llm, tmp_path, engine):
+    _record_a_run(llm, tmp_path)
+    heard = Heard()
+    with App.open(load_config(None), environ={}, audit_log=tmp_path / "audit.jsonl",
+                  image=TEST_IMAGE) as app:
+        report = app.rerun(read_record(tmp_path / "run.jsonl"), principal="os:tester",
+                           output_dir=tmp_path / "again", recorder=heard)
+
+    assert report.ok and len(report.checks) == 2
+    assert [(step, status) for step, _, status in heard.steps] == [
+        ("admitted", None), ("started", None), ("finished", "ok")]
+    tickets = {id(ticket) for _, ticket, _ in heard.steps}
+    ticket = heard.steps[0][1]
+    assert len(tickets) == 1 and ticket.kind == "rerun" and ticket.run_id == report.rerun_id
+    assert ticket.principal == "os:tester" and ticket.conversation_id is None

@@ -34,8 +34,8 @@ def test_file_operations_pass_the_gate_spare_the_variables_and_come_back_after_a
     with App.open(load_config(None), environ={}, audit_log=audit, image=TEST_IMAGE) as app:
         spec = ConversationSpec(conversation_id="files-1", principal="os:tester",
                                 output_root=tmp_path)
-        session = ToolSession(session_id="files-1", workspace=app.workspace(spec),
-                              recorder=NoRecorder(), run_kind="mcp")
+        session = app.tool_session(spec, build=lambda workspace: ToolSession(
+            session_id="files-1", workspace=workspace, recorder=NoRecorder(), run_kind="mcp"))
         try:
             session.call("execute_python", {"code": "OP, entry = 'mine', 'also mine'"})
             written = write_file(session, "/work/a/b.bin", b"\x00\xff")

@@ -13,7 +13,7 @@ import threading
 import anyio
 from pydantic import BaseModel
 
-from sbx.agent.core.cancellation import Cancellation
+from sbx.agent.model.cancellation import Cancellation
 from sbx.agent.service.execute_stream import ExecutionStream
 from sbx.agent.service.problems import Problem
 

@@ -20,8 +20,8 @@ from sbx.agent.cli.main import cli
 from sbx.agent.core.loop import run
 from sbx.agent.core.prompt import build_system_prompt
 from sbx.agent.core.settings import AgentSettings, Budget
-from sbx.agent.core.textformat import as_text_messages, code_blocks, with_code_calls
 from sbx.agent.model.reply import ModelReply
+from sbx.agent.model.textformat import as_text_messages, code_blocks, with_code_calls
 from sbx.agent.testing.scripted_model import assistant
 from scripted_llm import model_for, policy
 from tools_support import SubprocessRunner, events, make_gate

@@ -33,8 +33,6 @@ from sbx.agent import (
     Answer,
     ConversationSpec,
     TranscriptError,
-    answer_one,
-    continue_paused,
     find_transcript,
     read_paused,
     run_outcome,
@@ -193,9 +191,9 @@ def _run(question: str, options: FaceOptions, *, quiet: bool) -> Answer:
     """One question in a conversation of its own, through the application core."""
     progress = None if quiet else Progress(sys.stderr)
     with opened_app(options) as (app, endpoint):
-        return answer_one(
-            app, question, spec=_asking(options.spec()), endpoint=endpoint,
-            transcript=options.transcript, progress=progress,
+        return app.answer_one(
+            question, spec=_asking(options.spec()), endpoint=endpoint,
+            transcript=options.transcript, progress=progress, limits=options.limits,
         )
 
 
@@ -205,9 +203,9 @@ def _continue(run_id: str, answer: str, options: FaceOptions, *, quiet: bool) ->
     with opened_app(options) as (app, endpoint):
         path = options.transcript or find_transcript(run_id, RUNS_DIR)
         paused = read_paused(path, run_id)
-        return continue_paused(
-            app, paused, answer, spec=_asking(options.spec()), endpoint=endpoint,
-            progress=progress,
+        return app.continue_paused(
+            paused, answer, spec=_asking(options.spec()), endpoint=endpoint,
+            progress=progress, limits=options.limits,
         )
 
 

@@ -24,7 +24,6 @@ from typing import Any
 import click
 
 from sbx.agent import Conversation, RunResult, read_resumable, run_outcome, safe_text
-from sbx.agent import resume_conversation as resume
 from sbx.agent.cli.answer_parts import answer_text
 from sbx.agent.cli.display import Progress
 from sbx.agent.cli.errors import EXIT_INTERRUPTED, fail, operator_errors
@@ -84,9 +83,11 @@ def chat_command(
              "--transcript)", 2)
     with opened_app(options) as (app, endpoint):
         if resume_from is not None:
-            opened = resume(app, read_resumable(resume_from), spec=spec, endpoint=endpoint)
+            opened = app.resume(read_resumable(resume_from), spec=spec, endpoint=endpoint,
+                                limits=limits)
         else:
-            opened = app.conversation(spec, endpoint=endpoint, transcript=options.transcript)
+            opened = app.conversation(spec, endpoint=endpoint, transcript=options.transcript,
+                                      limits=limits)
         with opened as conversation:
             if progress is not None:
                 conversation.subscribe(progress)

@@ -1,6 +1,6 @@
 """`sbx exec`: one program in a fresh hardened container, without an agent.
 
-It runs through the application core's `execute_program`, so the program is
+It runs through the door's `App.execute`, so the program is
 gated and audited like a model's call: the policy applies (`--policy`), the
 limit flags only ever tighten it, and the audit log (`--audit-log`, else where
 `sbx ask` writes it) gets the run's records under the OS user, with the limits
@@ -21,7 +21,6 @@ from sbx.agent import (
     DEFAULT_IMAGE,
     ExecutionResult,
     ProgramSpec,
-    execute_program,
     format_size,
     os_principal,
     safe_json,
@@ -145,8 +144,8 @@ def exec_command(
                           output=output, limits=limits)
     live = None if as_json else ProgramOutput(sys.stdout, sys.stderr)  # Ctrl-C keeps it
     with opened_core(FaceOptions(policy=policy, audit_log=audit_log, image=image)) as app:
-        run = execute_program(  # a limit above the policy's: one line, exit 2
-            app, program, on_output=live.relay if live is not None else None
+        run = app.execute(  # a limit above the policy's: one line, exit 2
+            program, on_output=live.relay if live is not None else None
         )
     result = run.execution
     if result is None:  # refused at the gate (e.g. the policy disables execute_python)

@@ -123,8 +123,14 @@ def _operator_lines() -> Iterator[None]:
 
 
 def configure(options: FaceOptions) -> AppConfig:
-    """The policy file read once, with the command line's flags and limits applied."""
-    return load_config(options.policy).with_flags(options.flags).limited(options.limits)
+    """The policy file read once, with the command line's flags applied.
+
+    The limit flags go with each run (`limits=`, the core's one way in for them); a
+    limit above the policy's is refused here already, before anything opens.
+    """
+    config = load_config(options.policy).with_flags(options.flags)
+    config.limited(options.limits)
+    return config
 
 
 def run_options(command: Any) -> Any:

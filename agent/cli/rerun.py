@@ -27,7 +27,6 @@ from sbx.agent import (
     os_principal,
     read_record,
     recorded_data,
-    rerun,
     safe_text,
 )
 from sbx.agent.cli.errors import fail
@@ -48,8 +47,9 @@ def rerun_command(transcript: Path, options: FaceOptions) -> NoReturn:
     _intro(record)
     with opened_core(options) as app, tempfile.TemporaryDirectory(prefix="sbx-rerun-") as scratch:
         try:
-            report = rerun(
-                app, record, principal=os_principal(), output_dir=Path(scratch), on_check=_show
+            report = app.rerun(
+                record, principal=os_principal(), output_dir=Path(scratch), on_check=_show,
+                limits=options.limits,
             )
         except (RerunError, AuditError) as exc:
             fail(str(exc))

@@ -1,44 +1,60 @@
 """The application core's front door: configuration once, one pool and one audit log.
 
-Every face of sbx (the CLI, the service and its web page, MCP) calls this
+Every face of sbx (the CLI, the service and its web page, MCP, E2B) calls this
 layer and none re-implements a run. It holds no click and writes to no
-terminal: faces render the events they subscribe to. The door's operations:
+terminal: faces render the events they subscribe to. Every way a run starts
+is a method here or on the conversation it opens:
 
-    App.open(config)                        the audit log; the pool when code may run
-    App.conversation(spec, endpoint)        open a conversation (its sandbox at first use)
-    App.reopen(spec, endpoint, transcript)  resume one from its transcript (`sbx ask --continue`)
-      └─ Conversation.ask / answer / cancel  a run each (a `Cancellation` token, a recorder)
-    App.workspace(spec, extra_tools)        tools without a model (an MCP session, a rerun)
-    execute_program(app, spec)              one program, gated and audited like a model's call
-                                            (`sbx.agent.core.execute_program`)
+    App.open(config)                          the audit log; the pool when code may run
+    App.conversation(spec, endpoint)          open a conversation (its sandbox at first use)
+      └─ Conversation.admit / ask / answer    a question, or the answer to a pending one: a run
+         Conversation.cancel                  each (its `Cancellation` token, a recorder)
+    App.resume(record, spec, endpoint)        a recorded conversation taken up (`sbx chat
+                                              --resume`, a restarted server, an adopting replica)
+    App.continue_paused(paused, answer, ...)  a recorded run that ended `needs_input`, answered
+    App.answer_one(question, spec, endpoint)  one question in a conversation of its own
+    App.execute(program)                      one program, gated and audited like a model's call
+    App.tool_session(spec, build=...)         a tool session for an agent that brings its model
+                                              (MCP, E2B): each execution a run
+    App.rerun(record, principal=...)          a recorded conversation's code run again, compared
 
-Every per-run choice of limits goes through `limits=` (already checked below the
-policy's ceiling by the caller's request type). The audit log, the pool and the
-image stay in here: faces never pass them on, and never build a `Workspace` or
-a `Conversation` themselves (tests/test_layering.py).
+Each run has one ticket (`Workspace.ticket`) and one life told to the face's
+`RunRecorder` (`sbx.agent.core.run_recorder.recorded`): admitted, started,
+finished or withdrawn. Every per-run choice of limits comes in as a
+`LimitsRequest` (checked below the policy's ceiling by `AppConfig.limited`).
+The audit log, the pool and the image stay in here: faces never pass them on,
+and never build a `Workspace`, a gate or a `Conversation` themselves
+(tests/test_layering.py).
 
 `App` is one of the two places in `agent/` that imports `sandbox` (with the
-conversation); the loop never does (DESIGN). Closing the app drains the pool
-(every container removed) and closes the audit log.
+conversation); the loop never does. Closing the app drains the pool (every
+container removed) and closes the audit log.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sbx.agent.core.config import AppConfig, PoolSettings
 from sbx.agent.core.conversation import Conversation, ConversationSpec, new_conversation_id
 from sbx.agent.core.events import ConversationStart, EventSink
+from sbx.agent.core.execute_program import ProgramRun, ProgramSpec, run_program
+from sbx.agent.core.history import RecordedConversation
 from sbx.agent.core.limits_request import LimitsRequest
-from sbx.agent.core.settings import Endpoint, SettingsError
+from sbx.agent.core.rerun import ExecutionCheck, RerunReport, rerun_in, rerun_plan
+from sbx.agent.core.resume import Resumable
+from sbx.agent.core.run_recorder import NoRecorder, RunRecorder
+from sbx.agent.core.settings import Endpoint
 from sbx.agent.core.state import RunResult
+from sbx.agent.core.tool_session import ToolSession
 from sbx.agent.core.transcript import Transcript
 from sbx.agent.core.workspace import Workspace, check_data
+from sbx.agent.model.cancellation import Cancellation
 from sbx.agent.model.client import ModelClient
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.config import DEFAULT_IMAGE as DEFAULT_IMAGE
@@ -50,12 +66,17 @@ from sbx.sandbox.pool import Pool
 from sbx.sandbox.pool_config import PoolConfig, PoolKey
 from sbx.sandbox.session import new_run_id
 from sbx.tools.audit import AuditLog, open_audit_log
+from sbx.tools.context import OutputSink
+from sbx.tools.gate import ToolGate
 from sbx.tools.registry import Tool
 
 RUNS_DIR = Path("sbx-runs")
 """Default directory of transcripts (`<conversation or run id>.jsonl`)."""
 OUTPUT_DIR = Path("sbx-output")
 """Default root of artifact directories (`<run_id>/`)."""
+
+S = TypeVar("S", bound=ToolSession)
+"""A face's own kind of tool session, built by `App.tool_session` (MCP's, E2B's)."""
 
 
 def os_principal() -> str:
@@ -153,28 +174,128 @@ class App(Closing):
         )
         return conversation
 
-    def reopen(self, spec: ConversationSpec, *, endpoint: Endpoint, transcript: Path,
-               next_seq: int, limits: LimitsRequest | None = None) -> Conversation:
-        """A conversation taken up from its transcript (appended from line `next_seq` on)."""
+    def resume(self, record: Resumable, *, spec: ConversationSpec, endpoint: Endpoint,
+               data: tuple[Path, ...] | None = None, limits: LimitsRequest | None = None,
+               lost_reason: str | None = None) -> Conversation:
+        """Take up the recorded conversation `record`: its id, data, messages and question.
+
+        Its events are appended to the same transcript; its first run restores the
+        sandbox's state (the sandbox died with the process that held it). `spec` gives
+        the face's principal, output and operator; `data` replaces the recorded paths (a
+        replica has its own copy of the datasets); `lost_reason` says why its sandbox is
+        gone (a restart's words: which process ended, which replica drained).
+        """
+        spec = replace(spec, conversation_id=record.conversation_id,
+                       data=record.data if data is None else data)
         check_data(spec.data)
-        if spec.conversation_id is None:
-            raise SettingsError("a conversation is reopened under its own id")
         limited = self.config.limited(limits or LimitsRequest()).limits
-        record = Transcript.reopen(transcript, conversation_id=spec.conversation_id,
-                                   next_seq=next_seq)
+        transcript = Transcript.reopen(record.path, conversation_id=record.conversation_id,
+                                       next_seq=record.next_seq)
         try:
-            return self._conversation(spec, endpoint, record, limited)
+            conversation = self._conversation(spec, endpoint, transcript, limited)
         except BaseException:
-            record.close()
+            transcript.close()
+            raise
+        conversation.restore(record.messages, record.pending, lost=record.executions > 0,
+                             reason=lost_reason)
+        return conversation
+
+    def continue_paused(self, paused: Resumable, answer: str, *, spec: ConversationSpec,
+                        endpoint: Endpoint, progress: EventSink | None = None,
+                        limits: LimitsRequest | None = None) -> Answer:
+        """Answer a recorded run that ended `needs_input` (`sbx ask --continue`): a new run.
+
+        It runs in a new sandbox and is appended to the paused run's transcript
+        (`read_paused` checks that the run is the last and waits for an answer).
+        """
+        with self.resume(paused, spec=spec, endpoint=endpoint, limits=limits) as conversation:
+            if progress is not None:
+                conversation.subscribe(progress)
+            result = conversation.answer(answer)
+        output = spec.output or spec.output_root / result.run_id
+        return Answer(result=result, conversation_id=conversation.id, transcript=paused.path,
+                      audit_log=self.audit_path, output_dir=output)
+
+    def answer_one(self, question: str, *, spec: ConversationSpec, endpoint: Endpoint,
+                   transcript: Path | None = None, progress: EventSink | None = None,
+                   limits: LimitsRequest | None = None) -> Answer:
+        """One question in a conversation of its own: the shape of `sbx ask`.
+
+        The transcript is named after the run (`sbx-runs/<run_id>.jsonl`) unless
+        given; the sandbox is removed before this returns.
+        """
+        run_id = new_run_id()
+        path = transcript or RUNS_DIR / f"{run_id}.jsonl"
+        with self.conversation(spec, endpoint=endpoint, transcript=path,
+                               limits=limits) as conversation:
+            if progress is not None:
+                conversation.subscribe(progress)
+            result = conversation.ask(question, run_id=run_id)
+        output = spec.output or spec.output_root / run_id
+        return Answer(result=result, conversation_id=conversation.id, transcript=path,
+                      audit_log=self.audit_path, output_dir=output)
+
+    def execute(self, program: ProgramSpec, *, on_output: OutputSink | None = None,
+                watch: Callable[[ToolGate], None] | None = None,
+                recorder: RunRecorder | None = None,
+                cancel: Cancellation | None = None) -> ProgramRun:
+        """Run one program through the gate in a sandbox of its own, then remove the sandbox.
+
+        Raises `LimitRefused` for limits above the policy (nothing runs, nothing is
+        audited) and `SandboxError` when sbx itself could not run it (engine, image,
+        runtime, data, host capacity). `on_output(call_id, stream, text)` gets the
+        output while the code runs; `watch` gets the gate as soon as it is open.
+        `recorder` hears the run's life; `cancel` stops the call (fired before the
+        gate opens, the code never runs).
+        """
+        run_id = program.run_id or new_run_id()
+        spec = ConversationSpec(conversation_id=run_id, principal=program.principal,
+                                team=program.team, data=program.data,
+                                output=program.output or OUTPUT_DIR / run_id,
+                                one_shot=True)  # stdout exactly the program's
+        return run_program(self._workspace(spec, limits=program.limits), program,
+                           on_output=on_output, watch=watch, recorder=recorder, cancel=cancel)
+
+    def tool_session(self, spec: ConversationSpec, *, build: Callable[[Workspace], S],
+                     extra_tools: tuple[Tool, ...] = (),
+                     limits: LimitsRequest | None = None) -> S:
+        """A tool session for an agent that brings its own model (an MCP client, E2B's SDK).
+
+        Its workspace (`spec`'s id is the session's) is opened here, with `extra_tools`
+        beside the policy's and `limits` tightening its sandbox's (`LimitRefused` above the
+        ceiling); `build(workspace)` makes the face's session of it (a `ToolSession`, or
+        the face's own kind of one). Each of its executions is a run of its recorder.
+        """
+        workspace = self._workspace(spec, extra_tools=extra_tools, limits=limits)
+        try:
+            return build(workspace)
+        except BaseException:
+            workspace.close()
             raise
 
-    def workspace(self, spec: ConversationSpec, *, extra_tools: tuple[Tool, ...] = (),
-                  limits: LimitsRequest | None = None) -> Workspace:
-        """A sandbox kept across tool calls without a model (an MCP session's, a program's).
+    def rerun(self, record: RecordedConversation, *, principal: str, output_dir: Path,
+              on_check: Callable[[ExecutionCheck], None] = lambda check: None,
+              recorder: RunRecorder | None = None,
+              limits: LimitsRequest | None = None) -> RerunReport:
+        """Run a recorded conversation's code again in a fresh sandbox; compare each output.
+
+        The recorded data still present is mounted (what changed is in the report);
+        `on_check` hears each execution as it is compared. `RerunError` when the policy
+        lets no code run.
+        """
+        report, data = rerun_plan(record)
+        workspace = self._workspace(ConversationSpec(
+            conversation_id=report.rerun_id, principal=principal, data=data, output=output_dir),
+            limits=limits)
+        return rerun_in(workspace, record, report, recorder=recorder or NoRecorder(),
+                        on_check=on_check)
+
+    def _workspace(self, spec: ConversationSpec, *, extra_tools: tuple[Tool, ...] = (),
+                   limits: LimitsRequest | None = None) -> Workspace:
+        """The one place a `Workspace` without a conversation is built: tools, no model.
 
         `limits` tighten the policy's (`LimitRefused` above its ceiling). Unreadable data
-        is the sandbox's `InvalidInput` when it opens (the faces that prefer a
-        `SettingsError` up front call `check_data`).
+        is the sandbox's `InvalidInput` when it opens.
         """
         config = self.config.limited(limits or LimitsRequest())
         return Workspace(spec=spec, config=config, audit=self.audit,
@@ -283,29 +404,3 @@ class Answer:
             "output_dir": str(self.output_dir),
         }
 
-
-def answer_one(
-    app: App,
-    question: str,
-    *,
-    spec: ConversationSpec,
-    endpoint: Endpoint,
-    transcript: Path | None = None,
-    progress: EventSink | None = None,
-) -> Answer:
-    """One question in a conversation of its own: the shape of `sbx ask`.
-
-    The transcript is named after the run (`sbx-runs/<run_id>.jsonl`) unless
-    given; the sandbox is removed before this returns.
-    """
-    run_id = new_run_id()
-    path = transcript or RUNS_DIR / f"{run_id}.jsonl"
-    with app.conversation(spec, endpoint=endpoint, transcript=path) as conversation:
-        if progress is not None:
-            conversation.subscribe(progress)
-        result = conversation.ask(question, run_id=run_id)
-    output = spec.output or spec.output_root / run_id
-    return Answer(
-        result=result, conversation_id=conversation.id, transcript=path,
-        audit_log=app.audit_path, output_dir=output,
-    )

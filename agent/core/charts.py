@@ -14,7 +14,9 @@ saves as `figure-N.png`) are shown to the model in one user message:
   pixel size read from its header, and, where matplotlib made it, the
   titles, axis labels and how much each axes holds (the runner writes them
   into the PNG as text, `sbx:figure`), so an empty plot or a missing label
-  shows.
+  shows; then each figure's structured chart (the execution's rich results:
+  type, title, axes, and its bars, points, slices or boxes, bounded), so it
+  reads the numbers it plotted, not only the title.
 
 A file is an image by its leading bytes, never by its name. Everything read
 from a file is the code's (the model's) own, bounded and reduced to
@@ -37,6 +39,7 @@ from typing import Any
 from sbx.agent.core.events import EventSink, MessageAdded
 from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.state import RunState
+from sbx.agent.model.request_size import image_parts, without_images
 from sbx.tools.outcome import ToolOutcome
 from sbx.tools.text_safety import safe_text
 
@@ -47,10 +50,12 @@ FIGURE_META_KEY = b"sbx:figure"
 HEADER_BYTES = 64 * 1024
 """How much of a file is read to describe it (PNG text chunks come before the pixels)."""
 MAX_DESCRIPTION_CHARS = 600
-IMAGE_TOKENS = 1000
-"""What one image part counts for in the size estimate (endpoints bill a few hundred to
-about a thousand tokens for an image of this size)."""
-SHOWN_PLACEHOLDER = "[an image was shown to the model here]"
+MAX_CHARTS = 6
+MAX_CHART_ITEMS = 20
+MAX_POINTS_SHOWN = 12
+MAX_CHART_CHARS = 1200
+"""A chart's data told to a model without vision: this many charts, elements each, points
+per line, and characters per chart (the code chose them all)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,10 +87,14 @@ def show_charts(
     found = pictures(outcomes)
     if not found:
         return
+    charts = [] if accepts_images(settings, model) else shown_charts(outcomes)
     for index, earlier in enumerate(state.messages):  # only the latest images stay
         if image_parts([earlier]):
             state.messages[index] = without_images(earlier)
     message = chart_message(found, settings, model)
+    if charts:
+        message["content"] += "\nWhat the charts hold (their data):\n" + "\n".join(
+            f"- {chart_text(chart)}" for chart in charts)
     state.messages.append(message)
     emit(MessageAdded(run_id=state.run_id, turn=state.turns, message=without_images(message)))
 
@@ -99,6 +108,59 @@ def pictures(outcomes: Sequence[ToolOutcome]) -> list[Picture]:
             if picture is not None:
                 found.append(picture)
     return found
+
+
+def shown_charts(outcomes: Sequence[ToolOutcome]) -> list[dict[str, Any]]:
+    """The structured charts of the figures the outcomes' executions showed, at most MAX_CHARTS."""
+    return [
+        result.chart
+        for outcome in outcomes
+        if outcome.execution is not None
+        for result in outcome.execution.results
+        if result.chart
+    ][:MAX_CHARTS]
+
+
+def chart_text(chart: dict[str, Any], depth: int = 0) -> str:
+    """One chart's type, title, axes and elements in a line, bounded (the code made it)."""
+    kind = str(chart.get("type") or "unknown")
+    parts = [f"{kind} chart" + (f" {str(chart['title'])!r}" if chart.get("title") else "")]
+    for axis in ("x", "y"):
+        if chart.get(f"{axis}_label"):
+            parts.append(f"{axis}: {str(chart[f'{axis}_label'])!r}")
+    elements = chart.get("elements")
+    elements = elements[:MAX_CHART_ITEMS] if isinstance(elements, list) else []
+    texts = [_element_text(kind, e, depth) for e in elements if isinstance(e, dict)]
+    if texts:
+        parts.append("; ".join(texts))
+    return safe_text(", ".join(parts))[:MAX_CHART_CHARS]
+
+
+def _element_text(kind: str, element: dict[str, Any], depth: int) -> str:
+    label = str(element.get("label", ""))[:60]
+    if kind == "bar":
+        group = f" [{str(element.get('group'))[:40]}]" if element.get("group") else ""
+        return f"{label}{group} = {element.get('value')}"
+    if kind == "pie":
+        angle = element.get("angle")
+        share = f"{angle / 3.6:.1f}%" if isinstance(angle, (int, float)) else "?"
+        return f"{label} {share}"
+    if kind == "box_and_whisker":
+        values = [element.get(key) for key in
+                  ("min", "first_quartile", "median", "third_quartile", "max")]
+        outliers = element.get("outliers")
+        extra = f", {len(outliers)} outliers" if isinstance(outliers, list) and outliers else ""
+        return f"{label}: min/q1/median/q3/max {values}{extra}"
+    if kind in ("line", "scatter"):
+        points = element.get("points")
+        points = points if isinstance(points, list) else []
+        shown = ", ".join(f"({p[0]}, {p[1]})" for p in points[:MAX_POINTS_SHOWN]
+                          if isinstance(p, list) and len(p) == 2)
+        more = f" ... {len(points)} points" if len(points) > MAX_POINTS_SHOWN else ""
+        return f"{label}: {shown}{more}"
+    if kind == "superchart" and depth == 0:
+        return "[" + chart_text(element, depth + 1) + "]"
+    return label
 
 
 def read_picture(name: str, path: str, size: int) -> Picture | None:
@@ -195,28 +257,3 @@ def chart_message(found: Sequence[Picture], settings: AgentSettings, model: str)
 def _image_part(picture: Picture) -> dict[str, Any]:
     data = base64.b64encode(Path(picture.path).read_bytes()).decode("ascii")
     return {"type": "image_url", "image_url": {"url": f"data:{picture.mime};base64,{data}"}}
-
-
-def without_images(message: dict[str, Any]) -> dict[str, Any]:
-    """The message with each image part replaced by a short text (transcript, estimates)."""
-    content = message.get("content")
-    if not isinstance(content, list):
-        return message
-    parts = [
-        {"type": "text", "text": SHOWN_PLACEHOLDER}
-        if isinstance(part, dict) and part.get("type") == "image_url"
-        else part
-        for part in content
-    ]
-    return {**message, "content": parts}
-
-
-def image_parts(messages: Sequence[dict[str, Any]]) -> int:
-    """How many image parts the messages carry (each counts `IMAGE_TOKENS` in estimates)."""
-    return sum(
-        1
-        for message in messages
-        if isinstance(message.get("content"), list)
-        for part in message["content"]
-        if isinstance(part, dict) and part.get("type") == "image_url"
-    )

@@ -19,31 +19,17 @@ is lost, only left out of what the model is sent.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from sbx.agent.core.charts import IMAGE_TOKENS, image_parts, without_images
 from sbx.agent.core.state import RunState
+from sbx.agent.model.request_size import CHARS_PER_TOKEN, request_chars
 
-CHARS_PER_TOKEN = 4
 SHRINK_TO = 0.75
 """After shortening, aim for this fraction of the limit."""
 HEAD_CHARS = 600
 TAIL_CHARS = 300
 DATA_TOOLS = frozenset({"preview_data_file", "list_data_files"})
-
-
-def estimate_tokens(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> int:
-    """Estimated prompt tokens of a request: its JSON size over `CHARS_PER_TOKEN`."""
-    return _chars(messages, tools) // CHARS_PER_TOKEN + 1
-
-
-def _chars(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> int:
-    """JSON size; an image part counts `IMAGE_TOKENS`, not its data URL's length."""
-    text = [without_images(message) for message in messages]
-    images = image_parts(messages) * IMAGE_TOKENS * CHARS_PER_TOKEN
-    return len(json.dumps(text, ensure_ascii=False)) + len(json.dumps(list(tools))) + images
 
 
 def shorten_observations(
@@ -54,7 +40,7 @@ def shorten_observations(
     Earlier runs' observations (the conversation's history) go first, oldest first, then
     this run's: a follow-up question is never refused for what an earlier answer read.
     """
-    chars = _chars(state.messages, tools)
+    chars = request_chars(state.messages, tools)
     if chars // CHARS_PER_TOKEN <= limit_tokens:
         return []
     target = int(limit_tokens * SHRINK_TO) * CHARS_PER_TOKEN

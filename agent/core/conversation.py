@@ -32,7 +32,6 @@ from functools import partial
 from typing import Any
 
 from sbx.agent.core.asking import PendingInput, PendingQuestion, answer_message
-from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.events import Event, EventSink, RunEnd, RunError, RunStart, output_chunks
 from sbx.agent.core.loop import run
@@ -54,12 +53,12 @@ from sbx.agent.core.state import RunResult, SandboxUsage
 from sbx.agent.core.transcript import Transcript
 from sbx.agent.core.workspace import ConversationSpec as ConversationSpec
 from sbx.agent.core.workspace import Workspace
+from sbx.agent.model.cancellation import Cancellation, Cancelled
 from sbx.agent.model.client import ModelClient, TokenUsage
 from sbx.agent.provenance.data import data_digests
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.errors import SandboxError
 from sbx.sandbox.pool import Pool
-from sbx.sandbox.session import new_run_id
 from sbx.sandbox.units import format_size
 from sbx.tools.audit import AuditError, AuditLog
 from sbx.tools.builtin.ask_user import bounded_answer
@@ -167,7 +166,7 @@ class Conversation(Closing):
         with self._lock:
             self.question.set(None)
             return self._recorded(question, ticket or self._ticket(question, run_id, cancel),
-                                  recorder)
+                                  recorder, admitted=ticket is not None)
 
     def answer(self, answer: str, *, run_id: str | None = None,
                cancel: Cancellation | None = None, recorder: RunRecorder | None = None,
@@ -179,24 +178,25 @@ class Conversation(Closing):
         continues. `ValueError` when no run is waiting for an answer. `ticket` as in `ask`.
         """
         with self._lock:
+            admitted = ticket is not None
             ticket = ticket or self._ticket(answer, run_id, cancel, answering=True)
             pending = self.question.take(ticket.run_id)  # unless another answer claimed it
             text = bounded_answer(answer)
             return self._recorded(answer_message(pending, text), ticket, recorder,
-                                  continues=pending, answer=text)
+                                  admitted=admitted, continues=pending, answer=text)
 
     def _ticket(self, text: str, run_id: str | None, cancel: Cancellation | None, *,
                 answering: bool = False) -> RunTicket:
-        run_id = run_id or new_run_id()
-        return RunTicket(kind="question", principal=self.spec.principal, team=self.spec.team,
-                         run_id=run_id, conversation_id=self.id,
-                         question=bounded_answer(text) if answering else text,
-                         output_dir=self.workspace.output_dir(run_id),
-                         cancel=cancel or Cancellation())
+        return self.workspace.ticket("question", run_id=run_id, cancel=cancel,
+                                     question=bounded_answer(text) if answering else text)
 
     def _recorded(self, question: str, ticket: RunTicket, recorder: RunRecorder | None, *,
-                  continues: PendingInput | None = None, answer: str | None = None) -> RunResult:
-        """One run under the lock: its token, its recorder, its result kept."""
+                  admitted: bool, continues: PendingInput | None = None,
+                  answer: str | None = None) -> RunResult:
+        """One run under the lock: its token, its recorder, its result kept.
+
+        `admitted`: the ticket came from `admit` (the recorder has admitted it already).
+        """
         token, run_id = ticket.cancel, ticket.run_id
         self._cancel = token
 
@@ -208,26 +208,30 @@ class Conversation(Closing):
 
         try:
             with self.workspace.in_use():
-                result = recorded(recorder or NoRecorder(), ticket, work, result_outcome)
+                result = recorded(recorder or NoRecorder(), ticket, work, result_outcome,
+                                  admitted=admitted)
         finally:
             self._cancel = None
         self.runs.append(result)
         return result
 
     def restore(
-        self, messages: list[dict[str, Any]], pending: PendingInput | None, *, lost: bool
+        self, messages: list[dict[str, Any]], pending: PendingInput | None, *, lost: bool,
+        reason: str | None = None,
     ) -> None:
         """Take up a conversation from its record (a new process): its messages, its question.
 
-        `lost`: code ran in the sandbox that is gone now, so the model is told.
+        `lost`: code ran in the sandbox that is gone now, so the model is told `reason` (a
+        restart's words; by default "the previous process ended").
         """
         with self._lock:
             self._messages = list(messages)
             self.question.set(pending)
             self.workspace.reset_pending = lost
             if lost:
-                self.workspace.lost(loss_text("restart", "the previous process ended"),
-                                    cause="restart")
+                self.workspace.lost(
+                    reason or loss_text("restart", "the previous process ended"),
+                    cause="restart")
 
     def cancel(self) -> None:
         """Cancel the run in progress from another thread: its sandbox is removed."""

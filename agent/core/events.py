@@ -140,6 +140,38 @@ class ModelReplied(_Event):
     duration_s: float = 0.0
 
 
+MAX_TABLE_COLUMNS = 20
+MAX_TABLE_ROWS = 50
+MAX_TABLE_CELL = 100
+"""A DataFrame result in an event: its first columns and rows, each cell this many characters."""
+
+
+class ResultTable(BaseModel):
+    """A DataFrame an execution showed (its rich result's `data`), bounded for the page."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    columns: list[str]
+    rows: list[list[str | int | float | bool | None]]
+    text: str | None = None
+    """The value as the cell printed it on stdout (the page shows the table instead)."""
+
+    @classmethod
+    def of(cls, data: dict[str, list[Any]], text: str | None) -> ResultTable:
+        """The first columns and rows of `{column: [values]}`, each cell bounded."""
+        columns = list(data)[:MAX_TABLE_COLUMNS]
+        height = min(MAX_TABLE_ROWS, max((len(data[c]) for c in columns), default=0))
+        rows = [[_cell(data[c][i]) if i < len(data[c]) else None for c in columns]
+                for i in range(height)]
+        return cls(columns=[c[:MAX_TABLE_CELL] for c in columns], rows=rows, text=text)
+
+
+def _cell(value: Any) -> str | int | float | bool | None:
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return str(value)[:MAX_TABLE_CELL]
+
+
 class ExecutionRecord(BaseModel):
     """One execution's own output, beside the observation (re-run and export read it)."""
 
@@ -165,6 +197,8 @@ class ExecutionRecord(BaseModel):
     """CPU seconds the sandbox used, where its cgroup reports it (metrics read these three)."""
     peak_memory_bytes: int | None = None
     """Highest memory use during the execution, where its cgroup reports it."""
+    tables: list[ResultTable] = Field(default_factory=list)
+    """The DataFrames it showed (its rich results' data), for the page to draw as tables."""
 
 
 MAX_OUTPUT_CHUNK_CHARS = 8192

@@ -1,7 +1,7 @@
 """Execute one program as a core operation: gated and audited exactly like a model's call.
 
-`sbx exec` and `POST /v1/execute` come here (the front door's "execute one
-program"; MCP's executions are its sessions' calls, `McpSession`). The
+`sbx exec` and `POST /v1/execute` come here through the door's `App.execute`
+(MCP's executions are its tool sessions' calls, `sbx.agent.core.tool_session`). The
 program is one `execute_python` call through the tool gate, in a workspace
 opened for it and removed after it, so the policy applies as it does to a
 model (a policy without `execute_python` denies it, and the denial is
@@ -21,17 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sbx.agent.core.app import OUTPUT_DIR, App
-from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.limits_request import LimitsRequest
-from sbx.agent.core.run_recorder import (
-    NoRecorder,
-    RunRecorder,
-    RunTicket,
-    new_run_id,
-    recorded_call,
-)
-from sbx.agent.core.workspace import ConversationSpec
+from sbx.agent.core.run_recorder import NoRecorder, RunRecorder, recorded_call
+from sbx.agent.core.workspace import Workspace
+from sbx.agent.model.cancellation import Cancellation
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.result import ExecutionResult
 from sbx.tools.context import OutputSink
@@ -82,8 +75,8 @@ class ProgramRun:
         return self.outcome.execution
 
 
-def execute_program(
-    app: App,
+def run_program(
+    workspace: Workspace,
     spec: ProgramSpec,
     *,
     on_output: OutputSink | None = None,
@@ -91,28 +84,14 @@ def execute_program(
     recorder: RunRecorder | None = None,
     cancel: Cancellation | None = None,
 ) -> ProgramRun:
-    """Run `spec.code` once through the gate in a sandbox of its own, then remove the sandbox.
+    """Run `spec.code` once through the gate in `workspace` (one-shot), then remove it.
 
-    Raises `LimitRefused` for limits above the policy (nothing runs, nothing is
-    audited) and `SandboxError` when sbx itself could not run it (engine, image,
-    runtime, data, host capacity). `on_output(call_id, stream, text)` gets the
-    output while the code runs; `watch` gets the gate as soon as it is open.
-    A face with a store passes its `recorder` (the run admitted, started,
-    finished or withdrawn, `sbx.agent.core.run_recorder`); `cancel` stops the
-    call (fired before the gate opens, the code never runs).
+    `App.execute` opens the workspace (its id is the run's) and comes here; see it
+    for what each argument does.
     """
-    run_id = spec.run_id or new_run_id()
-    output = spec.output or OUTPUT_DIR / run_id
-    workspace = app.workspace(
-        ConversationSpec(conversation_id=run_id, principal=spec.principal, team=spec.team,
-                         data=spec.data,
-                         output=output, one_shot=True),  # stdout exactly the program's
-        limits=spec.limits,
-    )
-    limits = workspace.config.limits
     token = cancel or Cancellation()
-    ticket = RunTicket(run_id=run_id, kind="execute", principal=spec.principal,
-                       team=spec.team, output_dir=output, cancel=token)
+    ticket = workspace.ticket("execute", run_id=workspace.owner_id, cancel=token)
+    run_id = ticket.run_id
 
     def work() -> ToolOutcome:
         with workspace:
@@ -137,4 +116,5 @@ def execute_program(
 
     tariff = workspace.config.settings.prices.tariff("")  # no model: sandbox time alone
     outcome = recorded_call(recorder or NoRecorder(), ticket, work, tariff)
-    return ProgramRun(run_id=run_id, outcome=outcome, limits=limits, output_dir=output)
+    return ProgramRun(run_id=run_id, outcome=outcome, limits=workspace.config.limits,
+                      output_dir=workspace.output_dir(run_id))

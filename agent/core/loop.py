@@ -24,10 +24,8 @@ from typing import Any
 
 from sbx.agent.core.asking import awaiting_input
 from sbx.agent.core.budget import before_request, before_tools, model_ending, remaining_s
-from sbx.agent.core.cancellation import CANCELLED_MESSAGE as CANCELLED_MESSAGE
-from sbx.agent.core.cancellation import Cancellation, Cancelled
 from sbx.agent.core.charts import show_charts
-from sbx.agent.core.compaction import estimate_tokens, shorten_observations
+from sbx.agent.core.compaction import shorten_observations
 from sbx.agent.core.cost import Tariff
 from sbx.agent.core.dispatch import ToolDispatcher
 from sbx.agent.core.events import (
@@ -46,10 +44,13 @@ from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.spend import SpendLimit
 from sbx.agent.core.state import Ending, Observation, PriorWork, RunResult, RunState
 from sbx.agent.core.tracing import traced_complete, traced_run
+from sbx.agent.core.verification import answer_ending, execution_record, note_output, settle_ending
 from sbx.agent.core.waiting import ModelWait
 from sbx.agent.model.boundary import RequestGuard
+from sbx.agent.model.cancellation import CANCELLED_MESSAGE as CANCELLED_MESSAGE
+from sbx.agent.model.cancellation import Cancellation, Cancelled
 from sbx.agent.model.client import ModelClient, ModelError, ModelReply, ToolCallRequest
-from sbx.agent.provenance.run import answer_ending, execution_record, note_output, settle_ending
+from sbx.agent.model.request_size import estimate_tokens
 from sbx.tools.builtin.plan import PlanStep
 from sbx.tools.gate import ToolGate
 from sbx.tools.outcome import ToolOutcome

@@ -5,7 +5,8 @@ independent ones (E2B's code contexts) runs their code through these
 programs instead: the code executes in a dict of its own, kept in the
 interpreter under its name (in a module entry of `sys.modules`, not in the
 session's variables), with its own working directory, and the value of its
-trailing expression printed as the runner prints a cell's. Being ordinary
+trailing expression printed as the runner prints a cell's, and a result of its
+own (the kernel's `_sbx_kernel`), with the namespace's own execution count. Being ordinary
 programs through the gate, they are audited, counted and journaled, so a
 namespace is rebuilt with the rest after a reset.
 """
@@ -17,6 +18,9 @@ import ast, os, sys, types
 store = sys.modules.setdefault("_sbx_namespaces", types.ModuleType("_sbx_namespaces"))
 spaces = store.__dict__.setdefault("spaces", {})
 space = spaces.setdefault(NAME, {"__name__": "__main__"})
+kernel = sys.modules.get("_sbx_kernel")
+if kernel is not None:
+    kernel.count_cell(NAME)
 back = os.getcwd()
 os.makedirs(CWD, exist_ok=True)
 os.chdir(CWD)
@@ -28,6 +32,8 @@ try:
         value = eval(compile(ast.Expression(last.value), FILE, "eval"), space)
         if value is not None:
             print(repr(value))
+            if kernel is not None:
+                kernel.show(value, main=True)
 finally:
     os.chdir(back)
 '''

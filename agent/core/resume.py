@@ -1,12 +1,12 @@
 """Take up a conversation from its transcript in a new process (or on another replica).
 
-    read_resumable   the conversation's id, data and messages, and the question its last
-                     run asked the user when it ended `needs_input`
-    resume           reopen it (`sbx chat --resume`, a restarted server, a replica
-                     adopting one that drained or died); its first run restores the
-                     sandbox's state by replay (`sbx.agent.core.restore`)
-    read_paused      the same, checked to be a run waiting for an answer, and
-    continue_paused  answer it (`sbx ask --continue RUN_ID "answer"`)
+    read_resumable       the conversation's id, data and messages, and the question its
+                         last run asked the user when it ended `needs_input`
+    App.resume           reopen it (`sbx chat --resume`, a restarted server, a replica
+                         adopting one that drained or died); its first run restores the
+                         sandbox's state by replay (`sbx.agent.core.restore`)
+    read_paused          the same, checked to be a run waiting for an answer, and
+    App.continue_paused  answer it (`sbx ask --continue RUN_ID "answer"`)
 
 The sandbox died with the process that held it, so the model is told when its
 variables are gone or were rebuilt. New events are appended to the same
@@ -21,24 +21,21 @@ the gate, under the principal of the face that resumes it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sbx.agent.core.app import Answer, App
 from sbx.agent.core.asking import PendingInput
-from sbx.agent.core.conversation import Conversation, ConversationSpec, settle
+from sbx.agent.core.conversation import settle
 from sbx.agent.core.events import (
     ConversationStart,
-    EventSink,
     MessageAdded,
     ModelReplied,
     RunEnd,
     ToolResult,
 )
 from sbx.agent.core.history import history_of
-from sbx.agent.core.limits_request import LimitsRequest
-from sbx.agent.core.settings import Endpoint, SettingsError
+from sbx.agent.core.settings import SettingsError
 from sbx.agent.core.transcript import TranscriptError, numbered_events
 
 MAX_SCANNED = 10_000
@@ -135,48 +132,3 @@ def read_paused(path: Path, run_id: str) -> Resumable:
         )
     return record
 
-
-def continue_paused(
-    app: App,
-    paused: Resumable,
-    answer: str,
-    *,
-    spec: ConversationSpec,
-    endpoint: Endpoint,
-    progress: EventSink | None = None,
-) -> Answer:
-    """Run the continuation in a new sandbox and append it to the paused run's transcript.
-
-    `spec` gives the face's principal, output and operator; the conversation id
-    and the data are the paused conversation's.
-    """
-    spec = replace(spec, conversation_id=paused.conversation_id, data=paused.data)
-    conversation = app.reopen(spec, endpoint=endpoint, transcript=paused.path,
-                              next_seq=paused.next_seq)
-    with conversation:
-        if progress is not None:
-            conversation.subscribe(progress)
-        conversation.restore(paused.messages, paused.pending, lost=paused.executions > 0)
-        result = conversation.answer(answer)
-    output = spec.output or spec.output_root / result.run_id
-    return Answer(
-        result=result, conversation_id=conversation.id, transcript=paused.path,
-        audit_log=app.audit_path, output_dir=output,
-    )
-
-
-def resume(
-    app: App, record: Resumable, *, spec: ConversationSpec, endpoint: Endpoint,
-    data: tuple[Path, ...] | None = None, limits: LimitsRequest | None = None,
-) -> Conversation:
-    """Reopen the conversation of `record`: its id, its data, its messages; restore at first use.
-
-    `spec` gives the face's principal, output and operator; `data` replaces the
-    recorded paths (a replica has its own copy of the datasets).
-    """
-    paths = record.data if data is None else data
-    spec = replace(spec, conversation_id=record.conversation_id, data=paths)
-    conversation = app.reopen(spec, endpoint=endpoint, transcript=record.path,
-                              next_seq=record.next_seq, limits=limits)
-    conversation.restore(record.messages, record.pending, lost=record.executions > 0)
-    return conversation

@@ -1,10 +1,10 @@
 """`RunRecorder`: the one interface through which a face's store hears of every run.
 
-Three kinds of run go through the core: a question (or the answer that
+Every kind of run goes through the core: a question (or the answer that
 continues one) in a conversation, one program (`POST /v1/execute`, `sbx
-exec`), one execution of an MCP session. Each has the same life, and the core
-tells the recorder every step of it, so a store (the service's) implements it
-once for all three:
+exec`), one execution of a tool session (MCP, E2B), a rerun of a recorded
+conversation's code. Each has the same life, told to the recorder by one
+function (`recorded`), so a store (the service's) implements it once for all:
 
     admitted(ticket)            the run may run now (a quota, a queue place; or raise to
                                 refuse it: nothing was recorded and nothing runs); the
@@ -16,9 +16,9 @@ once for all three:
                                 gate refused the call): no run is counted
 
 After `admitted`, exactly one of `finished` and `withdrawn` follows. A run
-has one ticket, built by the core: a face that admits a conversation's run
-when it is posted (the service) gets it from `Conversation.admit` and hands
-that same ticket to `ask` or `answer`. How a
+has one ticket, built by the core (`Workspace.ticket`): a face that admits a
+conversation's run when it is posted (the service) gets it from
+`Conversation.admit` and hands that same ticket to `ask` or `answer`. How a
 tool call's outcome maps to a run's status is written here once
 (`call_outcome`), as is a conversation run's (`result_outcome`).
 """
@@ -30,16 +30,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
-from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.cost import Tariff
 from sbx.agent.core.state import PriorWork, RunResult, SandboxUsage
+from sbx.agent.model.cancellation import Cancellation
 from sbx.agent.model.reply import TokenUsage
 from sbx.sandbox.errors import HostBusy
 from sbx.sandbox.session import new_run_id as new_run_id
 from sbx.tools.outcome import ToolOutcome
 
-RunKind = Literal["question", "execute", "mcp", "e2b"]
-"""A conversation's run, one program, one execution of an MCP session or of an E2B sandbox."""
+RunKind = Literal["question", "execute", "mcp", "e2b", "rerun"]
+"""A conversation's run, one program, one execution of an MCP session or of an E2B sandbox,
+a rerun of a recorded conversation's code."""
 NOTHING_RAN = ("invalid", "denied", "unknown", "halted")
 """Gate statuses of a call that ran no code (without an execution record)."""
 MAX_MESSAGE_CHARS = 2000
@@ -54,7 +55,7 @@ class RunTicket:
     run_id: str
     """The run's id (audit `run_start`, transcript, store)."""
     kind: RunKind
-    """Which of the three kinds it is."""
+    """Which kind of run it is."""
     principal: str
     """Who runs it, as the face authenticated them."""
     team: str | None = None
@@ -135,13 +136,16 @@ class NoRecorder:
 
 
 def recorded(recorder: RunRecorder, ticket: RunTicket, work: Callable[[], T],
-             outcome: Callable[[T], RunOutcome | None]) -> T:
-    """Run an admitted run's `work`, telling `recorder` it started and how it ended.
+             outcome: Callable[[T], RunOutcome | None], *, admitted: bool = False) -> T:
+    """A run's whole life, for every kind: admitted, started, then finished or withdrawn.
 
-    `outcome` maps what `work` returned to the run's outcome (None: nothing
-    ran, the run is withdrawn). `HostBusy` withdraws it too; any other
-    exception ends it `error` and propagates.
+    `admitted`: the face admitted the ticket already (`Conversation.admit`, when
+    the run was posted). `outcome` maps what `work` returned to the run's outcome
+    (None: nothing ran, the run is withdrawn). `HostBusy` withdraws it too; any
+    other exception ends it `error` and propagates.
     """
+    if not admitted:
+        recorder.admitted(ticket)
     recorder.started(ticket)
     try:
         value = work()
@@ -162,12 +166,11 @@ def recorded(recorder: RunRecorder, ticket: RunTicket, work: Callable[[], T],
 def recorded_call(recorder: RunRecorder, ticket: RunTicket,
                   call: Callable[[], ToolOutcome], tariff: Tariff | None = None,
                   prior: Callable[[], PriorWork | None] | None = None) -> ToolOutcome:
-    """One program's whole life: admitted, started, then finished or withdrawn.
+    """One program's life (`recorded`), its outcome the gate's.
 
     `tariff` prices its sandbox time (CPU seconds, GB-seconds) as the run's cost;
     `prior()`, asked when it ends, is work `call` did for it first (a restore's replay).
     """
-    recorder.admitted(ticket)
     return recorded(recorder, ticket, call, lambda outcome: call_outcome(
         outcome, tariff, prior() if prior is not None else None))
 

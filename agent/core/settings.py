@@ -121,7 +121,7 @@ class AgentSettings(BaseModel):
     tool_format: Literal["native", "text"] = "native"
     """How the model calls tools (`--tool-format`): `native` Chat Completions tool calls, or
     `text` for models served without a tool-call parser: each ```python fenced block of a
-    reply runs as one `execute_python` call (`sbx.agent.core.textformat`); other tools are not
+    reply runs as one `execute_python` call (`sbx.agent.model.textformat`); other tools are not
     offered in text mode."""
     require_answer_parts: bool = False
     """Send back, once, every final answer written without its parts (Measured,

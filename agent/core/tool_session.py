@@ -44,8 +44,6 @@ from sbx.agent.core.restore import (
 from sbx.agent.core.run_recorder import (
     RunKind,
     RunRecorder,
-    RunTicket,
-    new_run_id,
     recorded_call,
 )
 from sbx.agent.core.state import PriorWork
@@ -194,9 +192,7 @@ class ToolSession(Closing):
 
         A restore's replay before it (`prior()`) is charged to it.
         """
-        ticket = RunTicket(run_id=new_run_id(), kind=self.run_kind, principal=self.principal,
-                           team=self.workspace.spec.team, conversation_id=self.id,
-                           output_dir=self.output_dir)
+        ticket = self.workspace.ticket(self.run_kind, gate_id=self.id)
         unhook = ticket.cancel.on_cancel(self.cancel_running)
         tariff = self.workspace.config.settings.prices.tariff("")  # sandbox time: its cost
         try:

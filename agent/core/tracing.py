@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
-from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.state import RunResult
 from sbx.agent.model.boundary import RequestGuard
+from sbx.agent.model.cancellation import Cancellation
 from sbx.agent.model.client import ModelClient, ModelReply, RetryHook
 from sbx.sandbox.errors import SbxError
 from sbx.tools.tracing import TRACER, failed

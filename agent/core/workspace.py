@@ -30,10 +30,12 @@ from pathlib import Path
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.notes import NoteStore, notes_for
 from sbx.agent.core.outcomes import LossCause, execution_loss, idle_reason, loss_text
+from sbx.agent.core.run_recorder import RunKind, RunTicket, new_run_id
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.core.snapshot import STATE_DIR, Snapshot, take
 from sbx.agent.core.spend import SpendLimit
 from sbx.agent.core.teams import withhold
+from sbx.agent.model.cancellation import Cancellation
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.datadrop import DropDir
 from sbx.sandbox.errors import InvalidInput, SandboxError
@@ -93,7 +95,7 @@ class ConversationSpec:
     notes: NoteStore | None = None
     """Where notes about the data live (the CLI's file, the service's database); None: none."""
     one_shot: bool = False
-    """One program (`execute_program`): stdout is what it wrote, no trailing value printed."""
+    """One program (`App.execute`): stdout is what it wrote, no trailing value printed."""
 
 
 def check_data(data: Sequence[Path]) -> None:
@@ -158,6 +160,21 @@ class Workspace(Closing):
     def output_dir(self, run_id: str) -> Path:
         """Where the artifacts of `run_id` are copied."""
         return self.spec.output or self.spec.output_root / run_id
+
+    def ticket(self, kind: RunKind, *, run_id: str | None = None, question: str = "",
+               cancel: Cancellation | None = None, gate_id: str | None = None) -> RunTicket:
+        """The ticket of a run in this workspace: every kind of run gets its ticket here.
+
+        Who runs it and their team are the workspace's; a run whose id is the workspace's
+        own (one program, a rerun) belongs to no conversation. Its artifacts go where its
+        gate's do: the run's own gate, or `gate_id`'s (a tool session's, open for them all).
+        """
+        run_id = run_id or new_run_id()
+        return RunTicket(run_id=run_id, kind=kind, principal=self.spec.principal,
+                         team=self.spec.team, question=question,
+                         conversation_id=None if run_id == self.owner_id else self.owner_id,
+                         output_dir=self.output_dir(gate_id or run_id),
+                         cancel=cancel or Cancellation())
 
     def open_gate(
         self, run_id: str, *, continues: str | None = None, on_output: OutputSink | None = None,

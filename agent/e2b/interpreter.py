@@ -27,7 +27,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from sbx.agent import CallReport, clear_variables, drop_namespace, in_namespace
+from sbx.agent import (
+    CallReport,
+    ExecutionResult,
+    clear_variables,
+    drop_namespace,
+    in_namespace,
+)
 from sbx.agent.e2b.files import HOME, inside
 from sbx.agent.e2b.host import Refused
 from sbx.agent.e2b.sandboxes import E2bSandbox
@@ -71,7 +77,8 @@ def _output(stream: str, text: str) -> bytes:
     return _line(stream, text=text, timestamp=time.time_ns() // 1000)
 
 
-def _closing(sandbox: E2bSandbox, report: CallReport, lines: Lines) -> Iterator[bytes]:
+def _closing(sandbox: E2bSandbox, report: CallReport, lines: Lines,
+             context_id: str = DEFAULT) -> Iterator[bytes]:
     """What follows the streamed output: the rest of it, the error if any, the count, the end.
 
     A quick cell's output comes with its result rather than streamed (the runner
@@ -98,9 +105,25 @@ def _closing(sandbox: E2bSandbox, report: CallReport, lines: Lines) -> Iterator[
         name = "TimeoutError" if execution.timed_out else "SandboxError"
         value = "; ".join(execution.notes) or outcome.text[:500]
         yield _line("error", name=name, value=value, traceback=value)
-    sandbox.executions += 1
-    yield _line("number_of_executions", execution_count=sandbox.executions)
+    yield from _results(sandbox, execution, context_id)
     yield _line("end_of_execution")
+
+
+def _results(sandbox: E2bSandbox, execution: ExecutionResult | None,
+             context_id: str) -> Iterator[bytes]:
+    """The cell's rich results as E2B's `result` lines, then its `number_of_executions`.
+
+    A named context counts its own cells (the kernel's count for its namespace);
+    the default context is counted here, since the face runs helper programs
+    (env vars, files) in it that are no cells of the caller's.
+    """
+    for result in execution.results if execution is not None else []:
+        yield _line("result", **result.model_dump(by_alias=True, exclude_none=True))
+    count = execution.execution_count if execution is not None else None
+    if context_id == DEFAULT or count is None:
+        sandbox.executions += 1
+        count = sandbox.executions
+    yield _line("number_of_executions", execution_count=count)
 
 
 async def execute(request: Request, sandbox: E2bSandbox) -> Response:
@@ -136,11 +159,13 @@ async def execute(request: Request, sandbox: E2bSandbox) -> Response:
     first = await events.get()
     if first[0] == "failed":
         raise first[1]
-    return StreamingResponse(_stream(sandbox, first, events), media_type="application/x-ndjson")
+    return StreamingResponse(_stream(sandbox, first, events, context_id),
+                             media_type="application/x-ndjson")
 
 
 async def _stream(sandbox: E2bSandbox, first: tuple[str, Any],
-                  events: asyncio.Queue[tuple[str, Any]]) -> AsyncIterator[bytes]:
+                  events: asyncio.Queue[tuple[str, Any]],
+                  context_id: str) -> AsyncIterator[bytes]:
     finished = False
     lines = Lines()
     try:
@@ -151,7 +176,7 @@ async def _stream(sandbox: E2bSandbox, first: tuple[str, Any],
                     yield line
             elif kind == "done":
                 finished = True
-                for line in _closing(sandbox, value, lines):
+                for line in _closing(sandbox, value, lines, context_id):
                     yield line
                 return
             elif kind == "failed":

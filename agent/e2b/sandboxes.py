@@ -142,15 +142,15 @@ class Sandboxes(Closing):
         spec = ConversationSpec(conversation_id=sandbox_id, principal=tenant.principal,
                                 team=tenant.team, data=admitted.data,
                                 output_root=self.host.output_root)
+        info = Info(template=template, metadata=dict(metadata), envs=dict(envs))
         try:
-            workspace = self.host.app.workspace(spec)
+            sandbox = self.host.app.tool_session(spec, build=lambda workspace: E2bSandbox(
+                sandbox_id=sandbox_id, workspace=workspace, tenant=tenant,
+                recorder=admitted.recorder, info=info,
+                on_close=lambda: self.host.release(tenant, sandbox_id)))
         except BaseException:
             self.host.release(tenant, sandbox_id)
             raise
-        info = Info(template=template, metadata=dict(metadata), envs=dict(envs))
-        sandbox = E2bSandbox(sandbox_id=sandbox_id, workspace=workspace, tenant=tenant,
-                             recorder=admitted.recorder, info=info,
-                             on_close=lambda: self.host.release(tenant, sandbox_id))
         self.set_timeout(sandbox, timeout_s)
         with self._lock:
             self._live[sandbox_id] = sandbox

@@ -176,12 +176,13 @@ class McpSessions(Closing):
                                 team=caller.team, data=opened.data,
                                 output_root=self.output_root)
         try:
-            workspace = self.app.workspace(spec, extra_tools=opened.tools, limits=caller.limits)
+            return self.app.tool_session(
+                spec, extra_tools=opened.tools, limits=caller.limits,
+                build=lambda workspace: McpSession(
+                    session_id=session_id, workspace=workspace, caller=caller,
+                    admission=self.admission, recorder=opened.recorder,
+                    reset_reason=reset_reason, journal=journal,
+                ))
         except BaseException:
             self.admission.close(caller, session_id)
             raise
-        return McpSession(
-            session_id=session_id, workspace=workspace, caller=caller,
-            admission=self.admission, recorder=opened.recorder, reset_reason=reset_reason,
-            journal=journal,
-        )

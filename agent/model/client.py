@@ -25,16 +25,13 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import openai
 from openai import OpenAI, Timeout
 
-from sbx.agent.core.cancellation import Cancellation, Cancelled
-from sbx.agent.core.compaction import estimate_tokens
-from sbx.agent.core.settings import AgentSettings, Endpoint
-from sbx.agent.core.textformat import as_text_messages, with_code_calls
 from sbx.agent.model.boundary import RequestGuard
+from sbx.agent.model.cancellation import Cancellation, Cancelled
 from sbx.agent.model.http import UnusableReply, attempt_deadline, guarded_client
 from sbx.agent.model.reply import (
     ModelError,
@@ -46,6 +43,8 @@ from sbx.agent.model.reply import (
     parse_reply,
     printable,
 )
+from sbx.agent.model.request_size import estimate_tokens
+from sbx.agent.model.textformat import as_text_messages, with_code_calls
 
 __all__ = [
     "CONNECT_TIMEOUT_S", "ModelClient", "ModelError", "ModelReply", "OutOfTime", "RetryHook",
@@ -100,17 +99,54 @@ class _Retry(Exception):
         return self.template.replace(_NOTE, note)
 
 
-class ModelClient:
-    """A configured Chat Completions client for one model; safe to share between runs."""
+class Endpoint(Protocol):
+    """Where the model is (the core's `Endpoint`, resolved from flags, environment, policy)."""
 
-    def __init__(self, *, client: OpenAI, model: str, settings: AgentSettings) -> None:
+    @property
+    def base_url(self) -> str | None:
+        """The endpoint's base URL; None means OpenAI's."""
+
+    @property
+    def api_key(self) -> str:
+        """The key sent as a bearer token."""
+
+    @property
+    def model(self) -> str:
+        """The model name."""
+
+
+class ClientSettings(Protocol):
+    """What the client needs of the agent's settings (the core's `AgentSettings` has them)."""
+
+    max_retries: int
+    """Retries of a failed request."""
+    request_timeout: float
+    """Seconds one HTTP request may take."""
+    max_reply_bytes: int
+    """The largest reply body read."""
+    max_answer_chars: int
+    """The longest answer text kept."""
+    max_argument_bytes: int
+    """The largest tool-call arguments kept."""
+    tool_format: Literal["native", "text"]
+    """`native` tool calls, or `text` (code in fenced blocks)."""
+
+
+class ModelClient:
+    """A configured Chat Completions client for one model; safe to share between runs.
+
+    It reads its endpoint and settings by their shape (`Endpoint`, `ClientSettings`): the
+    core's types fit them, and the model layer needs nothing of the core.
+    """
+
+    def __init__(self, *, client: OpenAI, model: str, settings: ClientSettings) -> None:
         self._client = client
         self.model = model
         self.max_retries = settings.max_retries
         self._settings = settings
 
     @classmethod
-    def connect(cls, endpoint: Endpoint, settings: AgentSettings) -> ModelClient:
+    def connect(cls, endpoint: Endpoint, settings: ClientSettings) -> ModelClient:
         """Build the SDK client over the guarded HTTP client (no I/O yet); sbx does the retries."""
         client = OpenAI(
             api_key=endpoint.api_key,

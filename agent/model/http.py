@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import httpcore2
 import httpx2
 
-from sbx.agent.core.cancellation import Cancellation, Cancelled
+from sbx.agent.model.cancellation import Cancellation, Cancelled
 
 _DEADLINE: ContextVar[float | None] = ContextVar("sbx_model_deadline", default=None)
 _CANCEL: ContextVar[Cancellation | None] = ContextVar("sbx_model_cancel", default=None)

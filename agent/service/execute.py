@@ -26,7 +26,6 @@ from sbx.agent import (
     StoreRecorder,
     call_status,
     dataset_paths,
-    execute_program,
     limited,
     new_run_id,
     tenant_of,
@@ -78,8 +77,8 @@ def _run(call: Call, program: ProgramSpec, cancel: Cancellation, recorder: Store
     """The core runs the program, the store records it; the run's document."""
     service = call.service
     try:
-        run = execute_program(service.app, program, recorder=recorder, cancel=cancel,
-                              on_output=on_output)
+        run = service.app.execute(program, recorder=recorder, cancel=cancel,
+                                  on_output=on_output)
     except HostBusy as exc:  # nothing ran: the attempt costs no run of the hourly quota
         raise unavailable(f"the host is at its sandbox cap: {exc}", HOST_BUSY_RETRY_S) from None
     with service.db.read() as session:

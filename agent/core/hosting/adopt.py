@@ -25,7 +25,7 @@ from sbx.agent.core.hosting.runs import Live
 from sbx.agent.core.hosting.tenancy import dataset_paths
 from sbx.agent.core.hosting.tenants import tenant_of_principal
 from sbx.agent.core.limits_request import LimitsRequest
-from sbx.agent.core.resume import Resumable, read_resumable, resume
+from sbx.agent.core.resume import Resumable, read_resumable
 from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.core.workspace import ConversationSpec
 from sbx.agent.store.models import Conversation
@@ -102,9 +102,7 @@ def _hold(service: Host, row: _Taken, record: Resumable, *, reason: str) -> Live
                             withheld_tools=tenant.withheld_tools,
                             output_root=directory / "output", defer_questions=True,
                             notes=DbNoteStore(service.db))
-    conversation = resume(service.app, record, spec=spec, endpoint=chosen, data=row.data,
-                          limits=requested)
-    if record.executions:
-        conversation.workspace.lost(reason, cause="restart")
+    conversation = service.app.resume(record, spec=spec, endpoint=chosen, data=row.data,
+                                      limits=requested, lost_reason=reason)
     logger.info("adopted conversation %s (%s)", row.id, reason)
     return service.runs.attach(conversation, principal=row.principal)

@@ -30,13 +30,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sbx.agent.core.cancellation import Cancellation
 from sbx.agent.core.conversation import Conversation
 from sbx.agent.core.events import Event, RunEnd, RunError
 from sbx.agent.core.hosting.eventlog import EventLog, artifact_name, public_event
 from sbx.agent.core.hosting.tenant_view import incident, run_message
 from sbx.agent.core.problem import unavailable
 from sbx.agent.core.run_recorder import RunOutcome, RunTicket, failed_outcome
+from sbx.agent.model.cancellation import Cancellation
 from sbx.agent.store.db import Database
 from sbx.agent.store.models import ArtifactRow
 from sbx.agent.store.models import Conversation as ConversationRow

@@ -17,7 +17,7 @@ import { el, append, clear, encodePath, formatSize, setText } from "./dom.js";
 import { highlight } from "./highlight.js";
 import { renderMarkdown } from "./markdown.js";
 import { PlanView } from "./plan.js";
-import { splitOutput } from "./tables.js";
+import { resultTable, splitOutput } from "./tables.js";
 
 const IMAGE = /\.(png|jpe?g|gif|webp)$/i;
 // Calls whose words the page shows in their own place, not as steps: the plan as the
@@ -276,7 +276,14 @@ export class RunView {
   }
 
   execution(outcome, execution) {
-    if (execution.stdout) append(outcome, outputNode(execution.stdout, "stdout"));
+    const tables = Array.isArray(execution.tables) ? execution.tables.slice(0, 4) : [];
+    let stdout = execution.stdout ?? "";
+    for (const table of tables) {  // a DataFrame value printed last: its table replaces the text
+      const printed = typeof table.text === "string" ? `${table.text}\n` : null;
+      if (printed && stdout.endsWith(printed)) stdout = stdout.slice(0, stdout.length - printed.length);
+    }
+    if (stdout) append(outcome, outputNode(stdout, "stdout"));
+    for (const table of tables) append(outcome, resultTable(table));
     if (execution.stderr) append(outcome, outputNode(execution.stderr, "stderr"));
     if (execution.error_type || execution.timed_out || execution.oom_killed) {
       const headline = execution.timed_out ? "Timed out: the execution ran past its time limit."

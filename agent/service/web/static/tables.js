@@ -18,6 +18,8 @@
 // first MAX_TEXT characters are looked at (the rest stays plain text); each
 // line is split once, and at most MAX_WORK rows are examined in all.
 
+import { append, el } from "./dom.js";
+
 const GAP = /\s{2,}/;
 const NUMBER = /^[-+]?(?:\d[\d,_]*(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?%?$/i;
 const MAX_NUMBER = 64;
@@ -109,4 +111,27 @@ export function splitOutput(text) {
   flush();
   if (text.length > MAX_TEXT) parts.push({ kind: "text", text: text.slice(MAX_TEXT) });
   return parts.filter((part) => part.kind === "table" || part.text.trim() !== "");
+}
+
+// A DataFrame result (an execution's rich result's `data`, as the server bounded it) drawn
+// as a table. Every cell is the program's text and goes into the page as text, never as
+// markup; the page bounds it again.
+const MAX_RESULT_COLUMNS = 20;
+const MAX_RESULT_ROWS = 50;
+const MAX_RESULT_CELL = 100;
+
+function shownCell(value) {
+  return value === null || value === undefined ? "" : String(value).slice(0, MAX_RESULT_CELL);
+}
+
+/** The DOM table of one `{columns, rows}` result: header cells, then one row per record. */
+export function resultTable(result) {
+  const columns = (Array.isArray(result?.columns) ? result.columns : []).slice(0, MAX_RESULT_COLUMNS);
+  const rows = (Array.isArray(result?.rows) ? result.rows : []).slice(0, MAX_RESULT_ROWS);
+  const table = el("table", { class: "frame result-table" });
+  append(table, el("thead", {}, el("tr", {}, columns.map((name) => el("th", { scope: "col" }, shownCell(name))))));
+  append(table, el("tbody", {}, rows.map((row) => el("tr", {},
+    columns.map((_, i) => el("td", {}, shownCell(Array.isArray(row) ? row[i] : null)))))));
+  return el("div", { class: "table-wrap", tabindex: "0", role: "region",
+    "aria-label": "table the program showed" }, table);
 }

@@ -1,11 +1,12 @@
 """Re-run a past conversation's code in a fresh sandbox; say, per execution, whether it matches.
 
-`sbx replay --rerun TRANSCRIPT` comes here. Every `execute_python` call that
-ran in the transcript's runs is sent again, in order, to one fresh sandbox
-with the same data (variables carry over between runs, as they did in the
-conversation), through the application core: a `Workspace` from the app's
-pool and a gate per recorded run, so each call is checked by the policy and
-audited like any other (audit run ids `rerun-...`). No model is involved.
+`sbx replay --rerun TRANSCRIPT` comes here through the door's `App.rerun`. Every
+`execute_python` call that ran in the transcript's runs is sent again, in
+order, to one fresh sandbox with the same data (variables carry over between
+runs, as they did in the conversation): one run of kind `rerun` (its ticket,
+its recorder) in a workspace from the app's pool, and a gate per recorded run,
+so each call is checked by the policy and audited like any other (audit run
+ids `rerun-...`). No model is involved; what matches is `sbx.agent.replay`'s.
 
 The conversation's history (`sbx.agent.core.history`) says where its state
 was lost for good: the re-run resets there, and nowhere a restore rebuilt the
@@ -27,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sbx.agent.core.app import App
 from sbx.agent.core.history import RecordedConversation, RecordedExecution, RecordedRun
-from sbx.agent.core.workspace import ConversationSpec
+from sbx.agent.core.run_recorder import RunOutcome, RunRecorder, recorded
+from sbx.agent.core.workspace import Workspace
 from sbx.agent.provenance.data import MISSING, DataChange, data_changes, data_digests
 from sbx.agent.replay.compare import Comparison, Observed, compare
 from sbx.sandbox.errors import SbxError
@@ -87,35 +88,51 @@ def recorded_data(record: RecordedConversation) -> tuple[tuple[str, ...], dict[s
     return (), {}
 
 
-def rerun(
-    app: App,
-    record: RecordedConversation,
-    *,
-    principal: str,
-    output_dir: Path,
-    on_check: Callable[[ExecutionCheck], None] = lambda check: None,
-) -> RerunReport:
-    """Re-run every execution of `record` in a fresh sandbox (see the module)."""
+def rerun_plan(record: RecordedConversation) -> tuple[RerunReport, tuple[Path, ...]]:
+    """A new re-run's report (its data compared with the record's), and the data it mounts.
+
+    A recorded file that is missing now is named in the report and not mounted.
+    """
     report = RerunReport(rerun_id="rerun-" + uuid.uuid4().hex[:12])
-    paths, recorded = recorded_data(record)
-    report.changes = data_changes(recorded, data_digests(paths)) if recorded else []
+    paths, recorded_digests = recorded_data(record)
+    if recorded_digests:
+        report.changes = data_changes(recorded_digests, data_digests(paths))
     gone = {change.name for change in report.changes if change.now == MISSING}
-    present = tuple(Path(p) for p in paths if Path(p).resolve().name not in gone)
-    workspace = app.workspace(ConversationSpec(
-        conversation_id=report.rerun_id, principal=principal, data=present, output=output_dir
-    ))
+    return report, tuple(Path(p) for p in paths if Path(p).resolve().name not in gone)
+
+
+def rerun_in(
+    workspace: Workspace, record: RecordedConversation, report: RerunReport, *,
+    recorder: RunRecorder, on_check: Callable[[ExecutionCheck], None],
+) -> RerunReport:
+    """Re-run every execution of `record` in `workspace`, a run of its own (see the module).
+
+    `App.rerun` opens the workspace, named after the re-run, and comes here.
+    """
     if not workspace.enabled:
         raise RerunError("the policy does not enable execute_python: nothing can be re-run")
-    with workspace:
-        for index, run in enumerate(record.runs, start=1):
-            gate = workspace.open_gate(f"{report.rerun_id}-r{index}")
-            try:
-                for check in _run_checks(gate, run, workspace.discard):
-                    report.checks.append(check)
-                    on_check(check)
-            finally:
-                gate.close(reason="completed")
-    return report
+    ticket = workspace.ticket("rerun", run_id=report.rerun_id)
+
+    def work() -> RerunReport:
+        with workspace:
+            for index, run in enumerate(record.runs, start=1):
+                gate = workspace.open_gate(f"{report.rerun_id}-r{index}")
+                try:
+                    for check in _run_checks(gate, run, workspace.discard):
+                        report.checks.append(check)
+                        on_check(check)
+                finally:
+                    gate.close(reason="completed")
+        return report
+
+    return recorded(recorder, ticket, work, _outcome)
+
+
+def _outcome(report: RerunReport) -> RunOutcome:
+    """A re-run's outcome: `ok` when everything matched, else `error` saying what differs."""
+    message = "every execution matches" if report.ok else (
+        f"{report.differing} execution(s) differ, {len(report.changes)} data file(s) changed")
+    return RunOutcome(status="ok" if report.ok else "error", message=message)
 
 
 def _run_checks(

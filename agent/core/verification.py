@@ -1,4 +1,4 @@
-"""Provenance in the loop: keep what an answer may quote, check the answer, ask once to fix it.
+"""Verification in the loop: keep what an answer may quote, check the answer, ask once to fix it.
 
 The loop calls three helpers, so its own functions stay small:
 
@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from sbx.agent.core.budget import before_request
-from sbx.agent.core.compaction import estimate_tokens
-from sbx.agent.core.events import EventSink, ExecutionRecord, MessageAdded
+from sbx.agent.core.events import EventSink, ExecutionRecord, MessageAdded, ResultTable
 from sbx.agent.core.settings import AgentSettings
 from sbx.agent.core.state import Ending, PendingAnswer, RunState
+from sbx.agent.model.request_size import estimate_tokens
 from sbx.agent.provenance.parts import check_parts, parts_request
 from sbx.agent.provenance.trace import Output, Provenance, trace_numbers, validation_request
 from sbx.tools.outcome import ToolOutcome
@@ -144,6 +144,10 @@ def settle_ending(state: RunState, ending: Ending) -> Ending:
     return completed(pending.answer, pending.provenance, note=note)
 
 
+MAX_TABLES = 4
+"""DataFrame results one execution's record keeps for the page."""
+
+
 def execution_record(outcome: ToolOutcome) -> ExecutionRecord | None:
     """The execution's own output for the transcript (None for other tools)."""
     result = outcome.execution
@@ -157,4 +161,6 @@ def execution_record(outcome: ToolOutcome) -> ExecutionRecord | None:
         oom_killed=result.oom_killed, state_reset=result.state_reset,
         duration_s=round(result.duration_s, 6),
         cpu_seconds=result.cpu_seconds, peak_memory_bytes=result.peak_memory_bytes,
+        tables=[ResultTable.of(shown.data, shown.text) for shown in result.results
+                if shown.data is not None][:MAX_TABLES],
     )

@@ -8,7 +8,8 @@ must happen at once (`on_cancel`): the gate cancels its running call, the
 workspace removes its sandbox, the model client abandons the request in
 flight (its socket reads wait in slices and look at the token between them,
 `sbx.agent.model.http`), so a run whose model request hangs still ends
-`cancelled` within about a second.
+`cancelled` within about a second. It lives with the model client, the lowest
+layer that waits on it; the core hands it out (`sbx.agent`, `Cancellation`).
 """
 
 from __future__ import annotations
