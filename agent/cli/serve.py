@@ -36,10 +36,10 @@ from sbx.agent import (
 )
 from sbx.agent import configure_tracing as configure_from_env
 from sbx.agent.cli.errors import fail
+from sbx.agent.core.hosting.store.db import StoreError, data_dir
 from sbx.agent.service.access_log import AccessLog
 from sbx.agent.service.host import Service
 from sbx.agent.service.server import bind_listener, serve_forever
-from sbx.agent.store.db import StoreError, data_dir
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 

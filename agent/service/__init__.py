@@ -21,5 +21,5 @@
 The hosting it serves (conversations held here, their runs and event log,
 tenants and datasets, retention, adoption, the drain) is the core's
 (`agent/core/hosting/`), reached through `sbx.agent` like every face; the
-store is `agent/store/`. The face never re-implements a run.
+store is `agent/core/hosting/store/`. The face never re-implements a run.
 """

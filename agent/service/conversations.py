@@ -31,6 +31,9 @@ from sbx.agent import (
     owned,
     tenant_of,
 )
+from sbx.agent.core.hosting.store.models import Conversation, Run
+from sbx.agent.core.hosting.store.notes import DbNoteStore
+from sbx.agent.core.hosting.store.quotas import reserve_conversation
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.host import Service
 from sbx.agent.service.problems import Problem
@@ -42,9 +45,6 @@ from sbx.agent.service.schemas import (
     Listing,
     RunAccepted,
 )
-from sbx.agent.store.models import Conversation, Run
-from sbx.agent.store.notes import DbNoteStore
-from sbx.agent.store.quotas import reserve_conversation
 
 LIST_LIMIT = 200
 logger = logging.getLogger(__name__)

@@ -14,14 +14,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from sbx.agent import effective_quotas, owned, store_upload, upload_room
+from sbx.agent.core.hosting.store.datasets_held import dataset_user
+from sbx.agent.core.hosting.store.db import lock_principal
+from sbx.agent.core.hosting.store.models import Dataset
+from sbx.agent.core.hosting.store.quotas import upload_too_large
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.schemas import DatasetOut, Listing
 from sbx.agent.service.uploads import receive_upload
-from sbx.agent.store.datasets_held import dataset_user
-from sbx.agent.store.db import lock_principal
-from sbx.agent.store.models import Dataset
-from sbx.agent.store.quotas import upload_too_large
 
 UPLOAD_PATH = "/v1/datasets"
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from sbx.agent import App, Caller, ServiceAdmission
+from sbx.agent.core.hosting.store.keys import lookup_key
 from sbx.agent.e2b.host import Admitted, Refused, Tenant
 from sbx.agent.service.host import Service
-from sbx.agent.store.keys import lookup_key
 
 E2B_MODEL = "e2b"
 

@@ -24,10 +24,10 @@ from starlette.responses import Response
 from sbx.agent import EXPORT_FORMATS as FORMATS
 from sbx.agent import RecordError, TranscriptError, owned, parse_event, public_event, read_record
 from sbx.agent import export_transcript as export
+from sbx.agent.core.hosting.store.models import Conversation, Run
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.problems import Problem
-from sbx.agent.store.models import Conversation, Run
 
 MEDIA_TYPES = {
     "ipynb": "application/x-ipynb+json",

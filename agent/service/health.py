@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse, Response
 
+from sbx.agent.core.hosting.store.db import StoreError
 from sbx.agent.service.api import Call, api
-from sbx.agent.store.db import StoreError
 
 if TYPE_CHECKING:
     from sbx.agent.service.host import Service

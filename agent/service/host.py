@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from typing import Self
 
 from sbx.agent import App, AppConfig, DataPaths, Endpoint, Host, Observer, Observers, ServeOptions
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.replicas import Replicas
 from sbx.agent.service.admission import Admission
 from sbx.agent.service.metrics import Metrics, live_figures
 from sbx.agent.service.middleware import GatewayState
 from sbx.agent.service.oidc_client import OidcClient, open_client
-from sbx.agent.store.db import Database
-from sbx.agent.store.replicas import Replicas
 
 
 class Service(Host):

@@ -49,12 +49,12 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from sbx.agent import Caller, LimitsRequest, ServiceAdmission, describe_validation_error, limited
+from sbx.agent.core.hosting.store.keys import KeyInfo
 from sbx.agent.mcp.server import Face, SbxServer, build_server
 from sbx.agent.mcp.upload import register_upload
 from sbx.agent.service.api import authenticate
 from sbx.agent.service.host import Service
 from sbx.agent.service.problems import Problem, quota_exceeded
-from sbx.agent.store.keys import KeyInfo
 
 logger = logging.getLogger(__name__)
 

@@ -26,12 +26,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from sbx.agent import delete_runs, open_artifact, owned, run_directory, run_outcome
+from sbx.agent.core.hosting.store.models import ArtifactRow, EventRow, Run
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.problems import Problem, not_found
 from sbx.agent.service.schemas import AnswerPartsOut, ArtifactOut, Listing, PlanStepOut, RunOut
 from sbx.agent.service.sse import event_stream, last_event_id
-from sbx.agent.store.models import ArtifactRow, EventRow, Run
 
 UNFINISHED = ("queued", "running")
 INLINE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}

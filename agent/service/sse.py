@@ -31,8 +31,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from sbx.agent import EVENT_POLL_S, Feed, sse_frame
+from sbx.agent.core.hosting.store.models import EventRow, Run
 from sbx.agent.service.problems import Problem
-from sbx.agent.store.models import EventRow, Run
 
 if TYPE_CHECKING:
     from sbx.agent.service.host import Service

@@ -22,14 +22,14 @@ from typing import Any
 
 from sbx.agent.core.hosting.host import Host
 from sbx.agent.core.hosting.runs import Live
+from sbx.agent.core.hosting.store.models import Conversation
+from sbx.agent.core.hosting.store.notes import DbNoteStore
 from sbx.agent.core.hosting.tenancy import dataset_paths
 from sbx.agent.core.hosting.tenants import tenant_of_principal
 from sbx.agent.core.limits_request import LimitsRequest
 from sbx.agent.core.resume import Resumable, read_resumable
 from sbx.agent.core.transcript import TranscriptError
 from sbx.agent.core.workspace import ConversationSpec
-from sbx.agent.store.models import Conversation
-from sbx.agent.store.notes import DbNoteStore
 from sbx.sandbox.errors import SbxError
 
 logger = logging.getLogger(__name__)

@@ -40,9 +40,9 @@ from typing import IO, TYPE_CHECKING
 
 from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.core.hosting import text_encoding
+from sbx.agent.core.hosting.store.models import Dataset
+from sbx.agent.core.hosting.store.quotas import reserve_dataset_bytes, storage_used, stored_bytes
 from sbx.agent.core.problem import Problem, quota_exceeded
-from sbx.agent.store.models import Dataset
-from sbx.agent.store.quotas import reserve_dataset_bytes, storage_used, stored_bytes
 from sbx.sandbox.units import format_size
 from sbx.tools.builtin.data_summary import summarize_data
 

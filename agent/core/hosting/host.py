@@ -36,12 +36,12 @@ from sbx.agent.core.hosting.lifecycle import Housekeeper
 from sbx.agent.core.hosting.observer import Observer
 from sbx.agent.core.hosting.runs import RunManager
 from sbx.agent.core.hosting.sandbox_share import SandboxShare
+from sbx.agent.core.hosting.store.db import Database, database_url
+from sbx.agent.core.hosting.store.keys import KeyCache
+from sbx.agent.core.hosting.store.replicas import Identity, Replicas
 from sbx.agent.core.hosting.tenant_view import TenantView, install
 from sbx.agent.core.problem import Problem
 from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
-from sbx.agent.store.db import Database, database_url
-from sbx.agent.store.keys import KeyCache
-from sbx.agent.store.replicas import Identity, Replicas
 from sbx.tools.audit import PATH_ENV
 from sbx.tools.redact import Redactor
 

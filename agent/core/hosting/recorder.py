@@ -32,14 +32,14 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.hosting.observer import notify
+from sbx.agent.core.hosting.store.datasets_held import datasets_held
+from sbx.agent.core.hosting.store.db import lock_principal
+from sbx.agent.core.hosting.store.models import Conversation, Run
+from sbx.agent.core.hosting.store.quotas import reserve_run
 from sbx.agent.core.hosting.tenant_view import incident
 from sbx.agent.core.problem import Problem
 from sbx.agent.core.run_recorder import RunOutcome, RunTicket
 from sbx.agent.core.teams import metrics_team
-from sbx.agent.store.datasets_held import datasets_held
-from sbx.agent.store.db import lock_principal
-from sbx.agent.store.models import Conversation, Run
-from sbx.agent.store.quotas import reserve_run
 
 if TYPE_CHECKING:
     from sbx.agent.core.hosting.host import Host

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select
 
-from sbx.agent.store.models import ArtifactRow, EventRow, Run
+from sbx.agent.core.hosting.store.models import ArtifactRow, EventRow, Run
 
 if TYPE_CHECKING:
     from pathlib import Path

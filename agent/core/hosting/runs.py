@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any
 from sbx.agent.core.conversation import Conversation
 from sbx.agent.core.events import Event, RunEnd, RunError
 from sbx.agent.core.hosting.eventlog import EventLog, artifact_name, public_event
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import ArtifactRow
+from sbx.agent.core.hosting.store.models import Conversation as ConversationRow
 from sbx.agent.core.hosting.tenant_view import incident, run_message
 from sbx.agent.core.problem import unavailable
 from sbx.agent.core.run_recorder import RunOutcome, RunTicket, failed_outcome
 from sbx.agent.model.cancellation import Cancellation
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import ArtifactRow
-from sbx.agent.store.models import Conversation as ConversationRow
 
 if TYPE_CHECKING:
     from sbx.agent.core.hosting.recorder import StoreRecorder

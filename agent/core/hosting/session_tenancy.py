@@ -42,14 +42,14 @@ from sbx.agent.core.hosting.datasets import format_of, open_upload, safe_name, s
 from sbx.agent.core.hosting.host import Host
 from sbx.agent.core.hosting.observer import notify
 from sbx.agent.core.hosting.recorder import StoreRecorder
+from sbx.agent.core.hosting.store.keys import KeyInfo
+from sbx.agent.core.hosting.store.models import Conversation, Dataset
+from sbx.agent.core.hosting.store.quotas import reserve_conversation, upload_too_large
 from sbx.agent.core.hosting.tenants import Tenant, effective_quotas, tenant_of
 from sbx.agent.core.hosting.upload_tool import StoredDataset, upload_gate_tool
 from sbx.agent.core.problem import Problem
 from sbx.agent.core.run_recorder import RunOutcome, RunTicket
 from sbx.agent.core.session_admission import Caller, Opened, Refused
-from sbx.agent.store.keys import KeyInfo
-from sbx.agent.store.models import Conversation, Dataset
-from sbx.agent.store.quotas import reserve_conversation, upload_too_large
 from sbx.tools.registry import ToolFailure
 
 logger = logging.getLogger(__name__)

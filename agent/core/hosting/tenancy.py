@@ -17,9 +17,9 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.config import AppConfig
+from sbx.agent.core.hosting.store.models import Conversation, Dataset, Run
 from sbx.agent.core.limits_request import LimitRefused, LimitsRequest, LimitTooLow
 from sbx.agent.core.problem import Problem, not_found
-from sbx.agent.store.models import Conversation, Dataset, Run
 from sbx.sandbox.limits import Limits
 
 _ID_SHAPES = {

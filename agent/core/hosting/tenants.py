@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.config import ServiceQuotas, ServiceSettings
+from sbx.agent.core.hosting.store.keys import KeyInfo, SignedInUser, key_named
+from sbx.agent.core.hosting.store.models import ApiKey, OidcIdentity
+from sbx.agent.core.hosting.store.spend import StoreSpend
 from sbx.agent.core.teams import TeamSettings
-from sbx.agent.store.keys import KeyInfo, SignedInUser, key_named
-from sbx.agent.store.models import ApiKey, OidcIdentity
-from sbx.agent.store.spend import StoreSpend
 
 if TYPE_CHECKING:
     from sbx.agent.core.hosting.host import Host

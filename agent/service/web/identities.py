@@ -23,10 +23,10 @@ from typing import Final
 
 from sqlalchemy import delete, func, select
 
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.keys import Role, SignedInUser, hash_key
+from sbx.agent.core.hosting.store.models import OidcIdentity, OidcLogin, OidcSession
 from sbx.agent.service.problems import Problem
-from sbx.agent.store.db import Database
-from sbx.agent.store.keys import Role, SignedInUser, hash_key
-from sbx.agent.store.models import OidcIdentity, OidcLogin, OidcSession
 
 LOGIN_TTL_S: Final = 600.0
 """Seconds a person has to finish signing in at the provider."""

@@ -20,8 +20,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from sbx.agent.core.config import ServiceQuotas
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import ApiKey
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import ApiKey
 from sbx.sandbox.errors import SbxError
 
 Role = Literal["admin", "user"]
