@@ -8,6 +8,8 @@ imports a web framework or a face.
     tenants.py        who a caller is and what applies to them (quotas, budgets, team)
     tenancy.py        every lookup filtered by principal; limits within the policy's
     datasets.py       how a received file becomes a dataset (names, formats, encoding)
+    upload_tool.py    upload_dataset's gate tool: a file sent inside a tool call
+    session_tenancy.py  ServiceAdmission: a key's quotas and datasets for MCP and E2B sessions
     text_encoding.py  text uploads read in their encoding, stored as UTF-8
     runs.py           RunManager: live conversations, worker threads, cancel, idle release
     recorder.py       StoreRecorder: every run admitted, started and finished in the store
@@ -18,6 +20,8 @@ imports a web framework or a face.
     retention.py      runs deleted with their events and artifacts
     sandbox_share.py  idle sandboxes released while other keys wait for the host
     adopt.py          a conversation whose replica is gone, taken up here
+    store/            the database (SQLite or PostgreSQL, Alembic): keys, conversations,
+                      runs, events, datasets, quotas, replicas
 
 Faces reach it through the door (`sbx.agent`).
 """
