@@ -30,6 +30,7 @@ The app and its conversations: every way a run starts is a method of theirs.
     Answer, os_principal, require_image, DEFAULT_IMAGE, OUTPUT_DIR, RUNS_DIR,
     ConversationSpec, new_conversation_id, Workspace, check_data, idle_reason,
     ProgramSpec, ToolSession, CallReport, file_op, read_file, write_file,
+    KeptSession, KeptSessions, SessionHost, Owner, Admitted, SessionNotFound, streamed,
     in_namespace, drop_namespace, clear_variables, Cancellation, Resumable, read_resumable,
     find_transcript, read_paused, RerunReport, ExecutionCheck, recorded_data
 
@@ -38,8 +39,8 @@ Dataset notes: what analysts wrote down about a dataset, shown to later runs.
 
 Configuration: the policy file and the model endpoint, read once into typed values.
     load_config, AppConfig, ServiceSettings, ServiceQuotas, OidcSettings, TeamSettings,
-    metrics_team, describe_validation_error, Endpoint, resolve_endpoint, LimitsRequest, Limits,
-    configure_tracing
+    MAX_WORKERS, metrics_team, describe_validation_error, Endpoint, resolve_endpoint,
+    LimitsRequest, Limits, configure_tracing
 
 Results and events: what a run returns and what it tells its subscribers on the way.
     RunResult, RunStatus, ExecutionResult, DisplayResult, Artifact, Event, EventSink,
@@ -50,12 +51,13 @@ Results and events: what a run returns and what it tells its subscribers on the 
     unsafe_name_reason, outcome_of, run_outcome, loss_text
 
 Hosting: many tenants' conversations on one replica, for every face that serves them
-(the HTTP API and its page, MCP over HTTP, E2B's API).
+(the HTTP API and its page, MCP over HTTP, E2B's API), and its worker processes.
     Host, ServeOptions, DataPaths, Observer, Observers, UNMATCHED_ROUTE, notify_observer,
     EVENT_POLL_S, public_event, Feed, sse_frame, StoreRecorder, delete_runs, run_directory,
     LiveConversation, dataset_paths, limited, owned, Tenant, effective_quotas, tenant_of,
     NotAdopted, adopt, Upload, UploadHold, open_upload, format_of, safe_name, store_upload,
-    upload_room, ServiceAdmission, UPLOAD_TOOL
+    upload_room, ServiceAdmission, UPLOAD_TOOL, WorkerSlot, Supervisor, worker_id,
+    announce_ready, listen_unix, EARLY_SIGNALS
 
 Tool sessions for another agent (MCP, E2B): who calls, and what the host lets them do.
     Caller, SessionAdmission, SessionOpened, SessionRefused, FixedData
@@ -78,7 +80,7 @@ Utilities: what every face needs to show untrusted text and read sizes and durat
 Errors: one root, `SbxError`: what an operator must fix; the model's errors are data.
     SbxError, SandboxError, HostBusy, SettingsError, LimitRefused, LimitTooLow, NoteError,
     UnreadableLine, PolicyError, AuditError, TranscriptError, RecordError, RerunError,
-    SessionClosed, TracingError, ModelError, FileOpError
+    SessionClosed, TracingError, ModelError, FileOpError, SessionNotFound
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.artifacts": ("open_artifact", "unsafe_name_reason"),
     "sbx.agent.model.cancellation": ("Cancellation",),
     "sbx.agent.core.config": ("load_config", "AppConfig", "ServiceSettings", "ServiceQuotas",
-        "OidcSettings", "describe_validation_error"),
+        "OidcSettings", "describe_validation_error", "MAX_WORKERS"),
     "sbx.agent.core.conversation": ("Conversation", "new_conversation_id"),
     "sbx.agent.core.events": ("Event", "EventSink", "ConversationStart", "RunStart",
         "MessageAdded", "ModelReplied", "OutputChunk", "ToolResult", "PlanUpdated", "Compaction",
@@ -113,11 +115,15 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.state": ("RunResult", "RunStatus"),
     "sbx.agent.core.teams": ("TeamSettings", "metrics_team"),
     "sbx.agent.core.tool_session": ("ToolSession", "CallReport", "SessionClosed"),
+    "sbx.agent.core.kept_sessions": ("KeptSession", "KeptSessions", "SessionHost", "Owner",
+        "Admitted", "SessionNotFound", "streamed"),
     "sbx.agent.core.tracing": ("configure_tracing", "TracingError"),
     "sbx.agent.core.transcript": ("numbered_events", "TranscriptError"),
     "sbx.agent.core.workspace": ("ConversationSpec", "Workspace", "check_data"),
     "sbx.agent.core.outcomes": ("idle_reason", "loss_text", "outcome_of", "run_outcome"),
     "sbx.agent.core.hosting.host": ("Host", "ServeOptions", "DataPaths"),
+    "sbx.agent.core.hosting.workers": ("WorkerSlot", "Supervisor", "worker_id", "announce_ready",
+        "listen_unix", "EARLY_SIGNALS"),
     "sbx.agent.core.hosting.observer": ("Observer", "Observers", "UNMATCHED_ROUTE",
         "notify_observer"),
     "sbx.agent.core.hosting.eventlog": ("EVENT_POLL_S", "public_event"),
@@ -184,35 +190,37 @@ _RENAMED: dict[str, str] = {
 _EXPORTS = {name: module for module, names in _OWNERS.items() for name in names}
 
 __all__ = [
-    "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Answer", "App",
-    "AppConfig", "Artifact", "AuditError", "CallReport", "Caller", "Cancellation", "Cell",
-    "Closing", "Compaction", "Conversation", "ConversationSpec", "ConversationStart",
-    "DEFAULT_IMAGE", "DataPaths", "DatasetNotes", "DisplayResult", "EVENT_POLL_S",
+    "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Admitted",
+    "Answer", "App", "AppConfig", "Artifact", "AuditError", "CallReport", "Caller", "Cancellation",
+    "Cell", "Closing", "Compaction", "Conversation", "ConversationSpec", "ConversationStart",
+    "DEFAULT_IMAGE", "DataPaths", "DatasetNotes", "DisplayResult", "EARLY_SIGNALS", "EVENT_POLL_S",
     "EXPORT_FORMATS", "Endpoint", "Event", "EventSink", "ExecutionCheck", "ExecutionResult",
-    "ExportFormat", "Feed", "FileOpError", "FixedData", "Host", "HostBusy", "LimitRefused",
-    "LimitTooLow", "Limits", "LimitsRequest", "LiveConversation", "MessageAdded", "ModelError",
-    "ModelReplied", "NoRecorder", "NotAdopted", "Note", "NoteError", "OUTPUT_DIR", "Observer",
-    "Observers", "OidcSettings", "OutputChunk", "OutputSink", "PLAN_MARKS", "PlanUpdated",
-    "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError", "RecordedConversation",
-    "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd", "RunError", "RunOutcome",
-    "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket", "SandboxError", "SbxError",
-    "ServeOptions", "ServiceAdmission", "ServiceQuotas", "ServiceSettings", "SessionAdmission",
-    "SessionClosed", "SessionOpened", "SessionRefused", "SettingsError", "StateRestored",
-    "StoreRecorder", "TeamSettings", "Tenant", "ToolResult", "ToolSession", "TracingError",
-    "TranscriptError", "UNMATCHED_ROUTE", "UPLOAD_TOOL", "UnreadableLine", "Upload", "UploadHold",
-    "Workspace", "adopt", "audit_call_rows", "audit_key_from_env", "call_status", "check_data",
-    "clear_variables", "configure_tracing", "data_digests", "dataset_paths", "delete_runs",
+    "ExportFormat", "Feed", "FileOpError", "FixedData", "Host", "HostBusy", "KeptSession",
+    "KeptSessions", "LimitRefused", "LimitTooLow", "Limits", "LimitsRequest", "LiveConversation",
+    "MAX_WORKERS", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "NotAdopted",
+    "Note", "NoteError", "OUTPUT_DIR", "Observer", "Observers", "OidcSettings", "OutputChunk",
+    "OutputSink", "Owner", "PLAN_MARKS", "PlanUpdated", "PolicyError", "Problem", "ProgramSpec",
+    "RUNS_DIR", "RecordError", "RecordedConversation", "Redactor", "RerunError", "RerunReport",
+    "Resumable", "RunEnd", "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart",
+    "RunStatus", "RunTicket", "SandboxError", "SbxError", "ServeOptions", "ServiceAdmission",
+    "ServiceQuotas", "ServiceSettings", "SessionAdmission", "SessionClosed", "SessionHost",
+    "SessionNotFound", "SessionOpened", "SessionRefused", "SettingsError", "StateRestored",
+    "StoreRecorder", "Supervisor", "TeamSettings", "Tenant", "ToolResult", "ToolSession",
+    "TracingError", "TranscriptError", "UNMATCHED_ROUTE", "UPLOAD_TOOL", "UnreadableLine",
+    "Upload", "UploadHold", "WorkerSlot", "Workspace", "adopt", "announce_ready",
+    "audit_call_rows", "audit_key_from_env", "call_status", "check_data", "clear_variables",
+    "configure_tracing", "data_digests", "dataset_paths", "delete_runs",
     "describe_validation_error", "drop_namespace", "effective_quotas", "export_transcript",
     "failed_outcome", "file_op", "find_transcript", "format_of", "format_size", "idle_reason",
-    "in_namespace", "index_data_files", "iter_audit_records", "limited", "load_config",
-    "local_note_store", "loss_text", "metrics_team", "module_from_error", "new_conversation_id",
-    "new_run_id", "not_found", "notify_observer", "numbered_events", "open_artifact",
-    "open_upload", "os_principal", "outcome_of", "owned", "parse_duration", "parse_event",
-    "parse_size", "pending_note", "public_event", "quota_exceeded", "read_file", "read_paused",
-    "read_record", "read_resumable", "recorded_data", "require_image", "resolve_endpoint",
-    "restore_summary", "run_directory", "run_outcome", "safe_json", "safe_name", "safe_text",
-    "sse_frame", "store_upload", "tenant_of", "unavailable", "unsafe_name_reason", "upload_room",
-    "verify_audit_log", "write_file",
+    "in_namespace", "index_data_files", "iter_audit_records", "limited", "listen_unix",
+    "load_config", "local_note_store", "loss_text", "metrics_team", "module_from_error",
+    "new_conversation_id", "new_run_id", "not_found", "notify_observer", "numbered_events",
+    "open_artifact", "open_upload", "os_principal", "outcome_of", "owned", "parse_duration",
+    "parse_event", "parse_size", "pending_note", "public_event", "quota_exceeded", "read_file",
+    "read_paused", "read_record", "read_resumable", "recorded_data", "require_image",
+    "resolve_endpoint", "restore_summary", "run_directory", "run_outcome", "safe_json",
+    "safe_name", "safe_text", "sse_frame", "store_upload", "streamed", "tenant_of", "unavailable",
+    "unsafe_name_reason", "upload_room", "verify_audit_log", "worker_id", "write_file",
 ]
 
 
@@ -241,6 +249,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.app import require_image as require_image
     from sbx.agent.core.artifacts import open_artifact as open_artifact
     from sbx.agent.core.artifacts import unsafe_name_reason as unsafe_name_reason
+    from sbx.agent.core.config import MAX_WORKERS as MAX_WORKERS
     from sbx.agent.core.config import AppConfig as AppConfig
     from sbx.agent.core.config import OidcSettings as OidcSettings
     from sbx.agent.core.config import ServiceQuotas as ServiceQuotas
@@ -299,6 +308,19 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.hosting.tenants import effective_quotas as effective_quotas
     from sbx.agent.core.hosting.tenants import tenant_of as tenant_of
     from sbx.agent.core.hosting.upload_tool import UPLOAD_TOOL as UPLOAD_TOOL
+    from sbx.agent.core.hosting.workers import EARLY_SIGNALS as EARLY_SIGNALS
+    from sbx.agent.core.hosting.workers import Supervisor as Supervisor
+    from sbx.agent.core.hosting.workers import WorkerSlot as WorkerSlot
+    from sbx.agent.core.hosting.workers import announce_ready as announce_ready
+    from sbx.agent.core.hosting.workers import listen_unix as listen_unix
+    from sbx.agent.core.hosting.workers import worker_id as worker_id
+    from sbx.agent.core.kept_sessions import Admitted as Admitted
+    from sbx.agent.core.kept_sessions import KeptSession as KeptSession
+    from sbx.agent.core.kept_sessions import KeptSessions as KeptSessions
+    from sbx.agent.core.kept_sessions import Owner as Owner
+    from sbx.agent.core.kept_sessions import SessionHost as SessionHost
+    from sbx.agent.core.kept_sessions import SessionNotFound as SessionNotFound
+    from sbx.agent.core.kept_sessions import streamed as streamed
     from sbx.agent.core.limits_request import LimitRefused as LimitRefused
     from sbx.agent.core.limits_request import LimitsRequest as LimitsRequest
     from sbx.agent.core.limits_request import LimitTooLow as LimitTooLow

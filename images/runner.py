@@ -75,7 +75,8 @@ Request read from stdin:
      "measure": bool (optional, default true: read the cgroup here too),
      "stream": bool (optional, default true: send output frames while the code runs),
      "display": bool (optional, default true: print a trailing expression's value as a
-     notebook does; false for one-shot programs, whose stdout is exactly what they wrote)}
+     notebook does; false for one-shot programs, whose stdout is exactly what they wrote),
+     "print_values": bool (optional, default true: false keeps that value a result only)}
 
 In every kernel `plt.show()` saves the open figures to /output/figure-N.png (under
 Agg it would do nothing), and `savefig` to a PNG records the figure's titles and
@@ -359,7 +360,8 @@ def kernel_main(request_fd: int, reply_fd: int) -> None:
             return
         shows = request.get("display", True) is True
         RESULTS.start()
-        reply = execute_cell(str(request["code"]), int(request["id"]), namespace, shows)
+        reply = execute_cell(str(request["code"]), int(request["id"]), namespace, shows,
+                             printed=request.get("print_values", True) is True)
         if shows:
             show_open_figures()
             if RESULTS.execution_count is None and int(request["id"]) != 0:
@@ -371,11 +373,14 @@ def kernel_main(request_fd: int, reply_fd: int) -> None:
 
 
 def execute_cell(
-    code: str, cell_id: int, namespace: dict[str, Any], display: bool = True
+    code: str, cell_id: int, namespace: dict[str, Any], display: bool = True,
+    printed: bool = True,
 ) -> dict[str, Any]:
     """Execute one program; with `display`, show a trailing expression's value as a notebook does.
 
     Without it (a one-shot program, `sbx exec`) stdout is exactly what the program wrote.
+    `printed=False` keeps the value a result only, as a notebook's stdout never holds it
+    (E2B's `run_code`); sbx's own agent reads it printed, beside its other output.
     """
     filename = f"<cell-{cell_id}>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
@@ -389,7 +394,8 @@ def execute_cell(
             value = eval(compile(trailing, filename, "eval"), namespace)
             if value is not None:
                 text = shown_value(value)
-                print(text)
+                if printed:
+                    print(text)
                 RESULTS.show(value, main=True, text=text)
     except SystemExit as stop:
         return {"exit_code": exit_code_of(stop), "error": None}
@@ -1736,7 +1742,8 @@ class Supervisor:
         live = LiveOutput(request["id"], out, err, request.get("stream", True))
         display = request.get("display", True)
         send_message(
-            kernel.request_w, {"id": request["id"], "code": request["code"], "display": display}
+            kernel.request_w, {"id": request["id"], "code": request["code"], "display": display,
+                               "print_values": request.get("print_values", True)}
         )
         reply, timed_out, sampled_peak = self.pump(kernel, live, request["timeout"], meter)
         killed_signal, state_reset = None, False
@@ -1998,7 +2005,7 @@ def validate_request(request: Any) -> None:
     for key, kind in fields.items():
         if not isinstance(request.get(key), kind) or isinstance(request.get(key), bool):
             raise ValueError(f"field {key!r} missing or of the wrong type")
-    for flag in ("measure", "stream", "display"):
+    for flag in ("measure", "stream", "display", "print_values"):
         if not isinstance(request.get(flag, True), bool):
             raise ValueError(f"field {flag!r} must be true or false")
 

@@ -136,11 +136,16 @@ def process_limits(limits: Limits) -> list[dict[str, Any]]:
 
 
 def tmpfs_mounts(limits: Limits) -> dict[str, str]:
-    """Writable places: size-limited tmpfs only, no exec, no setuid, no devices."""
+    """Writable places: size-limited tmpfs only, no exec, no setuid, no devices.
+
+    `/home/user` is E2B's home: code written for E2B's sandboxes writes there
+    by absolute path (its face starts there); sbx's own code works in `/work`.
+    """
     owned = "uid=1000,gid=1000,mode=0700"
     return {
         "/tmp": f"{TMPFS_OPTIONS},size={limits.tmp_size},mode=1777",
         "/work": f"{TMPFS_OPTIONS},size={limits.tmp_size},{owned}",
+        "/home/user": f"{TMPFS_OPTIONS},size={limits.tmp_size},{owned}",
         "/output": f"{TMPFS_OPTIONS},size={limits.output_size},{owned}",
     }
 

@@ -108,7 +108,8 @@ class Limits(BaseModel):
     )
     """Bytes of stderr kept per execution (head and tail); the rest is counted and dropped."""
     tmp_size: Bytes = parse_size("256m")
-    """Size of the `/tmp` and `/work` scratch tmpfs mounts (each); counts against memory."""
+    """Size of the `/tmp`, `/work` and `/home/user` scratch tmpfs mounts (each); counts
+    against memory."""
     output_size: Bytes = parse_size("256m")
     """Size of the `/output` tmpfs where the code leaves artifacts."""
     max_artifact_bytes: Bytes = parse_size("32m")

@@ -172,6 +172,7 @@ def exec_request(
     measure: bool = True,
     stream: bool = True,
     display: bool = True,
+    print_values: bool = True,
 ) -> dict[str, object]:
     """The request line the runner expects for one execution.
 
@@ -182,7 +183,8 @@ def exec_request(
     `measure=False` when the host reads the container's cgroup itself
     (`sandbox.accounting`): the runner then skips its own, forgeable readings.
     `stream=False` keeps all output for the result frame (no `output` frames).
-    `display=False` (one-shot programs) prints no trailing expression's value.
+    `display=False` (one-shot programs) prints no trailing expression's value;
+    `print_values=False` keeps it a result only (sent only then: older runners ignore it).
     """
     return {
         "type": "exec",
@@ -199,4 +201,5 @@ def exec_request(
         "measure": measure,
         "stream": stream,
         "display": display,
+        **({} if print_values else {"print_values": False}),
     }

@@ -164,6 +164,7 @@ class Session(Closing):
         on_output: OutputCallback | None = None,
         timeout: float | None = None,
         show_values: bool | None = None,
+        print_values: bool = True,
     ) -> ExecutionResult:
         """Execute a program in this session's interpreter and report what happened.
 
@@ -171,7 +172,8 @@ class Session(Closing):
         (`sbx.sandbox.live_output`); the result holds the same text, as it always did.
         `timeout`, when shorter than the limits' own, cuts this execution sooner (the
         caller's run is running out of time); it never lengthens it. `show_values` prints a
-        trailing expression's value as a notebook does (default: except in fresh mode).
+        trailing expression's value as a notebook does (default: except in fresh mode);
+        `print_values=False` gives that value as a result only, never on stdout.
         """
         text = code_text(code, self.limits)
         limits = self.limits
@@ -190,7 +192,7 @@ class Session(Closing):
             try:
                 exchange = self._open_exchange(request_id, started, on_output, limits)
                 shown = self.mode != "fresh" if show_values is None else show_values
-                result = self._converse(exchange, text, started, shown)
+                result = self._converse(exchange, text, started, shown, print_values)
             except SandboxBroken as exc:  # the channel closed, timed out or broke a cap
                 lost = True
                 result = self._lost(exc, exchange, started)
@@ -273,7 +275,7 @@ class Session(Closing):
         )
 
     def _converse(
-        self, exchange: Exchange, code: str, started: float, shown: bool
+        self, exchange: Exchange, code: str, started: float, shown: bool, printed: bool = True
     ) -> ExecutionResult:
         """Send one request and collect its artifact frames and result frame."""
         copy_bytes, copy_refusal = copy_budget(self.limits, exchange.run_bytes_left)
@@ -292,6 +294,7 @@ class Session(Closing):
                 measure=self._meter is None,
                 stream=self.stream_output,
                 display=shown,
+                print_values=printed,
             )
         )
         frame = exchange.collect()

@@ -56,6 +56,7 @@ def test_default_limits_produce_closed_container() -> None:
             "tmpfs": {
                 "/tmp": "rw,nosuid,nodev,noexec,size=268435456,mode=1777",
                 "/work": "rw,nosuid,nodev,noexec,size=268435456,uid=1000,gid=1000,mode=0700",
+                "/home/user": "rw,nosuid,nodev,noexec,size=268435456,uid=1000,gid=1000,mode=0700",
                 "/output": "rw,nosuid,nodev,noexec,size=268435456,uid=1000,gid=1000,mode=0700",
             },
             "init": True,

@@ -166,7 +166,7 @@ def test_the_sandbox_pod_keeps_the_docker_backends_limits(tmp_path):
     volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
     mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
     for path, size in (("/tmp", limits.tmp_size), ("/work", limits.tmp_size),
-                       ("/output", limits.output_size)):
+                       ("/home/user", limits.tmp_size), ("/output", limits.output_size)):
         assert path in host["tmpfs"]
         empty_dir = volumes[mounts[path]["name"]]["emptyDir"]
         assert empty_dir["medium"] == "Memory" and _bytes(empty_dir["sizeLimit"]) == size

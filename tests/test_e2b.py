@@ -21,7 +21,9 @@ from typing import Any
 import httpx
 import pytest
 from e2b import (
+    CommandExitException,
     NotFoundException,
+    PtySize,
     RateLimitException,
     SandboxException,
     TimeoutException,
@@ -95,8 +97,8 @@ def test_the_sync_sdk_runs_code_statefully_streams_counts_errors_and_files(
         assert once.logs.stdout == ["for one run yes\n"]
         assert sandbox.run_code(both).logs.stdout == ["hello from create None\n"]
         _files_round_trip(sandbox)
-        with pytest.raises(SandboxException, match="tools.execute_python"):
-            sandbox.commands.run("ls")
+        with pytest.raises(SandboxException, match=r"\[tools.run_command\] enabled = true"):
+            sandbox.commands.run("ls")  # off unless the operator's policy enables it
         _independent_contexts(sandbox)
         with pytest.raises(SandboxException, match="custom templates") as unknown:
             Sandbox.create(template="my-custom-template")
@@ -108,7 +110,9 @@ def test_the_sync_sdk_runs_code_statefully_streams_counts_errors_and_files(
         sandbox.kill()
     with pytest.raises(NotFoundException):
         Sandbox.connect(sandbox_id)
-    assert len(_executions(server, sandbox_id)) >= 3  # the cells, and the file programs
+    outcomes = [r for r in audit_records(server) if r.get("event") == "outcome"]
+    assert len(outcomes) >= 20  # every execution, file operation and context program
+    assert {r["run_id"] for r in outcomes} == {sandbox_id}  # each names the E2B sandbox
     verified = subprocess.run([*SBX, "audit", "verify", str(server.audit_log)],
                               capture_output=True, text=True, timeout=120)
     assert verified.returncode == 0, verified.stdout + verified.stderr
@@ -120,7 +124,7 @@ def _independent_contexts(sandbox: Sandbox) -> None:
     assert sandbox.run_code("print(x)", context=context).logs.stdout == ["in the context\n"]
     assert sandbox.run_code("print(x)").logs.stdout == ["20\n"]  # default's own x
     cwd = sandbox.run_code("import os\nos.getcwd()", context=context)
-    assert cwd.logs.stdout == ["'/work/elsewhere'\n"]  # E2B's /home/user is sbx's /work
+    assert (cwd.text, cwd.logs.stdout) == ("'/home/user/elsewhere'", [])  # a value, not a log
     assert {c.id for c in sandbox.list_code_contexts()} == {"default", context.id}
     sandbox.restart_code_context("default")  # its variables go, the context's stay
     cleared = sandbox.run_code("x")
@@ -143,6 +147,10 @@ def _files_round_trip(sandbox: Sandbox) -> None:
     assert bytes(sandbox.files.read("blob.bin", format="bytes")) == b"\x00\x01\xfe\xff"
     assert sandbox.run_code("print(open('notes/hello.txt').read())").logs.stdout == [
         "hello from E2B\n"]
+    made = sandbox.run_code("import os\nopen('/home/user/by_code.txt', 'w').write('by code')\n"
+                            "os.getcwd()")
+    assert made.text == "'/home/user'"  # E2B's home, where its code starts
+    assert sandbox.files.read("by_code.txt") == "by code"
     names = {entry.name for entry in sandbox.files.list("/home/user")}
     assert {"notes", "blob.bin"} <= names
     assert sandbox.files.exists("blob.bin") and not sandbox.files.exists("missing.txt")
@@ -152,6 +160,48 @@ def _files_round_trip(sandbox: Sandbox) -> None:
     assert moved.path == "/home/user/made/blob.bin"
     sandbox.files.remove("made")
     assert not sandbox.files.exists("made/blob.bin")
+    with pytest.raises(SandboxException, match="not supported"):
+        sandbox.files.watch_dir("/home/user")
+
+
+@pytest.mark.docker
+def test_shell_commands_run_through_the_gate_when_the_policy_enables_them(
+    sqlite, serve, engine, monkeypatch
+):
+    server = serve(sqlite, policy={"tools.run_command": {"enabled": True},
+                                   "tools": {"timeout": "1s"},  # a command: the sandbox's
+                                   "sandbox": {"timeout": "5s"}})
+    point_sdk_at(monkeypatch, server, server.key("ann"))
+    with Sandbox.create(envs={"WHO": "ann"}) as sandbox:
+        heard: list[str] = []
+        done = sandbox.commands.run("echo hi; echo to-err >&2; echo $WHO $ONCE; pwd",
+                                    envs={"ONCE": "now"}, on_stdout=heard.append)
+        assert (done.exit_code, done.stdout, done.stderr) == (0, "hi\nann now\n/home/user\n",
+                                                              "to-err\n")
+        assert "".join(heard) == done.stdout
+        assert sandbox.commands.run("sleep 2; echo slept").stdout == "slept\n"
+        sandbox.files.write("made-by-python.txt", "from the files API")
+        assert sandbox.commands.run("cat made-by-python.txt").stdout == "from the files API"
+        with pytest.raises(CommandExitException) as failed:
+            sandbox.commands.run("exit 3")
+        assert failed.value.exit_code == 3
+        sandbox.run_code("kept = 'before'")
+        with pytest.raises(CommandExitException) as killed:
+            sandbox.commands.run("sleep 60")  # killed at the sandbox's timeout
+        assert killed.value.exit_code == 124 and "timed out" in (killed.value.error or "")
+        assert sandbox.run_code("print(kept)").logs.stdout[-1] == "before\n"  # replayed
+        assert sandbox.commands.list() == []  # each command ran to its end
+        with pytest.raises(SandboxException, match="not supported"):
+            sandbox.commands.connect(1)
+        with pytest.raises(SandboxException, match="a PTY is not supported"):
+            sandbox.pty.create(PtySize(rows=24, cols=80))
+        sandbox_id = sandbox.sandbox_id
+    commands = [r for r in audit_records(server) if r.get("run_id") == sandbox_id
+                and r.get("event") == "outcome" and r["data"].get("tool") == "run_command"]
+    assert [r["data"].get("exit_code") for r in commands] == [0, 0, 0, 3, 124]
+    verified = subprocess.run([*SBX, "audit", "verify", str(server.audit_log)],
+                              capture_output=True, text=True, timeout=120)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 @pytest.mark.docker
@@ -162,13 +212,22 @@ def test_the_async_sdk_survives_a_client_timeout_and_a_kill_ends_a_running_execu
     point_sdk_at(monkeypatch, server, server.key("ann"))
 
     async def scenario() -> None:
-        sandbox = await AsyncSandbox.create()
+        sandbox = await AsyncSandbox.create(envs={"WHERE": "async"})
         await sandbox.run_code("kept = 'still here'")
         await sandbox.files.write("async.txt", "written by the async SDK")
         assert await sandbox.files.read("/home/user/async.txt") == "written by the async SDK"
         assert await sandbox.files.exists("async.txt")
-        with pytest.raises(TimeoutException):
-            await sandbox.run_code("import time\ntime.sleep(60)", timeout=2)
+        envs = await sandbox.run_code("import os\nprint(os.environ['WHERE'], os.environ['NOW'])",
+                                      envs={"NOW": "once"})
+        assert envs.logs.stdout == ["async once\n"]
+        context = await sandbox.create_code_context()
+        await sandbox.run_code("kept = 'the context'", context=context)
+        assert [c.id for c in await sandbox.list_code_contexts()] == ["default", context.id]
+        await sandbox.remove_code_context(context)
+        with pytest.raises(TimeoutException):  # the client gives up: the execution is stopped
+            await sandbox.run_code("import time\ntime.sleep(600)", timeout=2)
+        wait_for(lambda: "cancelled" in [r["data"].get("status") for r in _executions(
+            server, sandbox.sandbox_id)], what="the abandoned execution cancelled")
         after = await sandbox.run_code("print(kept)")
         assert after.error is None and after.logs.stdout == ["still here\n"]
 
@@ -243,6 +302,26 @@ def test_another_keys_sandbox_is_not_found_and_over_quota_is_the_rate_limit_erro
 
 
 @pytest.mark.docker
+def test_over_the_money_budget_mid_session_is_refused_with_the_retry_time(
+    sqlite, serve, engine, monkeypatch
+):
+    server = serve(sqlite, policy={"agent.prices": {"currency": "EUR"},
+                                   "agent.prices.sandbox": {"cpu_second": 1.0}})
+    point_sdk_at(monkeypatch, server, server.key("spender", cost_per_day=0.2))
+    with Sandbox.create() as sandbox:
+        burnt = sandbox.run_code("import time\nend = time.process_time() + 0.5\n"
+                                 "while time.process_time() < end:\n    pass")
+        assert burnt.error is None  # it ran: its cost passes the day's budget
+        with pytest.raises(SandboxException) as refused:
+            sandbox.run_code("print('over budget')")
+        # the code interpreter's SDK raises its own SandboxException for every status
+        # but 404 and 502; the message is E2B's body, naming the budget and the retry time
+        assert re.search(r"^429 .*per day \(0\.2 EUR\).*retry in \d+ s", str(refused.value))
+        with pytest.raises(RateLimitException, match=r"retry in \d+ s"):
+            sandbox.files.write("more.txt", "a file operation is a run too")
+
+
+@pytest.mark.docker
 def test_the_readme_example_runs_as_written(sqlite, serve, engine):
     server = serve(sqlite)
     section = (ROOT / "README.md").read_text().split("### Your E2B code on your own machines")[1]
@@ -276,7 +355,9 @@ def test_sigterm_gives_a_running_execution_the_grace_then_cancels_it(
     assert server.stop() == 0
     assert not service_support.server_containers(engine, server)
     mine = [r for r in audit_records(server) if r.get("run_id") == sandbox_id]
-    assert [r["data"].get("status") for r in mine if r["event"] == "outcome"] == ["cancelled"]
+    # the sandbox's start (its working directory, /home/user), then the cancelled execution
+    assert [r["data"].get("status") for r in mine if r["event"] == "outcome"] == [
+        "ok", "cancelled"]
     assert mine[-1]["event"] == "run_end"
 
 

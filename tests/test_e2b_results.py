@@ -63,6 +63,7 @@ def test_the_sdk_reads_rich_results_charts_counts_and_callbacks_in_order(
         assert frame.error is None and frame.execution_count == 1
         kinds = [kind for kind, _ in heard]
         assert heard[0][0] == "stdout" and heard[0][1].startswith("before\n")
+        assert frame.logs.stdout == ["before\n"]  # the value is a result, never a log
         assert kinds[-5:] == ["result"] * 5
         assert [r for kind, r in heard if kind == "result"] == frame.results
         html, markdown, svg, json_result, main = frame.results

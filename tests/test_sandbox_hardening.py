@@ -35,7 +35,7 @@ def test_running_container_shows_every_hardening_default(session: Session, tmp_p
     assert host["PidsLimit"] == (256 if host["Runtime"] == "runc" else 4096)
     assert host["Memory"] == 512 * 1024**2 and host["MemorySwap"] == host["Memory"]
     assert host["NanoCpus"] == 1_000_000_000
-    assert set(host["Tmpfs"]) == {"/tmp", "/work", "/output"}
+    assert set(host["Tmpfs"]) == {"/tmp", "/work", "/home/user", "/output"}
     assert all("size=" in opts and "noexec" in opts for opts in host["Tmpfs"].values())
     assert host["Init"] is True
     assert host["AutoRemove"] is True

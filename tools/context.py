@@ -32,6 +32,7 @@ class CodeRunner(Protocol):
         on_output: OutputCallback | None = None,
         timeout: float | None = None,
         show_values: bool = True,
+        print_values: bool = True,
     ) -> ExecutionResult:
         """Execute `code` and return its result; raise only for errors the operator must fix.
 
@@ -39,7 +40,8 @@ class CodeRunner(Protocol):
         runs (a runner that cannot stream may ignore it: the result has the output).
         `timeout`, when given, is the run's time left: the execution must end by then
         (a runner shortens its own limit to it, never lengthens it). `show_values=False`:
-        print no trailing expression's value (a one-shot program's stdout is its own).
+        print no trailing expression's value (a one-shot program's stdout is its own);
+        `print_values=False`: that value is a result only, not printed (a notebook's way).
         """
         ...
 
@@ -147,6 +149,9 @@ class ToolContext:
     show_values: bool = True
     """Print a program's trailing expression's value, as a notebook does; False for a
     one-shot program (`sbx exec`, `POST /v1/execute`), whose stdout is exactly its own."""
+    print_values: bool = True
+    """With `show_values`, also print the value (sbx's agent reads it beside the output);
+    False: a result only, as a notebook's stdout never holds it (E2B's `run_code`)."""
     plan: PlanBook = field(default_factory=PlanBook)
     """This run's plan revisions, counted (shared by every call's copy of the context)."""
     data_drop: DataDrop | None = None

@@ -41,7 +41,7 @@ from sbx.tools.sql_policy import QuerySqlRule
 
 BUILTIN_TOOLS = (
     "execute_python", "calculate", "list_data_files", "preview_data_file", "http_get", "ask_user",
-    "upload_dataset", "update_plan", "query_sql", "remember",
+    "upload_dataset", "update_plan", "query_sql", "remember", "run_command",
 )
 DEFAULT_CALL_TIMEOUT_S = 30.0
 """`[tools] timeout`: seconds one tool call may take at the gate, unless its own rule says."""
@@ -220,6 +220,8 @@ class ToolsPolicy(BaseModel):
     """Read-only SQL against the operator's named sources; results land in `/data/queries`."""
     remember: RememberRule = RememberRule()
     """Save a note about a dataset for later conversations (its bounds bind people too)."""
+    run_command: ToolRule = ToolRule()
+    """A shell command in the sandbox session (off: allowing Python is not allowing a shell)."""
     custom: dict[str, CustomToolRule] = Field(default_factory=dict)
     """Tools loaded from `entry` or registered by the embedding program; each must exist when
     the gate is built."""

@@ -33,9 +33,9 @@ copying artifacts out take time the execution's deadline does not count."""
 def call_timeout(policy: Policy, limits: Limits, name: str) -> tuple[float, str]:
     """The gate's bound on one call of `name`, in seconds, and the policy key that sets it.
 
-    `execute_python` is bounded by the sandbox's own deadline already (the code is killed
-    at `[sandbox] timeout`); its gate bound is never shorter than that deadline plus
-    `SANDBOX_GRACE_S`, so it fires only when the engine itself hangs.
+    `execute_python` and `run_command` are bounded by the sandbox's own deadline already
+    (the code is killed at `[sandbox] timeout`); their gate bound is never shorter than
+    that deadline plus `SANDBOX_GRACE_S`, so it fires only when the engine itself hangs.
     """
     rules = policy.tools
     rule = rules.rule(name)
@@ -48,7 +48,7 @@ def call_timeout(policy: Policy, limits: Limits, name: str) -> tuple[float, str]
         seconds, key = policy.tools.query_sql.statement_timeout, "tools.query_sql.statement_timeout"
     if name in ("calculate", "http_get", "ask_user", "query_sql"):
         seconds += SELF_BOUND_GRACE_S
-    if name == "execute_python" and seconds < limits.timeout + SANDBOX_GRACE_S:
+    if name in ("execute_python", "run_command") and seconds < limits.timeout + SANDBOX_GRACE_S:
         seconds, key = limits.timeout + SANDBOX_GRACE_S, "sandbox.timeout"
     return seconds, key
 
@@ -78,9 +78,9 @@ def check_arguments(
             if int(values.get("rows", 0)) > limit:
                 reason = f"at most {limit} rows may be previewed"
                 return Denied(tool=name, rule="tools.preview_data_file.max_rows", reason=reason)
-        case "execute_python":
+        case "execute_python" | "run_command":
             limit = limits.max_code_bytes
-            if len(str(values.get("code", "")).encode()) > limit:
+            if len(str(values.get("code", values.get("command", ""))).encode()) > limit:
                 reason = f"the program is larger than {limit} bytes"
                 return Denied(tool=name, rule="sandbox.max_code_bytes", reason=reason)
     return None

@@ -69,6 +69,7 @@ class _AnsweringRunner:
         on_output: OutputCallback | None = None,
         timeout: float | None = None,
         show_values: bool = True,
+        print_values: bool = True,
     ) -> ExecutionResult:
         return ExecutionResult(stdout="1\n", duration_s=0.0008)
 

@@ -188,6 +188,10 @@ class OidcSettings(BaseModel):
         return value
 
 
+MAX_WORKERS = 32
+"""Most worker processes of one `sbx serve`: past a few per core they only add memory."""
+
+
 class ServiceSettings(BaseModel):
     """How `sbx serve` behaves (`[service]`): sizes, timeouts, queue, replicas; no unknown keys."""
 
@@ -196,8 +200,13 @@ class ServiceSettings(BaseModel):
     idle_timeout: Seconds = 120.0
     """Seconds a conversation with no run keeps its sandbox; the next question restores its
     state by replay (`[restore]`), or starts empty and is told so."""
+    workers: int = Field(default=1, ge=1, le=MAX_WORKERS)
+    """Worker processes `sbx serve` runs on its one address (`--workers`): each a replica over
+    the same store, so the service uses more than one core. The warm pool's sizes (`[pool]`)
+    are the host's, shared among them; `max_running` and `max_queued` are each worker's."""
     max_running: int = Field(default=8, ge=1, le=1024)
-    """Runs executing at once in one replica (each holds a worker thread)."""
+    """Runs executing at once in one replica (each holds a worker thread); each worker of
+    `workers` is one."""
     max_queued: int = Field(default=64, ge=0, le=100_000)
     """Runs waiting for a worker; past it a question gets 503 with `Retry-After`."""
     max_in_flight: int = Field(default=4, ge=1, le=10_000)

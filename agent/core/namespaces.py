@@ -5,7 +5,8 @@ independent ones (E2B's code contexts) runs their code through these
 programs instead: the code executes in a dict of its own, kept in the
 interpreter under its name (in a module entry of `sys.modules`, not in the
 session's variables), with its own working directory, and the value of its
-trailing expression printed as the runner prints a cell's, and a result of its
+trailing expression printed as the runner prints a cell's (unless the session keeps values as
+results only), and a result of its
 own (the kernel's `_sbx_kernel`), with the namespace's own execution count. Being ordinary
 programs through the gate, they are audited, counted and journaled, so a
 namespace is rebuilt with the rest after a reset.
@@ -31,7 +32,8 @@ try:
     if last is not None:
         value = eval(compile(ast.Expression(last.value), FILE, "eval"), space)
         if value is not None:
-            print(repr(value))
+            if PRINTED:
+                print(repr(value))
             if kernel is not None:
                 kernel.show(value, main=True)
 finally:
@@ -51,9 +53,12 @@ if store is not None:
 '''
 
 
-def in_namespace(code: str, name: str, cwd: str) -> str:
-    """The program that runs `code` in the namespace `name` (made at first use) in `cwd`."""
-    values = {"CODE": code, "NAME": name, "CWD": cwd, "FILE": f"<{name}>"}
+def in_namespace(code: str, name: str, cwd: str, *, printed: bool = True) -> str:
+    """The program that runs `code` in the namespace `name` (made at first use) in `cwd`.
+
+    `printed=False`: the trailing value is a result only, as the session's own cells show it.
+    """
+    values = {"CODE": code, "NAME": name, "CWD": cwd, "FILE": f"<{name}>", "PRINTED": printed}
     return f"exec({_RUN!r}, {values!r})\n"
 
 

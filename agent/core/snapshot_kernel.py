@@ -14,7 +14,8 @@ The file a dump writes holds two parts, each checked by the load:
     MAGIC, 8-byte length, the namespace (cloudpickle, protocol 5),
     then the files (a plain pickle of `[(root, relative path, mode, bytes)]`).
 
-Files are those the cells wrote in `/work` (the working directory), `/tmp`
+Files are those the cells wrote in `/work` (the working directory), `/home/user`
+(E2B's home), `/tmp`
 (matplotlib's cache excepted) and `/output` (copied out after every cell
 already, but a later cell may read one back: the load writes them again, and
 the host settles the copies as it does a replay's). Only regular files and
@@ -26,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 MAGIC = b"SBXSNAP1"
-ROOTS = ("/work", "/tmp", "/output")
+ROOTS = ("/work", "/home/user", "/tmp", "/output")
 SKIPPED = ("/tmp/matplotlib",)
 REPORT = "SBX-SNAPSHOT "
 """How the one line of JSON this code prints begins (the host reads it from stdout)."""

@@ -59,6 +59,9 @@ from sbx.tools.outcome import ToolOutcome
 
 logger = logging.getLogger(__name__)
 
+IN_SANDBOX = ("execute_python", "run_command")
+"""The tools that run in the session's sandbox: each a run (recorded, cancellable), after the
+session's state is restored; only `execute_python`'s programs are journaled and replayed."""
 MAX_REMEMBERED_ARTIFACTS = 10_000
 """Artifacts a session keeps addressable as resources; the oldest are forgotten first."""
 DATA_NOW = "It is at /data/{name} from the next execute_python call."
@@ -130,6 +133,15 @@ class ToolSession(Closing):
         """
         return self._guard.text(text).text
 
+    def allows(self, tool: str) -> bool:
+        """Whether the policy enables `tool`.
+
+        A face may refuse in its own words what the gate would deny: a denial at the
+        gate counts toward its halt.
+        """
+        rule = self.workspace.config.policy.tools.rule(tool)
+        return rule is not None and rule.enabled
+
     @property
     def output_dir(self) -> Path:
         """Where this session's artifacts are copied (nothing of another session's is there)."""
@@ -137,7 +149,8 @@ class ToolSession(Closing):
 
     def call(self, name: str, arguments: Mapping[str, Any], *,
              on_output: Callable[[str, str], None] | None = None,
-             on_start: Callable[[], None] | None = None) -> CallReport:
+             on_start: Callable[[], None] | None = None,
+             charged: bool = True) -> CallReport:
         """One tool call through the session's gate (policy, validation, quotas, audit).
 
         An execution is a run of the face's `RunRecorder` (its quotas); a refusal
@@ -145,6 +158,9 @@ class ToolSession(Closing):
         the call is admitted (a face may begin its answer), and `on_output(stream,
         text)` with this call's output while it runs (the session's own sink hears it
         too); one call at a time should pass them, as a face's turn ensures.
+        `charged=False`: a program the session runs for itself at its start (its env
+        vars, its working directory) is audited and journaled but is no run of the
+        recorder, so it costs the caller no quota.
         """
         note: str | None = None
         prior: PriorWork | None = None
@@ -152,7 +168,7 @@ class ToolSession(Closing):
         def through_gate() -> ToolOutcome:
             nonlocal note, prior
             gate = self._open_gate()
-            if name == "execute_python":
+            if name in IN_SANDBOX:
                 note, prior = self._restored(self._take_reset_note())
             if on_start is not None:
                 on_start()
@@ -171,7 +187,7 @@ class ToolSession(Closing):
                 if self._closed:
                     raise SessionClosed(f"session {self.id} has ended")
                 using.enter_context(self.workspace.in_use())
-            if name == "execute_python":
+            if name in IN_SANDBOX and charged:
                 outcome = self._execution(through_gate, lambda: prior)
             else:
                 outcome = through_gate()

@@ -96,6 +96,9 @@ class ConversationSpec:
     """Where notes about the data live (the CLI's file, the service's database); None: none."""
     one_shot: bool = False
     """One program (`App.execute`): stdout is what it wrote, no trailing value printed."""
+    values_as_results: bool = False
+    """A trailing value is a rich result only, never printed (a notebook's stdout, as E2B's
+    SDK expects); False: printed too, where sbx's own model reads it."""
 
 
 def check_data(data: Sequence[Path]) -> None:
@@ -204,7 +207,8 @@ class Workspace(Closing):
             continues=continues,
             on_output=on_output,
             observation_chars=self.config.settings.observation_tokens * CHARS_PER_TOKEN,
-            show_values=not self.spec.one_shot, notes=notes_for(self.spec, self.config.policy),
+            show_values=not self.spec.one_shot, print_values=not self.spec.values_as_results,
+            notes=notes_for(self.spec, self.config.policy),
         )
         return build_gate(
             withhold(self.config.policy, self.spec.withheld_tools),
@@ -434,6 +438,7 @@ class _CurrentSandbox:
         on_output: OutputCallback | None = None,
         timeout: float | None = None,
         show_values: bool = True,
+        print_values: bool = True,
     ) -> ExecutionResult:
         """Run `code` in the workspace's current sandbox (opened again after a discard)."""
         session = self._workspace._sandbox(self._run_id, self._output)
@@ -441,7 +446,8 @@ class _CurrentSandbox:
             raise SandboxError("no sandbox is available in this workspace")
         try:
             result = session.run(
-                code, on_output=on_output, timeout=timeout, show_values=show_values
+                code, on_output=on_output, timeout=timeout, show_values=show_values,
+                print_values=print_values,
             )
         finally:
             with self._workspace._lock:

@@ -9,5 +9,5 @@
 Each E2B sandbox is a `ToolSession` of the door under the key's principal:
 its code and its file operations pass the gate and the audit log, count
 against the key's quotas and budgets, and come back after an idle release.
-The host (`sbx serve`) says who a key is and what it may open (`host.py`).
+The host (`sbx serve`, a `SessionHost`) says who a key is and what it may open.
 """

@@ -10,36 +10,31 @@ finds the sandbox; a wrong or missing one is 404, as an unknown id is.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 
 from starlette._utils import get_route_path
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sbx.agent import HostBusy
-from sbx.agent.e2b import control, envd, interpreter
-from sbx.agent.e2b.host import E2bHost, Refused
-from sbx.agent.e2b.sandboxes import E2bSandbox, Sandboxes
+from sbx.agent import SessionHost, SessionNotFound
+from sbx.agent.e2b import control, envd, files, interpreter
+from sbx.agent.e2b.sandboxes import E2bSandbox, sandboxes
 
 INTERPRETER_PORT = "49999"
 """The code interpreter's port in `E2b-Sandbox-Port` (the SDK's `JUPYTER_PORT`)."""
-BUSY_RETRY_S = 10.0
-"""Retry-After when the host's sandbox cap stays full (`HostBusy`)."""
 Handler = Callable[[Request, E2bSandbox], Awaitable[Response]]
 
 
 class E2bFace:
     """The two apps over one set of sandboxes; `running()` looks after them while served."""
 
-    def __init__(self, host: E2bHost) -> None:
+    def __init__(self, host: SessionHost) -> None:
         self.host = host
-        self.sandboxes = Sandboxes(host)
+        self.sandboxes = sandboxes(host)
         self.api: ASGIApp = Starlette(routes=control.routes(self.sandboxes, host.authenticate))
         self._interpreter = Starlette(routes=[
             Route("/execute", self._guard(interpreter.execute), methods=["POST"]),
@@ -51,24 +46,13 @@ class E2bFace:
         ])
         self._envd = Starlette(routes=[
             Route("/health", self._health, methods=["GET"]),
-            Route("/files", self._guard(envd.read_file), methods=["GET"]),
-            Route("/files", self._guard(envd.write_files), methods=["POST"]),
+            Route("/files", self._guard(files.read_file), methods=["GET"]),
+            Route("/files", self._guard(files.write_files), methods=["POST"]),
         ])
 
-    @asynccontextmanager
-    async def running(self, tick_s: float) -> AsyncIterator[None]:
+    def running(self, tick_s: float) -> AbstractAsyncContextManager[None]:
         """Timeouts and idle releases every `tick_s` while served; every sandbox killed after."""
-        async def look_after() -> None:
-            while True:
-                await asyncio.sleep(tick_s)
-                await run_in_threadpool(self.sandboxes.tick)
-
-        task = asyncio.create_task(look_after())
-        try:
-            yield
-        finally:
-            task.cancel()
-            await run_in_threadpool(self.sandboxes.close)
+        return self.sandboxes.looked_after(tick_s)
 
     async def sandbox(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The sandbox URL: the interpreter or envd by `E2b-Sandbox-Port`."""
@@ -84,7 +68,7 @@ class E2bFace:
             if path.startswith(prefix):
                 try:
                     found = self._find(request)
-                except Refused as exc:
+                except SessionNotFound as exc:
                     await control.error(exc)(scope, receive, send)
                     return
                 envd.CURRENT.set(found)
@@ -101,7 +85,7 @@ class E2bFace:
         """204 while the sandbox lives; 502 after, which the SDK reads as not running."""
         try:
             self._find(request)
-        except Refused:
+        except SessionNotFound:
             return Response(status_code=502)
         return Response(status_code=204)
 
@@ -109,8 +93,6 @@ class E2bFace:
         async def endpoint(request: Request) -> Response:
             try:
                 return await handler(request, self._find(request))
-            except Refused as exc:
+            except control.FAILURES as exc:  # a refusal, a full host (503: retry soon)
                 return control.error(exc)
-            except HostBusy as exc:  # the host's sandbox cap stays full: retry soon
-                return control.error(Refused(503, str(exc), retry_after=BUSY_RETRY_S))
         return endpoint

@@ -1,15 +1,16 @@
-"""envd's side of the sandbox URL: `/files`, `/health`, and the filesystem and process RPC.
+"""envd's RPC on the sandbox URL: the filesystem and process services.
 
 The RPC is served by the `e2b` package's own generated Connect stubs
 (`FilesystemASGIApplication`, `ProcessASGIApplication`) over `connectrpc`,
 so the messages are E2B's. Each filesystem call is a file program in the
-sandbox (`files.py`). Processes (`sandbox.commands.run`, the PTY) are
-refused: sbx runs Python through its gate and nothing else.
+sandbox (`files.py`). A command (`sandbox.commands.run`) is sbx's
+`run_command` tool, refused unless the operator's policy enables it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import shlex
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Any, NoReturn
 
@@ -18,18 +19,18 @@ from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
 from e2b.envd.filesystem import filesystem_pb as pb
 from e2b.envd.filesystem.filesystem_connect import FilesystemASGIApplication
+from e2b.envd.process import process_pb as ppb
 from e2b.envd.process.process_connect import ProcessASGIApplication
+from protobuf import Oneof
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 
+from sbx.agent import CallReport, streamed
 from sbx.agent.e2b import files
-from sbx.agent.e2b.host import Refused
-from sbx.agent.e2b.sandboxes import E2bSandbox
+from sbx.agent.e2b.sandboxes import E2bSandbox, Refused
 
 COMMANDS_REFUSED = (
-    "sbx does not run shell commands in an E2B sandbox: its policy runs Python through the "
-    "gate only ([tools.execute_python]); use run_code, or the files API for files"
+    "shell commands are off in this sbx: the operator's policy enables them with "
+    "[tools.run_command] enabled = true; use run_code, or the files API for files"
 )
 CURRENT: ContextVar[E2bSandbox] = ContextVar("e2b_sandbox")
 """The sandbox of the RPC being served (set by the dispatcher before the stub runs)."""
@@ -37,30 +38,9 @@ _CODES = {404: Code.NOT_FOUND, 409: Code.ALREADY_EXISTS, 400: Code.INVALID_ARGUM
           429: Code.RESOURCE_EXHAUSTED, 401: Code.UNAUTHENTICATED}
 
 
-async def read_file(request: Request, sandbox: E2bSandbox) -> Response:
-    """`GET /files?path=`: the file's bytes."""
-    data = await run_in_threadpool(files.read, sandbox, request.query_params.get("path", ""))
-    return Response(data, media_type="application/octet-stream")
-
-
-async def write_files(request: Request, sandbox: E2bSandbox) -> Response:
-    """`POST /files`: each multipart file written at its name (or `?path=` for one)."""
-    form = await request.form()
-    written = []
-    uploads = [value for _, value in form.multi_items() if not isinstance(value, str)]
-    for upload in uploads:
-        path = request.query_params.get("path") if len(uploads) == 1 else None
-        data = await upload.read()
-        entry = await run_in_threadpool(files.write, sandbox, path or upload.filename or "",
-                                        data)
-        written.append({"name": entry["name"], "type": "file",
-                        "path": files.outside(entry["path"])})
-    return JSONResponse(written)
-
-
 def _entry(value: dict[str, Any]) -> pb.EntryInfo:
     kind = pb.FileType.DIRECTORY if value["type"] == "dir" else pb.FileType.FILE
-    return pb.EntryInfo(name=value["name"], type=kind, path=files.outside(value["path"]),
+    return pb.EntryInfo(name=value["name"], type=kind, path=value["path"],
                         size=int(value["size"]), mode=int(value["mode"]),
                         permissions=oct(int(value["mode"])), owner="sandbox", group="sandbox")
 
@@ -106,42 +86,88 @@ class Filesystem:
         await _run("remove", request.path)
         return pb.RemoveResponse()
 
-    def watch_dir(self, request: Any, ctx: Any, /) -> AsyncIterator[Any]:
-        """Not served: sbx has no file events."""
-        _unsupported("watching a directory")
-
-    async def create_watcher(self, request: Any, ctx: Any, /) -> Any:
-        """Not served."""
-        _unsupported("watching a directory")
-
-    async def get_watcher_events(self, request: Any, ctx: Any, /) -> Any:
-        """Not served."""
-        _unsupported("watching a directory")
-
-    async def remove_watcher(self, request: Any, ctx: Any, /) -> Any:
-        """Not served."""
-        _unsupported("watching a directory")
+    def __getattr__(self, name: str) -> Any:
+        """Watching a directory (`watch_dir`, the watchers) is not served: no file events."""
+        return _unsupported("watching a directory")
 
 
 class Processes:
-    """envd's `process.Process`: every call refused with the sentence naming the policy."""
+    """envd's `process.Process`: `commands.run` as sbx's `run_command`, when the policy allows.
 
-    async def start(self, request: Any, ctx: Any, /) -> AsyncIterator[Any]:
-        """`commands.run`: refused before anything runs."""
-        raise ConnectError(Code.PERMISSION_DENIED, COMMANDS_REFUSED)
-        yield  # an async generator, as a streaming RPC is served
+    A command runs to its end in its turn; its output is streamed as it comes. Connecting
+    to it later, its input and signals are not served (`list` shows none running).
+    """
 
-    connect = start
+    async def start(self, request: ppb.StartRequest, ctx: RequestContext[Any, Any], /
+                    ) -> AsyncIterator[ppb.StartResponse]:
+        """`commands.run`: the start, the output as it comes, the end with the exit code."""
+        sandbox = CURRENT.get()
+        if request.pty is not None:
+            _unsupported("a PTY")(request, ctx)
+        if not sandbox.allows("run_command"):
+            raise ConnectError(Code.PERMISSION_DENIED, COMMANDS_REFUSED)
+        config = request.process or ppb.ProcessConfig()
+        line = shlex.join([config.cmd, *config.args])
+
+        def run(on_output: Any, on_start: Any) -> CallReport:
+            return sandbox.command(line, cwd=files.inside(config.cwd or files.HOME),
+                                   envs=dict(config.envs), on_output=on_output,
+                                   on_start=on_start)
+
+        taken = {"stdout": 0, "stderr": 0}
+        try:
+            async for kind, value in streamed(run, sandbox.cancel_running):
+                if kind == "started":
+                    yield _event("start", ppb.ProcessEvent.StartEvent(pid=1))
+                elif kind in taken:
+                    taken[kind] += len(value)
+                    yield _data(kind, value)
+                else:
+                    for event in _ended(value, taken):
+                        yield event
+        except Refused as exc:
+            raise ConnectError(_CODES.get(exc.status, Code.UNKNOWN), exc.message) from None
+
+    async def list(self, request: Any, ctx: Any, /) -> ppb.ListResponse:
+        """None running between calls: each command ran to its end."""
+        return ppb.ListResponse()
 
     def __getattr__(self, name: str) -> Any:
-        async def refused(request: Any, ctx: Any, /) -> NoReturn:
-            raise ConnectError(Code.PERMISSION_DENIED, COMMANDS_REFUSED)
-        return refused
+        """Connecting to a command, its input and signals are not served."""
+        return _unsupported("connecting to a command, its input and signals")
 
 
-def _unsupported(what: str) -> NoReturn:
-    raise ConnectError(Code.UNIMPLEMENTED, f"{what} is not supported by sbx's E2B face")
+def _event(kind: str, value: Any) -> ppb.StartResponse:
+    event: Any = Oneof(kind, value)  # the oneof's name is one of the message's fields
+    return ppb.StartResponse(event=ppb.ProcessEvent(event=event))
 
 
-FILESYSTEM = FilesystemASGIApplication(Filesystem())  # type: ignore[arg-type]
+def _data(stream: str, text: str) -> ppb.StartResponse:
+    output: Any = Oneof(stream, text.encode())  # "stdout" or "stderr"
+    return _event("data", ppb.ProcessEvent.DataEvent(output=output))
+
+
+def _ended(report: CallReport, taken: dict[str, int]) -> list[ppb.StartResponse]:
+    """What came only with the result (a quick command's output), then the end."""
+    execution = report.outcome.execution
+    if execution is None:  # the gate refused it, or it failed before running
+        end = ppb.ProcessEvent.EndEvent(exit_code=-1, status="error", error=report.outcome.text)
+        return [_event("end", end)]
+    tails = [_data(stream, text[taken[stream]:]) for stream, text in
+             (("stdout", execution.stdout), ("stderr", execution.stderr)) if text[taken[stream]:]]
+    killed = execution.timed_out or execution.oom_killed or execution.state_reset
+    error = ("; ".join(execution.notes) or report.outcome.text[:500]) if killed else None
+    end = ppb.ProcessEvent.EndEvent(exit_code=execution.exit_code, exited=True,
+                                    status=f"exit status {execution.exit_code}", error=error)
+    return [*tails, _event("end", end)]
+
+
+def _unsupported(what: str) -> Callable[..., NoReturn]:
+    """A handler refusing any call, unary or streaming (it raises as it is called)."""
+    def refused(request: Any, ctx: Any, /) -> NoReturn:
+        raise ConnectError(Code.UNIMPLEMENTED, f"{what} is not supported by sbx's E2B face")
+    return refused
+
+
+FILESYSTEM = FilesystemASGIApplication(Filesystem())
 PROCESS = ProcessASGIApplication(Processes())

@@ -10,33 +10,24 @@ restores its variables by replay. A sandbox killed meanwhile cuts the
 stream, which the SDK reports as a sandbox killed mid-request.
 
 Contexts: `default` is the sandbox's own namespace; each context created is
-a namespace of its own in the same interpreter (`sbx.agent.in_namespace`),
+a namespace of its own in the same interpreter (`KeptSession.open_namespace`),
 with its own working directory. Other languages are refused.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from sbx.agent import (
-    CallReport,
-    ExecutionResult,
-    clear_variables,
-    drop_namespace,
-    in_namespace,
-)
+from sbx.agent import CallReport, ExecutionResult, streamed
 from sbx.agent.e2b.files import HOME, inside
-from sbx.agent.e2b.host import Refused
-from sbx.agent.e2b.sandboxes import E2bSandbox
+from sbx.agent.e2b.sandboxes import E2bSandbox, Refused
 
 DEFAULT = "default"
 PYTHON = (None, "", "python", "python3")
@@ -135,92 +126,63 @@ async def execute(request: Request, sandbox: E2bSandbox) -> Response:
     if language not in PYTHON:
         raise Refused(400, f"language {language!r}: sbx runs Python only")
     context_id = body.get("context_id") or DEFAULT
-    if context_id != DEFAULT:
-        code = in_namespace(code, context_id, inside(_cwd(sandbox, context_id)))
+    namespace = None if context_id == DEFAULT else context_id
     envs = body.get("env_vars") or {}
     if not isinstance(envs, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in envs.items()
     ):
         raise Refused(400, "env_vars: an object of strings")
-    loop = asyncio.get_running_loop()
-    events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-
-    def put(kind: str, value: Any = None) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, (kind, value))
-
-    def work() -> None:
-        try:
-            put("done", sandbox.python(code, on_output=put, on_start=lambda: put("started"),
-                                       envs=envs))
-        except Exception as exc:  # a refusal before it ran, or the sandbox ended
-            put("failed", exc)
-
-    loop.run_in_executor(None, work)
-    first = await events.get()
-    if first[0] == "failed":
-        raise first[1]
+    events = streamed(lambda on_output, on_start: sandbox.python(
+        code, on_output=on_output, on_start=on_start, envs=envs, namespace=namespace),
+        sandbox.cancel_running)
+    first = await anext(events)  # a refusal before it ran is raised here: an HTTP error
     return StreamingResponse(_stream(sandbox, first, events, context_id),
                              media_type="application/x-ndjson")
 
 
 async def _stream(sandbox: E2bSandbox, first: tuple[str, Any],
-                  events: asyncio.Queue[tuple[str, Any]],
+                  events: AsyncGenerator[tuple[str, Any], None],
                   context_id: str) -> AsyncIterator[bytes]:
-    finished = False
+    """The NDJSON lines; a client gone before the end closes `events`, which stops the code."""
     lines = Lines()
+    kind, value = first
     try:
-        kind, value = first
         while True:
             if kind in ("stdout", "stderr"):
                 for line in lines.add(kind, value):
                     yield line
             elif kind == "done":
-                finished = True
                 for line in _closing(sandbox, value, lines, context_id):
                     yield line
                 return
-            elif kind == "failed":
-                finished = True
-                raise Cut(sandbox.id) from value
-            kind, value = await events.get()
+            kind, value = await anext(events)
+    except Exception as exc:  # the sandbox ended under it
+        raise Cut(sandbox.id) from exc
     finally:
-        if not finished:  # the client went away (its timeout): stop the code
-            asyncio.get_running_loop().run_in_executor(None, sandbox.cancel_running)
+        await events.aclose()
 
 
 def _context(context_id: str, cwd: str) -> dict[str, str]:
     return {"id": context_id, "language": "python", "cwd": cwd}
 
 
-def _cwd(sandbox: E2bSandbox, context_id: str) -> str:
-    if context_id == DEFAULT:
-        return HOME
-    if context_id not in sandbox.contexts:
-        raise Refused(404, f"context {context_id!r} not found")
-    return sandbox.contexts[context_id]
-
-
 async def contexts(request: Request, sandbox: E2bSandbox) -> Response:
     """`GET /contexts` lists them; `POST` makes a namespace of its own (Python only)."""
     if request.method == "GET":
         return JSONResponse([_context(DEFAULT, HOME)] + [
-            _context(cid, cwd) for cid, cwd in sandbox.contexts.items()])
+            _context(name, cwd) for name, cwd in sandbox.namespaces.items()])
     body = await request.json()
     if body.get("language") not in PYTHON:
         raise Refused(400, f"language {body.get('language')!r}: sbx runs Python only")
-    context_id = "ctx-" + secrets.token_hex(6)
-    sandbox.contexts[context_id] = str(body.get("cwd") or HOME)
-    return JSONResponse(_context(context_id, sandbox.contexts[context_id]))
+    name = sandbox.open_namespace(inside(str(body.get("cwd") or HOME)))
+    return JSONResponse(_context(name, sandbox.namespaces[name]))
 
 
 async def context(request: Request, sandbox: E2bSandbox) -> Response:
     """`POST /contexts/{id}/restart` empties a namespace; `DELETE` forgets one."""
-    context_id = request.path_params["context_id"]
-    _cwd(sandbox, context_id)  # 404 unless it exists
-    if request.method == "DELETE":
-        if context_id == DEFAULT:
-            raise Refused(400, "the default context cannot be removed: kill the sandbox")
-        del sandbox.contexts[context_id]
-    program = clear_variables() if context_id == DEFAULT else drop_namespace(context_id)
-    await run_in_threadpool(sandbox.python, program)
+    context_id, remove = request.path_params["context_id"], request.method == "DELETE"
+    if remove and context_id == DEFAULT:
+        raise Refused(400, "the default context cannot be removed: kill the sandbox")
+    await run_in_threadpool(sandbox.reset_namespace,
+                            None if context_id == DEFAULT else context_id, remove=remove)
     return Response(status_code=204)

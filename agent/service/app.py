@@ -1,6 +1,7 @@
 """The ASGI application of `sbx serve`: declared routes, problem answers, the gateway around it.
 
     Gateway (request id, draining, body bounds, error net, observer)   middleware.py
+      └─ Pinned: /mcp and /e2b/ on worker 0 of `--workers N`          siblings.py
       └─ Starlette: exception handlers turn every error into a problem document
            ├─ /healthz /readyz                                        health.py
            ├─ /metrics (admin keys)                                   metrics.py
@@ -55,6 +56,7 @@ from sbx.agent.service.mcp_http import MCP_PATH, McpEndpoint
 from sbx.agent.service.middleware import BodyTimeout, BodyTooLarge, Gateway
 from sbx.agent.service.openapi import openapi_document
 from sbx.agent.service.problems import Problem, respond
+from sbx.agent.service.siblings import Pinned
 from sbx.agent.service.web import oidc, pages, signin
 from sbx.agent.service.web.headers import SecurityHeaders
 
@@ -71,7 +73,7 @@ def create_app(service: Service) -> ASGIApp:
     mcp = McpEndpoint(service)
     e2b = E2bFace(ServiceE2bHost(service))
     sandboxes = e2b.sandboxes  # their idle sandboxes share the host too
-    service.share.add_sessions(lambda: ((box.tenant.principal, box) for box in sandboxes.live()))
+    service.share.add_sessions(lambda: ((kept.principal, kept) for kept in sandboxes.live()))
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)
@@ -96,7 +98,7 @@ def create_app(service: Service) -> ASGIApp:
     service.gateway.unbounded = (
         lambda method, path: method == "POST" and path == datasets.UPLOAD_PATH
     )
-    return Gateway(SecurityHeaders(app), service.gateway)
+    return Gateway(Pinned(SecurityHeaders(app), service.siblings), service.gateway)
 
 
 def _request_id(request: Request) -> str | None:

@@ -2,7 +2,8 @@
 
 A conversation is held by the replica that created it: its sandbox and its
 messages live in that process. Changes to it (a question, a delete) that
-reach another replica are redirected there (307; send the key again). When
+reach another replica are redirected there (307; send the key again), or, on
+another worker of the same `sbx serve --workers N`, forwarded to it. When
 that replica is gone (or this one restarted), the conversation is adopted
 here and its state restored by replay (`adopt`); with `[restore]` off it is
 answered 409 with the conversation marked `interrupted`. Reads come from the
@@ -16,7 +17,7 @@ import time
 from dataclasses import replace
 
 from sqlalchemy import select
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
 from sbx.agent import (
     ConversationSpec,
@@ -45,6 +46,7 @@ from sbx.agent.service.schemas import (
     Listing,
     RunAccepted,
 )
+from sbx.agent.service.siblings import to_owner
 
 LIST_LIMIT = 200
 logger = logging.getLogger(__name__)
@@ -195,7 +197,7 @@ def _held(call: Call, *, allow_inactive: bool = False) -> LiveConversation | Res
     else:
         owner = service.replicas.owner(replica_id)
         if owner is not None:
-            return _redirect(call, owner.advertise_url)
+            return to_owner(call, owner)
         message = (f"the replica {replica_id!r} that held this conversation's sandbox is gone; "
                    "its variables and messages are lost: start a new conversation")
         lost = loss_text("restart", f"the replica {replica_id!r} that held it stopped")
@@ -221,13 +223,7 @@ def _adopted(call: Call, conversation_id: str, lost: str) -> LiveConversation | 
     with call.service.db.read() as session:  # another replica adopted it first
         row = session.get(Conversation, conversation_id)
         owner = call.service.replicas.owner(row.replica_id) if row is not None else None
-    return _redirect(call, owner.advertise_url) if owner is not None else None
-
-
-def _redirect(call: Call, base: str) -> Response:
-    url = call.request.url
-    target = base.rstrip("/") + url.path + (f"?{url.query}" if url.query else "")
-    return RedirectResponse(target, status_code=307)
+    return to_owner(call, owner) if owner is not None else None
 
 
 def _close_row(service: Service, conversation_id: str, message: str) -> None:

@@ -5,16 +5,17 @@ a `conversations` row (model "e2b") takes a `max_conversations` slot from
 `create` until `kill` or its timeout, the key's datasets are its `/data`, and
 each execution is a run of the service's `StoreRecorder` (runs per hour, CPU
 seconds, money budgets, the replica's queue, the drain). A refusal is the
-face's `Refused(429)`, which the SDK raises as its `RateLimitException`.
+face's `Refused(429)` with the retry time: the SDK's `RateLimitException`
+(`run_code` reports it as a `SandboxException` starting "429"). Keys are
+looked up as the service's every route does (`Service.keys`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sbx.agent import App, Caller, ServiceAdmission
-from sbx.agent.core.hosting.store.keys import lookup_key
-from sbx.agent.e2b.host import Admitted, Refused, Tenant
+from sbx.agent import Admitted, App, Caller, Owner, ServiceAdmission
+from sbx.agent.e2b.sandboxes import Refused
 from sbx.agent.service.host import Service
 
 E2B_MODEL = "e2b"
@@ -32,29 +33,29 @@ class ServiceE2bHost:
         self.admission = ServiceAdmission(service, self.output_root, model=E2B_MODEL,
                                           label="E2B sandbox", failure=_too_many)
 
-    def authenticate(self, api_key: str) -> Tenant:
+    def authenticate(self, api_key: str) -> Owner:
         """The key's principal and team, or 401."""
-        key = lookup_key(self.service.db, api_key.strip())
+        key = self.service.keys.lookup(api_key.strip())  # as every face's keys are
         if key is None:
             raise Refused(401, "the API key is unknown or was revoked")
-        return Tenant(principal=key.principal, team=key.team, grant=key)
+        return Owner(principal=key.principal, team=key.team, grant=key)
 
-    def admit(self, tenant: Tenant, sandbox_id: str) -> Admitted:
+    def admit(self, owner: Owner, sandbox_id: str) -> Admitted:
         """A conversation slot and the key's datasets, or 429 naming the quota.
 
         Its recorder refuses an execution over a quota the same way.
         """
-        opened = self.admission.open(_caller(tenant, sandbox_id), sandbox_id)
+        opened = self.admission.open(_caller(owner, sandbox_id), sandbox_id)
         return Admitted(data=opened.data, recorder=opened.recorder)
 
-    def release(self, tenant: Tenant, sandbox_id: str) -> None:
+    def release(self, owner: Owner, sandbox_id: str) -> None:
         """The slot is freed, the sandbox's artifacts deleted."""
-        self.admission.close(_caller(tenant, sandbox_id), sandbox_id)
+        self.admission.close(_caller(owner, sandbox_id), sandbox_id)
 
 
-def _caller(tenant: Tenant, sandbox_id: str) -> Caller:
-    return Caller(key=f"{tenant.principal}\ne2b:{sandbox_id}", principal=tenant.principal,
-                  team=tenant.team, grant=tenant.grant)
+def _caller(owner: Owner, sandbox_id: str) -> Caller:
+    return Caller(key=f"{owner.principal}\ne2b:{sandbox_id}", principal=owner.principal,
+                  team=owner.team, grant=owner.grant)
 
 
 def _too_many(detail: str) -> Refused:

@@ -2,8 +2,8 @@
 
 The hosting itself (store, sandbox pool, conversations, drain) is the core's
 `Host`; MCP over HTTP and E2B's API work on the same one. HTTP adds the
-gateway's state, per-key admission of long work, the `/metrics` registry and
-the web page's sign-in provider.
+gateway's state, per-key admission of long work, the `/metrics` registry, the
+web page's sign-in provider and the sibling workers of `--workers N`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from sbx.agent.service.admission import Admission
 from sbx.agent.service.metrics import Metrics, live_figures
 from sbx.agent.service.middleware import GatewayState
 from sbx.agent.service.oidc_client import OidcClient, open_client
+from sbx.agent.service.siblings import Siblings
 
 
 class Service(Host):
@@ -37,6 +38,11 @@ class Service(Host):
         """Per-key slots for long work, and the thread pools kept apart from request threads."""
         self.oidc: OidcClient | None = None
         """The OpenID Connect provider the web page signs in through (`[service.oidc]`)."""
+        worker = options.worker
+        self.siblings = Siblings(
+            self.replicas.me.id, worker.siblings() if worker else {}, db=db,
+            primary=worker.primary if worker else None)
+        """The other workers of this server, to which changes of their conversations go."""
         self.metrics.watch(lambda: live_figures(self))
 
     @classmethod
@@ -57,6 +63,9 @@ class Service(Host):
         super().begin_drain(grace_s)
 
     def close(self) -> None:
-        """The gateway refuses changes; then the host closes (see `Host.close`)."""
+        """The gateway refuses changes; the host closes (see `Host.close`), then the siblings."""
         self.gateway.draining = True
-        super().close()
+        try:
+            super().close()
+        finally:
+            self.siblings.close()

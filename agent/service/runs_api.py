@@ -1,7 +1,8 @@
 """`/v1/runs`: status and result, cancel, delete, the event stream (SSE), artifacts.
 
 Reads come from the shared store, so any replica answers them; a cancel
-goes to the replica running the run (307 there, like a conversation's).
+goes to the replica running the run (307 there, like a conversation's; to
+another worker of the same server it is forwarded).
 
 Artifacts are looked up by run and name in the store: the name in the URL
 is a key, never a path. The file served must still be the regular file the
@@ -23,7 +24,7 @@ from urllib.parse import quote
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from sbx.agent import delete_runs, open_artifact, owned, run_directory, run_outcome
 from sbx.agent.core.hosting.store.models import ArtifactRow, EventRow, Run
@@ -31,6 +32,7 @@ from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.problems import Problem, not_found
 from sbx.agent.service.schemas import AnswerPartsOut, ArtifactOut, Listing, PlanStepOut, RunOut
+from sbx.agent.service.siblings import to_owner
 from sbx.agent.service.sse import event_stream, last_event_id
 
 UNFINISHED = ("queued", "running")
@@ -61,7 +63,7 @@ def cancel_run(call: Call) -> Response:
         if owner is None:
             raise Problem(409, "run-interrupted", f"run {run.id}'s replica is gone; the run "
                           "is being marked interrupted")
-        return RedirectResponse(owner.advertise_url.rstrip("/") + call.request.url.path, 307)
+        return to_owner(call, owner)
     if not service.runs.cancel(run.id):
         raise Problem(409, "run-ended", f"run {run.id} is not running here any more")
     return json_response(run_out(run, []), 202)

@@ -34,6 +34,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from sbx.agent import EARLY_SIGNALS
 from sbx.agent.service.app import create_app
 from sbx.agent.service.edge import (
     MAX_CONNECTIONS,
@@ -112,6 +113,9 @@ class GuardedH11(H11Protocol):
         self._address = self.client[0] if self.client else ""
         self._inner_app, self.app = self.app, self._admit
         self._counted = False
+        if not self._address:  # a sibling worker's Unix socket: it counted the client itself
+            self._arm()
+            return
         if not self.proxies.trusts(self._address):  # a proxy's clients count per request
             if not self.slots.take(self._address):
                 self._refuse_after_head()
@@ -301,6 +305,8 @@ class DrainingServer(uvicorn.Server):
             return
         previous = {sig: signal.signal(sig, self.handle_exit)
                     for sig in (signal.SIGINT, signal.SIGTERM)}
+        while EARLY_SIGNALS:  # a worker told to stop while it started: drain now
+            self.handle_exit(EARLY_SIGNALS.pop(0), None)
         try:
             yield
         finally:
@@ -329,8 +335,12 @@ def bind_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_forever(service: Service, sock: socket.socket, *, grace_s: float) -> None:
-    """Serve on the bound socket until SIGTERM or Ctrl-C, then drain and close the service."""
+def serve_forever(service: Service, sock: socket.socket, *, grace_s: float,
+                  private: socket.socket | None = None) -> None:
+    """Serve on the bound socket until SIGTERM or Ctrl-C, then drain and close the service.
+
+    `private`: a worker's Unix socket, for the requests its siblings forward.
+    """
     settings = service.settings
     protocol: Any = type("GuardedH11", (GuardedH11,), {
         "head_timeout_s": settings.client_timeout,
@@ -343,6 +353,7 @@ def serve_forever(service: Service, sock: socket.socket, *, grace_s: float) -> N
         limit_concurrency=MAX_CONNECTIONS, h11_max_incomplete_event_size=64 * 1024,
     )
     try:
-        DrainingServer(config, service=service, grace_s=grace_s).run(sockets=[sock])
+        sockets = [sock] if private is None else [sock, private]
+        DrainingServer(config, service=service, grace_s=grace_s).run(sockets=sockets)
     finally:
         service.close()  # idempotent: the lifespan closed it unless uvicorn failed to start

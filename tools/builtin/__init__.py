@@ -11,6 +11,7 @@
     update_plan        the model's plan, checked and echoed          plan.py
     query_sql          the operator's read-only SQL sources, host    query_sql.py, sql_engine.py
     remember           a note about a dataset, for later runs        remember.py
+    run_command        a shell command in the sandbox session        run_command.py
 
 Every built-in is registered (`ask_user` only where someone can answer, `query_sql`
 only where a sandbox receives its results and the principal has a source, `remember`
@@ -27,6 +28,7 @@ from sbx.tools.builtin.http_get import make_http_get
 from sbx.tools.builtin.plan import check_plan_call, make_update_plan
 from sbx.tools.builtin.query_sql import make_query_sql
 from sbx.tools.builtin.remember import make_remember
+from sbx.tools.builtin.run_command import make_run_command
 from sbx.tools.context import ToolContext
 from sbx.tools.guard import DataGuard
 from sbx.tools.policy import Policy
@@ -51,6 +53,7 @@ def builtin_tools(policy: Policy, context: ToolContext | None = None) -> list[To
         make_preview_data_file(rules.preview_data_file, guard),
         make_http_get(rules.http_get),
         make_update_plan(rules.update_plan),
+        make_run_command(),
     ]
     if context is not None and answerable(context):
         tools.append(make_ask_user(rules.ask_user))

@@ -71,6 +71,8 @@ def run_options(ctx: ToolContext) -> dict[str, Any]:
         options["timeout"] = max(0.0, ctx.deadline - time.monotonic())
     if not ctx.show_values:
         options["show_values"] = False
+    if not ctx.print_values:
+        options["print_values"] = False
     return options
 
 

@@ -2,7 +2,8 @@
 
 Every face that serves many tenants (the HTTP API and its web page, MCP over
 HTTP, E2B's API) works on the same `Host`; the HTTP face adds its own parts
-(the gateway, per-key admission, metrics, sign-in).
+(the gateway, per-key admission, metrics, sign-in, the sibling workers of
+`--workers N` that changes are forwarded to).
 
     Host.open(options)
       ├─ load_config(policy)            the policy file, once ([service] included)
@@ -40,6 +41,7 @@ from sbx.agent.core.hosting.store.db import Database, database_url
 from sbx.agent.core.hosting.store.keys import KeyCache
 from sbx.agent.core.hosting.store.replicas import Identity, Replicas
 from sbx.agent.core.hosting.tenant_view import TenantView, install
+from sbx.agent.core.hosting.workers import WorkerSlot
 from sbx.agent.core.problem import Problem
 from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
 from sbx.tools.audit import PATH_ENV
@@ -69,6 +71,8 @@ class ServeOptions:
     """`--audit-log`; default `SBX_AUDIT_LOG`, the policy's, else `<data_dir>/audit.jsonl`."""
     image: str = DEFAULT_IMAGE
     """The sandbox image."""
+    worker: WorkerSlot | None = None
+    """Which worker of `sbx serve --workers N` this is (None: the server is one process)."""
 
 
 class DataPaths:
@@ -151,6 +155,8 @@ class Host:
         `observer` hears what the replica reports (a face adds its metrics and access log).
         """
         config = load_config(options.policy)
+        if options.worker is not None:  # the host's sizes, split among the workers
+            config = options.worker.scaled(config)
         paths = DataPaths(options.data_dir).create()
         sweep_partial_uploads(paths.datasets)  # what a kill -9 mid-upload left
         db = Database.open(database_url(options.database, paths.root, environ))
