@@ -50,6 +50,18 @@ Results and events: what a run returns and what it tells its subscribers on the 
     Cell, ANSWER_PART_KEYS, ANSWER_PART_TITLES, numbered_events, open_artifact,
     unsafe_name_reason, outcome_of, run_outcome, loss_text
 
+Hosting: many tenants' conversations on one replica, for every face that serves them
+(the HTTP API and its page, MCP over HTTP, E2B's API), and its worker processes.
+    Host, ServeOptions, DataPaths, Observer, Observers, UNMATCHED_ROUTE, notify_observer,
+    EVENT_POLL_S, public_event, Feed, sse_frame, StoreRecorder, delete_runs, run_directory,
+    LiveConversation, dataset_paths, limited, owned, Tenant, effective_quotas, tenant_of,
+    NotAdopted, adopt, Upload, UploadHold, open_upload, format_of, safe_name, store_upload,
+    upload_room, ServiceAdmission, UPLOAD_TOOL, WorkerSlot, Supervisor, worker_id,
+    announce_ready, listen_unix, EARLY_SIGNALS
+
+Tool sessions for another agent (MCP, E2B): who calls, and what the host lets them do.
+    Caller, SessionAdmission, SessionOpened, SessionRefused, FixedData
+
 A face's store: how a face with a store hears of every run: one ticket, one lifecycle.
     RunRecorder, NoRecorder, RunTicket, RunOutcome, failed_outcome, call_status, new_run_id
 
@@ -58,9 +70,8 @@ Records: transcripts, their exports and the audit log.
     verify_audit_log, iter_audit_records, audit_call_rows, AUDIT_COLUMNS, audit_key_from_env,
     AUDIT_PATH_ENV
 
-Tools a face adds: the gate's kind, for the MCP face's upload tool and program output.
-    Tool, ToolReturn, ToolFailure, build_tool, ToolContext, OutputSink, UploadDatasetRule,
-    index_data_files, summarize_data, module_from_error
+What a face shows of the gate's work: program output, the data files, a missing package.
+    OutputSink, index_data_files, module_from_error
 
 Utilities: what every face needs to show untrusted text and read sizes and durations.
     safe_text, safe_json, Redactor, format_size, parse_size, parse_duration, Closing, Problem,
@@ -110,6 +121,25 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.transcript": ("numbered_events", "TranscriptError"),
     "sbx.agent.core.workspace": ("ConversationSpec", "Workspace", "check_data"),
     "sbx.agent.core.outcomes": ("idle_reason", "loss_text", "outcome_of", "run_outcome"),
+    "sbx.agent.core.hosting.host": ("Host", "ServeOptions", "DataPaths"),
+    "sbx.agent.core.hosting.workers": ("WorkerSlot", "Supervisor", "worker_id", "announce_ready",
+        "listen_unix", "EARLY_SIGNALS"),
+    "sbx.agent.core.hosting.observer": ("Observer", "Observers", "UNMATCHED_ROUTE",
+        "notify_observer"),
+    "sbx.agent.core.hosting.eventlog": ("EVENT_POLL_S", "public_event"),
+    "sbx.agent.core.hosting.feed": ("Feed", "sse_frame"),
+    "sbx.agent.core.hosting.recorder": ("StoreRecorder",),
+    "sbx.agent.core.hosting.retention": ("delete_runs", "run_directory"),
+    "sbx.agent.core.hosting.runs": ("LiveConversation",),
+    "sbx.agent.core.hosting.tenancy": ("dataset_paths", "limited", "owned"),
+    "sbx.agent.core.hosting.tenants": ("Tenant", "effective_quotas", "tenant_of"),
+    "sbx.agent.core.hosting.adopt": ("NotAdopted", "adopt"),
+    "sbx.agent.core.hosting.datasets": ("Upload", "UploadHold", "open_upload", "format_of",
+        "safe_name", "store_upload", "upload_room"),
+    "sbx.agent.core.session_admission": ("Caller", "SessionOpened", "SessionRefused",
+        "SessionAdmission", "FixedData"),
+    "sbx.agent.core.hosting.session_tenancy": ("ServiceAdmission",),
+    "sbx.agent.core.hosting.upload_tool": ("UPLOAD_TOOL",),
     "sbx.agent.export.formats": ("export_transcript", "EXPORT_FORMATS", "ExportFormat"),
     "sbx.agent.model.reply": ("ModelError",),
     "sbx.agent.provenance.data": ("data_digests",),
@@ -125,13 +155,11 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.tools.audit_show": ("audit_call_rows", "AUDIT_COLUMNS"),
     "sbx.tools.audit_verify": ("verify_audit_log", "iter_audit_records", "UnreadableLine"),
     "sbx.tools.builtin.data_files": ("index_data_files",),
-    "sbx.tools.builtin.data_summary": ("summarize_data",),
     "sbx.tools.builtin.plan": ("PLAN_MARKS",),
-    "sbx.tools.context": ("ToolContext", "OutputSink"),
+    "sbx.tools.context": ("OutputSink",),
     "sbx.tools.hints": ("module_from_error",),
-    "sbx.tools.policy": ("UploadDatasetRule", "PolicyError"),
+    "sbx.tools.policy": ("PolicyError",),
     "sbx.tools.redact": ("Redactor",),
-    "sbx.tools.registry": ("Tool", "ToolReturn", "ToolFailure", "build_tool"),
     "sbx.tools.text_safety": ("safe_text", "safe_json"),
 }
 """Each module below the door and the public names it owns."""
@@ -140,14 +168,22 @@ _RENAMED: dict[str, str] = {
     "ANSWER_PART_TITLES": "PART_TITLES",
     "AUDIT_COLUMNS": "COLUMNS",
     "AUDIT_PATH_ENV": "PATH_ENV",
+    "EVENT_POLL_S": "POLL_S",
     "EXPORT_FORMATS": "FORMATS",
     "ExportFormat": "Format",
+    "LiveConversation": "Live",
     "PLAN_MARKS": "MARKS",
     "RunStatus": "Status",
+    "SessionAdmission": "Admission",
+    "SessionOpened": "Opened",
+    "SessionRefused": "Refused",
+    "UNMATCHED_ROUTE": "UNMATCHED",
+    "UploadHold": "Hold",
     "audit_call_rows": "call_rows",
     "configure_tracing": "configure_from_env",
     "export_transcript": "export",
     "iter_audit_records": "iter_records",
+    "notify_observer": "notify",
     "verify_audit_log": "verify_log",
 }
 """Public names that differ from their name in the owning module (a plainer one there)."""
@@ -155,30 +191,36 @@ _EXPORTS = {name: module for module, names in _OWNERS.items() for name in names}
 
 __all__ = [
     "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Admitted",
-    "Answer", "App", "AppConfig", "Artifact", "AuditError", "CallReport", "Cancellation", "Cell",
-    "Closing", "Compaction", "Conversation", "ConversationSpec", "ConversationStart",
-    "DEFAULT_IMAGE", "DatasetNotes", "DisplayResult", "EXPORT_FORMATS", "Endpoint", "Event",
-    "EventSink", "ExecutionCheck", "ExecutionResult", "ExportFormat", "FileOpError", "HostBusy",
-    "KeptSession", "KeptSessions", "LimitRefused", "LimitTooLow", "Limits", "LimitsRequest",
-    "MAX_WORKERS", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "Note", "NoteError",
-    "OUTPUT_DIR", "OidcSettings", "OutputChunk", "OutputSink", "Owner", "PLAN_MARKS", "PlanUpdated",
-    "PolicyError", "Problem", "ProgramSpec", "RUNS_DIR", "RecordError", "RecordedConversation",
-    "Redactor", "RerunError", "RerunReport", "Resumable", "RunEnd", "RunError", "RunOutcome",
-    "RunRecorder", "RunResult", "RunStart", "RunStatus", "RunTicket", "SandboxError", "SbxError",
-    "ServiceQuotas", "ServiceSettings", "SessionClosed", "SessionHost", "SessionNotFound",
-    "SettingsError", "StateRestored", "TeamSettings", "Tool", "ToolContext", "ToolFailure",
-    "ToolResult", "ToolReturn", "ToolSession", "TracingError", "TranscriptError", "UnreadableLine",
-    "UploadDatasetRule", "Workspace", "audit_call_rows", "audit_key_from_env", "build_tool",
-    "call_status", "check_data", "clear_variables", "configure_tracing", "data_digests",
-    "describe_validation_error", "drop_namespace", "export_transcript", "failed_outcome", "file_op",
-    "find_transcript", "format_size", "idle_reason", "in_namespace", "index_data_files",
-    "iter_audit_records", "load_config", "local_note_store", "loss_text", "metrics_team",
-    "module_from_error", "new_conversation_id", "new_run_id", "not_found", "numbered_events",
-    "open_artifact", "os_principal", "outcome_of", "parse_duration", "parse_event", "parse_size",
-    "pending_note", "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable",
-    "recorded_data", "require_image", "resolve_endpoint", "restore_summary", "run_outcome",
-    "safe_json", "safe_text", "streamed", "summarize_data", "unavailable", "unsafe_name_reason",
-    "verify_audit_log", "write_file",
+    "Answer", "App", "AppConfig", "Artifact", "AuditError", "CallReport", "Caller", "Cancellation",
+    "Cell", "Closing", "Compaction", "Conversation", "ConversationSpec", "ConversationStart",
+    "DEFAULT_IMAGE", "DataPaths", "DatasetNotes", "DisplayResult", "EARLY_SIGNALS", "EVENT_POLL_S",
+    "EXPORT_FORMATS", "Endpoint", "Event", "EventSink", "ExecutionCheck", "ExecutionResult",
+    "ExportFormat", "Feed", "FileOpError", "FixedData", "Host", "HostBusy", "KeptSession",
+    "KeptSessions", "LimitRefused", "LimitTooLow", "Limits", "LimitsRequest", "LiveConversation",
+    "MAX_WORKERS", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "NotAdopted",
+    "Note", "NoteError", "OUTPUT_DIR", "Observer", "Observers", "OidcSettings", "OutputChunk",
+    "OutputSink", "Owner", "PLAN_MARKS", "PlanUpdated", "PolicyError", "Problem", "ProgramSpec",
+    "RUNS_DIR", "RecordError", "RecordedConversation", "Redactor", "RerunError", "RerunReport",
+    "Resumable", "RunEnd", "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart",
+    "RunStatus", "RunTicket", "SandboxError", "SbxError", "ServeOptions", "ServiceAdmission",
+    "ServiceQuotas", "ServiceSettings", "SessionAdmission", "SessionClosed", "SessionHost",
+    "SessionNotFound", "SessionOpened", "SessionRefused", "SettingsError", "StateRestored",
+    "StoreRecorder", "Supervisor", "TeamSettings", "Tenant", "ToolResult", "ToolSession",
+    "TracingError", "TranscriptError", "UNMATCHED_ROUTE", "UPLOAD_TOOL", "UnreadableLine",
+    "Upload", "UploadHold", "WorkerSlot", "Workspace", "adopt", "announce_ready",
+    "audit_call_rows", "audit_key_from_env", "call_status", "check_data", "clear_variables",
+    "configure_tracing", "data_digests", "dataset_paths", "delete_runs",
+    "describe_validation_error", "drop_namespace", "effective_quotas", "export_transcript",
+    "failed_outcome", "file_op", "find_transcript", "format_of", "format_size", "idle_reason",
+    "in_namespace", "index_data_files", "iter_audit_records", "limited", "listen_unix",
+    "load_config", "local_note_store", "loss_text", "metrics_team", "module_from_error",
+    "new_conversation_id", "new_run_id", "not_found", "notify_observer", "numbered_events",
+    "open_artifact", "open_upload", "os_principal", "outcome_of", "owned", "parse_duration",
+    "parse_event", "parse_size", "pending_note", "public_event", "quota_exceeded", "read_file",
+    "read_paused", "read_record", "read_resumable", "recorded_data", "require_image",
+    "resolve_endpoint", "restore_summary", "run_directory", "run_outcome", "safe_json",
+    "safe_name", "safe_text", "sse_frame", "store_upload", "streamed", "tenant_of", "unavailable",
+    "unsafe_name_reason", "upload_room", "verify_audit_log", "worker_id", "write_file",
 ]
 
 
@@ -234,6 +276,44 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.history import RecordedConversation as RecordedConversation
     from sbx.agent.core.history import RecordError as RecordError
     from sbx.agent.core.history import read_record as read_record
+    from sbx.agent.core.hosting.adopt import NotAdopted as NotAdopted
+    from sbx.agent.core.hosting.adopt import adopt as adopt
+    from sbx.agent.core.hosting.datasets import Hold as UploadHold
+    from sbx.agent.core.hosting.datasets import Upload as Upload
+    from sbx.agent.core.hosting.datasets import format_of as format_of
+    from sbx.agent.core.hosting.datasets import open_upload as open_upload
+    from sbx.agent.core.hosting.datasets import safe_name as safe_name
+    from sbx.agent.core.hosting.datasets import store_upload as store_upload
+    from sbx.agent.core.hosting.datasets import upload_room as upload_room
+    from sbx.agent.core.hosting.eventlog import POLL_S as EVENT_POLL_S
+    from sbx.agent.core.hosting.eventlog import public_event as public_event
+    from sbx.agent.core.hosting.feed import Feed as Feed
+    from sbx.agent.core.hosting.feed import sse_frame as sse_frame
+    from sbx.agent.core.hosting.host import DataPaths as DataPaths
+    from sbx.agent.core.hosting.host import Host as Host
+    from sbx.agent.core.hosting.host import ServeOptions as ServeOptions
+    from sbx.agent.core.hosting.observer import UNMATCHED as UNMATCHED_ROUTE
+    from sbx.agent.core.hosting.observer import Observer as Observer
+    from sbx.agent.core.hosting.observer import Observers as Observers
+    from sbx.agent.core.hosting.observer import notify as notify_observer
+    from sbx.agent.core.hosting.recorder import StoreRecorder as StoreRecorder
+    from sbx.agent.core.hosting.retention import delete_runs as delete_runs
+    from sbx.agent.core.hosting.retention import run_directory as run_directory
+    from sbx.agent.core.hosting.runs import Live as LiveConversation
+    from sbx.agent.core.hosting.session_tenancy import ServiceAdmission as ServiceAdmission
+    from sbx.agent.core.hosting.tenancy import dataset_paths as dataset_paths
+    from sbx.agent.core.hosting.tenancy import limited as limited
+    from sbx.agent.core.hosting.tenancy import owned as owned
+    from sbx.agent.core.hosting.tenants import Tenant as Tenant
+    from sbx.agent.core.hosting.tenants import effective_quotas as effective_quotas
+    from sbx.agent.core.hosting.tenants import tenant_of as tenant_of
+    from sbx.agent.core.hosting.upload_tool import UPLOAD_TOOL as UPLOAD_TOOL
+    from sbx.agent.core.hosting.workers import EARLY_SIGNALS as EARLY_SIGNALS
+    from sbx.agent.core.hosting.workers import Supervisor as Supervisor
+    from sbx.agent.core.hosting.workers import WorkerSlot as WorkerSlot
+    from sbx.agent.core.hosting.workers import announce_ready as announce_ready
+    from sbx.agent.core.hosting.workers import listen_unix as listen_unix
+    from sbx.agent.core.hosting.workers import worker_id as worker_id
     from sbx.agent.core.kept_sessions import Admitted as Admitted
     from sbx.agent.core.kept_sessions import KeptSession as KeptSession
     from sbx.agent.core.kept_sessions import KeptSessions as KeptSessions
@@ -281,6 +361,11 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.sandbox_files import file_op as file_op
     from sbx.agent.core.sandbox_files import read_file as read_file
     from sbx.agent.core.sandbox_files import write_file as write_file
+    from sbx.agent.core.session_admission import Admission as SessionAdmission
+    from sbx.agent.core.session_admission import Caller as Caller
+    from sbx.agent.core.session_admission import FixedData as FixedData
+    from sbx.agent.core.session_admission import Opened as SessionOpened
+    from sbx.agent.core.session_admission import Refused as SessionRefused
     from sbx.agent.core.settings import Endpoint as Endpoint
     from sbx.agent.core.settings import SettingsError as SettingsError
     from sbx.agent.core.settings import resolve_endpoint as resolve_endpoint
@@ -326,17 +411,10 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.tools.audit_verify import iter_records as iter_audit_records
     from sbx.tools.audit_verify import verify_log as verify_audit_log
     from sbx.tools.builtin.data_files import index_data_files as index_data_files
-    from sbx.tools.builtin.data_summary import summarize_data as summarize_data
     from sbx.tools.builtin.plan import MARKS as PLAN_MARKS
     from sbx.tools.context import OutputSink as OutputSink
-    from sbx.tools.context import ToolContext as ToolContext
     from sbx.tools.hints import module_from_error as module_from_error
     from sbx.tools.policy import PolicyError as PolicyError
-    from sbx.tools.policy import UploadDatasetRule as UploadDatasetRule
     from sbx.tools.redact import Redactor as Redactor
-    from sbx.tools.registry import Tool as Tool
-    from sbx.tools.registry import ToolFailure as ToolFailure
-    from sbx.tools.registry import ToolReturn as ToolReturn
-    from sbx.tools.registry import build_tool as build_tool
     from sbx.tools.text_safety import safe_json as safe_json
     from sbx.tools.text_safety import safe_text as safe_text

@@ -44,8 +44,8 @@ from sqlalchemy.orm import Session
 
 import scripted_llm
 from conftest import TEST_IMAGE
-from sbx.agent.store.db import Database
-from sbx.agent.store.keys import create_key
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.keys import create_key
 from sbx.agent.testing.scripted_model import ScriptedLLM
 from sbx.sandbox.config import OWNER_LABEL
 from sbx.sandbox.gc import owner_tag

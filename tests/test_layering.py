@@ -54,14 +54,15 @@ HOSTED_FACES = {"sbx.agent.cli": ("sbx.agent.service", "sbx.agent.mcp"),
 """A face that starts another: the CLI runs `sbx serve` and `sbx mcp`; the service serves MCP
 and E2B's API."""
 FACE_EXTRAS = {
-    "agent/service/": ("sbx.agent.store",),
-    "agent/cli/keys.py": ("sbx.agent.store",),
-    "agent/cli/serve.py": ("sbx.agent.store",),
+    "agent/service/": ("sbx.agent.core.hosting.store",),
+    "agent/cli/keys.py": ("sbx.agent.core.hosting.store",),
+    "agent/cli/serve.py": ("sbx.agent.core.hosting.store",),
     "agent/cli/demo.py": ("sbx.agent.testing",),
     "agent/cli/ask.py": ("sbx.agent.testing",),
 }
-"""The service's own store (and the CLI commands that administer it), and the scripted model
-of `sbx demo` and `sbx ask --demo` (a public package: the tests and benchmarks use it too)."""
+"""The hosting's store, which the service queries (and the CLI commands that administer it),
+and the scripted model of `sbx demo` and `sbx ask --demo` (a public package: the tests and
+benchmarks use it too)."""
 BUILT_BY_THE_CORE = {
     "sbx.agent": {"Workspace", "Conversation"},
     "sbx.agent.core.workspace": {"Workspace"},
@@ -70,6 +71,11 @@ BUILT_BY_THE_CORE = {
 }
 """What only the core builds (a face that imports them from elsewhere fails the import check)."""
 APP_INSIDES = {"audit", "pool", "image"}
+WEB_FRAMEWORKS = ("starlette", "uvicorn", "mcp", "anyio", "python_multipart", "jwt",
+                  "prometheus_client")
+"""What a face speaks its protocol with; the core (its hosting and store too) imports none."""
+WEIGHED_FACES = ("agent/cli", "agent/service", "agent/mcp")
+"""The faces that translate for the core (the E2B face is a protocol shim beside them)."""
 MAX_MODULE_LINES = 600
 """What one concept may need; a module past it is two concepts (split by meaning, never by size)."""
 OVERSIZE_ALLOWED = {"images/runner.py"}  # one stdlib file shipped into the image
@@ -112,9 +118,9 @@ def test_inside_agent_only_the_application_layer_faces_and_benchmarks_import_san
         return (rel in APPLICATION_LAYER or rel.startswith(FACES) or rel in SANDBOX_COMMANDS
                 or rel == "agent/__init__.py")  # the door re-exports what faces need
 
-    def value_type(bad: str) -> bool:  # the store reads sizes like a face does; errors root
+    def value_type(bad: str) -> bool:  # the hosting and its store read sizes like a face does
         rel, name = bad.split(" imports ")
-        return name == ERROR_ROOT or (rel.startswith("agent/store/")
+        return name == ERROR_ROOT or (rel.startswith("agent/core/hosting/")
                                       and name in SANDBOX_VALUE_TYPES)
 
     offenders = _offenders("agent", ("sbx.sandbox",), allowed)
@@ -135,6 +141,17 @@ def test_no_module_is_over_its_budget() -> None:
         rel: n for rel, n in sizes.items() if n > MAX_MODULE_LINES and rel not in OVERSIZE_ALLOWED
     }
     assert over == {}
+
+
+def _lines(top: str) -> int:
+    return sum(len(path.read_text().splitlines()) for path in _modules(top))
+
+
+def test_the_faces_weigh_no_more_than_the_core_they_translate_for() -> None:
+    """A face parses, calls the door and renders: what it needs beyond that belongs below it."""
+    faces = {top: _lines(top) for top in WEIGHED_FACES}
+    core = _lines("agent/core")
+    assert sum(faces.values()) <= core, f"faces {faces}: {sum(faces.values())} > core {core}"
 
 
 def test_the_docker_engine_implements_the_sandbox_seam() -> None:
@@ -270,10 +287,16 @@ def test_nothing_outside_the_cli_imports_the_cli() -> None:
     assert offenders == []
 
 
-def test_the_core_the_store_and_the_benchmarks_import_no_face() -> None:
+def test_the_core_its_store_and_the_benchmarks_import_no_face() -> None:
     """What sits beside the core (DESIGN.md) serves every face, so it never reaches up into one."""
-    for top in ("agent/core", "agent/store", "agent/bench", "agent/model", "agent/testing"):
+    for top in ("agent/core", "agent/bench", "agent/model", "agent/testing"):
         assert _offenders(top, ("sbx.agent.cli", "sbx.agent.service", "sbx.agent.mcp")) == []
+
+
+def test_the_core_and_its_hosting_speak_no_protocol() -> None:
+    """Hosting many tenants is the core's; HTTP, MCP and E2B's API are each a face's."""
+    assert _offenders("agent/core", WEB_FRAMEWORKS) == []
+    assert _offenders("agent/core", ("sbx.agent.e2b",)) == []
 
 
 def test_the_face_checks_fail_on_a_face_that_does_what_they_forbid() -> None:
@@ -282,7 +305,7 @@ def test_the_face_checks_fail_on_a_face_that_does_what_they_forbid() -> None:
         "from sbx.agent import Limits, safe_text\n"
         "from sbx.agent.core.workspace import Workspace as W\n"
         "from sbx.agent.core import conversation\n"
-        "from sbx.agent.store.models import Conversation\n"
+        "from sbx.agent.core.hosting.store.models import Conversation\n"
         "w = W(spec=None, config=None, audit=app.audit, pool=service.app.pool, image=app.image)\n"
         "c = conversation.Conversation()\n"
         "row = Conversation(id='conv-1')\n"
@@ -293,11 +316,11 @@ def test_the_face_checks_fail_on_a_face_that_does_what_they_forbid() -> None:
         "agent/service/x.py imports sbx.agent.core"]
     assert _outside_the_door("agent/cli/doctor.py", face) == []
     below = ast.parse("from sbx.tools.text_safety import safe_text\nimport sbx.images.build\n"
-                      "from sbx.agent.store.models import Run\nfrom sbx.agent.mcp import server\n"
-                      "from sbx.agent.cli.errors import fail\n")
+                      "from sbx.agent.core.hosting.store.models import Run\n"
+                      "from sbx.agent.mcp import server\nfrom sbx.agent.cli.errors import fail\n")
     assert _outside_the_door("agent/mcp/x.py", below) == [
         "agent/mcp/x.py imports sbx.tools.text_safety", "agent/mcp/x.py imports sbx.images.build",
-        "agent/mcp/x.py imports sbx.agent.store.models",
+        "agent/mcp/x.py imports sbx.agent.core.hosting.store.models",
         "agent/mcp/x.py imports sbx.agent.cli.errors"]
     assert _outside_the_door("agent/service/web/x.py", below) == [
         "agent/service/web/x.py imports sbx.tools.text_safety",
@@ -344,13 +367,14 @@ def test_the_door_has_one_error_root() -> None:
               and issubclass(getattr(door, name), Exception)]
     assert door.SbxError in errors
     outside = {error.__name__ for error in errors if not issubclass(error, door.SbxError)}
-    assert outside == {"Problem", "ToolFailure"}  # an HTTP answer; a tool's message to the model
+    assert outside == {"Refused"}  # the host's refusal, which the calling model reads
 
 
 def test_the_door_imports_only_what_is_asked_for() -> None:
     """`from sbx.agent import safe_text` must not pull in the model SDK, the store or the pool."""
     code = ("import sys\nfrom sbx.agent import safe_text, format_size, SbxError\n"
-            "heavy = ('openai', 'sbx.agent.store', 'sbx.sandbox.pool', 'sbx.agent.core.app')\n"
+            "heavy = ('openai', 'sbx.agent.core.hosting.store', 'sbx.sandbox.pool',\n"
+            "         'sbx.agent.core.app')\n"
             "print([m for m in heavy if m in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)

@@ -22,8 +22,8 @@ from mcp_http_support import (
     text_of,
 )
 from mcp_support import CancelledBusyCall, cancel_a_busy_loop
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import Run
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import Run
 from service_support import wait_for
 
 serve = service_support.serve

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from http_support import QuietHandler, serving
 
 from sbx.agent.core.config import OidcSettings, ServiceSettings
+from sbx.agent.core.hosting.store.db import Database
 from sbx.agent.service.oidc_client import (
     Claims,
     OidcClient,
@@ -30,7 +31,6 @@ from sbx.agent.service.oidc_client import (
 )
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.web.identities import begin_login, finish_login, oidc_session, sign_in
-from sbx.agent.store.db import Database
 from sbx.tools.policy import PolicyError
 
 CLIENT = "sbx-web"

@@ -16,7 +16,7 @@ import pytest
 
 import service_support
 from mcp_http_support import connect, session_ids, text_of
-from sbx.agent.store.models import ArtifactRow, Run
+from sbx.agent.core.hosting.store.models import ArtifactRow, Run
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from service_support import ask_run, wait_for
 

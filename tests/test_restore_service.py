@@ -12,8 +12,8 @@ import signal
 import pytest
 
 import service_support
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import Conversation
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import Conversation
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from service_support import stream, wait_for
 

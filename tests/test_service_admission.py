@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import func, select
 
 import service_support
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import Run
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import Run
 from service_support import wait_for
 
 store = service_support.store

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import select
 
 import service_support
-from sbx.agent.store.models import EventRow
+from sbx.agent.core.hosting.store.models import EventRow
 from sbx.agent.testing.scripted_model import Reply, ScriptedCall, ScriptedRequest, assistant
 from scripted_llm import held_back
 from service_support import sse_events, stream

@@ -16,12 +16,12 @@ import pytest
 from sqlalchemy import event, select, update
 
 import service_support
-from sbx.agent.service.eventlog import EventHub, EventLog
-from sbx.agent.service.outcomes import Observer
-from sbx.agent.service.tenant_view import TenantView
-from sbx.agent.store.db import Database
-from sbx.agent.store.keys import KeyCache, create_key, revoke_key
-from sbx.agent.store.models import ApiKey, EventRow, Run
+from sbx.agent.core.hosting.eventlog import EventHub, EventLog
+from sbx.agent.core.hosting.observer import Observer
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.keys import KeyCache, create_key, revoke_key
+from sbx.agent.core.hosting.store.models import ApiKey, EventRow, Run
+from sbx.agent.core.hosting.tenant_view import TenantView
 from sbx.tools.redact import Redactor
 
 store = service_support.store

@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 import service_support
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import Run
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import Run
 from sbx.agent.testing.scripted_model import Hang, assistant, tool_call
 from sbx.sandbox.config import RUN_ID_LABEL
 from service_support import SBX, managed_containers, sse_events, stream, wait_for

@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from sbx.agent.core.hosting.observer import Observer
 from sbx.agent.service.middleware import Gateway, GatewayState
-from sbx.agent.service.outcomes import Observer
 from sbx.agent.service.server import bind_listener
 
 

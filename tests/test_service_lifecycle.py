@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 import service_support
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import Conversation, Run
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import Conversation, Run
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.sandbox.config import RUN_ID_LABEL
 from service_support import (

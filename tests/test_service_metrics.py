@@ -14,9 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import service_support
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.keys import create_key
 from sbx.agent.service.metrics import Metrics
-from sbx.agent.store.db import Database
-from sbx.agent.store.keys import create_key
 from sbx.agent.testing.scripted_model import assistant, call, tool_call, tool_calls
 from service_support import stream, wait_for
 

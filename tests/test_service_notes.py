@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 import service_support
-from sbx.agent.store.db import Database
-from sbx.agent.store.keys import create_key
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.keys import create_key
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from service_support import stream, upload
 

@@ -16,15 +16,15 @@ from sqlalchemy import text
 
 import service_support
 from sbx.agent.core.config import ServiceQuotas
+from sbx.agent.core.hosting.store.db import MIGRATIONS, Database
+from sbx.agent.core.hosting.store.keys import create_key
+from sbx.agent.core.hosting.store.models import Base, Conversation
+from sbx.agent.core.hosting.store.quotas import reserve_conversation
 from sbx.agent.service.api import ROUTES
 from sbx.agent.service.app import ENDPOINT_MODULES
 from sbx.agent.service.openapi import openapi_document
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.web.identities import sign_in
-from sbx.agent.store.db import MIGRATIONS, Database
-from sbx.agent.store.keys import create_key
-from sbx.agent.store.models import Base, Conversation
-from sbx.agent.store.quotas import reserve_conversation
 from service_support import SBX, wait_for
 
 store = service_support.store

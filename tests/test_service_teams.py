@@ -19,8 +19,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import service_support
-from sbx.agent.store.db import Database
-from sbx.agent.store.keys import create_key
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.keys import create_key
 from sbx.agent.testing.scripted_model import Reply, assistant, call
 from service_support import SBX, ask_run
 

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 import service_support
-from sbx.agent.service.tenant_view import run_message
+from sbx.agent.core.hosting.tenant_view import run_message
 from sbx.agent.testing.scripted_model import HttpFailure
 from service_support import FAKE_KEY, stream, upload
 

@@ -30,8 +30,8 @@ import service_support
 from conftest import wait_until
 from mcp_support import text_of
 from sbx.agent import load_config
-from sbx.agent.service.workers import WorkerSlot
-from sbx.agent.store.models import Conversation, EventRow, Replica, Run
+from sbx.agent.core.hosting.store.models import Conversation, EventRow, Replica, Run
+from sbx.agent.core.hosting.workers import WorkerSlot
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from sbx.sandbox.config import OWNER_LABEL
 from sbx.sandbox.gc import owner_tag

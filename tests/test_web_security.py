@@ -28,11 +28,11 @@ from playwright.sync_api import expect
 
 import service_support
 import web_support
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.keys import revoke_key
+from sbx.agent.core.hosting.store.models import WebSession
 from sbx.agent.service.web.headers import PAGE_CSP
 from sbx.agent.service.web.signin_sessions import COOKIE
-from sbx.agent.store.db import Database
-from sbx.agent.store.keys import revoke_key
-from sbx.agent.store.models import WebSession
 from web_support import sign_in, watch
 
 serve = service_support.serve

@@ -68,10 +68,10 @@ from sbx.agent.bench.serve_pool import PoolFigures, core_pool, server_pool, sett
 from sbx.agent.bench.serve_report import LevelFigures, ServeBenchReport
 from sbx.agent.core.app import App
 from sbx.agent.core.config import load_config
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.keys import Role, create_key
+from sbx.agent.core.hosting.store.models import EventRow
 from sbx.agent.core.settings import Endpoint
-from sbx.agent.store.db import Database
-from sbx.agent.store.keys import Role, create_key
-from sbx.agent.store.models import EventRow
 from sbx.agent.testing.scripted_model import ScriptedLLM
 from sbx.sandbox.bench.first_question import write_csv
 from sbx.sandbox.engine import Engine

@@ -19,8 +19,8 @@ import click
 
 from sbx.agent import parse_size
 from sbx.agent.cli.errors import fail
-from sbx.agent.store.db import Database, StoreError, data_dir, database_url
-from sbx.agent.store.keys import KeyAdminError, create_key, list_keys, revoke_key
+from sbx.agent.core.hosting.store.db import Database, StoreError, data_dir, database_url
+from sbx.agent.core.hosting.store.keys import KeyAdminError, create_key, list_keys, revoke_key
 
 
 def _store_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -32,24 +32,23 @@ from sbx.agent import (
     AuditError,
     PolicyError,
     SandboxError,
+    ServeOptions,
+    Supervisor,
     TracingError,
     TranscriptError,
-    load_config,
-    parse_duration,
-)
-from sbx.agent import configure_tracing as configure_from_env
-from sbx.agent.cli.errors import fail
-from sbx.agent.service.access_log import AccessLog
-from sbx.agent.service.core import ServeOptions, Service
-from sbx.agent.service.server import bind_listener, serve_forever
-from sbx.agent.service.workers import (
-    Supervisor,
     WorkerSlot,
     announce_ready,
     listen_unix,
+    load_config,
+    parse_duration,
     worker_id,
 )
-from sbx.agent.store.db import StoreError, data_dir
+from sbx.agent import configure_tracing as configure_from_env
+from sbx.agent.cli.errors import fail
+from sbx.agent.core.hosting.store.db import StoreError, data_dir
+from sbx.agent.service.access_log import AccessLog
+from sbx.agent.service.host import Service
+from sbx.agent.service.server import bind_listener, serve_forever
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 

@@ -2,5 +2,5 @@
 
 Configuration, conversations and workspaces, the agent loop, its state, budgets and
 events, the transcript, the history read back from it, and the outcome words every
-face shows.
+face shows; `hosting/` serves many tenants' conversations on one replica, with its store.
 """

@@ -9,7 +9,7 @@ note alone gives stays unsupported.
 
     Note        one note: dataset, digest, text, who wrote it, when, its team if shared
     NoteStore   where notes live: a JSON file for the CLI (`FileNoteStore`), the
-                service's database (`sbx.agent.store.notes`)
+                service's database (`sbx.agent.core.hosting.store.notes`)
     DatasetNotes    one principal's view for one conversation: the notes they may read,
                 the section of the system prompt, and `remember` (the tool's keeper)
 

@@ -1,14 +1,15 @@
-"""A problem: what a caller is refused or told failed, as an RFC 9457 problem document.
+"""A problem: what a caller is refused, or told failed, by the hosting or the store.
 
-    {"type": "https://sbx.dev/problems/quota-exceeded", "title": "Quota exceeded",
-     "status": 429, "detail": "runs_per_hour: 120 runs in the last hour ...",
-     "quota": "runs_per_hour", "request_id": "..."}
+    Problem(429, "quota-exceeded", "runs_per_hour: 120 runs in the last hour ...",
+            headers={"Retry-After": "60"}, quota="runs_per_hour", retry_after=60)
 
 The core and the store raise `Problem` where a request must be refused (a
-quota, a budget, a full host); each face renders it its own way: `sbx serve`
-as `application/problem+json` with the status (`sbx.agent.service.problems`),
-MCP as a tool error with the detail. The status is HTTP's, the shared
-vocabulary of how a refusal reads (429: try later; 503: busy; 413: too large).
+quota, a budget, a full host, something missing or not the caller's); each
+face renders it its own way: `sbx serve` as an RFC 9457 problem document with
+the status (`sbx.agent.service.problems`), MCP and E2B as a tool or API error
+with the detail. The status is HTTP's, the shared vocabulary of how a refusal
+reads (429: try later; 503: busy; 413: too large); it is an `SbxError` like
+every error an operator or a caller must act on.
 """
 
 from __future__ import annotations
@@ -16,17 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-_BASE = "https://sbx.dev/problems/"
-_TITLES = {
-    400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
-    405: "Method not allowed", 408: "Request timeout", 409: "Conflict",
-    413: "Content too large", 415: "Unsupported media type", 422: "Invalid request",
-    429: "Quota exceeded", 500: "Internal error", 503: "Service unavailable",
-}
+from sbx.sandbox.errors import SbxError
 
 
-class Problem(Exception):
-    """An error answer: status, a slug for `type`, one sentence of detail, extra members."""
+class Problem(SbxError):
+    """A refusal: a status, a slug naming it, one sentence of detail, extra members."""
 
     def __init__(
         self,
@@ -43,19 +38,6 @@ class Problem(Exception):
         self.detail = detail
         self.headers = dict(headers or {})
         self.extra = extra
-
-    def body(self, request_id: str | None = None) -> dict[str, Any]:
-        """The problem document."""
-        document: dict[str, Any] = {
-            "type": _BASE + self.slug,
-            "title": _TITLES.get(self.status, "Error"),
-            "status": self.status,
-            "detail": self.detail,
-            **self.extra,
-        }
-        if request_id:
-            document["request_id"] = request_id
-        return document
 
 
 def not_found(kind: str, ident: str) -> Problem:

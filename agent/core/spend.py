@@ -6,7 +6,7 @@ every batch of tool calls (each execution), adds what the run itself has spent
 so far and what the next request would cost, and stops the run with
 `budget_exceeded` when that passes the allowance. A face with a store
 implements it (the service: sums of stored run costs per key and per team, per
-UTC day and month, `sbx.agent.store.spend`); the CLI has none and keeps the
+UTC day and month, `sbx.agent.core.hosting.store.spend`); the CLI has none and keeps the
 per-run `max_cost` (`sbx.agent.core.budget`).
 
 The allowance is asked for again at every step, so runs of the same key or team

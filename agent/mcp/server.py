@@ -32,8 +32,15 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.types import InputRequiredResult, ResourceTemplate
 from pydantic import AnyUrl
 
-from sbx.agent import OUTPUT_DIR, App, LimitsRequest, check_data
-from sbx.agent.mcp.admission import Admission, Caller, FixedData
+from sbx.agent import (
+    OUTPUT_DIR,
+    App,
+    Caller,
+    FixedData,
+    LimitsRequest,
+    SessionAdmission,
+    check_data,
+)
 from sbx.agent.mcp.artifacts import (
     TEMPLATE,
     ArtifactUnavailable,
@@ -65,7 +72,7 @@ class Face:
 
     caller: SessionKey
     """Who sends each request and which session it belongs to (never a tool argument)."""
-    admission: Admission
+    admission: SessionAdmission
     """Each session's data and extra gate tools; the face's quotas on sessions and runs."""
     data_note: str
     """What `/data` holds, as the tool descriptions say it."""

@@ -6,7 +6,7 @@ sessionless client: `sbx.agent.service.mcp_http`). What it runs, resets,
 restores and records is the core's (`sbx.agent.core.tool_session`); the
 face adds who opened it (its `Caller`, whose key finds it again), the
 newest output line for progress notifications, the async turn that keeps
-one execution at a time, and its `Admission`, told when the session ends.
+one execution at a time, and its `SessionAdmission`, told when the session ends.
 """
 
 from __future__ import annotations
@@ -15,12 +15,16 @@ import uuid
 
 import anyio
 
-from sbx.agent import Cell, RunRecorder, ToolSession, Workspace
-from sbx.agent.mcp.admission import Admission, Caller
+from sbx.agent import (
+    UPLOAD_TOOL,
+    Caller,
+    Cell,
+    RunRecorder,
+    SessionAdmission,
+    ToolSession,
+    Workspace,
+)
 from sbx.agent.mcp.live_tail import LiveTail
-
-UPLOAD_TOOL = "upload_dataset"
-"""The gate tool whose value is a new data file for the session (`sbx.agent.mcp.upload`)."""
 
 
 def new_session_id() -> str:
@@ -32,7 +36,7 @@ class McpSession(ToolSession):
     """One MCP session's tool session, caller, progress line and turn; thread-safe."""
 
     def __init__(
-        self, *, session_id: str, workspace: Workspace, caller: Caller, admission: Admission,
+        self, *, session_id: str, workspace: Workspace, caller: Caller, admission: SessionAdmission,
         recorder: RunRecorder, reset_reason: str | None = None, journal: tuple[Cell, ...] = (),
     ) -> None:
         self.live = LiveTail()
@@ -48,5 +52,5 @@ class McpSession(ToolSession):
         cancellation reaches only the call that runs, never one waiting its turn."""
 
     def closed(self) -> None:
-        """The face's `Admission` hears of the end last, whatever failed before."""
+        """The face's `SessionAdmission` hears of the end last, whatever failed before."""
         self.admission.close(self.caller, self.id)

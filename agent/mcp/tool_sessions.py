@@ -1,6 +1,6 @@
 """`McpSessions`: every live MCP session of one server, by the key its face gave it.
 
-A session opens at its first call (`get`), once the face's `Admission` lets
+A session opens at its first call (`get`), once the face's `SessionAdmission` lets
 it (its data, its extra gate tools, its quotas), under the caller's principal.
 It ends when the face says so (`end(key)`: a stdio connection closing, an HTTP
 client's `DELETE`), when the server stops (`close()`), or, where the face
@@ -23,8 +23,17 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from sbx.agent import App, Cell, Closing, ConversationSpec, SessionClosed, idle_reason
-from sbx.agent.mcp.admission import Admission, Caller, FixedData
+from sbx.agent import (
+    App,
+    Caller,
+    Cell,
+    Closing,
+    ConversationSpec,
+    FixedData,
+    SessionAdmission,
+    SessionClosed,
+    idle_reason,
+)
 from sbx.agent.mcp.tool_session import McpSession, new_session_id
 
 logger = logging.getLogger(__name__)
@@ -40,12 +49,12 @@ class McpSessions(Closing):
     """The live sessions, by key (see the module docstring); thread-safe."""
 
     def __init__(
-        self, *, app: App, output_root: Path, admission: Admission | None = None,
+        self, *, app: App, output_root: Path, admission: SessionAdmission | None = None,
         idle_ends_session: bool = False,
     ) -> None:
         self.app = app
         self.output_root = output_root
-        self.admission: Admission = admission or FixedData()
+        self.admission: SessionAdmission = admission or FixedData()
         self.idle_ends_session = idle_ends_session
         self._lock = threading.Lock()
         self._opening = threading.Lock()
@@ -57,8 +66,9 @@ class McpSessions(Closing):
     def get(self, caller: Caller) -> McpSession:
         """The session for `caller.key`, opened now if it is new (its sandbox at first use).
 
-        Opening asks the face's `Admission` (which may raise `Refused`). Opens are one at
-        a time, so two first calls of one key make one session (and reserve one slot).
+        Opening asks the face's `SessionAdmission` (which may raise `SessionRefused`). Opens
+        are one at a time, so two first calls of one key make one session (and reserve one
+        slot).
         """
         with self._lock:
             self._check_open()
@@ -159,7 +169,7 @@ class McpSessions(Closing):
 
     def _open(self, caller: Caller, reset_reason: str | None,
               journal: tuple[Cell, ...] = ()) -> McpSession:
-        """A new session for `caller`, with what its face's `Admission` allows."""
+        """A new session for `caller`, with what its face's `SessionAdmission` allows."""
         session_id = new_session_id()
         opened = self.admission.open(caller, session_id)
         spec = ConversationSpec(conversation_id=session_id, principal=caller.principal,

@@ -32,8 +32,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ContentBlock, TextContent, ToolAnnotations
 from pydantic import Field
 
-from sbx.agent import AuditError, CallReport, SandboxError, SessionClosed
-from sbx.agent.mcp.admission import Caller, Refused
+from sbx.agent import AuditError, Caller, CallReport, SandboxError, SessionClosed, SessionRefused
 from sbx.agent.mcp.artifacts import artifact_blocks
 from sbx.agent.mcp.describe import Descriptions
 from sbx.agent.mcp.tool_session import McpSession
@@ -123,7 +122,7 @@ def reported(handler: _Handler) -> _Handler:
     async def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
         try:
             return await handler(*args, **kwargs)
-        except Refused as exc:  # a face's quota: the client may retry later, nothing halted
+        except SessionRefused as exc:  # a face's quota: the client may retry later, nothing halted
             return text_result(str(exc), error=True)
         except OPERATOR_ERRORS as exc:
             return operator_error(exc)

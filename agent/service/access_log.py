@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from sbx.agent.service.outcomes import UNMATCHED, Observer
+from sbx.agent import UNMATCHED_ROUTE, Observer
 
 MAX_FIELD_CHARS = 200
 """Longest method or path written (client-chosen text)."""
@@ -56,8 +56,9 @@ class AccessLog(Observer):
             self._close()
 
     def request_finished(self, *, method: str, path: str, status: int, duration_s: float,
-                         request_id: str, route: str = UNMATCHED, principal: str | None = None,
-                         bytes_in: int = 0, bytes_out: int = 0) -> None:
+                         request_id: str, route: str = UNMATCHED_ROUTE,
+                         principal: str | None = None, bytes_in: int = 0,
+                         bytes_out: int = 0) -> None:
         """Write the request's line."""
         now = datetime.now(UTC)
         stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"

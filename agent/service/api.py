@@ -35,13 +35,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from sbx.agent.core.hosting.store.keys import KeyInfo
 from sbx.agent.service.admission import Held
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.web.signin_sessions import cookie_key
-from sbx.agent.store.keys import KeyInfo
 
 if TYPE_CHECKING:
-    from sbx.agent.service.core import Service
+    from sbx.agent.service.host import Service
 
 JSON_TYPES = ("application/json",)
 

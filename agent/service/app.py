@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
+from sbx.agent import notify_observer
 from sbx.agent.e2b.app import E2bFace
 from sbx.agent.service import (
     conversations,
@@ -49,12 +50,11 @@ from sbx.agent.service import (
     usage,
 )
 from sbx.agent.service.api import ROUTES, starlette_routes
-from sbx.agent.service.core import Service
 from sbx.agent.service.e2b_host import ServiceE2bHost
+from sbx.agent.service.host import Service
 from sbx.agent.service.mcp_http import MCP_PATH, McpEndpoint
 from sbx.agent.service.middleware import BodyTimeout, BodyTooLarge, Gateway
 from sbx.agent.service.openapi import openapi_document
-from sbx.agent.service.outcomes import notify
 from sbx.agent.service.problems import Problem, respond
 from sbx.agent.service.siblings import Pinned
 from sbx.agent.service.web import oidc, pages, signin
@@ -72,7 +72,8 @@ def create_app(service: Service) -> ASGIApp:
     document = openapi_document(ROUTES)
     mcp = McpEndpoint(service)
     e2b = E2bFace(ServiceE2bHost(service))
-    service.share.kept = e2b.sandboxes  # their idle sandboxes share the host too
+    sandboxes = e2b.sandboxes  # their idle sandboxes share the host too
+    service.share.add_sessions(lambda: ((kept.principal, kept) for kept in sandboxes.live()))
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)
@@ -113,7 +114,7 @@ async def _problem(request: Request, exc: Exception) -> Response:
     if quota:
         service: Service = request.app.state.service
         principal = (request.scope.get("state") or {}).get("principal", "-")
-        notify(service.observer.quota_rejected, principal=principal, quota=str(quota))
+        notify_observer(service.observer.quota_rejected, principal=principal, quota=str(quota))
     return respond(exc, _request_id(request))
 
 

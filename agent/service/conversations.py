@@ -19,13 +19,25 @@ from dataclasses import replace
 from sqlalchemy import select
 from starlette.responses import Response
 
-from sbx.agent import ConversationSpec, loss_text, new_conversation_id
-from sbx.agent.service.adopt import NotAdopted, adopt
+from sbx.agent import (
+    ConversationSpec,
+    LiveConversation,
+    NotAdopted,
+    StoreRecorder,
+    adopt,
+    dataset_paths,
+    limited,
+    loss_text,
+    new_conversation_id,
+    owned,
+    tenant_of,
+)
+from sbx.agent.core.hosting.store.models import Conversation, Run
+from sbx.agent.core.hosting.store.notes import DbNoteStore
+from sbx.agent.core.hosting.store.quotas import reserve_conversation
 from sbx.agent.service.api import Call, api, json_response
-from sbx.agent.service.core import Service
+from sbx.agent.service.host import Service
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.recorder import StoreRecorder
-from sbx.agent.service.runs import Live
 from sbx.agent.service.schemas import (
     AnswerQuestion,
     AskQuestion,
@@ -35,11 +47,6 @@ from sbx.agent.service.schemas import (
     RunAccepted,
 )
 from sbx.agent.service.siblings import to_owner
-from sbx.agent.service.teams import tenant_of
-from sbx.agent.service.tenancy import dataset_paths, limited, owned
-from sbx.agent.store.models import Conversation, Run
-from sbx.agent.store.notes import DbNoteStore
-from sbx.agent.store.quotas import reserve_conversation
 
 LIST_LIMIT = 200
 logger = logging.getLogger(__name__)
@@ -169,7 +176,7 @@ def _no_question() -> Problem:
                    "answer (a run asks with ask_user and ends needs_input)")
 
 
-def _held(call: Call, *, allow_inactive: bool = False) -> Live | Response | None:
+def _held(call: Call, *, allow_inactive: bool = False) -> LiveConversation | Response | None:
     """The live conversation here; a redirect to its replica; None if inactive (allowed)."""
     service = call.service
     with service.db.read() as session:
@@ -204,7 +211,7 @@ def _held(call: Call, *, allow_inactive: bool = False) -> Live | Response | None
                   conversation_status="interrupted")
 
 
-def _adopted(call: Call, conversation_id: str, lost: str) -> Live | Response | None:
+def _adopted(call: Call, conversation_id: str, lost: str) -> LiveConversation | Response | None:
     """Take the conversation up here (restore by replay); None when it cannot be."""
     try:
         live = adopt(call.service, conversation_id, reason=lost)

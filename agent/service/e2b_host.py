@@ -1,6 +1,6 @@
 """What `sbx serve` tells the E2B face (`sbx.agent.e2b`): its keys, slots, quotas, budgets.
 
-An E2B sandbox is admitted as an MCP session is (`mcp_tenancy.ServiceAdmission`):
+An E2B sandbox is admitted as an MCP session is (the hosting's `ServiceAdmission`):
 a `conversations` row (model "e2b") takes a `max_conversations` slot from
 `create` until `kill` or its timeout, the key's datasets are its `/data`, and
 each execution is a run of the service's `StoreRecorder` (runs per hour, CPU
@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sbx.agent import Admitted, App, Owner
+from sbx.agent import Admitted, App, Caller, Owner, ServiceAdmission
 from sbx.agent.e2b.sandboxes import Refused
-from sbx.agent.mcp.admission import Caller
-from sbx.agent.service.core import Service
-from sbx.agent.service.mcp_tenancy import ServiceAdmission
+from sbx.agent.service.host import Service
 
 E2B_MODEL = "e2b"
 

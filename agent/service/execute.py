@@ -23,18 +23,19 @@ from sbx.agent import (
     LimitsRequest,
     OutputSink,
     ProgramSpec,
+    StoreRecorder,
     call_status,
+    dataset_paths,
+    limited,
     new_run_id,
+    tenant_of,
 )
+from sbx.agent.core.hosting.store.models import ArtifactRow
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.execute_stream import ExecutionStream
 from sbx.agent.service.problems import Problem, unavailable
-from sbx.agent.service.recorder import StoreRecorder
 from sbx.agent.service.runs_api import artifact_out
 from sbx.agent.service.schemas import ExecuteCode, ExecutionOut
-from sbx.agent.service.teams import tenant_of
-from sbx.agent.service.tenancy import dataset_paths, limited
-from sbx.agent.store.models import ArtifactRow
 
 HOST_BUSY_RETRY_S = 10.0
 

@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
-from sbx.agent.service.problems import Problem
+from sbx.agent.service.problems import Problem, document
 from sbx.agent.service.sse import KEEPALIVE_S
 
 logger = logging.getLogger(__name__)
@@ -81,11 +81,11 @@ class ExecutionStream:
             result = self._work(self._output)
             self._events.put(("result", result.model_dump_json()))
         except Problem as problem:
-            self._events.put(("error", _json(problem.body(self._request_id))))
+            self._events.put(("error", _json(document(problem, self._request_id))))
         except Exception:
             logger.exception("a streamed execution failed (request %s)", self._request_id)
             internal = Problem(500, "internal", "the execution failed on the server; see its log")
-            self._events.put(("error", _json(internal.body(self._request_id))))
+            self._events.put(("error", _json(document(internal, self._request_id))))
         finally:
             self._done.set()
             self._events.put(None)

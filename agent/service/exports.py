@@ -22,14 +22,12 @@ from sqlalchemy import select
 from starlette.responses import Response
 
 from sbx.agent import EXPORT_FORMATS as FORMATS
-from sbx.agent import RecordError, TranscriptError, parse_event, read_record
+from sbx.agent import RecordError, TranscriptError, owned, parse_event, public_event, read_record
 from sbx.agent import export_transcript as export
+from sbx.agent.core.hosting.store.models import Conversation, Run
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.disposition import content_disposition
-from sbx.agent.service.eventlog import public_event
 from sbx.agent.service.problems import Problem
-from sbx.agent.service.tenancy import owned
-from sbx.agent.store.models import Conversation, Run
 
 MEDIA_TYPES = {
     "ipynb": "application/x-ipynb+json",

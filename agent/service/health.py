@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse, Response
 
+from sbx.agent.core.hosting.store.db import StoreError
 from sbx.agent.service.api import Call, api
-from sbx.agent.store.db import StoreError
 
 if TYPE_CHECKING:
-    from sbx.agent.service.core import Service
+    from sbx.agent.service.host import Service
 
 MIN_FREE_BYTES = 256 * 1024**2
 """Below this much free space in the data dir the replica is not ready (uploads would fail)."""

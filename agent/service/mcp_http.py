@@ -23,8 +23,8 @@ slot freed, its artifacts deleted) on the client's `DELETE` with its
 `Mcp-Session-Id`, after `[service] idle_timeout` without a call (the next
 call with that key gets a new session and is told earlier variables are
 gone), and at shutdown (uvicorn's shutdown ends the open GET streams, so
-they do not hold it for the grace). The quotas are
-`sbx.agent.service.mcp_tenancy`'s.
+they do not hold it for the grace). The quotas are the hosting's
+(`ServiceAdmission`).
 """
 
 from __future__ import annotations
@@ -48,16 +48,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from sbx.agent import LimitsRequest, describe_validation_error
-from sbx.agent.mcp.admission import Caller
+from sbx.agent import Caller, LimitsRequest, ServiceAdmission, describe_validation_error, limited
+from sbx.agent.core.hosting.store.keys import KeyInfo
 from sbx.agent.mcp.server import Face, SbxServer, build_server
 from sbx.agent.mcp.upload import register_upload
 from sbx.agent.service.api import authenticate
-from sbx.agent.service.core import Service
-from sbx.agent.service.mcp_tenancy import ServiceAdmission
+from sbx.agent.service.host import Service
 from sbx.agent.service.problems import Problem, quota_exceeded
-from sbx.agent.service.tenancy import limited
-from sbx.agent.store.keys import KeyInfo
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +144,9 @@ class McpEndpoint:
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
         self.manager = self.server.session_manager
-        service.share.mcp = self.server.sessions  # their idle sandboxes share the host too
+        sessions = self.server.sessions  # their idle sandboxes share the host too
+        service.share.add_sessions(
+            lambda: ((session.caller.principal, session) for session in sessions.live()))
         self._opening: dict[str, int] = {}
         """Requests of each principal that may open a session, being served now."""
 

@@ -1,7 +1,7 @@
 """`/metrics`: what one replica of `sbx serve` did, in the Prometheus text format.
 
 `Metrics` is an `Observer`: it counts what the service reports at the points
-where outcomes are known (`sbx.agent.service.outcomes`), into a registry of its
+where outcomes are known (`sbx.agent.core.hosting.observer`), into a registry of its
 own (never prometheus-client's global one, so several services in one process,
 the tests' among them, do not collide). Base units (seconds, bytes), counters
 end in `_total`. The figures are this replica's since it started; sum them
@@ -49,13 +49,12 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 
-from sbx.agent import module_from_error
+from sbx.agent import UNMATCHED_ROUTE, Observer, module_from_error
 from sbx.agent.service.api import Call, api
-from sbx.agent.service.outcomes import UNMATCHED, Observer
 from sbx.agent.service.problems import Problem
 
 if TYPE_CHECKING:
-    from sbx.agent.service.core import Service
+    from sbx.agent.service.host import Service
 
 _WORD = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _TOOL = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -163,8 +162,9 @@ class Metrics(Observer):
     # ------------------------------------------------------------ observer hooks
 
     def request_finished(self, *, method: str, path: str, status: int, duration_s: float,
-                         request_id: str, route: str = UNMATCHED, principal: str | None = None,
-                         bytes_in: int = 0, bytes_out: int = 0) -> None:
+                         request_id: str, route: str = UNMATCHED_ROUTE,
+                         principal: str | None = None, bytes_in: int = 0,
+                         bytes_out: int = 0) -> None:
         """Count the request under its route's template."""
         shown = method if method in METHODS else "OTHER"
         self.requests.labels(shown, route, str(status)).inc()

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sbx.agent.service.outcomes import UNMATCHED, Observer, notify
+from sbx.agent import UNMATCHED_ROUTE, Observer, notify_observer
 from sbx.agent.service.problems import Problem, respond, unavailable
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class Gateway:
                     await respond(problem, request_id)(scope, receive, send_with_id)
         finally:
             self.state.in_flight -= 1
-            notify(
+            notify_observer(
                 self.state.observer.request_finished, method=scope["method"], path=scope["path"],
                 route=_route(scope), status=status or 500, request_id=request_id,
                 duration_s=time.perf_counter() - started, bytes_in=sizes[0], bytes_out=sizes[1],
@@ -187,7 +187,7 @@ def _request_id(scope: Scope) -> str:
 def _route(scope: Scope) -> str:
     """The template of the route that took the request (`/v1/runs/{run_id}`), never the path."""
     path = getattr(scope.get("route"), "path", None)
-    return path if isinstance(path, str) else UNMATCHED
+    return path if isinstance(path, str) else UNMATCHED_ROUTE
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -13,15 +13,13 @@ from collections.abc import Callable
 
 from starlette.responses import Response
 
-from sbx.agent import DatasetNotes, Note, NoteError
+from sbx.agent import DatasetNotes, Note, NoteError, owned, tenant_of
+from sbx.agent.core.hosting.store.models import Dataset
+from sbx.agent.core.hosting.store.notes import DbNoteStore
+from sbx.agent.core.hosting.store.quotas import check_storage
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.schemas import Listing, NoteIn, NoteOut
-from sbx.agent.service.teams import tenant_of
-from sbx.agent.service.tenancy import owned
-from sbx.agent.store.models import Dataset
-from sbx.agent.store.notes import DbNoteStore
-from sbx.agent.store.quotas import check_storage
 
 NOTES = "/v1/datasets/{dataset_id}/notes"
 ONE_NOTE = NOTES + "/{note_id}"

@@ -26,16 +26,14 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from sbx.agent import open_artifact, run_outcome
+from sbx.agent import delete_runs, open_artifact, owned, run_directory, run_outcome
+from sbx.agent.core.hosting.store.models import ArtifactRow, EventRow, Run
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.problems import Problem, not_found
-from sbx.agent.service.retention import delete_runs, run_directory
 from sbx.agent.service.schemas import AnswerPartsOut, ArtifactOut, Listing, PlanStepOut, RunOut
 from sbx.agent.service.siblings import to_owner
 from sbx.agent.service.sse import event_stream, last_event_id
-from sbx.agent.service.tenancy import owned
-from sbx.agent.store.models import ArtifactRow, EventRow, Run
 
 UNFINISHED = ("queued", "running")
 INLINE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
@@ -47,10 +45,8 @@ def get_run(call: Call) -> Response:
     """A run's status, and its answer, totals and artifacts once it has ended."""
     with call.service.db.read() as session:
         run = owned(session, Run, "run", call.params["run_id"], call.principal)
-        artifacts = session.scalars(select(ArtifactRow).where(ArtifactRow.run_id == run.id)
-                                    .order_by(ArtifactRow.id)).all()
         live = current_plan(session, run.id) if run.status in UNFINISHED else None
-        return json_response(run_out(run, list(artifacts), plan=live))
+        return json_response(run_out(run, _artifacts(session, run.id), plan=live))
 
 
 @api("POST", "/v1/runs/{run_id}/cancel", response=RunOut, status=202)
@@ -107,9 +103,8 @@ def list_artifacts(call: Call) -> Response:
     """The files the run saved under `/output`."""
     with call.service.db.read() as session:
         run = owned(session, Run, "run", call.params["run_id"], call.principal)
-        rows = session.scalars(select(ArtifactRow).where(ArtifactRow.run_id == run.id)
-                               .order_by(ArtifactRow.id)).all()
-        return json_response(Listing(items=[artifact_out(row) for row in rows]))
+        return json_response(Listing(items=[artifact_out(row)
+                                            for row in _artifacts(session, run.id)]))
 
 
 @api("GET", "/v1/runs/{run_id}/artifacts/{name:path}")
@@ -199,3 +194,9 @@ def artifact_out(row: ArtifactRow) -> ArtifactOut:
     """The API's view of an artifact."""
     return ArtifactOut(name=row.name, size=row.size, content_type=row.content_type,
                        url=f"/v1/runs/{row.run_id}/artifacts/{quote(row.name, safe='/')}")
+
+
+def _artifacts(session: Session, run_id: str) -> list[ArtifactRow]:
+    """The run's artifacts in the order it saved them."""
+    return list(session.scalars(select(ArtifactRow).where(ArtifactRow.run_id == run_id)
+                                .order_by(ArtifactRow.id)))

@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sbx.agent import LimitsRequest
 
-DATASET_ID = r"^ds-[0-9a-f]{12}$"
 MAX_DATASETS = 20
 
 
@@ -219,17 +218,6 @@ class ExecutionOut(BaseModel):
     execution: dict[str, Any] | None
     """stdout, stderr, exit code, error, timed_out, oom_killed, duration, CPU, peak memory."""
     artifacts: list[ArtifactOut] = Field(default_factory=list)
-
-
-class KeyOut(BaseModel):
-    """An API key as an admin sees it (never the key)."""
-
-    name: str
-    principal: str
-    role: str
-    created_at: float
-    revoked_at: float | None
-    overrides: dict[str, Any]
 
 
 class Listing(BaseModel):

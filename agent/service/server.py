@@ -34,8 +34,8 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from sbx.agent import EARLY_SIGNALS
 from sbx.agent.service.app import create_app
-from sbx.agent.service.core import Service
 from sbx.agent.service.edge import (
     MAX_CONNECTIONS,
     EdgeSlots,
@@ -43,7 +43,7 @@ from sbx.agent.service.edge import (
     has_credentials,
     sends_body,
 )
-from sbx.agent.service.workers import EARLY_SIGNALS
+from sbx.agent.service.host import Service
 
 SHUTDOWN_MARGIN_S = 15
 """Seconds past the grace for cancelled runs to end before open streams are cut."""

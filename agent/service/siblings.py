@@ -3,7 +3,7 @@
 A conversation's sandbox and messages live in the worker that holds it. A
 change to it (a question, an answer, a delete, a run's cancel) that the kernel
 handed to another worker of the same server is passed to the holder over its
-private Unix socket (`workers.WorkerSlot.socket_path`, in a directory only the
+private Unix socket (`WorkerSlot.socket_path`, in a directory only the
 server's user can enter) and its answer returned as is: the client talks to one
 address and never sees a redirect. The holder authenticates the request again
 (the same headers). A forwarded request carries `Sbx-Forwarded`, and is never
@@ -36,10 +36,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import Replica, Run
 from sbx.agent.service.api import Call
 from sbx.agent.service.problems import problem_response, unavailable
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import Replica, Run
 
 logger = logging.getLogger(__name__)
 

@@ -30,13 +30,12 @@ from sqlalchemy import and_, select
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from sbx.agent.service.eventlog import POLL_S
-from sbx.agent.service.feed import Feed, sse_frame
+from sbx.agent import EVENT_POLL_S, Feed, sse_frame
+from sbx.agent.core.hosting.store.models import EventRow, Run
 from sbx.agent.service.problems import Problem
-from sbx.agent.store.models import EventRow, Run
 
 if TYPE_CHECKING:
-    from sbx.agent.service.core import Service
+    from sbx.agent.service.host import Service
 
 KEEPALIVE_S = 15.0
 _EVENT_ID = re.compile(r"[0-9]{1,12}")
@@ -102,7 +101,7 @@ async def _from_store(service: Service, run_id: str, after: int) -> AsyncIterato
             if ended:
                 return
             try:
-                await asyncio.wait_for(wake.wait(), timeout=POLL_S)
+                await asyncio.wait_for(wake.wait(), timeout=EVENT_POLL_S)
             except TimeoutError:
                 if time.monotonic() - last_sent >= KEEPALIVE_S:
                     yield ": keep-alive\n\n"

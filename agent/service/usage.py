@@ -1,7 +1,7 @@
 """`GET /v1/usage`: the caller's quotas and how much of each is used now.
 
-Counted exactly as the quota checks count (`sbx.agent.store.quotas`), and the
-money budgets as `sbx.agent.store.spend` sums them, so what the web page shows
+Counted exactly as the quota checks count (`sbx.agent.core.hosting.store.quotas`), and the
+money budgets as `sbx.agent.core.hosting.store.spend` sums them, so what the web page shows
 is what the next request will be judged by.
 """
 
@@ -14,10 +14,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 from starlette.responses import Response
 
+from sbx.agent import tenant_of
+from sbx.agent.core.hosting.store.models import Conversation, Run
+from sbx.agent.core.hosting.store.quotas import DAY_S, HOUR_S, storage_used, stored_bytes
 from sbx.agent.service.api import Call, api, json_response
-from sbx.agent.service.teams import tenant_of
-from sbx.agent.store.models import Conversation, Run
-from sbx.agent.store.quotas import DAY_S, HOUR_S, storage_used, stored_bytes
 
 
 class UsageOut(BaseModel):

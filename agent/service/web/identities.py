@@ -23,10 +23,10 @@ from typing import Final
 
 from sqlalchemy import delete, func, select
 
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.keys import Role, SignedInUser, hash_key
+from sbx.agent.core.hosting.store.models import OidcIdentity, OidcLogin, OidcSession
 from sbx.agent.service.problems import Problem
-from sbx.agent.store.db import Database
-from sbx.agent.store.keys import KeyInfo, Role, hash_key
-from sbx.agent.store.models import OidcIdentity, OidcLogin, OidcSession
 
 LOGIN_TTL_S: Final = 600.0
 """Seconds a person has to finish signing in at the provider."""
@@ -34,19 +34,6 @@ MAX_PENDING: Final = 10_000
 """Logins pending at once (anyone may start one: the table stays bounded)."""
 MAX_SESSIONS_PER_PRINCIPAL: Final = 20
 """Signed-in browsers per person; signing in once more ends the oldest."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class SignedInUser(KeyInfo):
-    """A person signed in through the provider; acts as a key with the policy's default quotas."""
-
-    identity: str
-    """`oidc:<claim value>`: the principal."""
-
-    @property
-    def principal(self) -> str:
-        """`oidc:<claim value>`."""
-        return self.identity
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,9 +136,3 @@ def oidc_session(db: Database, token: str) -> tuple[SignedInUser, float] | None:
                             revoked_at=None, overrides={}, identity=identity.principal,
                             team=identity.team)
     return user, float(expires)
-
-
-def end_oidc_session(db: Database, token: str) -> None:
-    """Sign out: the session's row is deleted."""
-    with db.write() as session:
-        session.execute(delete(OidcSession).where(OidcSession.token_hash == hash_key(token)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse, Response
 
+from sbx.agent.core.hosting.store.keys import lookup_key
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.web.signin_sessions import (
@@ -29,7 +30,6 @@ from sbx.agent.service.web.signin_sessions import (
     set_cookie_header,
     start_session,
 )
-from sbx.agent.store.keys import lookup_key
 
 PATH = "/web/session"
 

@@ -39,14 +39,14 @@ from urllib.parse import urlsplit
 from sqlalchemy import delete, select
 from starlette.requests import Request
 
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.keys import KeyInfo, hash_key, key_info
+from sbx.agent.core.hosting.store.models import ApiKey, OidcSession, WebSession
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.web.identities import oidc_session
-from sbx.agent.store.db import Database
-from sbx.agent.store.keys import KeyInfo, hash_key, key_info
-from sbx.agent.store.models import ApiKey, OidcSession, WebSession
 
 if TYPE_CHECKING:
-    from sbx.agent.service.core import Service
+    from sbx.agent.service.host import Service
 
 COOKIE = "__Host-sbx_session"
 """The session cookie's name."""

@@ -17,7 +17,7 @@
 Times are POSIX seconds (floats): the same type on SQLite and PostgreSQL, and
 quota windows are plain subtraction. Every row that belongs to someone carries
 its `principal`, and every query of a tenant's data filters on it. The schema
-is created and changed by Alembic migrations (`agent/store/migrations/`),
+is created and changed by Alembic migrations (`agent/core/hosting/store/migrations/`),
 never by `create_all`; `tests/test_service_store.py` checks the two agree.
 """
 

@@ -18,8 +18,8 @@ or a dataset frees one at once).
 
 The defaults are the policy's `[service.quotas]`, then its key's team's
 (`[service.teams.NAME] quotas`); an API key's overrides (`sbx keys create
---max-conversations 2 ...`) replace them for that key (`sbx.agent.service.teams`).
-Money budgets are checked beside these (`sbx.agent.store.spend`).
+--max-conversations 2 ...`) replace them for that key (`sbx.agent.core.hosting.tenants`).
+Money budgets are checked beside these (`sbx.agent.core.hosting.store.spend`).
 CPU seconds are known only when a run ends, so a principal's last run of
 the day may pass `cpu_seconds_per_day`; the next one is refused.
 """
@@ -32,9 +32,16 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.config import ServiceQuotas
+from sbx.agent.core.hosting.store.db import lock_principal
+from sbx.agent.core.hosting.store.models import (
+    ArtifactRow,
+    Conversation,
+    Dataset,
+    EventRow,
+    NoteRow,
+    Run,
+)
 from sbx.agent.core.problem import Problem, quota_exceeded
-from sbx.agent.store.db import lock_principal
-from sbx.agent.store.models import ArtifactRow, Conversation, Dataset, EventRow, NoteRow, Run
 from sbx.sandbox.units import format_size
 
 HOUR_S = 3600.0

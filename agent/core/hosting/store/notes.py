@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from sqlalchemy import delete, func, select
 
+from sbx.agent.core.hosting.store.db import Database, lock_principal
+from sbx.agent.core.hosting.store.models import NoteRow
 from sbx.agent.core.notes import Note, NoteError
-from sbx.agent.store.db import Database, lock_principal
-from sbx.agent.store.models import NoteRow
 
 _FIELDS = ("id", "dataset", "digest", "text", "author", "team", "by_model", "created_at",
            "updated_at")

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select
 
-from sbx.agent.store.models import ArtifactRow, EventRow, Run
+from sbx.agent.core.hosting.store.models import ArtifactRow, EventRow, Run
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sbx.agent.service.core import DataPaths, Service
+    from sbx.agent.core.hosting.host import DataPaths, Host
 
 logger = logging.getLogger(__name__)
 UNFINISHED = ("queued", "running")
@@ -36,7 +36,7 @@ def run_directory(paths: DataPaths, run: Run) -> Path:
     return paths.conversations / (run.conversation_id or "-") / "output" / run.id
 
 
-def delete_runs(service: Service, runs: list[Run]) -> int:
+def delete_runs(service: Host, runs: list[Run]) -> int:
     """Delete ended runs: their events, artifact rows, run rows, then their files."""
     ended = [run for run in runs if run.status not in UNFINISHED]
     if not ended:
@@ -51,7 +51,7 @@ def delete_runs(service: Service, runs: list[Run]) -> int:
     return len(ended)
 
 
-def expire_runs(service: Service, now: float | None = None) -> int:
+def expire_runs(service: Host, now: float | None = None) -> int:
     """Delete up to `BATCH` runs that ended more than `[service] retention` seconds ago."""
     cutoff = (time.time() if now is None else now) - service.settings.retention
     with service.db.read() as session:

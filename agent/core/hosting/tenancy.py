@@ -16,9 +16,11 @@ from typing import TypeVar
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from sbx.agent import AppConfig, LimitRefused, Limits, LimitsRequest, LimitTooLow
-from sbx.agent.service.problems import Problem, not_found
-from sbx.agent.store.models import Conversation, Dataset, Run
+from sbx.agent.core.config import AppConfig
+from sbx.agent.core.hosting.store.models import Conversation, Dataset, Run
+from sbx.agent.core.limits_request import LimitRefused, LimitsRequest, LimitTooLow
+from sbx.agent.core.problem import Problem, not_found
+from sbx.sandbox.limits import Limits
 
 _ID_SHAPES = {
     "dataset": re.compile(r"^ds-[0-9a-f]{12}$"),

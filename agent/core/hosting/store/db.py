@@ -18,7 +18,7 @@ thread lock wakes the next writer as soon as the last one commits, and keeps
 the waiting writers from holding pooled connections. Other processes on the
 same file still meet the busy timeout.
 
-Migrations (Alembic, `agent/store/migrations/`) are applied at start under
+Migrations (Alembic, `agent/core/hosting/store/migrations/`) are applied at start under
 a lock (`pg_advisory_xact_lock` on PostgreSQL, the write lock on SQLite), so
 replicas starting together migrate once.
 """
@@ -39,7 +39,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from sbx.agent.store.models import ApiKey, OidcIdentity
+from sbx.agent.core.hosting.store.models import ApiKey, OidcIdentity
 from sbx.sandbox.errors import SbxError
 
 DATABASE_ENV = "SBX_DATABASE_URL"

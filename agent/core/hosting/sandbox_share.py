@@ -26,18 +26,20 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from sbx.agent import loss_text
+from sbx.agent.core.outcomes import loss_text
 
 if TYPE_CHECKING:
-    from sbx.agent import KeptSession, KeptSessions, ToolSession
-    from sbx.agent.mcp.tool_sessions import McpSessions
-    from sbx.agent.service.core import Service
-    from sbx.agent.service.runs import RunManager
+    from sbx.agent.core.hosting.host import Host
+    from sbx.agent.core.hosting.runs import RunManager
+    from sbx.agent.core.tool_session import ToolSession
+
+SessionSource = Callable[[], Iterable[tuple[str, "ToolSession"]]]
+"""The tool sessions a face holds here (MCP over HTTP, E2B), each with its principal."""
 
 logger = logging.getLogger(__name__)
 
@@ -57,12 +59,13 @@ class Held:
 class SandboxShare:
     """Releases the idle sandboxes of keys over their share while callers wait."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Host) -> None:
         self.service = service
-        self.mcp: McpSessions | None = None
-        """The `/mcp` sessions, once the endpoint exists."""
-        self.kept: KeptSessions[KeptSession] | None = None
-        """The kept sessions (the E2B face's sandboxes), once they exist."""
+        self._sources: list[SessionSource] = []
+
+    def add_sessions(self, source: SessionSource) -> None:
+        """Count (and release) the tool sessions `source` lists, beside the conversations."""
+        self._sources.append(source)
 
     def held(self) -> list[Held]:
         """Every sandbox this replica holds for a conversation, an MCP session or E2B."""
@@ -70,11 +73,7 @@ class SandboxShare:
         held = [Held(principal=live.principal, idle_for=live.conversation.workspace.idle_for(),
                      release=partial(_release_conversation, runs, live.id))
                 for live in runs.holders()]
-        sessions: list[tuple[str, ToolSession]] = [
-            (session.caller.principal, session)
-            for session in (self.mcp.live() if self.mcp is not None else [])]
-        sessions += [(kept.principal, kept)
-                     for kept in (self.kept.live() if self.kept is not None else [])]
+        sessions = [held for source in self._sources for held in source()]
         for principal, session in sessions:
             if session.workspace.holds_sandbox:
                 held.append(Held(principal=principal, idle_for=session.workspace.idle_for(),

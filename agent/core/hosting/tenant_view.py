@@ -41,9 +41,9 @@ from urllib.parse import urlsplit, urlunsplit
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from sbx.agent import Redactor
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import EventRow, Run
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import EventRow, Run
+from sbx.tools.redact import Redactor
 
 logger = logging.getLogger(__name__)
 

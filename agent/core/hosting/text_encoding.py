@@ -25,8 +25,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from sbx.agent.service.problems import Problem
-from sbx.agent.service.uploads import HEAD_BYTES
+from sbx.agent.core.problem import Problem
 
 CHUNK = 1 << 20
 UTF8 = "utf-8"
@@ -52,8 +51,11 @@ def describe(codec: str) -> str:
     return f"  text encoding: {name} (detected; stored as UTF-8)"
 
 
-def store_as_utf8(path: Path, codec: str, name: str) -> tuple[int, str, bytes]:
+def store_as_utf8(path: Path, codec: str, name: str, *, head_bytes: int
+                  ) -> tuple[int, str, bytes]:
     """Rewrite the file `name` in UTF-8 (in place, through a new file); its size, sha256, head.
+
+    The head is the first `head_bytes` of the UTF-8 text, for the preview.
 
     A NUL character in the text is refused (422), as it is in a UTF-8 upload.
     """
@@ -71,7 +73,7 @@ def store_as_utf8(path: Path, codec: str, name: str) -> tuple[int, str, bytes]:
                 target.write(data)
                 digest.update(data)
                 size += len(data)
-                head += data[: max(0, HEAD_BYTES - len(head))]
+                head += data[: max(0, head_bytes - len(head))]
             tail = decoder.decode(b"", final=True).encode()
             target.write(tail)
             digest.update(tail)

@@ -31,24 +31,25 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from sbx.agent import RunOutcome, RunTicket, metrics_team
-from sbx.agent.service.outcomes import notify
-from sbx.agent.service.problems import Problem
-from sbx.agent.service.tenant_view import incident
-from sbx.agent.store.datasets_held import datasets_held
-from sbx.agent.store.db import lock_principal
-from sbx.agent.store.models import Conversation, Run
-from sbx.agent.store.quotas import reserve_run
+from sbx.agent.core.hosting.observer import notify
+from sbx.agent.core.hosting.store.datasets_held import datasets_held
+from sbx.agent.core.hosting.store.db import lock_principal
+from sbx.agent.core.hosting.store.models import Conversation, Run
+from sbx.agent.core.hosting.store.quotas import reserve_run
+from sbx.agent.core.hosting.tenant_view import incident
+from sbx.agent.core.problem import Problem
+from sbx.agent.core.run_recorder import RunOutcome, RunTicket
+from sbx.agent.core.teams import metrics_team
 
 if TYPE_CHECKING:
-    from sbx.agent.service.core import Service
-    from sbx.agent.service.teams import Tenant
+    from sbx.agent.core.hosting.host import Host
+    from sbx.agent.core.hosting.tenants import Tenant
 
 
 class StoreRecorder:
     """Runs of one caller (their quotas) recorded in the service's store; thread-safe."""
 
-    def __init__(self, service: Service, tenant: Tenant,
+    def __init__(self, service: Host, tenant: Tenant,
                  datasets: tuple[str, ...] = ()) -> None:
         self.service = service
         self.tenant = tenant
@@ -105,7 +106,7 @@ class StoreRecorder:
         feeds it to the streams only once that commits, so a client that sees it may
         ask again at once.
         """
-        from sbx.agent.service.runs import artifact_row  # the store's own helper
+        from sbx.agent.core.hosting.runs import artifact_row  # the store's own helper
 
         service = self.service
         if outcome.error is not None:  # the detail goes to the operator's log only

@@ -1,13 +1,17 @@
-"""`Service`: one replica of `sbx serve`, assembled from the application core and the store.
+"""`Host`: one replica's hosted conversations, assembled from the application core and the store.
 
-    Service.open(options)
+Every face that serves many tenants (the HTTP API and its web page, MCP over
+HTTP, E2B's API) works on the same `Host`; the HTTP face adds its own parts
+(the gateway, per-key admission, metrics, sign-in, the sibling workers of
+`--workers N` that changes are forwarded to).
+
+    Host.open(options)
       ├─ load_config(policy)            the policy file, once ([service] included)
       ├─ sweep_partial_uploads          temporary files a crash mid-upload left
       ├─ Database.open + migrate        SQLite under --data-dir, or PostgreSQL by URL
       ├─ Replicas.register, recover_own what a crash of this replica left becomes `interrupted`
       ├─ App.open                       audit log; sandbox pool (reaps orphaned containers)
       ├─ RunManager, EventLog           conversations held here, their runs and events
-      ├─ Siblings                       the other workers of `--workers N` (changes forwarded)
       └─ Housekeeper                    heartbeat, dead replicas' sweep, idle sandboxes released
 
 `begin_drain(grace)` (SIGTERM) stops accepting changes, lets runs finish
@@ -23,35 +27,25 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
-from sbx.agent import AUDIT_PATH_ENV as PATH_ENV
-from sbx.agent import (
-    DEFAULT_IMAGE,
-    App,
-    AppConfig,
-    Endpoint,
-    Redactor,
-    SettingsError,
-    load_config,
-    resolve_endpoint,
-)
-from sbx.agent.service.admission import Admission
-from sbx.agent.service.eventlog import EventHub, EventLog
-from sbx.agent.service.lifecycle import Housekeeper
-from sbx.agent.service.metrics import Metrics, live_figures
-from sbx.agent.service.middleware import GatewayState
-from sbx.agent.service.oidc_client import OidcClient, open_client
-from sbx.agent.service.outcomes import Observer, Observers
-from sbx.agent.service.problems import Problem
-from sbx.agent.service.runs import RunManager
-from sbx.agent.service.sandbox_share import SandboxShare
-from sbx.agent.service.siblings import Siblings
-from sbx.agent.service.tenant_view import TenantView, install
-from sbx.agent.service.uploads import InflightUploads, sweep_partial_uploads
-from sbx.agent.service.workers import WorkerSlot
-from sbx.agent.store.db import Database, database_url
-from sbx.agent.store.keys import KeyCache
-from sbx.agent.store.replicas import Identity, Replicas
+from sbx.agent.core.app import DEFAULT_IMAGE, App
+from sbx.agent.core.config import AppConfig, load_config
+from sbx.agent.core.hosting.datasets import InflightUploads, sweep_partial_uploads
+from sbx.agent.core.hosting.eventlog import EventHub, EventLog
+from sbx.agent.core.hosting.lifecycle import Housekeeper
+from sbx.agent.core.hosting.observer import Observer
+from sbx.agent.core.hosting.runs import RunManager
+from sbx.agent.core.hosting.sandbox_share import SandboxShare
+from sbx.agent.core.hosting.store.db import Database, database_url
+from sbx.agent.core.hosting.store.keys import KeyCache
+from sbx.agent.core.hosting.store.replicas import Identity, Replicas
+from sbx.agent.core.hosting.tenant_view import TenantView, install
+from sbx.agent.core.hosting.workers import WorkerSlot
+from sbx.agent.core.problem import Problem
+from sbx.agent.core.settings import Endpoint, SettingsError, resolve_endpoint
+from sbx.tools.audit import PATH_ENV
+from sbx.tools.redact import Redactor
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +103,7 @@ class DataPaths:
         return self.root / "executions"
 
 
-class Service:
+class Host:
     """One replica: configuration, store, sandbox pool, conversations; see the module doc."""
 
     def __init__(self, *, options: ServeOptions, config: AppConfig, paths: DataPaths,
@@ -124,9 +118,8 @@ class Service:
         self.app = app
         self.endpoint = endpoint
         self.endpoint_error = endpoint_error
-        self.metrics = Metrics(runtime=config.limits.runtime)
-        self.observer: Observer = Observers(self.metrics, observer)
-        observer = self.observer
+        self.observer = observer
+        """Hears what the replica reports (outcomes; the HTTP face adds metrics, access log)."""
         self.keys = KeyCache(db, self.settings.key_cache)
         """API keys looked up recently (revoked ones refused within `key_cache`)."""
         self.hub = EventHub()
@@ -134,30 +127,20 @@ class Service:
         self.runs = RunManager(db=db, events=self.events,
                                max_running=self.settings.max_running,
                                max_queued=self.settings.max_queued)
-        self.gateway = GatewayState(max_body=self.settings.max_body,
-                                    client_timeout=self.settings.client_timeout, observer=observer)
         self.tenant_view = TenantView(redactor=Redactor())
         """What tenants may read (`tenant_view`); `open` builds it from the endpoint and policy."""
-        self.admission = Admission()
-        """Per-key slots for long work, and the thread pools kept apart from request threads."""
+        self.uploads = InflightUploads()
+        """The bytes each key's uploads in progress hold (bounded per key)."""
         self.share = SandboxShare(self)
         """Releases idle sandboxes of keys over their share while callers wait for the host."""
         self.housekeeper = Housekeeper(self)
-        self.oidc: OidcClient | None = None
-        """The OpenID Connect provider the web page signs in through (`[service.oidc]`)."""
-        self.uploads = InflightUploads()
-        """The bytes each key's uploads in progress hold (bounded per key)."""
-        worker = options.worker
-        self.siblings = Siblings(
-            self.replicas.me.id, worker.siblings() if worker else {}, db=db,
-            primary=worker.primary if worker else None)
-        """The other workers of this server, to which changes of their conversations go."""
-        self.metrics.watch(lambda: live_figures(self))
+        self.draining = False
+        """Set on SIGTERM (`begin_drain`): changes are refused, reads still served."""
         self._closed = False
         self._drain: threading.Thread | None = None
         self.drained = threading.Event()
         """Set when the drain is over: every run finished within the grace or was cancelled
-        (and ended); the HTTP server stops accepting only then (`server.DrainingServer`)."""
+        (and ended); a face's server stops accepting only then."""
 
     @property
     def replica_id(self) -> str:
@@ -166,15 +149,14 @@ class Service:
 
     @classmethod
     def open(cls, options: ServeOptions, *, environ: Mapping[str, str],
-             observer: Observer | None = None) -> Service:
+             observer: Observer | None = None) -> Self:
         """Open everything in order; whatever opened is closed again if a later step fails.
 
-        `observer` hears what the service reports (the access log), beside its metrics.
+        `observer` hears what the replica reports (a face adds its metrics and access log).
         """
         config = load_config(options.policy)
         if options.worker is not None:  # the host's sizes, split among the workers
             config = options.worker.scaled(config)
-        oidc = open_client(config.service.oidc, environ)
         paths = DataPaths(options.data_dir).create()
         sweep_partial_uploads(paths.datasets)  # what a kill -9 mid-upload left
         db = Database.open(database_url(options.database, paths.root, environ))
@@ -197,19 +179,18 @@ class Service:
         except BaseException:
             db.close()
             raise
-        service = cls(options=options, config=config, paths=paths, db=db, replicas=replicas,
+        host = cls(options=options, config=config, paths=paths, db=db, replicas=replicas,
                       app=app, endpoint=endpoint, endpoint_error=error,
                       observer=observer or Observer())
-        service.oidc = oidc
-        service.tenant_view = TenantView.build(
+        host.tenant_view = TenantView.build(
             api_key=endpoint.api_key if endpoint else None,
             base_url=endpoint.base_url if endpoint else None,
             secret_env=config.policy.audit.secret_env,
             secret_fields=config.policy.audit.secret_fields, environ=environ,
             host_paths=(paths.root, app.audit_path))
-        install(db, service.tenant_view)
-        service.housekeeper.start()
-        return service
+        install(db, host.tenant_view)
+        host.housekeeper.start()
+        return host
 
     def require_endpoint(self) -> Endpoint:
         """The model endpoint, or 503 saying what the operator must configure."""
@@ -222,7 +203,7 @@ class Service:
         """SIGTERM: refuse changes now, let runs finish for `grace_s` seconds, then cancel."""
         if self._drain is not None:
             return
-        self.gateway.draining = True
+        self.draining = True
         logger.info("draining: %d run(s) in progress, %g s grace", self.runs.busy, grace_s)
 
         def drain() -> None:
@@ -249,11 +230,10 @@ class Service:
         if self._closed:
             return
         self._closed = True
-        self.gateway.draining = True
+        self.draining = True
         if self._drain is not None:
             self._drain.join()  # runs get their grace; then the drain cancels the rest
         self.housekeeper.stop()
-        self.siblings.close()
         try:
             self.runs.shutdown()
             self.replicas.stop("the server shut down")

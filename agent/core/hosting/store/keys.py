@@ -20,8 +20,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from sbx.agent.core.config import ServiceQuotas
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import ApiKey
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import ApiKey
 from sbx.sandbox.errors import SbxError
 
 Role = Literal["admin", "user"]
@@ -58,6 +58,19 @@ class KeyInfo:
     def principal(self) -> str:
         """`key:<name>`."""
         return principal_of(self.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignedInUser(KeyInfo):
+    """A person signed in through the provider; acts as a key with the policy's default quotas."""
+
+    identity: str
+    """`oidc:<claim value>`: the principal."""
+
+    @property
+    def principal(self) -> str:
+        """`oidc:<claim value>`."""
+        return self.identity
 
 
 def principal_of(name: str) -> str:

@@ -30,25 +30,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sbx.agent import (
-    Cancellation,
-    Conversation,
-    Event,
-    RunEnd,
-    RunError,
-    RunOutcome,
-    RunTicket,
-    failed_outcome,
-)
-from sbx.agent.service.eventlog import EventLog, artifact_name, public_event
-from sbx.agent.service.problems import unavailable
-from sbx.agent.service.tenant_view import incident, run_message
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import ArtifactRow
-from sbx.agent.store.models import Conversation as ConversationRow
+from sbx.agent.core.conversation import Conversation
+from sbx.agent.core.events import Event, RunEnd, RunError
+from sbx.agent.core.hosting.eventlog import EventLog, artifact_name, public_event
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import ArtifactRow
+from sbx.agent.core.hosting.store.models import Conversation as ConversationRow
+from sbx.agent.core.hosting.tenant_view import incident, run_message
+from sbx.agent.core.problem import unavailable
+from sbx.agent.core.run_recorder import RunOutcome, RunTicket, failed_outcome
+from sbx.agent.model.cancellation import Cancellation
 
 if TYPE_CHECKING:
-    from sbx.agent.service.recorder import StoreRecorder
+    from sbx.agent.core.hosting.recorder import StoreRecorder
 
 logger = logging.getLogger(__name__)
 

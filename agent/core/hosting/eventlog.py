@@ -33,12 +33,12 @@ from typing import Any
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
-from sbx.agent import Event
-from sbx.agent.service.feed import Feed, sse_frame
-from sbx.agent.service.outcomes import Observer, notify
-from sbx.agent.service.tenant_view import TenantView
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import EventRow
+from sbx.agent.core.events import Event
+from sbx.agent.core.hosting.feed import Feed, sse_frame
+from sbx.agent.core.hosting.observer import Observer, notify
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import EventRow
+from sbx.agent.core.hosting.tenant_view import TenantView
 
 POLL_S = 1.0
 """Seconds between a store-reading stream's reads when no local wake-up comes."""

@@ -10,11 +10,11 @@ socket (the kernel hands each connection to one of them):
       ├─ worker 1   replica <id>/w1   the shared socket + <run dir>/w1.sock
       └─ ...
 
-Each worker is a replica in the existing machinery (`agent.store.replicas`):
+Each worker is a replica in the existing machinery (`store.replicas`):
 its own heartbeat, its conversations, their sandboxes and its runs, over the
 shared store. A change to a conversation (a question, an answer, a delete, a
 cancel) that reaches a worker other than its owner is forwarded to the owner
-over its private Unix socket (`siblings.Siblings`), so a client never sees the
+over its private Unix socket (the HTTP face's `Siblings`), so a client never sees the
 workers; reads come from the store on any worker, and an event stream of a run
 another worker runs reads the store.
 
@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
-from sbx.agent import AppConfig
+from sbx.agent.core.config import AppConfig
 
 logger = logging.getLogger(__name__)
 

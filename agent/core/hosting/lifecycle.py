@@ -9,8 +9,8 @@ while callers wait for the host, release the idle sandboxes of keys over their
 share (`SandboxShare.tick`); tell the pool how many sandboxes the open conversations
 without one will ask for (`SandboxShare.expected`, `[pool] max_size`).
 A failing duty is logged and retried at the next tick; it never stops the
-others. Start-up recovery and the SIGTERM drain are `Service.open` and
-`Service.begin_drain`.
+others. Start-up recovery and the SIGTERM drain are `Host.open` and
+`Host.begin_drain`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from sbx.agent.service.retention import expire_runs
+from sbx.agent.core.hosting.retention import expire_runs
 
 if TYPE_CHECKING:
-    from sbx.agent.service.core import Service
+    from sbx.agent.core.hosting.host import Host
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 class Housekeeper:
     """Heartbeat, sweep of dead replicas, idle release, retention: see the module docstring."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Host) -> None:
         self.service = service
         settings = service.settings
         self.tick_s = max(0.05, min(settings.heartbeat, settings.idle_timeout / 2))
@@ -50,7 +50,7 @@ class Housekeeper:
     def tick(self) -> None:
         """One round of every duty."""
         service = self.service
-        state = "draining" if service.gateway.draining else "serving"
+        state = "draining" if service.draining else "serving"
         for name, duty in (
             ("heartbeat", lambda: service.replicas.heartbeat(state=state)),
             ("sweep", service.replicas.sweep),

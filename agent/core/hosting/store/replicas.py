@@ -27,9 +27,9 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.app import owner_alive
+from sbx.agent.core.hosting.store.db import Database, StoreError
+from sbx.agent.core.hosting.store.models import Conversation, EventRow, Replica, Run
 from sbx.agent.core.outcomes import run_outcome
-from sbx.agent.store.db import Database, StoreError
-from sbx.agent.store.models import Conversation, EventRow, Replica, Run
 
 UNFINISHED = ("queued", "running")
 KEPT = "the conversation goes on: the next question rebuilds its state on any replica (restore)"

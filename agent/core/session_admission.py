@@ -1,9 +1,10 @@
-"""Who calls, and what the face lets them do: `Caller`, `Admission`, `Refused`.
+"""Who calls a tool session, and what its host lets them do: `Caller`, `Admission`, `Refused`.
 
-The MCP layer knows nothing of API keys, quotas or datasets. The face that
-serves it says, for every request, who calls and which session the request
-belongs to (a `Caller`, from the transport and its authentication, never
-from a tool argument), and answers through its `Admission`:
+A tool session for another agent (MCP, E2B) knows nothing of API keys, quotas
+or datasets. The face that serves it says, for every request, who calls and
+which session the request belongs to (a `Caller`, from the transport and its
+authentication, never from a tool argument), and the host answers through its
+`Admission`:
 
     open(caller, session_id)       may this caller open a session now; with which data
                                    (`/data`), which extra gate tools, and which
@@ -11,11 +12,11 @@ from a tool argument), and answers through its `Admission`:
                                    hour, CPU seconds, the replica's queue)
     close(caller, session_id)      the session ended: free what `open` took
 
-`FixedData` is the stdio face's: one principal, the `--data` paths, no limits
-beyond the policy's gate. `sbx serve`'s `/mcp` has its own
-(`sbx.agent.service.mcp_tenancy`). A face refuses with `Refused`: the calling
-model reads the message as a tool error and the session goes on, unlike an
-operator error.
+`FixedData` is MCP over stdio's: one principal, the `--data` paths, no limits
+beyond the policy's gate. A host's sessions (`/mcp` and E2B's sandboxes on
+`sbx serve`) have `ServiceAdmission` (`sbx.agent.core.hosting.session_tenancy`).
+An admission refuses with `Refused`: the calling model reads the message as a
+tool error and the session goes on, unlike an operator error.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from sbx.agent import LimitsRequest, NoRecorder, RunRecorder, Tool
+from sbx.agent.core.limits_request import LimitsRequest
+from sbx.agent.core.run_recorder import NoRecorder, RunRecorder
+from sbx.tools.registry import Tool
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
-from sbx.agent import ServiceQuotas, ServiceSettings, TeamSettings
-from sbx.agent.service.web.identities import SignedInUser
-from sbx.agent.store.keys import KeyInfo, key_named
-from sbx.agent.store.models import ApiKey, OidcIdentity
-from sbx.agent.store.spend import StoreSpend
+from sbx.agent.core.config import ServiceQuotas, ServiceSettings
+from sbx.agent.core.hosting.store.keys import KeyInfo, SignedInUser, key_named
+from sbx.agent.core.hosting.store.models import ApiKey, OidcIdentity
+from sbx.agent.core.hosting.store.spend import StoreSpend
+from sbx.agent.core.teams import TeamSettings
 
 if TYPE_CHECKING:
-    from sbx.agent.service.core import Service
+    from sbx.agent.core.hosting.host import Host
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,7 +57,7 @@ def effective_quotas(settings: ServiceSettings, key: KeyInfo) -> ServiceQuotas:
     return settings.team_quotas(key.team).model_copy(update=key.overrides)
 
 
-def tenant_of(service: Service, key: KeyInfo) -> Tenant:
+def tenant_of(service: Host, key: KeyInfo) -> Tenant:
     """Everything that applies to the caller authenticated as `key` (see the module doc)."""
     settings = service.settings
     quotas = effective_quotas(settings, key)
@@ -69,7 +69,7 @@ def tenant_of(service: Service, key: KeyInfo) -> Tenant:
                   team_settings=team_settings, spend=spend)
 
 
-def tenant_of_principal(service: Service, principal: str) -> Tenant:
+def tenant_of_principal(service: Host, principal: str) -> Tenant:
     """The tenant of a stored principal (a conversation taken up by another replica)."""
     kind, _, name = principal.partition(":")
     key = key_named(service.db, name) if kind == "key" else None

@@ -1,7 +1,7 @@
-"""`Observer`: the one place where the service reports what happened, for metrics and traces.
+"""`Observer`: the one place where a replica reports what happened, for metrics and traces.
 
-The service calls these hooks at the points where an outcome is known, and
-nowhere else computes one:
+The hosting and its faces call these hooks at the points where an outcome is
+known, and nowhere else computes one:
 
     request_finished   every HTTP request (the gateway): method, path, route template,
                        status, duration, principal, bytes in and out
@@ -12,9 +12,8 @@ nowhere else computes one:
     execution_finished a `POST /v1/execute` call ended: its `ExecutionResult`
     spent              a run of any kind ended with a cost: the amount, its team's label
 
-The default observer does nothing. The service's metrics
-(`sbx.agent.service.metrics`) and the access log (`...access_log`) subclass
-it; `Observers` hands every hook to several. A hook must be quick and must not
+The default observer does nothing. The HTTP face's metrics and access log
+subclass it; `Observers` hands every hook to several. A hook must be quick and must not
 raise (a failure is logged and ignored).
 """
 

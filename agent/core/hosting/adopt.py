@@ -20,13 +20,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sbx.agent import ConversationSpec, LimitsRequest, Resumable, TranscriptError, read_resumable
-from sbx.agent.service.core import Service
-from sbx.agent.service.runs import Live
-from sbx.agent.service.teams import tenant_of_principal
-from sbx.agent.service.tenancy import dataset_paths
-from sbx.agent.store.models import Conversation
-from sbx.agent.store.notes import DbNoteStore
+from sbx.agent.core.hosting.host import Host
+from sbx.agent.core.hosting.runs import Live
+from sbx.agent.core.hosting.store.models import Conversation
+from sbx.agent.core.hosting.store.notes import DbNoteStore
+from sbx.agent.core.hosting.tenancy import dataset_paths
+from sbx.agent.core.hosting.tenants import tenant_of_principal
+from sbx.agent.core.limits_request import LimitsRequest
+from sbx.agent.core.resume import Resumable, read_resumable
+from sbx.agent.core.transcript import TranscriptError
+from sbx.agent.core.workspace import ConversationSpec
+from sbx.sandbox.errors import SbxError
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +38,11 @@ _ADOPTING = threading.Lock()
 """One adoption at a time in this process: two questions at once must not open it twice."""
 
 
-class NotAdopted(Exception):
+class NotAdopted(SbxError):
     """The conversation cannot be taken up here; the message says why (the client's 409)."""
 
 
-def adopt(service: Service, conversation_id: str, *, reason: str) -> Live | None:
+def adopt(service: Host, conversation_id: str, *, reason: str) -> Live | None:
     """Hold the conversation here and restore it at its next run; None if another owns it now.
 
     `reason` is what the model and the user are told the state was lost to.
@@ -72,7 +76,7 @@ class _Taken:
     data: tuple[Path, ...]
 
 
-def _take(service: Service, conversation_id: str) -> _Taken | None:
+def _take(service: Host, conversation_id: str) -> _Taken | None:
     """Move the row to this replica unless a live replica owns it."""
     with service.db.write() as session:
         row = session.get(Conversation, conversation_id, with_for_update=True)
@@ -87,7 +91,7 @@ def _take(service: Service, conversation_id: str) -> _Taken | None:
                       limits=dict(row.limits or {}), data=data)
 
 
-def _hold(service: Service, row: _Taken, record: Resumable, *, reason: str) -> Live:
+def _hold(service: Host, row: _Taken, record: Resumable, *, reason: str) -> Live:
     """Open the conversation from its record with the row's limits and model; attach it."""
     endpoint = service.require_endpoint()
     chosen = replace(endpoint, model=row.model)

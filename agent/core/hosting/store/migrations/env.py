@@ -1,6 +1,6 @@
 """Alembic's environment: migrations run on the connection the service hands over.
 
-`sbx.agent.store.db.Database.migrate` opens the transaction (holding
+`sbx.agent.core.hosting.store.db.Database.migrate` opens the transaction (holding
 a lock so that replicas starting together migrate once) and passes its
 connection in `config.attributes["connection"]`; nothing here reads a URL.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from sbx.agent.store.models import Base
+from sbx.agent.core.hosting.store.models import Base
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)

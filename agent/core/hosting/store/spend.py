@@ -23,11 +23,11 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.config import ServiceQuotas
+from sbx.agent.core.hosting.store.db import Database
+from sbx.agent.core.hosting.store.models import Run
 from sbx.agent.core.problem import Problem
 from sbx.agent.core.spend import Allowance, iso_utc
 from sbx.agent.core.teams import TeamSettings
-from sbx.agent.store.db import Database
-from sbx.agent.store.models import Run
 
 Period = Literal["day", "month"]
 Scope = Literal["key", "team"]

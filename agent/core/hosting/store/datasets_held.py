@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from sbx.agent.store.models import Conversation, Run
+from sbx.agent.core.hosting.store.models import Conversation, Run
 
 HELD = "datasets"
 """The key of a running execution's `result` that lists the dataset ids it mounts."""

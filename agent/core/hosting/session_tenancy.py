@@ -1,7 +1,8 @@
-"""What the `/mcp` face lets an API key do: the service's quotas and datasets for MCP sessions.
+"""What a host lets an API key do in tool sessions: its quotas and datasets for MCP and E2B.
 
-The MCP layer asks (`sbx.agent.mcp.admission.Admission`); this answers with
-the same store, quotas and checks as the HTTP API:
+A tool session's face asks (`sbx.agent.core.session_admission.Admission`);
+this answers with the same store, quotas and checks as the HTTP API (an E2B
+sandbox is admitted as an MCP session is, its row's model "e2b"):
 
     an MCP session           a `conversations` row (its id is the session's `mcp-...`, model
                              "mcp") from its first tool call until it ends: it takes a
@@ -29,8 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import secrets
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -38,19 +37,20 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from sbx.agent import RunOutcome, RunTicket, ServiceQuotas, ToolFailure
-from sbx.agent.mcp.admission import Caller, Opened, Refused
-from sbx.agent.mcp.upload import StoredDataset, upload_gate_tool
-from sbx.agent.service.core import Service
-from sbx.agent.service.datasets import store_upload
-from sbx.agent.service.outcomes import notify
-from sbx.agent.service.problems import Problem
-from sbx.agent.service.recorder import StoreRecorder
-from sbx.agent.service.teams import Tenant, effective_quotas, tenant_of
-from sbx.agent.service.uploads import HEAD_BYTES, Upload, format_of, safe_name
-from sbx.agent.store.keys import KeyInfo
-from sbx.agent.store.models import Conversation, Dataset
-from sbx.agent.store.quotas import reserve_conversation, upload_too_large
+from sbx.agent.core.config import ServiceQuotas
+from sbx.agent.core.hosting.datasets import format_of, open_upload, safe_name, store_upload
+from sbx.agent.core.hosting.host import Host
+from sbx.agent.core.hosting.observer import notify
+from sbx.agent.core.hosting.recorder import StoreRecorder
+from sbx.agent.core.hosting.store.keys import KeyInfo
+from sbx.agent.core.hosting.store.models import Conversation, Dataset
+from sbx.agent.core.hosting.store.quotas import reserve_conversation, upload_too_large
+from sbx.agent.core.hosting.tenants import Tenant, effective_quotas, tenant_of
+from sbx.agent.core.hosting.upload_tool import StoredDataset, upload_gate_tool
+from sbx.agent.core.problem import Problem
+from sbx.agent.core.run_recorder import RunOutcome, RunTicket
+from sbx.agent.core.session_admission import Caller, Opened, Refused
+from sbx.tools.registry import ToolFailure
 
 logger = logging.getLogger(__name__)
 
@@ -61,14 +61,14 @@ MAX_SESSION_DATASETS = 100
 
 
 class ServiceAdmission:
-    """The `Admission` of `sbx serve`'s `/mcp` (see the module docstring); thread-safe."""
+    """The `Admission` of a host's tool sessions (`/mcp`, E2B): see the module doc; thread-safe."""
 
-    def __init__(self, service: Service, output_root: Path, *, model: str = MCP_MODEL,
+    def __init__(self, service: Host, output_root: Path, *, model: str = MCP_MODEL,
                  label: str = "MCP session",
                  failure: Callable[[str], Exception] = Refused) -> None:
         self.service = service
         self.failure = failure
-        """What a refusal raises, from its detail: MCP's `Refused`, or another face's."""
+        """What a refusal raises, from its detail: `Refused`, or a face's own (E2B's 429)."""
         self.output_root = output_root
         self.model = model
         """The conversation row's `model` (the client brings its own): "mcp", "e2b"."""
@@ -152,11 +152,11 @@ class _RefusingRecorder:
 class ServiceDatasets:
     """The `DatasetStore` of `/mcp`: bytes from a tool call become the caller's dataset."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Host) -> None:
         self.service = service
 
     def name_for(self, name: str) -> str:
-        """The stored name (`uploads.safe_name`), or a `ToolFailure` naming the formats taken."""
+        """The stored name (`safe_name`), or a `ToolFailure` naming the formats taken."""
         safe = safe_name(name)
         try:
             format_of(safe)
@@ -169,30 +169,29 @@ class ServiceDatasets:
         quotas = quotas_of(self.service, caller)
         if len(data) > quotas.upload_bytes:
             raise ToolFailure(upload_too_large(quotas, len(data)).detail)
-        path = self.service.paths.datasets / f".upload-{secrets.token_hex(8)}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with os.fdopen(os.open(path, flags, 0o600), "wb") as target:
+        target, upload = open_upload(self.service.paths.datasets, name)
+        with target:
             target.write(data)
-        upload = Upload(path=path, filename=name, size=len(data),
-                        sha256=hashlib.sha256(data).hexdigest(), head=data[:HEAD_BYTES])
+        upload.size, upload.sha256 = len(data), hashlib.sha256(data).hexdigest()
+        upload.keep_head(data)
         try:
             with _Refusals(self.service, caller, failure=ToolFailure):
                 row = store_upload(self.service, caller.principal, quotas, upload)
         finally:
-            path.unlink(missing_ok=True)
+            upload.path.unlink(missing_ok=True)
         return StoredDataset(path=self.service.paths.datasets / row.id / row.name, ident=row.id,
                              size=row.size, sha256=row.sha256, summary=row.preview)
 
 
-def quotas_of(service: Service, caller: Caller) -> ServiceQuotas:
+def quotas_of(service: Host, caller: Caller) -> ServiceQuotas:
     """The policy's per-principal quotas with the caller's key's overrides."""
     if not isinstance(caller.grant, KeyInfo):  # pragma: no cover - the face always sets it
         raise TypeError("an MCP caller over HTTP carries its API key")
     return effective_quotas(service.settings, caller.grant)
 
 
-def tenant_caller(service: Service, caller: Caller) -> Tenant:
-    """The caller's principal, team, quotas and budgets (`sbx.agent.service.teams`)."""
+def tenant_caller(service: Host, caller: Caller) -> Tenant:
+    """The caller's principal, team, quotas and budgets (`sbx.agent.core.hosting.tenants`)."""
     if not isinstance(caller.grant, KeyInfo):  # pragma: no cover - the face always sets it
         raise TypeError("an MCP caller over HTTP carries its API key")
     return tenant_of(service, caller.grant)
@@ -201,7 +200,7 @@ def tenant_caller(service: Service, caller: Caller) -> Tenant:
 class _Refusals:
     """A `Problem` raised inside becomes the MCP layer's refusal (the observer hears quotas)."""
 
-    def __init__(self, service: Service, caller: Caller,
+    def __init__(self, service: Host, caller: Caller,
                  failure: Callable[[str], Exception] = Refused) -> None:
         self.service = service
         self.caller = caller
@@ -215,8 +214,8 @@ class _Refusals:
             return
         quota = exc.extra.get("quota")
         if quota:
-            notify(self.service.observer.quota_rejected, principal=self.caller.principal,
-                   quota=str(quota))
+            notify(self.service.observer.quota_rejected,
+                   principal=self.caller.principal, quota=str(quota))
         retry = exc.headers.get("Retry-After")
         detail = exc.detail + (f" (retry in {retry} s)" if retry else "")
         raise self.failure(detail) from None
