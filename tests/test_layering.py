@@ -39,7 +39,7 @@ SANDBOX_COMMANDS = {
     "agent/cli/image.py", "agent/cli/packages.py",
     "agent/cli/selftest.py", "agent/cli/doctor.py", "agent/cli/gc.py",
     "agent/bench/serve.py", "agent/bench/serve_phases.py",
-    "agent/bench/serve_burst.py", "agent/bench/serve_report.py",
+    "agent/bench/serve_burst.py", "agent/bench/serve_report.py", "agent/bench/every.py",
 }
 """`doctor`, `gc`, `selftest`, `bench`, `image`, `packages`: the commands about the sandbox
 itself (and the benchmark harnesses behind `sbx bench`)."""
