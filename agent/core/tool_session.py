@@ -50,6 +50,7 @@ from sbx.agent.core.state import PriorWork
 from sbx.agent.core.workspace import Workspace
 from sbx.sandbox.closing import Closing
 from sbx.sandbox.errors import SbxError
+from sbx.sandbox.limits import Limits
 from sbx.sandbox.result import Artifact
 from sbx.tools.audit import AuditError
 from sbx.tools.context import OutputSink
@@ -141,6 +142,11 @@ class ToolSession(Closing):
         """
         rule = self.workspace.config.policy.tools.rule(tool)
         return rule is not None and rule.enabled
+
+    @property
+    def limits(self) -> Limits:
+        """The limits each execution runs under (what a face tells its client of them)."""
+        return self.workspace.config.limits
 
     @property
     def output_dir(self) -> Path:

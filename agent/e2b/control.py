@@ -77,7 +77,7 @@ def created(sandbox: E2bSandbox) -> dict[str, Any]:
 
 def detail(sandbox: E2bSandbox) -> dict[str, Any]:
     """The SDK's `SandboxDetail` / `ListedSandbox`."""
-    limits = sandbox.workspace.config.limits
+    limits = sandbox.limits
     return {**created(sandbox), "startedAt": _iso(sandbox.started_at),
             "endAt": _iso(sandbox.end_at), "cpuCount": max(1, int(limits.cpus)),
             "memoryMB": int(limits.memory) // 2**20, "diskSizeMB": 0,

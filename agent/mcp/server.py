@@ -132,7 +132,7 @@ class SbxServer(MCPServer[dict[str, Any]]):
         artifact = session.artifact(name) if session and session.id == session_id else None
         if session is None or artifact is None:  # another session's is unknown here, by design
             raise ResourceNotFoundError(f"Unknown resource: {uri}")
-        limit = session.workspace.config.limits.max_artifact_bytes
+        limit = session.limits.max_artifact_bytes
         try:
             data = await anyio.to_thread.run_sync(
                 lambda: read_artifact(session.output_dir, artifact, max_bytes=limit)

@@ -198,7 +198,7 @@ def result_of(report: CallReport, session: McpSession) -> CallToolResult:
     parts = [report.reset_note, outcome.text, report.footer]
     text = session.guarded("\n\n".join(part for part in parts if part is not None))
     content: list[ContentBlock] = [TextContent(text=text)]
-    limit = session.workspace.config.limits.max_artifact_bytes
+    limit = session.limits.max_artifact_bytes
     content += artifact_blocks(session.id, session.output_dir, outcome.artifacts, max_bytes=limit)
     return CallToolResult(content=content, is_error=outcome.failed)
 
