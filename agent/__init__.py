@@ -65,6 +65,22 @@ Tool sessions for another agent (MCP, E2B): who calls, and what the host lets th
 A face's store: how a face with a store hears of every run: one ticket, one lifecycle.
     RunRecorder, NoRecorder, RunTicket, RunOutcome, failed_outcome, call_status, new_run_id
 
+The store: the service's record of every tenant's conversations, runs, datasets, keys and
+sign-ins (SQLite or PostgreSQL), which the service queries and `sbx serve keys` administers.
+A row is named for the table it is (`ConversationRow` is the stored record; `Conversation`
+is the live conversation above).
+    Database, StoreError, data_dir, database_url, lock_principal, Replicas,
+    ConversationRow, RunRow, DatasetRow, EventRow, ArtifactRow, Replica, DbNoteStore,
+    dataset_user, HOUR_S, DAY_S, reserve_conversation, check_storage, storage_used,
+    stored_bytes, upload_too_large,
+    ApiKey, KeyInfo, SignedInUser, Role, KeyAdminError, hash_key, key_info, lookup_key,
+    create_key, list_keys, revoke_key, WebSession, OidcLogin, OidcIdentity, OidcSession
+
+The scripted model: a loopback stand-in for a model endpoint that replays a script, for
+`sbx demo`, `sbx ask --demo`, the tests and the benchmarks (no LLM anywhere).
+    ScriptedLLM, ScriptedTurn, ScriptedReply, ScriptedRequest, scripted_answer,
+    scripted_tool_call
+
 Records: transcripts, their exports and the audit log.
     read_record, RecordedConversation, export_transcript, EXPORT_FORMATS, ExportFormat,
     verify_audit_log, iter_audit_records, audit_call_rows, AUDIT_COLUMNS, audit_key_from_env,
@@ -80,7 +96,8 @@ Utilities: what every face needs to show untrusted text and read sizes and durat
 Errors: one root, `SbxError`: what an operator must fix; the model's errors are data.
     SbxError, SandboxError, HostBusy, SettingsError, LimitRefused, LimitTooLow, NoteError,
     UnreadableLine, PolicyError, AuditError, TranscriptError, RecordError, RerunError,
-    SessionClosed, TracingError, ModelError, FileOpError, SessionNotFound
+    SessionClosed, TracingError, ModelError, FileOpError, SessionNotFound, StoreError,
+    KeyAdminError
 """
 
 from __future__ import annotations
@@ -140,10 +157,25 @@ _OWNERS: dict[str, tuple[str, ...]] = {
         "SessionAdmission", "FixedData"),
     "sbx.agent.core.hosting.session_tenancy": ("ServiceAdmission",),
     "sbx.agent.core.hosting.upload_tool": ("UPLOAD_TOOL",),
+    "sbx.agent.core.hosting.store.datasets_held": ("dataset_user",),
+    "sbx.agent.core.hosting.store.db": ("Database", "StoreError", "data_dir", "database_url",
+        "lock_principal"),
+    "sbx.agent.core.hosting.store.keys": ("KeyInfo", "SignedInUser", "Role", "KeyAdminError",
+        "hash_key", "key_info", "lookup_key", "create_key", "list_keys", "revoke_key"),
+    "sbx.agent.core.hosting.store.models": ("ConversationRow", "RunRow", "DatasetRow", "EventRow",
+        "ArtifactRow", "ApiKey", "WebSession", "OidcLogin", "OidcIdentity", "OidcSession",
+        "Replica"),
+    "sbx.agent.core.hosting.store.notes": ("DbNoteStore",),
+    "sbx.agent.core.hosting.store.quotas": ("HOUR_S", "DAY_S", "reserve_conversation",
+        "check_storage", "storage_used", "stored_bytes", "upload_too_large"),
+    "sbx.agent.core.hosting.store.replicas": ("Replicas",),
     "sbx.agent.export.formats": ("export_transcript", "EXPORT_FORMATS", "ExportFormat"),
     "sbx.agent.model.reply": ("ModelError",),
     "sbx.agent.provenance.data": ("data_digests",),
     "sbx.agent.provenance.parts": ("ANSWER_PART_KEYS", "ANSWER_PART_TITLES"),
+    "sbx.agent.testing.scripted_model": ("ScriptedLLM",),
+    "sbx.agent.testing.scripted_turns": ("ScriptedReply", "ScriptedRequest", "ScriptedTurn",
+        "scripted_answer", "scripted_tool_call"),
     "sbx.agent.core.history": ("read_record", "RecordedConversation", "RecordError"),
     "sbx.agent.core.rerun": ("RerunReport", "ExecutionCheck", "recorded_data", "RerunError"),
     "sbx.sandbox.closing": ("Closing",),
@@ -168,12 +200,17 @@ _RENAMED: dict[str, str] = {
     "ANSWER_PART_TITLES": "PART_TITLES",
     "AUDIT_COLUMNS": "COLUMNS",
     "AUDIT_PATH_ENV": "PATH_ENV",
+    "ConversationRow": "Conversation",
+    "DatasetRow": "Dataset",
     "EVENT_POLL_S": "POLL_S",
     "EXPORT_FORMATS": "FORMATS",
     "ExportFormat": "Format",
     "LiveConversation": "Live",
     "PLAN_MARKS": "MARKS",
+    "RunRow": "Run",
     "RunStatus": "Status",
+    "ScriptedReply": "Reply",
+    "ScriptedTurn": "Turn",
     "SessionAdmission": "Admission",
     "SessionOpened": "Opened",
     "SessionRefused": "Refused",
@@ -184,6 +221,8 @@ _RENAMED: dict[str, str] = {
     "export_transcript": "export",
     "iter_audit_records": "iter_records",
     "notify_observer": "notify",
+    "scripted_answer": "assistant",
+    "scripted_tool_call": "tool_call",
     "verify_audit_log": "verify_log",
 }
 """Public names that differ from their name in the owning module (a plainer one there)."""
@@ -191,36 +230,43 @@ _EXPORTS = {name: module for module, names in _OWNERS.items() for name in names}
 
 __all__ = [
     "ANSWER_PART_KEYS", "ANSWER_PART_TITLES", "AUDIT_COLUMNS", "AUDIT_PATH_ENV", "Admitted",
-    "Answer", "App", "AppConfig", "Artifact", "AuditError", "CallReport", "Caller", "Cancellation",
-    "Cell", "Closing", "Compaction", "Conversation", "ConversationSpec", "ConversationStart",
-    "DEFAULT_IMAGE", "DataPaths", "DatasetNotes", "DisplayResult", "EARLY_SIGNALS", "EVENT_POLL_S",
-    "EXPORT_FORMATS", "Endpoint", "Event", "EventSink", "ExecutionCheck", "ExecutionResult",
-    "ExportFormat", "Feed", "FileOpError", "FixedData", "Host", "HostBusy", "KeptSession",
-    "KeptSessions", "LimitRefused", "LimitTooLow", "Limits", "LimitsRequest", "LiveConversation",
-    "MAX_WORKERS", "MessageAdded", "ModelError", "ModelReplied", "NoRecorder", "NotAdopted",
-    "Note", "NoteError", "OUTPUT_DIR", "Observer", "Observers", "OidcSettings", "OutputChunk",
-    "OutputSink", "Owner", "PLAN_MARKS", "PlanUpdated", "PolicyError", "Problem", "ProgramSpec",
-    "RUNS_DIR", "RecordError", "RecordedConversation", "Redactor", "RerunError", "RerunReport",
-    "Resumable", "RunEnd", "RunError", "RunOutcome", "RunRecorder", "RunResult", "RunStart",
-    "RunStatus", "RunTicket", "SandboxError", "SbxError", "ServeOptions", "ServiceAdmission",
-    "ServiceQuotas", "ServiceSettings", "SessionAdmission", "SessionClosed", "SessionHost",
-    "SessionNotFound", "SessionOpened", "SessionRefused", "SettingsError", "StateRestored",
-    "StoreRecorder", "Supervisor", "TeamSettings", "Tenant", "ToolResult", "ToolSession",
-    "TracingError", "TranscriptError", "UNMATCHED_ROUTE", "UPLOAD_TOOL", "UnreadableLine",
-    "Upload", "UploadHold", "WorkerSlot", "Workspace", "adopt", "announce_ready",
-    "audit_call_rows", "audit_key_from_env", "call_status", "check_data", "clear_variables",
-    "configure_tracing", "data_digests", "dataset_paths", "delete_runs",
-    "describe_validation_error", "drop_namespace", "effective_quotas", "export_transcript",
-    "failed_outcome", "file_op", "find_transcript", "format_of", "format_size", "idle_reason",
-    "in_namespace", "index_data_files", "iter_audit_records", "limited", "listen_unix",
-    "load_config", "local_note_store", "loss_text", "metrics_team", "module_from_error",
-    "new_conversation_id", "new_run_id", "not_found", "notify_observer", "numbered_events",
-    "open_artifact", "open_upload", "os_principal", "outcome_of", "owned", "parse_duration",
-    "parse_event", "parse_size", "pending_note", "public_event", "quota_exceeded", "read_file",
-    "read_paused", "read_record", "read_resumable", "recorded_data", "require_image",
-    "resolve_endpoint", "restore_summary", "run_directory", "run_outcome", "safe_json",
-    "safe_name", "safe_text", "sse_frame", "store_upload", "streamed", "tenant_of", "unavailable",
-    "unsafe_name_reason", "upload_room", "verify_audit_log", "worker_id", "write_file",
+    "Answer", "ApiKey", "App", "AppConfig", "Artifact", "ArtifactRow", "AuditError", "CallReport",
+    "Caller", "Cancellation", "Cell", "Closing", "Compaction", "Conversation", "ConversationRow",
+    "ConversationSpec", "ConversationStart", "DAY_S", "DEFAULT_IMAGE", "DataPaths", "Database",
+    "DatasetNotes", "DatasetRow", "DbNoteStore", "DisplayResult", "EARLY_SIGNALS", "EVENT_POLL_S",
+    "EXPORT_FORMATS", "Endpoint", "Event", "EventRow", "EventSink", "ExecutionCheck",
+    "ExecutionResult", "ExportFormat", "Feed", "FileOpError", "FixedData", "HOUR_S", "Host",
+    "HostBusy", "KeptSession", "KeptSessions", "KeyAdminError", "KeyInfo", "LimitRefused",
+    "LimitTooLow", "Limits", "LimitsRequest", "LiveConversation", "MAX_WORKERS", "MessageAdded",
+    "ModelError", "ModelReplied", "NoRecorder", "NotAdopted", "Note", "NoteError", "OUTPUT_DIR",
+    "Observer", "Observers", "OidcIdentity", "OidcLogin", "OidcSession", "OidcSettings",
+    "OutputChunk", "OutputSink", "Owner", "PLAN_MARKS", "PlanUpdated", "PolicyError", "Problem",
+    "ProgramSpec", "RUNS_DIR", "RecordError", "RecordedConversation", "Redactor", "Replica",
+    "Replicas", "RerunError", "RerunReport", "Resumable", "Role", "RunEnd", "RunError",
+    "RunOutcome", "RunRecorder", "RunResult", "RunRow", "RunStart", "RunStatus", "RunTicket",
+    "SandboxError", "SbxError", "ScriptedLLM", "ScriptedReply", "ScriptedRequest", "ScriptedTurn",
+    "ServeOptions", "ServiceAdmission", "ServiceQuotas", "ServiceSettings", "SessionAdmission",
+    "SessionClosed", "SessionHost", "SessionNotFound", "SessionOpened", "SessionRefused",
+    "SettingsError", "SignedInUser", "StateRestored", "StoreError", "StoreRecorder", "Supervisor",
+    "TeamSettings", "Tenant", "ToolResult", "ToolSession", "TracingError", "TranscriptError",
+    "UNMATCHED_ROUTE", "UPLOAD_TOOL", "UnreadableLine", "Upload", "UploadHold", "WebSession",
+    "WorkerSlot", "Workspace", "adopt", "announce_ready", "audit_call_rows", "audit_key_from_env",
+    "call_status", "check_data", "check_storage", "clear_variables", "configure_tracing",
+    "create_key", "data_digests", "data_dir", "database_url", "dataset_paths", "dataset_user",
+    "delete_runs", "describe_validation_error", "drop_namespace", "effective_quotas",
+    "export_transcript", "failed_outcome", "file_op", "find_transcript", "format_of",
+    "format_size", "hash_key", "idle_reason", "in_namespace", "index_data_files",
+    "iter_audit_records", "key_info", "limited", "list_keys", "listen_unix", "load_config",
+    "local_note_store", "lock_principal", "lookup_key", "loss_text", "metrics_team",
+    "module_from_error", "new_conversation_id", "new_run_id", "not_found", "notify_observer",
+    "numbered_events", "open_artifact", "open_upload", "os_principal", "outcome_of", "owned",
+    "parse_duration", "parse_event", "parse_size", "pending_note", "public_event",
+    "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable", "recorded_data",
+    "require_image", "reserve_conversation", "resolve_endpoint", "restore_summary", "revoke_key",
+    "run_directory", "run_outcome", "safe_json", "safe_name", "safe_text", "scripted_answer",
+    "scripted_tool_call", "sse_frame", "storage_used", "store_upload", "stored_bytes", "streamed",
+    "tenant_of", "unavailable", "unsafe_name_reason", "upload_room", "upload_too_large",
+    "verify_audit_log", "worker_id", "write_file",
 ]
 
 
@@ -301,6 +347,42 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.hosting.retention import run_directory as run_directory
     from sbx.agent.core.hosting.runs import Live as LiveConversation
     from sbx.agent.core.hosting.session_tenancy import ServiceAdmission as ServiceAdmission
+    from sbx.agent.core.hosting.store.datasets_held import dataset_user as dataset_user
+    from sbx.agent.core.hosting.store.db import Database as Database
+    from sbx.agent.core.hosting.store.db import StoreError as StoreError
+    from sbx.agent.core.hosting.store.db import data_dir as data_dir
+    from sbx.agent.core.hosting.store.db import database_url as database_url
+    from sbx.agent.core.hosting.store.db import lock_principal as lock_principal
+    from sbx.agent.core.hosting.store.keys import KeyAdminError as KeyAdminError
+    from sbx.agent.core.hosting.store.keys import KeyInfo as KeyInfo
+    from sbx.agent.core.hosting.store.keys import Role as Role
+    from sbx.agent.core.hosting.store.keys import SignedInUser as SignedInUser
+    from sbx.agent.core.hosting.store.keys import create_key as create_key
+    from sbx.agent.core.hosting.store.keys import hash_key as hash_key
+    from sbx.agent.core.hosting.store.keys import key_info as key_info
+    from sbx.agent.core.hosting.store.keys import list_keys as list_keys
+    from sbx.agent.core.hosting.store.keys import lookup_key as lookup_key
+    from sbx.agent.core.hosting.store.keys import revoke_key as revoke_key
+    from sbx.agent.core.hosting.store.models import ApiKey as ApiKey
+    from sbx.agent.core.hosting.store.models import ArtifactRow as ArtifactRow
+    from sbx.agent.core.hosting.store.models import Conversation as ConversationRow
+    from sbx.agent.core.hosting.store.models import Dataset as DatasetRow
+    from sbx.agent.core.hosting.store.models import EventRow as EventRow
+    from sbx.agent.core.hosting.store.models import OidcIdentity as OidcIdentity
+    from sbx.agent.core.hosting.store.models import OidcLogin as OidcLogin
+    from sbx.agent.core.hosting.store.models import OidcSession as OidcSession
+    from sbx.agent.core.hosting.store.models import Replica as Replica
+    from sbx.agent.core.hosting.store.models import Run as RunRow
+    from sbx.agent.core.hosting.store.models import WebSession as WebSession
+    from sbx.agent.core.hosting.store.notes import DbNoteStore as DbNoteStore
+    from sbx.agent.core.hosting.store.quotas import DAY_S as DAY_S
+    from sbx.agent.core.hosting.store.quotas import HOUR_S as HOUR_S
+    from sbx.agent.core.hosting.store.quotas import check_storage as check_storage
+    from sbx.agent.core.hosting.store.quotas import reserve_conversation as reserve_conversation
+    from sbx.agent.core.hosting.store.quotas import storage_used as storage_used
+    from sbx.agent.core.hosting.store.quotas import stored_bytes as stored_bytes
+    from sbx.agent.core.hosting.store.quotas import upload_too_large as upload_too_large
+    from sbx.agent.core.hosting.store.replicas import Replicas as Replicas
     from sbx.agent.core.hosting.tenancy import dataset_paths as dataset_paths
     from sbx.agent.core.hosting.tenancy import limited as limited
     from sbx.agent.core.hosting.tenancy import owned as owned
@@ -391,6 +473,12 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.provenance.data import data_digests as data_digests
     from sbx.agent.provenance.parts import PART_KEYS as ANSWER_PART_KEYS
     from sbx.agent.provenance.parts import PART_TITLES as ANSWER_PART_TITLES
+    from sbx.agent.testing.scripted_model import ScriptedLLM as ScriptedLLM
+    from sbx.agent.testing.scripted_turns import Reply as ScriptedReply
+    from sbx.agent.testing.scripted_turns import ScriptedRequest as ScriptedRequest
+    from sbx.agent.testing.scripted_turns import Turn as ScriptedTurn
+    from sbx.agent.testing.scripted_turns import assistant as scripted_answer
+    from sbx.agent.testing.scripted_turns import tool_call as scripted_tool_call
     from sbx.sandbox.closing import Closing as Closing
     from sbx.sandbox.errors import HostBusy as HostBusy
     from sbx.sandbox.errors import SandboxError as SandboxError

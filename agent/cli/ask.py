@@ -32,6 +32,7 @@ from sbx.agent import (
     RUNS_DIR,
     Answer,
     ConversationSpec,
+    ScriptedLLM,
     TranscriptError,
     find_transcript,
     read_paused,
@@ -48,7 +49,6 @@ from sbx.agent.cli.limit_flags import limit_options, take_limits
 from sbx.agent.cli.opening import FaceOptions, model_options, opened_app, run_options
 from sbx.agent.cli.prompting import terminal_operator
 from sbx.agent.cli.rerun import rerun_command
-from sbx.agent.testing.scripted_model import ScriptedLLM
 
 EXIT_BUDGET = 3
 EXIT_MODEL_ERROR = 4

@@ -18,7 +18,13 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from sbx.agent.testing.scripted_model import Reply, ScriptedRequest, Turn, assistant, tool_call
+from sbx.agent import (
+    ScriptedReply,
+    ScriptedRequest,
+    ScriptedTurn,
+    scripted_answer,
+    scripted_tool_call,
+)
 
 QUESTION = "Which region grew fastest in 2024?"
 LABEL = "sbx demo: the model is a SCRIPT (no LLM); the sandbox, gate and audit log are real"
@@ -58,15 +64,15 @@ print("saved /output/growth_by_region.png")
 """
 
 
-def demo_turns(tool_format: str = "native") -> list[Turn]:
+def demo_turns(tool_format: str = "native") -> list[ScriptedTurn]:
     """The scripted model: a failing program, its fix, and an answer built from the output.
 
     With `tool_format="text"` the model writes its programs in ```python blocks, as a
     model served without a tool-call parser does (`--tool-format text`).
     """
     if tool_format == "text":
-        return [assistant(fenced(FIRST_PROGRAM, "Let me load the data.")), _fix_text, _answer]
-    return [tool_call("execute_python", code=FIRST_PROGRAM), _fix, _answer]
+        return [scripted_answer(fenced(FIRST_PROGRAM, "Let me load the data.")), _fix_text, _answer]
+    return [scripted_tool_call("execute_python", code=FIRST_PROGRAM), _fix, _answer]
 
 
 def fenced(code: str, before: str) -> str:
@@ -74,14 +80,14 @@ def fenced(code: str, before: str) -> str:
     return f"{before}\n\n```python\n{code}```\n"
 
 
-def _fix(request: ScriptedRequest) -> Reply:
+def _fix(request: ScriptedRequest) -> ScriptedReply:
     """Turn 2: the "model" read the traceback (the demo test checks it was there)."""
-    return tool_call("execute_python", code=SECOND_PROGRAM)
+    return scripted_tool_call("execute_python", code=SECOND_PROGRAM)
 
 
-def _fix_text(request: ScriptedRequest) -> Reply:
+def _fix_text(request: ScriptedRequest) -> ScriptedReply:
     """Turn 2 in text format: the traceback came back as a user message."""
-    return assistant(fenced(SECOND_PROGRAM, "A list has no .mean(); fixing that."))
+    return scripted_answer(fenced(SECOND_PROGRAM, "A list has no .mean(); fixing that."))
 
 
 def _since_last_reply(request: ScriptedRequest) -> str:
@@ -99,16 +105,16 @@ def _since_last_reply(request: ScriptedRequest) -> str:
     return "\n".join(reversed(texts))
 
 
-def _answer(request: ScriptedRequest) -> Reply:
+def _answer(request: ScriptedRequest) -> ScriptedReply:
     """Turn 3: quote the sandbox's `ANSWER:` line, so every number shown was computed."""
     observation = request.last_tool_message or _since_last_reply(request)
     found = [line for line in observation.splitlines() if line.startswith("ANSWER:")]
     if not found:
-        return assistant(
+        return scripted_answer(
             "(scripted demo model) The second program printed no answer; "
             "see its observation above."
         )
-    return assistant(
+    return scripted_answer(
         f"(scripted demo model) {found[0].removeprefix('ANSWER:').strip()}\n\n"
         "Measured:\n"
         "- Revenue summed by region and year in the sandbox with pandas; growth = "

@@ -17,10 +17,18 @@ from typing import Any
 
 import click
 
-from sbx.agent import parse_size
+from sbx.agent import (
+    Database,
+    KeyAdminError,
+    StoreError,
+    create_key,
+    data_dir,
+    database_url,
+    list_keys,
+    parse_size,
+    revoke_key,
+)
 from sbx.agent.cli.errors import fail
-from sbx.agent.core.hosting.store.db import Database, StoreError, data_dir, database_url
-from sbx.agent.core.hosting.store.keys import KeyAdminError, create_key, list_keys, revoke_key
 
 
 def _store_options(command: Callable[..., Any]) -> Callable[..., Any]:

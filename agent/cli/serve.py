@@ -33,11 +33,13 @@ from sbx.agent import (
     PolicyError,
     SandboxError,
     ServeOptions,
+    StoreError,
     Supervisor,
     TracingError,
     TranscriptError,
     WorkerSlot,
     announce_ready,
+    data_dir,
     listen_unix,
     load_config,
     parse_duration,
@@ -45,7 +47,6 @@ from sbx.agent import (
 )
 from sbx.agent import configure_tracing as configure_from_env
 from sbx.agent.cli.errors import fail
-from sbx.agent.core.hosting.store.db import StoreError, data_dir
 from sbx.agent.service.access_log import AccessLog
 from sbx.agent.service.host import Service
 from sbx.agent.service.server import bind_listener, serve_forever

@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sbx.agent.core.hosting.store.keys import KeyInfo
+from sbx.agent import KeyInfo
 from sbx.agent.service.admission import Held
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.web.signin_sessions import cookie_key

@@ -20,9 +20,12 @@ from sqlalchemy import select
 from starlette.responses import Response
 
 from sbx.agent import (
+    ConversationRow,
     ConversationSpec,
+    DbNoteStore,
     LiveConversation,
     NotAdopted,
+    RunRow,
     StoreRecorder,
     adopt,
     dataset_paths,
@@ -30,11 +33,9 @@ from sbx.agent import (
     loss_text,
     new_conversation_id,
     owned,
+    reserve_conversation,
     tenant_of,
 )
-from sbx.agent.core.hosting.store.models import Conversation, Run
-from sbx.agent.core.hosting.store.notes import DbNoteStore
-from sbx.agent.core.hosting.store.quotas import reserve_conversation
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.host import Service
 from sbx.agent.service.problems import Problem
@@ -64,7 +65,7 @@ def create_conversation(call: Call, body: CreateConversation) -> Response:
     limited(service.config, body.limits)  # a limit above the policy's: 422 before anything
     tenant = tenant_of(service, call.key)
     now = time.time()
-    row = Conversation(
+    row = ConversationRow(
         id=new_conversation_id(), principal=call.principal, status="active",
         replica_id=service.replica_id, datasets=list(dict.fromkeys(body.datasets)), model=model,
         limits=body.limits.model_dump(exclude_none=True) if body.limits else {},
@@ -95,9 +96,9 @@ def create_conversation(call: Call, body: CreateConversation) -> Response:
 def list_conversations(call: Call) -> Response:
     """List your conversations, newest first."""
     with call.service.db.read() as session:
-        rows = session.scalars(select(Conversation).where(
-            Conversation.principal == call.principal
-        ).order_by(Conversation.created_at.desc()).limit(LIST_LIMIT)).all()
+        rows = session.scalars(select(ConversationRow).where(
+            ConversationRow.principal == call.principal
+        ).order_by(ConversationRow.created_at.desc()).limit(LIST_LIMIT)).all()
         return json_response(Listing(items=[_out(row, None) for row in rows]))
 
 
@@ -105,10 +106,10 @@ def list_conversations(call: Call) -> Response:
 def get_conversation(call: Call) -> Response:
     """One conversation and the ids of its runs."""
     with call.service.db.read() as session:
-        row = owned(session, Conversation, "conversation", call.params["conversation_id"],
+        row = owned(session, ConversationRow, "conversation", call.params["conversation_id"],
                     call.principal)
-        runs = session.scalars(select(Run.id).where(Run.conversation_id == row.id)
-                               .order_by(Run.created_at)).all()
+        runs = session.scalars(select(RunRow.id).where(RunRow.conversation_id == row.id)
+                               .order_by(RunRow.created_at)).all()
         return json_response(_out(row, list(runs)))
 
 
@@ -180,7 +181,7 @@ def _held(call: Call, *, allow_inactive: bool = False) -> LiveConversation | Res
     """The live conversation here; a redirect to its replica; None if inactive (allowed)."""
     service = call.service
     with service.db.read() as session:
-        row = owned(session, Conversation, "conversation", call.params["conversation_id"],
+        row = owned(session, ConversationRow, "conversation", call.params["conversation_id"],
                     call.principal)
         status, replica_id, message = row.status, row.replica_id, row.message
     if status != "active":
@@ -221,20 +222,20 @@ def _adopted(call: Call, conversation_id: str, lost: str) -> LiveConversation | 
     if live is not None:
         return live
     with call.service.db.read() as session:  # another replica adopted it first
-        row = session.get(Conversation, conversation_id)
+        row = session.get(ConversationRow, conversation_id)
         owner = call.service.replicas.owner(row.replica_id) if row is not None else None
     return to_owner(call, owner) if owner is not None else None
 
 
 def _close_row(service: Service, conversation_id: str, message: str) -> None:
     with service.db.write() as session:
-        row = session.get(Conversation, conversation_id)
+        row = session.get(ConversationRow, conversation_id)
         if row is not None and row.status == "active":
             row.status, row.sandbox, row.closed_at = "closed", "none", time.time()
             row.message = message
 
 
-def _out(row: Conversation, runs: list[str] | None) -> ConversationOut:
+def _out(row: ConversationRow, runs: list[str] | None) -> ConversationOut:
     return ConversationOut(
         id=row.id, status=row.status, datasets=list(row.datasets or []), model=row.model,
         limits=dict(row.limits or {}), sandbox=row.sandbox, message=row.message,

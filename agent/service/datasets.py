@@ -13,11 +13,16 @@ from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from sbx.agent import effective_quotas, owned, store_upload, upload_room
-from sbx.agent.core.hosting.store.datasets_held import dataset_user
-from sbx.agent.core.hosting.store.db import lock_principal
-from sbx.agent.core.hosting.store.models import Dataset
-from sbx.agent.core.hosting.store.quotas import upload_too_large
+from sbx.agent import (
+    DatasetRow,
+    dataset_user,
+    effective_quotas,
+    lock_principal,
+    owned,
+    store_upload,
+    upload_room,
+    upload_too_large,
+)
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.schemas import DatasetOut, Listing
@@ -46,8 +51,8 @@ async def upload_dataset(call: Call) -> Response:
 def list_datasets(call: Call) -> Response:
     """List your datasets, newest first."""
     with call.service.db.read() as session:
-        rows = session.scalars(select(Dataset).where(Dataset.principal == call.principal)
-                               .order_by(Dataset.created_at.desc())).all()
+        rows = session.scalars(select(DatasetRow).where(DatasetRow.principal == call.principal)
+                               .order_by(DatasetRow.created_at.desc())).all()
         return json_response(Listing(items=[_out(row, preview=False) for row in rows]))
 
 
@@ -55,7 +60,7 @@ def list_datasets(call: Call) -> Response:
 def get_dataset(call: Call) -> Response:
     """One dataset with its preview."""
     with call.service.db.read() as session:
-        row = owned(session, Dataset, "dataset", call.params["dataset_id"], call.principal)
+        row = owned(session, DatasetRow, "dataset", call.params["dataset_id"], call.principal)
         return json_response(_out(row, preview=True))
 
 
@@ -64,7 +69,7 @@ def delete_dataset(call: Call) -> Response:
     """Delete a dataset no open conversation or running execution uses; it leaves your quota."""
     with call.service.db.write() as session:
         lock_principal(session, call.principal)  # an execution resolving it waits, or is seen
-        row = owned(session, Dataset, "dataset", call.params["dataset_id"], call.principal)
+        row = owned(session, DatasetRow, "dataset", call.params["dataset_id"], call.principal)
         user = dataset_user(session, call.principal, row.id)
         if user is not None:
             raise Problem(409, "dataset-in-use", f"dataset {row.id} is used by {user}")
@@ -74,7 +79,7 @@ def delete_dataset(call: Call) -> Response:
     return Response(status_code=204)
 
 
-def _out(row: Dataset, *, preview: bool) -> DatasetOut:
+def _out(row: DatasetRow, *, preview: bool) -> DatasetOut:
     return DatasetOut(id=row.id, name=row.name, format=row.format, size=row.size,
                       sha256=row.sha256, created_at=row.created_at,
                       preview=row.preview if preview else None)

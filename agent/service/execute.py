@@ -18,6 +18,7 @@ from sqlalchemy import select
 from starlette.responses import Response, StreamingResponse
 
 from sbx.agent import (
+    ArtifactRow,
     Cancellation,
     HostBusy,
     LimitsRequest,
@@ -30,7 +31,6 @@ from sbx.agent import (
     new_run_id,
     tenant_of,
 )
-from sbx.agent.core.hosting.store.models import ArtifactRow
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.execute_stream import ExecutionStream
 from sbx.agent.service.problems import Problem, unavailable

@@ -22,9 +22,17 @@ from sqlalchemy import select
 from starlette.responses import Response
 
 from sbx.agent import EXPORT_FORMATS as FORMATS
-from sbx.agent import RecordError, TranscriptError, owned, parse_event, public_event, read_record
+from sbx.agent import (
+    ConversationRow,
+    RecordError,
+    RunRow,
+    TranscriptError,
+    owned,
+    parse_event,
+    public_event,
+    read_record,
+)
 from sbx.agent import export_transcript as export
-from sbx.agent.core.hosting.store.models import Conversation, Run
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.problems import Problem
@@ -97,11 +105,12 @@ def artifact_url(output_root: Path, host_path: str) -> str | None:
 def _last_ended_run(call: Call) -> tuple[str, str | None]:
     """(the caller's conversation id, its last ended run id or None); 404 if not theirs."""
     with call.service.db.read() as session:
-        row = owned(session, Conversation, "conversation", call.params["conversation_id"],
+        row = owned(session, ConversationRow, "conversation", call.params["conversation_id"],
                     call.principal)
         last = session.scalar(
-            select(Run.id).where(Run.conversation_id == row.id, Run.status.not_in(UNFINISHED))
-            .order_by(Run.created_at.desc()).limit(1))
+            select(RunRow.id)
+            .where(RunRow.conversation_id == row.id, RunRow.status.not_in(UNFINISHED))
+            .order_by(RunRow.created_at.desc()).limit(1))
         return row.id, last
 
 

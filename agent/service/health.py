@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse, Response
 
-from sbx.agent.core.hosting.store.db import StoreError
+from sbx.agent import StoreError
 from sbx.agent.service.api import Call, api
 
 if TYPE_CHECKING:

@@ -11,9 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Self
 
-from sbx.agent import App, AppConfig, DataPaths, Endpoint, Host, Observer, Observers, ServeOptions
-from sbx.agent.core.hosting.store.db import Database
-from sbx.agent.core.hosting.store.replicas import Replicas
+from sbx.agent import (
+    App,
+    AppConfig,
+    Database,
+    DataPaths,
+    Endpoint,
+    Host,
+    Observer,
+    Observers,
+    Replicas,
+    ServeOptions,
+)
 from sbx.agent.service.admission import Admission
 from sbx.agent.service.metrics import Metrics, live_figures
 from sbx.agent.service.middleware import GatewayState

@@ -48,8 +48,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from sbx.agent import Caller, LimitsRequest, ServiceAdmission, describe_validation_error, limited
-from sbx.agent.core.hosting.store.keys import KeyInfo
+from sbx.agent import (
+    Caller,
+    KeyInfo,
+    LimitsRequest,
+    ServiceAdmission,
+    describe_validation_error,
+    limited,
+)
 from sbx.agent.mcp.server import Face, SbxServer, build_server
 from sbx.agent.mcp.upload import register_upload
 from sbx.agent.service.api import authenticate

@@ -13,10 +13,16 @@ from collections.abc import Callable
 
 from starlette.responses import Response
 
-from sbx.agent import DatasetNotes, Note, NoteError, owned, tenant_of
-from sbx.agent.core.hosting.store.models import Dataset
-from sbx.agent.core.hosting.store.notes import DbNoteStore
-from sbx.agent.core.hosting.store.quotas import check_storage
+from sbx.agent import (
+    DatasetNotes,
+    DatasetRow,
+    DbNoteStore,
+    Note,
+    NoteError,
+    check_storage,
+    owned,
+    tenant_of,
+)
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.schemas import Listing, NoteIn, NoteOut
@@ -62,17 +68,17 @@ def delete_note(call: Call) -> Response:
     return Response(status_code=204)
 
 
-def _dataset_and_book(call: Call) -> tuple[Dataset, DatasetNotes]:
+def _dataset_and_book(call: Call) -> tuple[DatasetRow, DatasetNotes]:
     """The caller's dataset (404 otherwise) and the caller's notes."""
     with call.service.db.read() as session:
-        dataset = owned(session, Dataset, "dataset", call.params["dataset_id"], call.principal)
+        dataset = owned(session, DatasetRow, "dataset", call.params["dataset_id"], call.principal)
         session.expunge(dataset)
     book = DatasetNotes(DbNoteStore(call.service.db), principal=call.principal, team=call.key.team,
                     rule=call.service.config.policy.tools.remember)
     return dataset, book
 
 
-def _own_note(book: DatasetNotes, dataset: Dataset, note_id: str) -> Note:
+def _own_note(book: DatasetNotes, dataset: DatasetRow, note_id: str) -> Note:
     """A note on this dataset the caller may read, else 404."""
     try:
         note = book.get(note_id)
@@ -90,5 +96,5 @@ def _refused_as_422(work: Callable[[], Note]) -> Note:
         raise Problem(422, "note-refused", str(exc)) from None
 
 
-def _out(note: Note, dataset: Dataset) -> NoteOut:
+def _out(note: Note, dataset: DatasetRow) -> NoteOut:
     return NoteOut(**note.model_dump(exclude={"digest"}), stale=note.stale(dataset.sha256))

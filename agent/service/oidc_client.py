@@ -34,8 +34,7 @@ from urllib.parse import urlencode
 import httpx2
 import jwt
 
-from sbx.agent import OidcSettings, PolicyError
-from sbx.agent.core.hosting.store.keys import Role
+from sbx.agent import OidcSettings, PolicyError, Role
 
 ALGORITHMS: Final = ("RS256", "ES256")
 """The only signature algorithms an ID token may use (asymmetric: the provider's key signs)."""

@@ -26,8 +26,16 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from sbx.agent import delete_runs, open_artifact, owned, run_directory, run_outcome
-from sbx.agent.core.hosting.store.models import ArtifactRow, EventRow, Run
+from sbx.agent import (
+    ArtifactRow,
+    EventRow,
+    RunRow,
+    delete_runs,
+    open_artifact,
+    owned,
+    run_directory,
+    run_outcome,
+)
 from sbx.agent.service.api import Call, api, json_response
 from sbx.agent.service.disposition import content_disposition
 from sbx.agent.service.problems import Problem, not_found
@@ -44,7 +52,7 @@ CHUNK = 64 * 1024
 def get_run(call: Call) -> Response:
     """A run's status, and its answer, totals and artifacts once it has ended."""
     with call.service.db.read() as session:
-        run = owned(session, Run, "run", call.params["run_id"], call.principal)
+        run = owned(session, RunRow, "run", call.params["run_id"], call.principal)
         live = current_plan(session, run.id) if run.status in UNFINISHED else None
         return json_response(run_out(run, _artifacts(session, run.id), plan=live))
 
@@ -54,7 +62,7 @@ def cancel_run(call: Call) -> Response:
     """Cancel a queued or running run: its sandbox is removed, the run ends `cancelled`."""
     service = call.service
     with service.db.read() as session:
-        run = owned(session, Run, "run", call.params["run_id"], call.principal)
+        run = owned(session, RunRow, "run", call.params["run_id"], call.principal)
     if run.status not in UNFINISHED:
         raise Problem(409, "run-ended", f"run {run.id} has already ended ({run.status})",
                       run_status=run.status)
@@ -73,7 +81,7 @@ def cancel_run(call: Call) -> Response:
 def delete_run(call: Call) -> Response:
     """Delete an ended run: its events and artifacts leave your storage quota."""
     with call.service.db.read() as session:
-        run = owned(session, Run, "run", call.params["run_id"], call.principal)
+        run = owned(session, RunRow, "run", call.params["run_id"], call.principal)
     if run.status in UNFINISHED:
         raise Problem(409, "run-not-ended", f"run {run.id} is {run.status}; cancel it first, "
                       "then delete it", run_status=run.status)
@@ -87,7 +95,7 @@ async def run_events(call: Call) -> Response:
 
     def check() -> None:
         with call.service.db.read() as session:
-            owned(session, Run, "run", call.params["run_id"], call.principal)
+            owned(session, RunRow, "run", call.params["run_id"], call.principal)
 
     await run_in_threadpool(check)  # the run is yours before anything else is read
     after = last_event_id(call.request)
@@ -102,7 +110,7 @@ async def run_events(call: Call) -> Response:
 def list_artifacts(call: Call) -> Response:
     """The files the run saved under `/output`."""
     with call.service.db.read() as session:
-        run = owned(session, Run, "run", call.params["run_id"], call.principal)
+        run = owned(session, RunRow, "run", call.params["run_id"], call.principal)
         return json_response(Listing(items=[artifact_out(row)
                                             for row in _artifacts(session, run.id)]))
 
@@ -111,7 +119,7 @@ def list_artifacts(call: Call) -> Response:
 def download_artifact(call: Call) -> Response:
     """Download one artifact (an attachment, unless it is a raster image)."""
     with call.service.db.read() as session:
-        run = owned(session, Run, "run", call.params["run_id"], call.principal)
+        run = owned(session, RunRow, "run", call.params["run_id"], call.principal)
         row = session.scalars(select(ArtifactRow).where(
             ArtifactRow.run_id == run.id, ArtifactRow.name == call.params["name"])).first()
         if row is None:
@@ -159,7 +167,7 @@ def current_plan(session: Session, run_id: str) -> list[Any] | None:
     return steps if isinstance(steps, list) else None
 
 
-def run_out(run: Run, artifacts: list[ArtifactRow], *, plan: list[Any] | None = None) -> RunOut:
+def run_out(run: RunRow, artifacts: list[ArtifactRow], *, plan: list[Any] | None = None) -> RunOut:
     """The API's view of a run; its plan is the stored result's, or `plan` while it runs."""
     result = dict(run.result or {})
     if plan is not None:

@@ -36,8 +36,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sbx.agent.core.hosting.store.db import Database
-from sbx.agent.core.hosting.store.models import Replica, Run
+from sbx.agent import Database, Replica, RunRow
 from sbx.agent.service.api import Call
 from sbx.agent.service.problems import problem_response, unavailable
 
@@ -109,8 +108,8 @@ class Siblings:
     def running_at(self, run_id: str) -> Path | None:
         """The socket of the sibling running `run_id` (None: not running, or here)."""
         with self.db.read() as session:
-            found = session.execute(select(Run.replica_id, Run.status)
-                                    .where(Run.id == run_id)).first()
+            found = session.execute(select(RunRow.replica_id, RunRow.status)
+                                    .where(RunRow.id == run_id)).first()
         if found is None or found.status not in UNFINISHED:
             return None
         return self.sockets.get(found.replica_id)

@@ -30,8 +30,7 @@ from sqlalchemy import and_, select
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from sbx.agent import EVENT_POLL_S, Feed, sse_frame
-from sbx.agent.core.hosting.store.models import EventRow, Run
+from sbx.agent import EVENT_POLL_S, EventRow, Feed, RunRow, sse_frame
 from sbx.agent.service.problems import Problem
 
 if TYPE_CHECKING:
@@ -115,9 +114,9 @@ def _read(service: Service, run_id: str, after: int) -> tuple[bool, list[tuple[i
     none after `after`, none when the run is gone), read in the same snapshot as the
     events, so a status that says ended comes with every event stored before it.
     """
-    query = (select(Run.status, EventRow.seq, EventRow.type, EventRow.data).select_from(Run)
-             .outerjoin(EventRow, and_(EventRow.run_id == Run.id, EventRow.seq > after))
-             .where(Run.id == run_id).order_by(EventRow.seq).limit(BATCH))
+    query = (select(RunRow.status, EventRow.seq, EventRow.type, EventRow.data).select_from(RunRow)
+             .outerjoin(EventRow, and_(EventRow.run_id == RunRow.id, EventRow.seq > after))
+             .where(RunRow.id == run_id).order_by(EventRow.seq).limit(BATCH))
     with service.db.reading() as connection:
         rows = connection.execute(query).all()
     status = rows[0][0] if rows else None

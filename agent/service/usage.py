@@ -14,9 +14,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 from starlette.responses import Response
 
-from sbx.agent import tenant_of
-from sbx.agent.core.hosting.store.models import Conversation, Run
-from sbx.agent.core.hosting.store.quotas import DAY_S, HOUR_S, storage_used, stored_bytes
+from sbx.agent import DAY_S, HOUR_S, ConversationRow, RunRow, storage_used, stored_bytes, tenant_of
 from sbx.agent.service.api import Call, api, json_response
 
 
@@ -47,12 +45,12 @@ def usage(call: Call) -> Response:
     quotas = tenant.quotas
     now = time.time()
     with call.service.db.read() as session:
-        conversations = session.scalar(select(func.count()).select_from(Conversation).where(
-            Conversation.principal == call.principal, Conversation.status == "active")) or 0
-        runs = session.scalar(select(func.count()).select_from(Run).where(
-            Run.principal == call.principal, Run.created_at > now - HOUR_S)) or 0
-        cpu = session.scalar(select(func.coalesce(func.sum(Run.cpu_seconds), 0.0)).where(
-            Run.principal == call.principal, Run.created_at > now - DAY_S)) or 0.0
+        conversations = session.scalar(select(func.count()).select_from(ConversationRow).where(
+            ConversationRow.principal == call.principal, ConversationRow.status == "active")) or 0
+        runs = session.scalar(select(func.count()).select_from(RunRow).where(
+            RunRow.principal == call.principal, RunRow.created_at > now - HOUR_S)) or 0
+        cpu = session.scalar(select(func.coalesce(func.sum(RunRow.cpu_seconds), 0.0)).where(
+            RunRow.principal == call.principal, RunRow.created_at > now - DAY_S)) or 0.0
         stored = stored_bytes(session, call.principal)
         storage = storage_used(session, call.principal)
         storage += call.service.runs.snapshot_bytes(call.principal)

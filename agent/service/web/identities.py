@@ -23,9 +23,7 @@ from typing import Final
 
 from sqlalchemy import delete, func, select
 
-from sbx.agent.core.hosting.store.db import Database
-from sbx.agent.core.hosting.store.keys import Role, SignedInUser, hash_key
-from sbx.agent.core.hosting.store.models import OidcIdentity, OidcLogin, OidcSession
+from sbx.agent import Database, OidcIdentity, OidcLogin, OidcSession, Role, SignedInUser, hash_key
 from sbx.agent.service.problems import Problem
 
 LOGIN_TTL_S: Final = 600.0

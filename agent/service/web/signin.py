@@ -16,7 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse, Response
 
-from sbx.agent.core.hosting.store.keys import lookup_key
+from sbx.agent import lookup_key
 from sbx.agent.service.api import Call, api
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.web.signin_sessions import (

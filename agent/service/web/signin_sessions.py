@@ -39,9 +39,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import delete, select
 from starlette.requests import Request
 
-from sbx.agent.core.hosting.store.db import Database
-from sbx.agent.core.hosting.store.keys import KeyInfo, hash_key, key_info
-from sbx.agent.core.hosting.store.models import ApiKey, OidcSession, WebSession
+from sbx.agent import ApiKey, Database, KeyInfo, OidcSession, WebSession, hash_key, key_info
 from sbx.agent.service.problems import Problem
 from sbx.agent.service.web.identities import oidc_session
 
