@@ -210,10 +210,13 @@ def _constructions(rel: str, tree: ast.Module) -> list[str]:
 
 
 def _app_insides(rel: str, tree: ast.Module) -> list[str]:
-    """Reads of the app's audit log, pool or image (they never leave the core)."""
+    """Reads of the app's audit log, pool or image, or of any object's workspace (they never
+    leave the core: a face asks the conversation or session what it needs to know)."""
     bad = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr in APP_INSIDES:
+        if isinstance(node, ast.Attribute) and node.attr == "workspace":
+            bad.append(f"{rel}:{node.lineno} reads .workspace")
+        elif isinstance(node, ast.Attribute) and node.attr in APP_INSIDES:
             owner = node.value
             named = owner.id if isinstance(owner, ast.Name) else (
                 owner.attr if isinstance(owner, ast.Attribute) else "")
@@ -262,7 +265,7 @@ def test_only_the_core_builds_a_workspace_or_opens_a_gate() -> None:
         "agent/replay/x.py:3 calls build_gate"]
 
 
-def test_faces_never_reach_the_apps_audit_log_pool_or_image() -> None:
+def test_faces_never_reach_the_apps_audit_log_pool_image_or_a_workspace() -> None:
     assert [bad for rel, tree in _face_modules() for bad in _app_insides(rel, tree)] == []
 
 
@@ -297,6 +300,7 @@ def test_the_face_checks_fail_on_a_face_that_does_what_they_forbid() -> None:
         "w = W(spec=None, config=None, audit=app.audit, pool=service.app.pool, image=app.image)\n"
         "c = conversation.Conversation()\n"
         "row = ConversationRow(id='conv-1')\n"
+        "limit = session.workspace.config.limits\n"
     )
     assert _outside_the_door("agent/service/x.py", face) == [
         "agent/service/x.py imports sbx.sandbox.pool",
@@ -321,7 +325,8 @@ def test_the_face_checks_fail_on_a_face_that_does_what_they_forbid() -> None:
     assert _constructions("agent/mcp/x.py", face) == [
         "agent/mcp/x.py:6 builds W", "agent/mcp/x.py:7 builds Conversation"]
     assert sorted(_app_insides("f.py", face)) == [
-        "f.py:6 reads app.audit", "f.py:6 reads app.image", "f.py:6 reads app.pool"]
+        "f.py:6 reads app.audit", "f.py:6 reads app.image", "f.py:6 reads app.pool",
+        "f.py:9 reads .workspace"]
 
 
 def _typed_door() -> dict[str, tuple[str, str]]:
