@@ -67,12 +67,30 @@ def _losses(llm, tmp_path) -> list[list[dict[str, Any]]]:
         ask_code(conv, llm, "print(kept + 2)")
         assert conv.workspace.discard_if_idle(0.0)
         ask_code(conv, llm, "print(kept + 3)")
+    return runs_of(seen)
+
+
+def runs_of(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Events grouped per run (each run begins with its `run_start`)."""
     runs: list[list[dict[str, Any]]] = []
-    for event in seen:
+    for event in events:
         if event["type"] == "run_start":
             runs.append([])
-        runs[-1].append(event)
+        if runs:
+            runs[-1].append(event)
     return runs
+
+
+def show_runs(page: Any, runs: list[list[dict[str, Any]]]) -> None:
+    """One `RunView` of the page per run (`data-run-id` `run-0`, ...), fed its events."""
+    page.evaluate("""async (runs) => {
+        const { RunView } = await import('/static/run.js');
+        runs.forEach((events, index) => {
+            const view = new RunView(`run-${index}`, 'q?');
+            document.body.append(view.root);
+            events.forEach((event) => view.handle(event));
+        });
+    }""", runs)
 
 
 CAUSES = ["a timeout", "a cancel by the user", "an idle release"]
@@ -102,14 +120,7 @@ def test_a_timeout_a_cancel_and_an_idle_release_read_the_same_everywhere(
     assert [next(c for c in CAUSES if f"({c}" in line) for line in restores] == CAUSES
 
     page = render_page  # the page, fed the events the service streams
-    page.evaluate("""async (runs) => {
-        const { RunView } = await import('/static/run.js');
-        runs.forEach((events, index) => {
-            const view = new RunView(`run-${index}`, 'q?');
-            document.body.append(view.root);
-            events.forEach((event) => view.handle(event));
-        });
-    }""", runs)
+    show_runs(page, runs)
     expect(page.locator(".step.failed .step-state")).to_have_text(["timed out", "cancelled"])
     notes = page.locator("li.note.restored")
     expect(notes).to_have_count(3)
@@ -119,17 +130,6 @@ def test_a_timeout_a_cancel_and_an_idle_release_read_the_same_everywhere(
 
 
 OOM = "print('filling', flush=True)\nx = bytearray(1 << 30)"
-
-
-def _runs_of(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Events grouped per run (each run begins with its `run_start`)."""
-    runs: list[list[dict[str, Any]]] = []
-    for event in events:
-        if event["type"] == "run_start":
-            runs.append([])
-        if runs:
-            runs[-1].append(event)
-    return runs
 
 
 @pytest.mark.docker
@@ -160,13 +160,6 @@ def test_a_kill_at_the_memory_limit_is_named_as_such_everywhere(llm, tmp_path, r
     assert llm.requests[-1].last_tool_message.startswith("[stdout]\n2\n")
 
     page = render_page  # the page, fed the events the service streams
-    page.evaluate("""async (runs) => {
-        const { RunView } = await import('/static/run.js');
-        runs.forEach((events, index) => {
-            const view = new RunView(`run-${index}`, 'q?');
-            document.body.append(view.root);
-            events.forEach((event) => view.handle(event));
-        });
-    }""", _runs_of(events))
+    show_runs(page, runs_of(events))
     expect(page.locator(".step.failed .step-state")).to_have_text([word])
     expect(page.locator("li.note.restored")).to_contain_text([f"({cause}"])

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import expect
+from test_outcome_words import show_runs
 
 import scripted_llm
 import service_support
@@ -52,19 +53,14 @@ def _until_running(client: Any, run: str) -> None:
     pytest.fail("the run ended before its code ran")
 
 
-def _show(page: Any, runs: list[list[dict[str, Any]]], resource: dict[str, Any]) -> None:
-    """The page's run views, fed the streamed events; one more told the run resource only."""
-    page.evaluate("""async ([runs, resource]) => {
+def _show_lost(page: Any, resource: dict[str, Any]) -> None:
+    """A run view told only the run resource, as the page is when a stream ends unfinished."""
+    page.evaluate("""async (resource) => {
         const { RunView } = await import('/static/run.js');
-        runs.forEach((events, index) => {
-            const view = new RunView(`run-${index}`, 'q?');
-            document.body.append(view.root);
-            events.forEach((event) => view.handle(event));
-        });
-        const lost = new RunView('run-lost', 'q?');
-        document.body.append(lost.root);
-        lost.lost(resource);
-    }""", [runs, resource])
+        const view = new RunView('run-lost', 'q?');
+        document.body.append(view.root);
+        view.lost(resource);
+    }""", resource)
 
 
 @pytest.mark.docker
@@ -113,7 +109,8 @@ def test_a_restart_reads_as_a_restart_in_the_run_the_stream_the_cli_and_the_page
     assert any(line.startswith("~  restored ") and f"({cause}" in line for line in shown), shown
 
     page = render_page  # the page
-    _show(page, runs, resource)
+    show_runs(page, runs)
+    _show_lost(page, resource)
     expect(page.locator("[data-run-id='run-0'] .run-status")).to_contain_text(word)
     expect(page.locator("li.note.restored")).to_contain_text([f"({cause}"])
     expect(page.locator("[data-run-id='run-lost']")).to_contain_text(word)
