@@ -416,14 +416,15 @@ export class RunView {
     this.status.textContent = "Stopped by an error.";
   }
 
-  /** The run ended without a terminal event (its replica died): say so. */
+  /** The run ended without a terminal event (its replica died): say so, in the core's word. */
   lost(run) {
     if (this.ended) return;
     this.ended = true;
     this.finishSteps();
+    const word = run?.outcome || run?.status || "ended";
     append(this.root, el("p", { class: "run-message", role: "note" },
-      `The run ended ${run?.status ?? ""}: ${run?.message ?? ""}`));
-    setText(this.status, run?.status ?? "ended");
+      `The run ended: ${word}: ${run?.message ?? ""}`));
+    setText(this.status, word);
   }
 
   finishSteps() {
