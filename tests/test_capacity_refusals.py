@@ -49,7 +49,7 @@ def test_a_refused_start_gives_the_lease_back(engine, tmp_path, limits) -> None:
 
 
 @pytest.mark.parametrize(("field", "value", "named"), [
-    ("memory", "1", "16 MiB"), ("memory", "6m", "16 MiB"), ("memory", "16383k", "16 MiB"),
+    ("memory", "1", "24 MiB"), ("memory", "6m", "24 MiB"), ("memory", "24575k", "24 MiB"),
     ("cpus", "0.001", "0.01"), ("pids", 8, "16"),
 ])
 def test_limits_below_the_engines_minimum_are_refused_with_the_minimum_named(

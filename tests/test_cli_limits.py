@@ -70,7 +70,7 @@ def test_ask_above_the_policy_is_refused_before_the_model_is_asked(llm, tmp_path
 
 
 @pytest.mark.parametrize(("flags", "line"), [
-    (["--memory", "6m"], "sbx: --memory: at least 16 MiB (the least a sandbox starts in)"),
+    (["--memory", "6m"], "sbx: --memory: at least 24 MiB (the least a sandbox starts in)"),
     (["--memory", "32m", "--runtime", "runsc"],
      "sbx: --memory: at least 48 MiB (the least a sandbox starts in under runsc)"),
 ])

@@ -48,10 +48,10 @@ def test_below_what_a_sandbox_starts_in_is_refused_naming_the_minimum() -> None:
     with pytest.raises(LimitTooLow) as low:
         LimitsRequest.parse({"memory": "6m"}).within(POLICY)
     assert low.value.describe("limits.") == (
-        "limits.memory: at least 16 MiB (the least a sandbox starts in)")
+        "limits.memory: at least 24 MiB (the least a sandbox starts in)")
     with pytest.raises(LimitTooLow, match="at least 48 MiB .* under runsc"):
         LimitsRequest.parse({"memory": "32m", "runtime": "runsc"}).within(POLICY)
-    assert LimitsRequest.parse({"memory": "16m"}).within(POLICY).memory == 16 * 1024**2
+    assert LimitsRequest.parse({"memory": "24m"}).within(POLICY).memory == 24 * 1024**2
 
 
 def test_network_and_runtime_follow_the_policy_they_tighten() -> None:

@@ -18,7 +18,7 @@ pg_cluster = service_support.pg_cluster
 def test_limits_below_the_engines_minimum_are_422_and_take_no_capacity(store, serve):
     server = serve(store, env={"SBX_MAX_SANDBOXES": "2", "SBX_HOST_WAIT": "5"})
     client = server.client(server.key("quinn"))
-    for limits, named in [({"memory": "1"}, "16 MiB"), ({"cpus": "0.001"}, "0.01")] * 3:
+    for limits, named in [({"memory": "1"}, "24 MiB"), ({"cpus": "0.001"}, "0.01")] * 3:
         refused = client.post("/v1/execute", json={"code": "print(1)", "limits": limits})
         assert refused.status_code == 422, refused.text
         problem = refused.json()

@@ -246,7 +246,7 @@ def test_per_request_limits_apply_below_the_policy_and_are_refused_above_it(stor
         low = client.post(path, json={**body, "limits": {"memory": "6m"}})  # dies at its start
         assert low.status_code == 422, low.text
         assert low.json()["type"].endswith("limit-below-minimum")
-        assert low.json()["detail"] == "limits.memory: at least 16 MiB (the least a sandbox " \
+        assert low.json()["detail"] == "limits.memory: at least 24 MiB (the least a sandbox " \
                                        "starts in)"
 
     conversation = client.post("/v1/conversations", json={"limits": {"timeout": "2s"}})

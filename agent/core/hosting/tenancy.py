@@ -65,7 +65,7 @@ def limited(config: AppConfig, requested: LimitsRequest | None) -> AppConfig:
 
     A request above the policy's `[sandbox]` ceiling is a 422 naming the knob and the
     ceiling (`limits.memory: at most 512 MiB (the policy's [sandbox] memory)`); one below
-    what a sandbox starts in (memory 16 MiB, 48 MiB under runsc; cpus 0.01) a 422 naming
+    what a sandbox starts in (memory 24 MiB, 48 MiB under runsc; cpus 0.01) a 422 naming
     the minimum as well.
     """
     try:
