@@ -353,8 +353,8 @@ def kernel_main(request_fd: int, reply_fd: int) -> None:
     except OSError:
         pass
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-    install_figure_hooks()
     install_display()
+    install_import_patches()
     while True:
         request = receive_message(request_fd)
         if request is None:
@@ -540,15 +540,12 @@ def display(*values: Any, include: Any = None, exclude: Any = None, raw: bool = 
 
 
 def install_display() -> None:
-    """`display` as a builtin (as in a notebook) and as IPython's own `display`."""
+    """`display` as a builtin (as in a notebook) and in the kernel's `_sbx_kernel`.
+
+    IPython's own `display` is replaced when its modules are imported (`ImportPatches`),
+    so a kernel imports nothing of IPython before its code does.
+    """
     setattr(builtins, "display", display)  # noqa: B010 (a builtin the code may call)
-    for name in ("IPython.core.display_functions", "IPython.display", "IPython.core.display"):
-        try:
-            module = importlib.import_module(name)
-        except Exception:
-            continue
-        if hasattr(module, "display"):
-            setattr(module, "display", display)  # noqa: B010 (IPython's, for `from ... import`)
     kernel = type(sys)("_sbx_kernel")
     setattr(kernel, "show", RESULTS.show)  # noqa: B010
     setattr(kernel, "count_cell", RESULTS.count_cell)  # noqa: B010
@@ -794,23 +791,27 @@ FIGURE_META_KEY = "sbx:figure"
 MAX_FIGURE_META = 2000
 
 
-class FigureHooks:
-    """A meta-path finder that patches matplotlib's `pyplot.show` and `Figure.savefig` on import.
+class ImportPatches:
+    """A meta-path finder that patches a module of `IMPORT_PATCHES` once it is imported.
 
-    Under Agg, `plt.show()` does nothing (a warning); here it saves the open figures
-    to /output as artifacts, as a notebook shows them. `savefig` to a PNG adds the
-    figure's titles and axis labels as PNG text, so the host can describe a chart to
-    a model that cannot see images. The code may undo this: it only serves the code.
+    matplotlib: under Agg, `plt.show()` does nothing (a warning); here it saves the
+    open figures to /output as artifacts, as a notebook shows them. `savefig` to a
+    PNG adds the figure's titles and axis labels as PNG text, so the host can
+    describe a chart to a model that cannot see images. IPython: its `display` is
+    the kernel's, so what the code displays becomes a result of the cell. Nothing is
+    imported for it: a kernel pays for a library only when its code imports it. The
+    code may undo this: it only serves the code.
     """
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         """The spec the next finder gives, its loader patching the module once it ran."""
-        if name not in ("matplotlib.pyplot", "matplotlib.figure"):
+        patch = IMPORT_PATCHES.get(name)
+        if patch is None:
             return None
 
         def exec_module(original: Callable[[Any], None], module: Any) -> None:
             original(module)
-            patch_figures(module)
+            patch(module)
 
         return wrapped_spec(self, name, path, target, exec_module)
 
@@ -885,14 +886,20 @@ def defer_3d_projection() -> None:
         sys.meta_path.insert(0, Deferred3D())
 
 
-def install_figure_hooks() -> None:
-    """Patch matplotlib now if it is imported (the zygote preimported it), else on import."""
-    if not any(isinstance(finder, FigureHooks) for finder in sys.meta_path):
-        sys.meta_path.insert(0, FigureHooks())
+def install_import_patches() -> None:
+    """Patch each module of `IMPORT_PATCHES` now if imported (the zygote's), else on import."""
+    if not any(isinstance(finder, ImportPatches) for finder in sys.meta_path):
+        sys.meta_path.insert(0, ImportPatches())
     defer_3d_projection()
-    for name in ("matplotlib.pyplot", "matplotlib.figure"):
+    for name, patch in IMPORT_PATCHES.items():
         if name in sys.modules:
-            patch_figures(sys.modules[name])
+            patch(sys.modules[name])
+
+
+def patch_display(module: Any) -> None:
+    """IPython's `display` is this kernel's (for `from IPython.display import display`)."""
+    if hasattr(module, "display"):
+        setattr(module, "display", display)  # noqa: B010
 
 
 def patch_figures(module: Any) -> None:
@@ -904,6 +911,14 @@ def patch_figures(module: Any) -> None:
             module.Figure.savefig = _savefig_method(module.Figure.savefig)
     except Exception as exc:  # matplotlib changed: plots still work, only uncaptured
         report(f"could not patch {module.__name__}: {type(exc).__name__}")
+
+
+IMPORT_PATCHES: dict[str, Callable[[Any], None]] = {
+    "matplotlib.pyplot": patch_figures, "matplotlib.figure": patch_figures,
+    "IPython.core.display_functions": patch_display, "IPython.display": patch_display,
+    "IPython.core.display": patch_display,
+}
+"""The modules patched on import, each with what patches it (`ImportPatches`)."""
 
 
 def _show_function(pyplot: Any) -> Callable[..., None]:

@@ -40,11 +40,11 @@ Wait = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
 Cpus = Annotated[float, BeforeValidator(parse_cpus), Field(gt=0, le=64)]
 
 MIN_MEMORY = 24 * 1024**2
-"""The least memory a sandbox of this image starts in and runs `print(1)`, under runc.
+"""The least memory a sandbox of this image starts in and shows a cell's value, under runc.
 
-The engine itself takes 6 MiB, but the runner is OOM-killed at start at 21 MiB and runs
-at 22 (measured with runc, the data stack not imported; IPython's display protocol, which
-every kernel installs, raised it from 14); 24 MiB keeps a margin."""
+The engine itself takes 6 MiB. The runner starts and runs `print(1)` at 13 MiB, but a
+cell whose trailing value is shown imports IPython's display protocol: OOM-killed at 21
+MiB, shown at 22 (measured with runc, the data stack not imported); 24 MiB keeps a margin."""
 MIN_MEMORY_BY_RUNTIME = {"runsc": 48 * 1024**2}
 """Runtimes whose own processes count against the container's memory: gVisor's sentry
 needs more (40 MiB measured, 36 MiB did not start)."""

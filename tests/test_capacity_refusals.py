@@ -72,6 +72,7 @@ def test_the_memory_floor_is_where_a_sandbox_starts(engine, runtime, tmp_path) -
     with Session.open(SessionSpec(limits=floor, image=TEST_IMAGE, output_dir=tmp_path / "a"),
                       engine=engine) as session:
         assert session.run("print(1)").stdout == "1\n"
+        assert session.run("1 + 1").stdout == "2\n"  # a shown value imports IPython's display
     below = Limits.model_construct(**{**floor.__dict__, "memory": 6 * 1024**2})
     with pytest.raises(SandboxError):
         Session.open(SessionSpec(limits=below, image=TEST_IMAGE, output_dir=tmp_path / "b"),
