@@ -72,7 +72,7 @@ is the live conversation above).
     Database, StoreError, data_dir, database_url, lock_principal, Replicas,
     ConversationRow, RunRow, DatasetRow, EventRow, ArtifactRow, Replica, DbNoteStore,
     dataset_user, HOUR_S, DAY_S, reserve_conversation, check_storage, storage_used,
-    stored_bytes, upload_too_large,
+    stored_bytes, upload_too_large, UNFINISHED_STATUSES (a run's statuses before it ends),
     ApiKey, KeyInfo, SignedInUser, Role, KeyAdminError, hash_key, key_info, lookup_key,
     create_key, list_keys, revoke_key, WebSession, OidcLogin, OidcIdentity, OidcSession
 
@@ -164,7 +164,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
         "hash_key", "key_info", "lookup_key", "create_key", "list_keys", "revoke_key"),
     "sbx.agent.core.hosting.store.models": ("ConversationRow", "RunRow", "DatasetRow", "EventRow",
         "ArtifactRow", "ApiKey", "WebSession", "OidcLogin", "OidcIdentity", "OidcSession",
-        "Replica"),
+        "Replica", "UNFINISHED_STATUSES"),
     "sbx.agent.core.hosting.store.notes": ("DbNoteStore",),
     "sbx.agent.core.hosting.store.quotas": ("HOUR_S", "DAY_S", "reserve_conversation",
         "check_storage", "storage_used", "stored_bytes", "upload_too_large"),
@@ -249,7 +249,8 @@ __all__ = [
     "SessionClosed", "SessionHost", "SessionNotFound", "SessionOpened", "SessionRefused",
     "SettingsError", "SignedInUser", "StateRestored", "StoreError", "StoreRecorder", "Supervisor",
     "TeamSettings", "Tenant", "ToolResult", "ToolSession", "TracingError", "TranscriptError",
-    "UNMATCHED_ROUTE", "UPLOAD_TOOL", "UnreadableLine", "Upload", "UploadHold", "WebSession",
+    "UNFINISHED_STATUSES", "UNMATCHED_ROUTE", "UPLOAD_TOOL", "UnreadableLine", "Upload",
+    "UploadHold", "WebSession",
     "WorkerSlot", "Workspace", "adopt", "announce_ready", "audit_call_rows", "audit_key_from_env",
     "call_status", "check_data", "check_storage", "clear_variables", "configure_tracing",
     "create_key", "data_digests", "data_dir", "database_url", "dataset_paths", "dataset_user",
@@ -363,6 +364,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.hosting.store.keys import list_keys as list_keys
     from sbx.agent.core.hosting.store.keys import lookup_key as lookup_key
     from sbx.agent.core.hosting.store.keys import revoke_key as revoke_key
+    from sbx.agent.core.hosting.store.models import UNFINISHED_STATUSES as UNFINISHED_STATUSES
     from sbx.agent.core.hosting.store.models import ApiKey as ApiKey
     from sbx.agent.core.hosting.store.models import ArtifactRow as ArtifactRow
     from sbx.agent.core.hosting.store.models import Conversation as ConversationRow

@@ -23,6 +23,7 @@ from starlette.responses import Response
 
 from sbx.agent import EXPORT_FORMATS as FORMATS
 from sbx.agent import (
+    UNFINISHED_STATUSES,
     ConversationRow,
     RecordError,
     RunRow,
@@ -42,7 +43,6 @@ MEDIA_TYPES = {
     "py": "text/x-python; charset=utf-8",
     "md": "text/markdown; charset=utf-8",
 }
-UNFINISHED = ("queued", "running")
 
 
 @api("GET", "/v1/conversations/{conversation_id}/export")
@@ -109,7 +109,7 @@ def _last_ended_run(call: Call) -> tuple[str, str | None]:
                     call.principal)
         last = session.scalar(
             select(RunRow.id)
-            .where(RunRow.conversation_id == row.id, RunRow.status.not_in(UNFINISHED))
+            .where(RunRow.conversation_id == row.id, RunRow.status.not_in(UNFINISHED_STATUSES))
             .order_by(RunRow.created_at.desc()).limit(1))
         return row.id, last
 

@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
 from sbx.agent import (
+    UNFINISHED_STATUSES,
     ArtifactRow,
     EventRow,
     RunRow,
@@ -43,7 +44,6 @@ from sbx.agent.service.schemas import AnswerPartsOut, ArtifactOut, Listing, Plan
 from sbx.agent.service.siblings import to_owner
 from sbx.agent.service.sse import event_stream, last_event_id
 
-UNFINISHED = ("queued", "running")
 INLINE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
 CHUNK = 64 * 1024
 
@@ -53,7 +53,7 @@ def get_run(call: Call) -> Response:
     """A run's status, and its answer, totals and artifacts once it has ended."""
     with call.service.db.read() as session:
         run = owned(session, RunRow, "run", call.params["run_id"], call.principal)
-        live = current_plan(session, run.id) if run.status in UNFINISHED else None
+        live = current_plan(session, run.id) if run.status in UNFINISHED_STATUSES else None
         return json_response(run_out(run, _artifacts(session, run.id), plan=live))
 
 
@@ -63,7 +63,7 @@ def cancel_run(call: Call) -> Response:
     service = call.service
     with service.db.read() as session:
         run = owned(session, RunRow, "run", call.params["run_id"], call.principal)
-    if run.status not in UNFINISHED:
+    if run.status not in UNFINISHED_STATUSES:
         raise Problem(409, "run-ended", f"run {run.id} has already ended ({run.status})",
                       run_status=run.status)
     if run.replica_id != service.replica_id:
@@ -82,7 +82,7 @@ def delete_run(call: Call) -> Response:
     """Delete an ended run: its events and artifacts leave your storage quota."""
     with call.service.db.read() as session:
         run = owned(session, RunRow, "run", call.params["run_id"], call.principal)
-    if run.status in UNFINISHED:
+    if run.status in UNFINISHED_STATUSES:
         raise Problem(409, "run-not-ended", f"run {run.id} is {run.status}; cancel it first, "
                       "then delete it", run_status=run.status)
     delete_runs(call.service, [run])

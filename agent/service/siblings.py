@@ -36,13 +36,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sbx.agent import Database, Replica, RunRow
+from sbx.agent import UNFINISHED_STATUSES, Database, Replica, RunRow
 from sbx.agent.service.api import Call
 from sbx.agent.service.problems import problem_response, unavailable
 
 logger = logging.getLogger(__name__)
 
-UNFINISHED = ("queued", "running")
 FORWARDED = "sbx-forwarded"
 """The header a forwarded request carries (its value: the forwarding replica's id)."""
 FORWARD_TIMEOUT_S = 120.0
@@ -110,7 +109,7 @@ class Siblings:
         with self.db.read() as session:
             found = session.execute(select(RunRow.replica_id, RunRow.status)
                                     .where(RunRow.id == run_id)).first()
-        if found is None or found.status not in UNFINISHED:
+        if found is None or found.status not in UNFINISHED_STATUSES:
             return None
         return self.sockets.get(found.replica_id)
 

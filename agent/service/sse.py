@@ -30,7 +30,7 @@ from sqlalchemy import and_, select
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from sbx.agent import EVENT_POLL_S, EventRow, Feed, RunRow, sse_frame
+from sbx.agent import EVENT_POLL_S, UNFINISHED_STATUSES, EventRow, Feed, RunRow, sse_frame
 from sbx.agent.service.problems import Problem
 
 if TYPE_CHECKING:
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 KEEPALIVE_S = 15.0
 _EVENT_ID = re.compile(r"[0-9]{1,12}")
 BATCH = 200
-UNFINISHED = ("queued", "running")
 
 
 def last_event_id(request: Request) -> int:
@@ -120,6 +119,6 @@ def _read(service: Service, run_id: str, after: int) -> tuple[bool, list[tuple[i
     with service.db.reading() as connection:
         rows = connection.execute(query).all()
     status = rows[0][0] if rows else None
-    ended = status is None or status not in UNFINISHED
+    ended = status is None or status not in UNFINISHED_STATUSES
     return ended, [(int(seq), str(kind), str(data)) for _, seq, kind, data in rows
                    if seq is not None]

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from sbx.agent.core.hosting.observer import notify
 from sbx.agent.core.hosting.store.datasets_held import datasets_held
 from sbx.agent.core.hosting.store.db import lock_principal
-from sbx.agent.core.hosting.store.models import Conversation, Run
+from sbx.agent.core.hosting.store.models import UNFINISHED_STATUSES, Conversation, Run
 from sbx.agent.core.hosting.store.quotas import reserve_run
 from sbx.agent.core.hosting.tenant_view import incident
 from sbx.agent.core.problem import Problem
@@ -67,7 +67,7 @@ class StoreRecorder:
                 if ticket.kind == "question" and ticket.conversation_id is not None:
                     busy = session.scalar(select(Run.id).where(
                         Run.conversation_id == ticket.conversation_id,
-                        Run.status.in_(("queued", "running"))))
+                        Run.status.in_(UNFINISHED_STATUSES)))
                     if busy is not None:
                         raise Problem(409, "question-running",
                                       f"run {busy} of this conversation has not ended; one "

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select
 
-from sbx.agent.core.hosting.store.models import ArtifactRow, EventRow, Run
+from sbx.agent.core.hosting.store.models import UNFINISHED_STATUSES, ArtifactRow, EventRow, Run
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from sbx.agent.core.hosting.host import DataPaths, Host
 
 logger = logging.getLogger(__name__)
-UNFINISHED = ("queued", "running")
 BATCH = 200
 """Runs the retention duty deletes per tick (the rest wait for the next)."""
 
@@ -38,14 +37,14 @@ def run_directory(paths: DataPaths, run: Run) -> Path:
 
 def delete_runs(service: Host, runs: list[Run]) -> int:
     """Delete ended runs: their events, artifact rows, run rows, then their files."""
-    ended = [run for run in runs if run.status not in UNFINISHED]
+    ended = [run for run in runs if run.status not in UNFINISHED_STATUSES]
     if not ended:
         return 0
     ids = [run.id for run in ended]
     with service.db.write() as session:
         session.execute(delete(EventRow).where(EventRow.run_id.in_(ids)))
         session.execute(delete(ArtifactRow).where(ArtifactRow.run_id.in_(ids)))
-        session.execute(delete(Run).where(Run.id.in_(ids), Run.status.not_in(UNFINISHED)))
+        session.execute(delete(Run).where(Run.id.in_(ids), Run.status.not_in(UNFINISHED_STATUSES)))
     for run in ended:
         shutil.rmtree(run_directory(service.paths, run), ignore_errors=True)
     return len(ended)
@@ -56,7 +55,7 @@ def expire_runs(service: Host, now: float | None = None) -> int:
     cutoff = (time.time() if now is None else now) - service.settings.retention
     with service.db.read() as session:
         old = list(session.scalars(
-            select(Run).where(Run.status.not_in(UNFINISHED), Run.ended_at.is_not(None),
+            select(Run).where(Run.status.not_in(UNFINISHED_STATUSES), Run.ended_at.is_not(None),
                               Run.ended_at < cutoff).order_by(Run.ended_at).limit(BATCH)))
         session.expunge_all()
     deleted = delete_runs(service, old)

@@ -100,6 +100,10 @@ class Conversation(Base):
     closed_at: Mapped[float | None] = mapped_column(Float, default=None)
 
 
+UNFINISHED_STATUSES = ("queued", "running")
+"""A run's statuses before it ends; every other status is final."""
+
+
 class Run(Base):
     """One question of a conversation (`kind="question"`) or one `/v1/execute` call."""
 

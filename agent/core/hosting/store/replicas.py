@@ -28,10 +28,15 @@ from sqlalchemy.orm import Session
 
 from sbx.agent.core.app import owner_alive
 from sbx.agent.core.hosting.store.db import Database, StoreError
-from sbx.agent.core.hosting.store.models import Conversation, EventRow, Replica, Run
+from sbx.agent.core.hosting.store.models import (
+    UNFINISHED_STATUSES,
+    Conversation,
+    EventRow,
+    Replica,
+    Run,
+)
 from sbx.agent.core.outcomes import run_outcome
 
-UNFINISHED = ("queued", "running")
 KEPT = "the conversation goes on: the next question rebuilds its state on any replica (restore)"
 """What an interrupted run and its conversation say when restore keeps the conversation."""
 GONE = "its sandbox, variables and messages are gone: start a new conversation"
@@ -132,7 +137,7 @@ class Replicas:
                 return
             _interrupt_conversation(conversation, message)
             runs = session.scalars(select(Run).where(
-                Run.conversation_id == conversation_id, Run.status.in_(UNFINISHED)
+                Run.conversation_id == conversation_id, Run.status.in_(UNFINISHED_STATUSES)
             ).with_for_update()).all()
             for run in runs:
                 _interrupt_run(session, run, message)
@@ -142,7 +147,7 @@ class Replicas:
         message = f"{cause}; {KEPT if self.restore else GONE}"
         with self.db.write() as session:
             runs = session.scalars(select(Run).where(
-                Run.replica_id.in_(replica_ids), Run.status.in_(UNFINISHED)
+                Run.replica_id.in_(replica_ids), Run.status.in_(UNFINISHED_STATUSES)
             ).with_for_update()).all()
             for run in runs:
                 _interrupt_run(session, run, message)
