@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
+
+from sbx.agent.provenance import data
 from sbx.agent.provenance.data import MISSING, data_changes, data_digests, file_sha256
 from sbx.agent.replay.compare import Observed, compare
 
@@ -72,3 +78,35 @@ def test_data_digests_name_files_under_data_and_find_changes(tmp_path):
     ]
     assert changes[0].describe().startswith("sales.csv: changed (sha256 ")
     assert changes[1].describe().startswith("shop/orders.csv: missing now")
+
+
+def test_a_settled_file_is_hashed_once_and_again_when_it_changes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The digest is kept for the file's identity: a new inode, size or time is hashed anew."""
+    monkeypatch.setattr(data, "SETTLED_S", 0.0)
+    hashed: list[int] = []
+    real = data.hashlib.sha256
+    monkeypatch.setattr(data.hashlib, "sha256", lambda: hashed.append(1) or real())
+    table = tmp_path / "sales.csv"
+    table.write_bytes(b"region,amount\neast,1\n")
+    first = file_sha256(table)
+    assert file_sha256(table) == first and len(hashed) == 1  # kept
+    replaced = tmp_path / "new.csv"
+    replaced.write_bytes(b"region,amount\nwest,2\n")  # same size, another inode
+    os.replace(replaced, table)
+    second = file_sha256(table)
+    assert second != first and len(hashed) == 2
+    with table.open("ab") as handle:  # the same inode, grown
+        handle.write(b"north,3\n")
+    assert file_sha256(table) not in (first, second) and len(hashed) == 3
+
+
+def test_a_file_changed_just_before_it_was_hashed_is_hashed_again(tmp_path: Path) -> None:
+    """Rewritten in place with its size and mtime kept: not served from a stale digest."""
+    table = tmp_path / "sales.csv"
+    table.write_bytes(b"region,amount\neast,1\n")
+    first = file_sha256(table)
+    status = table.stat()
+    table.write_bytes(b"region,amount\nwest,2\n")
+    os.utime(table, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert file_sha256(table) != first

@@ -55,6 +55,10 @@ class Redactor:
                 value = value.replace(secret, REDACTED)
         return _KEY_LIKE.sub(REDACTED, value)
 
+    def secret_field(self, name: str) -> bool:
+        """Whether a field called `name` has its whole value redacted."""
+        return name.lower() in self.fields
+
     def redact(self, value: Any) -> Any:
         """Return a redacted copy of a JSON-like value (dicts, lists, strings, scalars)."""
         if isinstance(value, str):
@@ -63,7 +67,7 @@ class Redactor:
             out: dict[str, Any] = {}
             for key, item in value.items():
                 name = self.text(str(key))
-                out[name] = REDACTED if str(key).lower() in self.fields else self.redact(item)
+                out[name] = REDACTED if self.secret_field(str(key)) else self.redact(item)
             return out
         if isinstance(value, list | tuple):
             return [self.redact(item) for item in value]

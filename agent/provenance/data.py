@@ -6,7 +6,13 @@ an export can say which bytes its numbers came from. The keys are what the
 code saw: a file given as `--data sales.csv` is `sales.csv`; a directory
 `--data shop/` gives `shop/orders.csv`, `shop/2024/items.csv`, ...
 
-Files are read in blocks (memory stays flat whatever their size). Symlinks
+Files are read in blocks (memory stays flat whatever their size), once: a
+digest is kept for the file's identity and state (device, inode, size,
+modification and change times), so a dataset that every run of a
+conversation records, and its notes check for staleness, is hashed again only
+when it changed. A file modified within `SETTLED_S` of being hashed is not
+kept (a second write in the same clock tick could leave its times unchanged:
+git's "racy" rule). Symlinks
 and special files below a directory are not followed (the sandbox does not
 see a host link's target either); a directory's walk stops after
 `MAX_FILES` files, and the digests say so under `MORE_KEY`.
@@ -17,6 +23,9 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +37,13 @@ MORE_KEY = "…"
 MISSING = "missing"
 """The digest recorded for a data path that cannot be read."""
 _BLOCK = 1 << 20
+SETTLED_S = 2.0
+"""A file last changed this recently when it was hashed is hashed again next time."""
+KEPT_DIGESTS = 4096
+"""Most file digests kept (least recently used dropped first)."""
+_Identity = tuple[int, int, int, int, int]
+_kept: OrderedDict[_Identity, str] = OrderedDict()
+_kept_lock = threading.Lock()
 
 
 def data_digests(paths: Iterable[Path | str]) -> dict[str, str]:
@@ -68,15 +84,35 @@ def _regular_files(root: Path) -> Iterable[tuple[str, Path]]:
 
 
 def file_sha256(path: Path) -> str:
-    """The file's SHA-256 in hex, or `MISSING` when it cannot be read."""
-    digest = hashlib.sha256()
+    """The file's SHA-256 in hex, or `MISSING` when it cannot be read (kept: see the module)."""
     try:
         with path.open("rb") as handle:
+            before = _identity(os.fstat(handle.fileno()))
+            with _kept_lock:
+                known = _kept.get(before)
+                if known is not None:
+                    _kept.move_to_end(before)
+                    return known
+            digest = hashlib.sha256()
             while block := handle.read(_BLOCK):
                 digest.update(block)
+            after = os.fstat(handle.fileno())
     except OSError:
         return MISSING
-    return digest.hexdigest()
+    hexdigest = digest.hexdigest()
+    settled = time.time() - max(after.st_mtime, after.st_ctime) >= SETTLED_S
+    if settled and _identity(after) == before:
+        with _kept_lock:
+            _kept[before] = hexdigest
+            while len(_kept) > KEPT_DIGESTS:
+                _kept.popitem(last=False)
+    return hexdigest
+
+
+def _identity(status: os.stat_result) -> _Identity:
+    """What changes when a file's bytes may have: device, inode, size, mtime and ctime (ns)."""
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns,
+            status.st_ctime_ns)
 
 
 @dataclass(frozen=True, kw_only=True)

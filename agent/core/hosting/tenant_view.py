@@ -43,7 +43,7 @@ from sqlalchemy.orm import Session
 
 from sbx.agent.core.hosting.store.db import Database
 from sbx.agent.core.hosting.store.models import EventRow, Run
-from sbx.tools.redact import Redactor
+from sbx.tools.redact import REDACTED, Redactor
 
 logger = logging.getLogger(__name__)
 
@@ -92,10 +92,10 @@ class TenantView:
         """A JSON-like value as a tenant may read it (an artifact's host `path` is dropped)."""
         if isinstance(value, str):
             return self.text(value)
-        if isinstance(value, Mapping):
-            redacted = self.redactor.redact({k: v for k, v in value.items()
-                                             if not (k == "path" and "name" in value)})
-            return {self.text(str(k)): self.value(v) for k, v in redacted.items()}
+        if isinstance(value, Mapping):  # one pass: each key and string is rewritten once
+            return {self.text(str(k)): REDACTED if self.redactor.secret_field(str(k))
+                    else self.value(v)
+                    for k, v in value.items() if not (k == "path" and "name" in value)}
         if isinstance(value, list | tuple):
             return [self.value(item) for item in value]
         return value
