@@ -91,6 +91,8 @@ def test_a_settled_file_is_hashed_once_and_again_when_it_changes(
     table.write_bytes(b"region,amount\neast,1\n")
     first = file_sha256(table)
     assert file_sha256(table) == first and len(hashed) == 1  # kept
+    os.link(table, tmp_path / "in-a-sandbox.csv")  # a link changes ctime, not the bytes
+    assert file_sha256(tmp_path / "in-a-sandbox.csv") == first and len(hashed) == 1
     replaced = tmp_path / "new.csv"
     replaced.write_bytes(b"region,amount\nwest,2\n")  # same size, another inode
     os.replace(replaced, table)

@@ -192,7 +192,8 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     count, questions = level.conversations, report.options.questions
     sides.llm.script([sides.model] * count * questions * 2)
     read_cpu = sides.server.cpu_s if side == "serve" else process_cpu_s
-    opening = Opening(count, wait=level.separated, calm=lambda: settle(*sides.reads.values()))
+    opening = Opening(count, wait=level.separated, calm=lambda: settle(*sides.reads.values()),
+                      process=read_cpu)
     ahead = _announce(report, side, sides, count) if report.options.announced else None
     took = sides.reads[side]()
     before = read_cpu(), host_busy_s()
@@ -213,7 +214,7 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     opened = after[1] if opening.at is None else opening.at
     calm = after[1] if opening.calm_at is None else opening.calm_at
     used = level.cpu_s[side]
-    used["process"] += after[0] - before[0]
+    used["process"] += after[0] - before[0] - opening.calm_process_s
     used["host"] += after[1] - before[1]
     used["opening"] += opened - before[1]
     used["after"] += after[1] - calm

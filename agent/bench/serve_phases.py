@@ -6,7 +6,8 @@
                     processes it runs, or this one's for the core)
     host_busy_s     CPU seconds the whole host was busy (the engine and containers too)
     Opening         the point every conversation of a phase passes after its first answer,
-                    where the host's CPU is read (what opening a conversation costs)
+                    where the host's CPU is read (what opening a conversation costs), and
+                    both pools refill while the bench polls them (not a question's CPU)
     http_phase      N concurrent conversations (one API key each), Q questions in turn;
                     each question: POST, then its Server-Sent Events until the run's end
     core_phase      the same N x Q through `App` / `Conversation` in this process
@@ -236,7 +237,8 @@ class Opening:
     """
 
     def __init__(self, count: int, *, wait: bool = True,
-                 calm: Callable[[], object] = lambda: None) -> None:
+                 calm: Callable[[], object] = lambda: None,
+                 process: Callable[[], float] = lambda: 0.0) -> None:
         self.wait = wait
         self.at: float | None = None
         """The host's busy CPU seconds when the last conversation passed (if `wait`)."""
@@ -244,13 +246,17 @@ class Opening:
         """The host's busy CPU seconds once `calm` returned (if `wait`)."""
         self.calm_t: float | None = None
         """`time.perf_counter()` once `calm` returned (if `wait`)."""
+        self.calm_process_s = 0.0
+        """CPU seconds of the side's process (`process`) while `calm` ran: no question's."""
         self._calm = calm
+        self._process = process
         self._barrier = threading.Barrier(count, action=self._mark, timeout=DEADLINE_S)
 
     def _mark(self) -> None:
-        self.at = host_busy_s()
+        self.at, process = host_busy_s(), self._process()
         self._calm()
         self.calm_at, self.calm_t = host_busy_s(), time.perf_counter()
+        self.calm_process_s = self._process() - process
 
     def passed(self) -> None:
         """Wait until every conversation of the phase has had its first answer (if `wait`)."""

@@ -8,7 +8,9 @@
 The CPU figures, and what each includes:
 
     process/q          the side's process (the server, or the bench's own for the
-                       core) over its phases, per question
+                       core) over its phases, per question, without the barrier
+                       after the first answers (its pool refilling, and the bench
+                       polling both pools: the server's `/metrics`)
     host/q             the whole host (engine, containers, other work on a shared
                        host too) over its phases, per question
     host/conv open     the host from a phase's start until every conversation has

@@ -7,12 +7,13 @@ code saw: a file given as `--data sales.csv` is `sales.csv`; a directory
 `--data shop/` gives `shop/orders.csv`, `shop/2024/items.csv`, ...
 
 Files are read in blocks (memory stays flat whatever their size), once: a
-digest is kept for the file's identity and state (device, inode, size,
-modification and change times), so a dataset that every run of a
-conversation records, and its notes check for staleness, is hashed again only
-when it changed. A file modified within `SETTLED_S` of being hashed is not
-kept (a second write in the same clock tick could leave its times unchanged:
-git's "racy" rule). Symlinks
+digest is kept for the file's identity and state (device, inode, size and
+modification time), so a dataset that every run of a conversation records,
+and its notes check for staleness, is hashed again only when it changed.
+The change time is not part of it: linking a dataset into a sandbox's `/data`
+changes it (git's `core.trustctime` off, for the same reason). A file
+modified within `SETTLED_S` of being hashed is not kept (a second write in
+the same clock tick could leave its time unchanged: git's "racy" rule). Symlinks
 and special files below a directory are not followed (the sandbox does not
 see a host link's target either); a directory's walk stops after
 `MAX_FILES` files, and the digests say so under `MORE_KEY`.
@@ -41,7 +42,7 @@ SETTLED_S = 2.0
 """A file last changed this recently when it was hashed is hashed again next time."""
 KEPT_DIGESTS = 4096
 """Most file digests kept (least recently used dropped first)."""
-_Identity = tuple[int, int, int, int, int]
+_Identity = tuple[int, int, int, int]
 _kept: OrderedDict[_Identity, str] = OrderedDict()
 _kept_lock = threading.Lock()
 
@@ -100,7 +101,7 @@ def file_sha256(path: Path) -> str:
     except OSError:
         return MISSING
     hexdigest = digest.hexdigest()
-    settled = time.time() - max(after.st_mtime, after.st_ctime) >= SETTLED_S
+    settled = time.time() - after.st_mtime >= SETTLED_S
     if settled and _identity(after) == before:
         with _kept_lock:
             _kept[before] = hexdigest
@@ -110,9 +111,8 @@ def file_sha256(path: Path) -> str:
 
 
 def _identity(status: os.stat_result) -> _Identity:
-    """What changes when a file's bytes may have: device, inode, size, mtime and ctime (ns)."""
-    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns,
-            status.st_ctime_ns)
+    """What changes when a file's bytes do: device, inode, size, modification time (ns)."""
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns
 
 
 @dataclass(frozen=True, kw_only=True)
