@@ -57,7 +57,7 @@ Hosting: many tenants' conversations on one replica, for every face that serves 
     LiveConversation, dataset_paths, limited, owned, Tenant, effective_quotas, tenant_of,
     NotAdopted, adopt, Upload, UploadHold, open_upload, format_of, safe_name, store_upload,
     upload_room, ServiceAdmission, UPLOAD_TOOL, WorkerSlot, Supervisor, worker_id,
-    announce_ready, listen_unix, EARLY_SIGNALS
+    announce_ready, listen_unix, EARLY_SIGNALS, freeze_heap
 
 Tool sessions for another agent (MCP, E2B): who calls, and what the host lets them do.
     Caller, SessionAdmission, SessionOpened, SessionRefused, FixedData
@@ -140,7 +140,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.outcomes": ("idle_reason", "loss_text", "outcome_of", "run_outcome"),
     "sbx.agent.core.hosting.host": ("Host", "ServeOptions", "DataPaths"),
     "sbx.agent.core.hosting.workers": ("WorkerSlot", "Supervisor", "worker_id", "announce_ready",
-        "listen_unix", "EARLY_SIGNALS"),
+        "listen_unix", "EARLY_SIGNALS", "freeze_heap"),
     "sbx.agent.core.hosting.observer": ("Observer", "Observers", "UNMATCHED_ROUTE",
         "notify_observer"),
     "sbx.agent.core.hosting.eventlog": ("EVENT_POLL_S", "public_event"),
@@ -255,7 +255,7 @@ __all__ = [
     "call_status", "check_data", "check_storage", "clear_variables", "configure_tracing",
     "create_key", "data_digests", "data_dir", "database_url", "dataset_paths", "dataset_user",
     "delete_runs", "describe_validation_error", "drop_namespace", "effective_quotas",
-    "export_transcript", "failed_outcome", "file_op", "find_transcript", "format_of",
+    "export_transcript", "failed_outcome", "file_op", "find_transcript", "format_of", "freeze_heap",
     "format_size", "hash_key", "idle_reason", "in_namespace", "index_data_files",
     "iter_audit_records", "key_info", "limited", "list_keys", "listen_unix", "load_config",
     "local_note_store", "lock_principal", "lookup_key", "loss_text", "metrics_team",
@@ -396,6 +396,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.hosting.workers import Supervisor as Supervisor
     from sbx.agent.core.hosting.workers import WorkerSlot as WorkerSlot
     from sbx.agent.core.hosting.workers import announce_ready as announce_ready
+    from sbx.agent.core.hosting.workers import freeze_heap as freeze_heap
     from sbx.agent.core.hosting.workers import listen_unix as listen_unix
     from sbx.agent.core.hosting.workers import worker_id as worker_id
     from sbx.agent.core.kept_sessions import Admitted as Admitted

@@ -31,6 +31,7 @@ from sbx.agent import (
     LimitRefused,
     PolicyError,
     SettingsError,
+    freeze_heap,
     load_config,
     os_principal,
     parse_duration,
@@ -98,6 +99,7 @@ def mcp_command(
             server = build_server(app, face)
         except SettingsError as exc:
             fail(str(exc), 2)
+        freeze_heap()  # a long-lived process: start-up's objects out of every collection
         anyio.run(_serve, server, app)
 
 

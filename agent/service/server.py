@@ -34,7 +34,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from sbx.agent import EARLY_SIGNALS
+from sbx.agent import EARLY_SIGNALS, freeze_heap
 from sbx.agent.service.app import create_app
 from sbx.agent.service.edge import (
     MAX_CONNECTIONS,
@@ -352,6 +352,7 @@ def serve_forever(service: Service, sock: socket.socket, *, grace_s: float,
         timeout_keep_alive=5, timeout_graceful_shutdown=int(grace_s) + SHUTDOWN_MARGIN_S,
         limit_concurrency=MAX_CONNECTIONS, h11_max_incomplete_event_size=64 * 1024,
     )
+    freeze_heap()  # start-up's objects (sbx, the framework, the store) out of every collection
     try:
         sockets = [sock] if private is None else [sock, private]
         DrainingServer(config, service=service, grace_s=grace_s).run(sockets=sockets)

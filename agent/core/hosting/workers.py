@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import shutil
@@ -248,6 +249,23 @@ def _become_worker() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:  # the parent died before the line above
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def freeze_heap() -> None:
+    """Keep what start-up built (modules, classes, the app) out of every later garbage collection.
+
+    A long-lived server's heap is about 270,000 tracked objects once sbx, the web
+    framework and the store are imported, and Python's full collection walks them all:
+    about 215 ms of CPU each time under the churn of questions (measured with
+    `gc.callbacks` in `sbx serve`); freezing them cut the server's CPU per question at
+    32 conversations from 47 to 32 ms (`sbx bench serve`). `gc.freeze()` moves them to
+    a generation no collection visits (CPython's documentation advises it before a
+    fork, so that workers also keep sharing those pages); start-up's garbage is
+    collected first, so it is not kept for ever. Objects made later are collected as
+    before.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def announce_ready(ready_fd: int) -> None:
