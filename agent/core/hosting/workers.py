@@ -257,8 +257,8 @@ def freeze_heap() -> None:
     A long-lived server's heap is about 270,000 tracked objects once sbx, the web
     framework and the store are imported, and Python's full collection walks them all:
     about 215 ms of CPU each time under the churn of questions (measured with
-    `gc.callbacks` in `sbx serve`); freezing them cut the server's CPU per question at
-    32 conversations from 47 to 32 ms (`sbx bench serve`). `gc.freeze()` moves them to
+    `gc.callbacks` in `sbx serve`); freezing them cut the server's CPU for a later
+    question of a long conversation from 41-44 to 30 ms. `gc.freeze()` moves them to
     a generation no collection visits (CPython's documentation advises it before a
     fork, so that workers also keep sharing those pages); start-up's garbage is
     collected first, so it is not kept for ever. Objects made later are collected as
