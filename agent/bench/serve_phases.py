@@ -43,6 +43,7 @@ from sbx.agent.core.conversation import ConversationSpec
 from sbx.agent.core.settings import Endpoint
 from sbx.agent.testing.scripted_model import Reply, ScriptedCall, ScriptedRequest
 from sbx.sandbox.bench.first_question import CSV_ROWS
+from sbx.sandbox.bench.host import process_cpu_ticks
 
 FAKE_KEY = "sk-bench-SCRIPTED0123456789abcdefghij"
 MODEL = "scripted"
@@ -187,13 +188,10 @@ def process_cpu_s(pid: int | None = None) -> float:
         return usage.ru_utime + usage.ru_stime
     ticks = 0
     for index, member in enumerate(process_tree(pid)):
-        try:
-            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+        try:  # the root's reaped children too (a worker that exited)
+            ticks += process_cpu_ticks(Path(f"/proc/{member}/stat"), reaped=index == 0)
         except OSError:
             continue  # exited since it was listed: its parent's reaped figures hold it
-        ticks += int(fields[11]) + int(fields[12])
-        if index == 0:  # children reaped by the root (a worker that exited)
-            ticks += int(fields[13]) + int(fields[14])
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

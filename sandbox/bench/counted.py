@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sbx.sandbox.accounting import CGROUP_ROOT
+from sbx.sandbox.bench.host import process_cpu_ticks
 from sbx.sandbox.engine import Engine
 
 DAEMONS = ("dockerd", "containerd")
@@ -91,16 +92,14 @@ class CountedEngine(Engine):
 
 def daemon_cpu_seconds(proc: Path = Path("/proc")) -> float:
     """CPU seconds (user + system) the engine's daemons (`DAEMONS`) have used; 0 if unseen."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
+    ticks = 0
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
             if (entry / "comm").read_text().strip() not in DAEMONS:
                 continue
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            ticks += process_cpu_ticks(entry / "stat")
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    return ticks / os.sysconf("SC_CLK_TCK")
