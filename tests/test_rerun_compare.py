@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,8 +88,13 @@ def test_a_settled_file_is_hashed_once_and_again_when_it_changes(
     """The digest is kept for the file's identity: a new inode, size or time is hashed anew."""
     monkeypatch.setattr(data, "SETTLED_S", 0.0)
     hashed: list[int] = []
-    real = data.hashlib.sha256
-    monkeypatch.setattr(data.hashlib, "sha256", lambda: hashed.append(1) or real())
+    real = hashlib.file_digest
+
+    def counted(handle: io.BufferedReader, name: str) -> Any:
+        hashed.append(1)
+        return real(handle, name)
+
+    monkeypatch.setattr(hashlib, "file_digest", counted)
     table = tmp_path / "sales.csv"
     table.write_bytes(b"region,amount\neast,1\n")
     first = file_sha256(table)

@@ -37,7 +37,6 @@ MORE_KEY = "…"
 """The key that marks a directory walk cut at `MAX_FILES` (its value: the directory)."""
 MISSING = "missing"
 """The digest recorded for a data path that cannot be read."""
-_BLOCK = 1 << 20
 SETTLED_S = 2.0
 """A file last changed this recently when it was hashed is hashed again next time."""
 KEPT_DIGESTS = 4096
@@ -94,13 +93,10 @@ def file_sha256(path: Path) -> str:
                 if known is not None:
                     _kept.move_to_end(before)
                     return known
-            digest = hashlib.sha256()
-            while block := handle.read(_BLOCK):
-                digest.update(block)
+            hexdigest = hashlib.file_digest(handle, "sha256").hexdigest()
             after = os.fstat(handle.fileno())
     except OSError:
         return MISSING
-    hexdigest = digest.hexdigest()
     settled = time.time() - after.st_mtime >= SETTLED_S
     if settled and _identity(after) == before:
         with _kept_lock:
