@@ -259,10 +259,10 @@ def freeze_heap() -> None:
     about 215 ms of CPU each time under the churn of questions (measured with
     `gc.callbacks` in `sbx serve`); freezing them cut the server's CPU for a later
     question of a long conversation from 41-44 to 30 ms. `gc.freeze()` moves them to
-    a generation no collection visits (CPython's documentation advises it before a
-    fork, so that workers also keep sharing those pages); start-up's garbage is
-    collected first, so it is not kept for ever. Objects made later are collected as
-    before.
+    a generation no collection visits; start-up's garbage is collected first, so it is
+    not kept for ever. Objects made later are collected as before. Each worker of
+    `--workers N` freezes its own heap once it has built its service (after the fork:
+    this is about collections' CPU, not about sharing pages with the parent).
     """
     gc.collect()
     gc.freeze()
