@@ -15,7 +15,8 @@ Three kinds of process, so that model-written code can never speak the protocol:
   budget the host sets.
 * The **zygote** is forked from the supervisor before anything else and
   imports the modules listed in PREIMPORT_LIST (the image recipe's
-  `images/preimport.txt`: numpy and pandas, what a first question needs), once
+  `images/preimport.txt`: numpy and pandas, what a first question needs), and
+  in a restore-ready container the ones the host names in SBX_PREIMPORT_MORE, once
   per container. It then only forks kernels when the supervisor asks, so every
   kernel starts with the data stack already imported, and a reset (timeout,
   OOM kill) forks a fresh copy of that clean state: module attributes a
@@ -1567,7 +1568,7 @@ def zygote_main(control: int, separated: bool) -> None:
         if separated:
             set_capabilities(ZYGOTE_CAPS)
         set_process_name(b"sbx-zygote")
-        preimport(read_preimport_list(PREIMPORT_LIST), separated)
+        preimport(read_preimport_list(PREIMPORT_LIST) + more_preimports(), separated)
         prime_malloc()
         _prctl_checked(PR_SET_DUMPABLE, 0)
         if _libc().prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
@@ -1595,6 +1596,16 @@ def read_preimport_list(path: str) -> list[str]:
     except OSError:
         return []
     names = [line.split("#", 1)[0].strip() for line in lines]
+    return [name for name in names if MODULE_NAME.fullmatch(name)][:MAX_PREIMPORTS]
+
+
+def more_preimports() -> list[str]:
+    """Modules the host asked for past the image's list (SBX_PREIMPORT_MORE, comma-separated).
+
+    The restore-ready containers' libraries (scikit-learn, pyplot): module names
+    only, at most MAX_PREIMPORTS; anything else in the variable is ignored.
+    """
+    names = os.environ.get("SBX_PREIMPORT_MORE", "")[: 1 << 12].split(",")
     return [name for name in names if MODULE_NAME.fullmatch(name)][:MAX_PREIMPORTS]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,12 @@ class DataMount:
     """Where it appears: `/data/<name>` (or `/data` itself for a per-container directory)."""
 
 
-def container_environment(limits: Limits, *, preimport: bool = False) -> dict[str, str]:
+def container_environment(limits: Limits, *, preimport: bool = False,
+                          also_import: tuple[str, ...] = ()) -> dict[str, str]:
     """The container's whole environment: ours only, nothing inherited from the host.
 
-    `SBX_PREIMPORT` tells the runner whether its zygote imports the data stack.
+    `SBX_PREIMPORT` tells the runner whether its zygote imports the data stack, and
+    `SBX_PREIMPORT_MORE` which modules past it (comma-separated, module names only).
     """
     threads = str(max(1, math.ceil(limits.cpus)))
     return {
@@ -72,7 +75,17 @@ def container_environment(limits: Limits, *, preimport: bool = False) -> dict[st
         "MKL_NUM_THREADS": threads,
         "SBX_SANDBOX": "1",
         "SBX_PREIMPORT": "1" if preimport else "0",
+        "SBX_PREIMPORT_MORE": ",".join(module_names(also_import)) if preimport else "",
     }
+
+
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+"""A dotted module name and nothing else (the runner checks the same again)."""
+
+
+def module_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """`names` that are dotted module names, in order: what a container may be told to import."""
+    return tuple(name for name in names if MODULE_NAME.fullmatch(name))
 
 
 def seccomp_profile(choice: str) -> str:
@@ -159,12 +172,14 @@ def container_config(
     data: tuple[DataMount, ...] = (),
     owner: str = "",
     preimport: bool = False,
+    also_import: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Keyword arguments for the engine's create call: every hardening default in one place.
 
     `owner` (`host:pid` of the creating process) lets `sbx gc` tell orphans
     from containers a live process still uses; `preimport` (the warm pool's
-    containers) has the runner import the data stack at start. Returns a dict with the
+    containers) has the runner import the data stack at start, and `also_import` past it
+    (the restore-ready containers). Returns a dict with the
     container-level keys and a `host_config` dict
     (the keyword arguments of `APIClient.create_host_config`).
     """
@@ -204,7 +219,8 @@ def container_config(
         "user": CONTAINER_USER,
         "working_dir": "/work",
         "hostname": "sandbox",
-        "environment": container_environment(limits, preimport=preimport),
+        "environment": container_environment(limits, preimport=preimport,
+                                             also_import=also_import),
         "labels": {
             MANAGED_LABEL: "true",
             RUN_ID_LABEL: run_id,

@@ -8,10 +8,11 @@ removed in the background (`Reaper`): nothing a program leaves behind (files,
 processes, variables) can reach the next run, because there is no next run.
 
 The pool is keyed by everything that shapes a container (`PoolKey`: image and `Limits`,
-the runtime included). Only keys named with `warm()` are kept filled: to `config.size`,
-or, with `config.max_size`, to a target that follows demand (`sandbox.pool_demand`:
-leases taken lately and sessions announced with `expect()`, within the memory budget and
-the host's caps), removing idle containers above it when demand falls. A request for a
+the runtime included, and the modules imported past the data stack). Only keys named with
+`warm()` are kept filled: to `config.size`, or, with `config.max_size`, to a target that
+follows demand (`sandbox.pool_demand`: leases taken lately and sessions announced with
+`expect()`, within the memory budget and the host's caps), removing idle containers above
+it when demand falls; a key named with `keep()` holds the count its caller sets. A request for a
 warmed key with no idle container waits for a build already in flight only if no earlier
 waiter has claimed it (it is further along than a new create); otherwise, and for any
 other key, it gets a container created on the spot. Builds run on the pool's own
@@ -116,6 +117,24 @@ class Pool(Closing):
             self._slot(key)
             self._wake.notify()
 
+    def keep(self, key: PoolKey, count: int) -> None:
+        """Keep exactly `count` containers of `key` ready from now on, whatever the demand.
+
+        For a kind of container only some callers want, as many as they may come
+        back for (the restore-ready containers); 0 removes the idle ones. The image is
+        checked when the key is first kept, not at every change of the count.
+        """
+        with self._wake:
+            known = key in self._slots
+        if not known:
+            self.engine.require_image(key.image)
+            self.engine.require_runtime(key.limits.runtime)
+        with self._wake:
+            slot = self._slot(key)
+            if slot.kept != max(0, count):
+                slot.kept = max(0, count)
+                self._wake.notify()
+
     def expect(self, key: PoolKey, sessions: int) -> None:
         """Announce `sessions` coming for a warmed key (replaces the last figure; demand sizing).
 
@@ -138,7 +157,7 @@ class Pool(Closing):
         host-wide cap stays full past `SBX_HOST_WAIT`.
         """
         spec = (spec or SessionSpec()).resolved()
-        key = PoolKey(image=spec.image, limits=spec.limits)
+        key = PoolKey(image=spec.image, limits=spec.limits, also_import=spec.also_import)
         output_dir = spec.output_dir or DEFAULT_OUTPUT_ROOT / str(spec.run_id)
         check_output_dir(output_dir)  # a warm session must not adopt an unusable directory
         mounts = data_mounts(list(spec.data))
@@ -366,6 +385,7 @@ class Pool(Closing):
             mode=POOL_MODE,
             output_dir=DEFAULT_OUTPUT_ROOT / pool_id,
             preimport=True,  # off the caller's path: the first cell finds the stack loaded
+            also_import=key.also_import,
         )
         session = self._new_session(spec, lease=lease, data_root=self.data_root)
         try:

@@ -24,6 +24,8 @@ class PoolKey:
     """Image reference, as given to the engine."""
     limits: Limits = field(default_factory=Limits)
     """Every limit, the runtime and the network mode included."""
+    also_import: tuple[str, ...] = ()
+    """Modules its containers import past the data stack (`SessionSpec.also_import`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,3 +126,5 @@ class KeySlot:
     backoff: float = 0.0
     starved: bool = False
     """The last refill found no room under the host cap (or a queue ahead of it)."""
+    kept: int | None = None
+    """A count set with `Pool.keep`: the target, whatever the demand (None: sized as above)."""

@@ -28,7 +28,8 @@ def retarget(
 ) -> list[LeasedSession]:
     """Set each slot's target; take out the idle containers above it (call under the pool's lock).
 
-    With `max_size` 0 the target is the fixed `size`, as before demand sizing.
+    A key given a count with `Pool.keep` aims at that count (within the host's sandbox
+    cap); otherwise, with `max_size` 0 the target is the fixed `size`, as before demand sizing.
     The memory budget is shared: a key's room is what the other keys' idle and
     building containers leave of it. The caller closes what is returned (off
     the lock); each counts in `stats.trimmed`.
@@ -37,18 +38,20 @@ def retarget(
     held = {key: (len(slot.idle) + slot.building) * key.limits.memory
             for key, slot in slots.items()}
     for key, slot in slots.items():
-        if config.max_size <= 0:
+        if slot.kept is not None:
+            slot.target = min(slot.kept, caps.sandboxes)
+        elif config.max_size <= 0:
             slot.target = config.size
-            continue
-        slot.target = pool_target(
-            Demand(arrivals_per_min=slot.rate.per_minute(now), expected=slot.expected),
-            SizingCaps(
-                min_size=config.size, max_size=config.max_size, window_s=config.window_s,
-                memory_budget=config.memory_budget,
-                memory_held=sum(held.values()) - held[key], need_memory=key.limits.memory,
-                host_sandboxes=caps.sandboxes, host_memory=caps.memory,
-            ),
-        )
+        else:
+            slot.target = pool_target(
+                Demand(arrivals_per_min=slot.rate.per_minute(now), expected=slot.expected),
+                SizingCaps(
+                    min_size=config.size, max_size=config.max_size, window_s=config.window_s,
+                    memory_budget=config.memory_budget,
+                    memory_held=sum(held.values()) - held[key], need_memory=key.limits.memory,
+                    host_sandboxes=caps.sandboxes, host_memory=caps.memory,
+                ),
+            )
         while slot.idle and len(slot.idle) + slot.building > slot.target:
             trim.append(slot.idle.popleft().session)
             held[key] -= key.limits.memory

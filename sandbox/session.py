@@ -137,6 +137,7 @@ class Session(Closing):
             data=self.mounts,
             owner=owner_tag(),
             preimport=self.spec.preimport,
+            also_import=self.spec.also_import,
         )
         self._created_at = time.time()
         self.container_id = self.engine.create(config)

@@ -44,6 +44,9 @@ class SessionSpec:
     the first cell finds it loaded. The warm pool's containers do, off the caller's path; a
     container created for a caller does not, since that would put the import (about 0.9 s
     of CPU here) on its path whether or not the code needs the stack."""
+    also_import: tuple[str, ...] = ()
+    """Modules a preimporting container imports past the data stack: the restore-ready
+    containers' (`[restore] preimport`), for a conversation whose snapshot had them loaded."""
 
     def resolved(self) -> SessionSpec:
         """The same spec with its run id and output directory chosen."""

@@ -10,6 +10,7 @@ variable or a patched module of one interpreter never shows in the next.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,23 @@ def test_no_state_of_one_pooled_session_reaches_the_next(engine: Engine, tmp_pat
         with pool.session(spec) as second:
             assert second.run(LOADED).stdout == "True []\n"
             assert second.run(STATE).stdout == "False False False\n"
+
+
+def test_a_restore_ready_container_imports_the_modules_the_host_names_too(
+    engine: Engine, runtime: str, tmp_path: Path
+) -> None:
+    """`also_import` (the restore-ready containers') is imported past the data stack; a
+    name that is not a module name never reaches the runner, one that fails is skipped."""
+    spec = SessionSpec(limits=Limits(timeout="20s", runtime=runtime), image=TEST_IMAGE,
+                       output_dir=tmp_path, preimport=True,
+                       also_import=("colorsys", "wave; import os", "no_such_module_here"))
+    with Session.open(spec, engine=engine) as s:
+        loaded = s.run("import sys\nprint([m for m in ('pandas', 'colorsys', 'wave') "
+                       "if m in sys.modules])")
+        assert loaded.stdout == "['pandas', 'colorsys']\n"
+    plain = replace(spec, preimport=False)
+    with Session.open(plain, engine=engine) as s:  # created for a caller: nothing ahead
+        assert s.run("import sys\nprint('colorsys' in sys.modules)").stdout == "False\n"
 
 
 def test_a_small_container_imports_nothing_before_the_first_question(

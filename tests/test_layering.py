@@ -26,7 +26,7 @@ APPLICATION_LAYER = {
     "agent/core/app.py", "agent/core/config.py", "agent/core/conversation.py",
     "agent/core/workspace.py", "agent/core/run_recorder.py", "agent/core/artifacts.py",
     "agent/core/limits_request.py", "agent/core/execute_program.py", "agent/core/tool_session.py",
-    "agent/core/kept_sessions.py",
+    "agent/core/kept_sessions.py", "agent/core/restore_ready.py",
 }
 FACES = ("agent/cli/", "agent/mcp/", "agent/service/", "agent/e2b/")
 SANDBOX_VALUE_TYPES = (

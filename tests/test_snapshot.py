@@ -21,6 +21,7 @@ from sbx.agent.core.app import App
 from sbx.agent.core.config import AppConfig, RestoreSettings, load_config
 from sbx.agent.core.conversation import Conversation, ConversationSpec
 from sbx.agent.core.settings import Endpoint
+from sbx.agent.core.snapshot import loaded_of
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from scripted_llm import FAKE_KEY
 from tools_support import records
@@ -190,3 +191,62 @@ def test_a_reset_forgets_the_snapshot(llm, tmp_path, engine):
         assert snapshot is not None and snapshot.path.exists()
         conversation.reset()
         assert conversation.workspace.snapshot is None and not snapshot.path.exists()
+
+
+def _named(app: App, llm, tmp_path: Path, name: str) -> Conversation:
+    spec = ConversationSpec(principal="os:analyst", output_root=tmp_path / name)
+    endpoint = Endpoint(base_url=llm.base_url, api_key=FAKE_KEY, model="scripted")
+    return app.conversation(spec, endpoint=endpoint, transcript=tmp_path / f"{name}.jsonl")
+
+
+LOADS = "import colorsys\ndel colorsys\nvalue = 7\nprint(value)"
+"""A library of `[restore] preimport` imported, yet no value of it held: only a restore-ready
+container can have it loaded after the restore (the load imports nothing of it)."""
+LOADED = "import sys\nprint('colorsys' in sys.modules, value)"
+
+
+@pytest.mark.docker
+def test_a_restore_takes_a_container_with_the_libraries_its_conversation_had_loaded(
+        llm, tmp_path, engine):
+    config = _config(preimport=("colorsys",), ready=1)
+    with App.open(config, environ={}, audit_log=tmp_path / "audit.jsonl",
+                  image=TEST_IMAGE) as app, _named(app, llm, tmp_path, "a") as a, \
+            _named(app, llm, tmp_path, "b") as b, _named(app, llm, tmp_path, "c") as c:
+        pool, ready = app.pool, app.restore_ready
+        assert pool is not None
+        _ask(b, llm, LOADS.replace("import colorsys\ndel colorsys\n", ""))
+        assert b.workspace.discard_if_idle(0.0)
+        assert b.workspace.snapshot is not None and b.workspace.snapshot.loaded == ()
+        assert ready.waiting == 0 and pool.idle(ready.key) == 0  # nothing kept for b
+
+        for conversation in (a, c):
+            _ask(conversation, llm, LOADS)
+            assert conversation.workspace.discard_if_idle(0.0)
+        assert a.workspace.snapshot is not None and a.workspace.snapshot.loaded == ("colorsys",)
+        assert ready.waiting == 2
+        assert pool.wait_warm(ready.key, 1) and pool.settle(ready.key)
+        assert pool.idle(ready.key) == 1  # two wait, `ready` caps what is kept at one
+
+        answer = _ask(a, llm, LOADED)
+        assert ready.waiting == 1 and pool.wait_warm(ready.key, 1)  # refilled for c
+        plain = _ask(b, llm, LOADED)
+        c.reset()  # forgets its snapshot: nobody waits, nothing is kept
+        assert ready.waiting == 0 and pool.wait_shrunk(ready.key, 0)
+
+    assert answer.startswith("[stdout]\nTrue 7\n"), answer
+    assert plain.startswith("[stdout]\nFalse 7\n"), plain
+    for name in ("a", "b"):
+        [event] = _restored_in(tmp_path / f"{name}.jsonl")
+        assert (event["from_snapshot"], event["replayed"]) == (1, 0)
+
+
+def _restored_in(transcript: Path) -> list[dict[str, Any]]:
+    events = [json.loads(line) for line in transcript.read_text().splitlines()]
+    return [e for e in events if e["type"] == "state_restored"]
+
+
+def test_a_dump_report_names_only_modules_the_host_asked_about() -> None:
+    """The report comes from the sandbox: what it claims loaded never adds a module."""
+    report = {"loaded": ["os", "colorsys", 3, "sklearn.ensemble"]}
+    assert loaded_of(report, ("colorsys", "wave")) == ("colorsys",)
+    assert loaded_of({"loaded": "colorsys"}, ("colorsys",)) == ()

@@ -12,8 +12,11 @@ Two figures, with the scripted model and the real sandbox:
   first answer after a snapshot restore at most `SNAPSHOT_VS_LIVE` times a
   live one and at most `SNAPSHOT_VS_REPLAY` times a full replay's. This
   machine's noise is large: the figures are for the reader, never a test.
-  One warm container is kept (a pool of 1), so a restore, like a new
-  conversation, takes a started one with the data stack imported;
+  One warm container is kept (a pool of 1), so a new conversation takes a
+  started one with the data stack imported, and the snapshot restore takes a
+  restore-ready one (`[restore] ready`: scikit-learn and pyplot imported too,
+  since the conversation had them loaded), built while the user was away: the
+  bench waits for the pool to settle before it asks;
 - memory held by `idle` conversations that loaded the data stack, read from
   each container's cgroup on this host: all held (no early release), then
   after every one is released (restore brings their state back on demand).
@@ -190,6 +193,7 @@ def _round(app: App, llm: ScriptedLLM, endpoint: Endpoint, directory: Path,
             _ask(conversation, llm, code)
         report.live_s.append(_ask(conversation, llm, USE))
         conversation.workspace.discard_if_idle(0.0, reason="the bench released it")
+        _pause(app)
         report.snapshot_s.append(_ask(conversation, llm, USE))
         event = _last_restore(conversation)
         report.from_snapshot, report.replayed = event.from_snapshot, event.replayed
@@ -198,6 +202,19 @@ def _round(app: App, llm: ScriptedLLM, endpoint: Endpoint, directory: Path,
         report.restored_s.append(_ask(conversation, llm, USE))
     with _open(app, endpoint, directory / "cold") as conversation:
         report.cold_s.append(_ask(conversation, llm, "\n".join([*cells(report.cells), USE])))
+
+
+def _pause(app: App) -> None:
+    """What a user back from a pause finds: the pool refilled, a restore-ready container built.
+
+    The idle release comes after minutes without a question (`[service] idle_timeout`);
+    asking the moment after it would time the container's build instead of the restore.
+    """
+    if app.pool is None:
+        return
+    app.pool.settle(app.warm_key)
+    if app.restore_ready.waiting:
+        app.pool.settle(app.restore_ready.key)
 
 
 def _last_restore(conversation: Conversation) -> StateRestored:

@@ -47,6 +47,7 @@ from sbx.agent.core.execute_program import ProgramRun, ProgramSpec, run_program
 from sbx.agent.core.history import RecordedConversation
 from sbx.agent.core.limits_request import LimitsRequest
 from sbx.agent.core.rerun import ExecutionCheck, RerunReport, rerun_in, rerun_plan
+from sbx.agent.core.restore_ready import RestoreReady
 from sbx.agent.core.resume import Resumable
 from sbx.agent.core.run_recorder import NoRecorder, RunRecorder
 from sbx.agent.core.settings import Endpoint
@@ -107,6 +108,11 @@ class App(Closing):
         self.image = image
         self.warm_key = PoolKey(image=image, limits=config.limits)
         """The containers the pool keeps warm: the policy's own limits (`[pool]`)."""
+        restore = config.restore
+        self.restore_ready = RestoreReady(
+            pool, image=image, limits=config.limits, modules=restore.preimport,
+            most=restore.ready if restore.enabled and restore.snapshot_bytes else 0)
+        """The restore-ready containers kept for released conversations (`[restore] ready`)."""
 
     @classmethod
     def open(
@@ -360,7 +366,7 @@ class App(Closing):
         model = ModelClient.connect(endpoint, config.settings)
         return Conversation(
             spec=spec, config=config, model=model, audit=self.audit, transcript=record,
-            pool=self.pool, image=self.image,
+            pool=self.pool, image=self.image, ready=self.restore_ready,
         )
 
     def close(self) -> None:

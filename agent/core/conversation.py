@@ -48,6 +48,7 @@ from sbx.agent.core.restore import (
     restore_note,
     restore_workspace,
 )
+from sbx.agent.core.restore_ready import RestoreReady
 from sbx.agent.core.run_recorder import NoRecorder, RunRecorder, RunTicket, recorded, result_outcome
 from sbx.agent.core.state import RunResult, SandboxUsage
 from sbx.agent.core.transcript import Transcript
@@ -88,6 +89,7 @@ class Conversation(Closing):
         transcript: Transcript,
         pool: Pool | None,
         image: str,
+        ready: RestoreReady | None = None,
     ) -> None:
         self.id = spec.conversation_id or new_conversation_id()
         self.spec = spec
@@ -97,7 +99,7 @@ class Conversation(Closing):
         self.transcript = transcript
         self.workspace = Workspace(
             spec=replace(spec, conversation_id=self.id), config=config, audit=audit, pool=pool,
-            image=image,
+            image=image, ready=ready,
         )
         self.workspace.held_cells = partial(held_cells, transcript.path, config.restore)
         self._messages: list[dict[str, Any]] = []

@@ -72,6 +72,9 @@ class Snapshot:
     """Variables it could not pickle: the cells that assign them are replayed."""
     usage: SandboxUsage = field(default_factory=SandboxUsage)
     """What taking it used in the sandbox: charged to the run that restores from it."""
+    loaded: tuple[str, ...] = ()
+    """The modules of `[restore] preimport` whose package the conversation had imported (the
+    dump's report, each checked against that list): its restore wants them ready."""
 
 
 def cell(action: str, **arguments: object) -> str:
@@ -81,9 +84,12 @@ def cell(action: str, **arguments: object) -> str:
             f"{{'__name__': 'sbx_snapshot', 'NAMESPACE': globals(), 'ARGS': {args!r}}})")
 
 
-def dump_cell(limit: int) -> str:
-    """The cell that writes the snapshot to `/output/DUMP_NAME`, or nothing past `limit` bytes."""
-    return cell("dump", limit=limit, target=f"/output/{DUMP_NAME}")
+def dump_cell(limit: int, modules: tuple[str, ...] = ()) -> str:
+    """The cell that writes the snapshot to `/output/DUMP_NAME`, or nothing past `limit` bytes.
+
+    Its report also says which of `modules` have their package imported in the kernel.
+    """
+    return cell("dump", limit=limit, target=f"/output/{DUMP_NAME}", modules=list(modules))
 
 
 def load_cell(snapshot: Snapshot) -> str:
@@ -101,6 +107,14 @@ def report_of(stdout: str) -> dict[str, Any] | None:
                 return None
             return value if isinstance(value, dict) else None
     return None
+
+
+def loaded_of(report: dict[str, Any], modules: tuple[str, ...]) -> tuple[str, ...]:
+    """The report's loaded modules that are among `modules` (what the host asked about)."""
+    names = report.get("loaded")
+    if not isinstance(names, list):
+        return ()
+    return tuple(name for name in modules if name in names[:len(modules)])
 
 
 def unheld_of(report: dict[str, Any]) -> tuple[str, ...]:
@@ -136,23 +150,26 @@ class Dumping(Protocol):
 
 
 def take(session: Dumping, into: Path, *, principal: str, cells: tuple[str, ...],
-         limit: int) -> Snapshot | str:
+         limit: int, modules: tuple[str, ...] = ()) -> Snapshot | str:
     """Run the dump cell in `session` and keep its file in `into`; the snapshot, or why not.
 
     The cell's output goes to an incoming directory beside `into`, so it is neither
-    the run's artifact nor counted in the session's artifact bytes.
+    the run's artifact nor counted in the session's artifact bytes. `modules`: the ones
+    to report as loaded (`Snapshot.loaded`).
     """
     incoming = into.parent / f"incoming-{secrets.token_hex(4)}"
     output, written = session.output_dir, session.artifact_bytes
     session.output_dir = incoming
     try:
-        result = session.run(dump_cell(limit), timeout=DUMP_TIMEOUT_S, show_values=False)
+        result = session.run(dump_cell(limit, modules), timeout=DUMP_TIMEOUT_S,
+                             show_values=False)
     finally:
         session.output_dir, session.artifact_bytes = output, written
     usage = SandboxUsage()
     usage.add(result.duration_s, result.cpu_seconds, result.peak_memory_bytes)
     dumped = Dumped(ok=result.ok, stdout=result.stdout, file=incoming / DUMP_NAME, usage=usage)
-    snapshot, why = settle(dumped, into, principal=principal, cells=cells, limit=limit)
+    snapshot, why = settle(dumped, into, principal=principal, cells=cells, limit=limit,
+                           modules=modules)
     return snapshot if snapshot is not None else why
 
 
@@ -169,7 +186,7 @@ class Dumped:
 
 
 def settle(dumped: Dumped, into: Path, *, principal: str, cells: tuple[str, ...],
-           limit: int) -> tuple[Snapshot | None, str]:
+           limit: int, modules: tuple[str, ...] = ()) -> tuple[Snapshot | None, str]:
     """Keep a dump's file as the workspace's snapshot (in `into`), or say why not."""
     report = report_of(dumped.stdout) if dumped.ok else None
     try:
@@ -186,7 +203,8 @@ def settle(dumped: Dumped, into: Path, *, principal: str, cells: tuple[str, ...]
         os.replace(dumped.file, target)
         target.chmod(0o444)
         return Snapshot(principal=principal, path=target, sha256=digest, size=size, cells=cells,
-                        unheld=unheld_of(report), usage=dumped.usage), ""
+                        unheld=unheld_of(report), usage=dumped.usage,
+                        loaded=loaded_of(report, modules)), ""
     finally:
         shutil.rmtree(dumped.file.parent, ignore_errors=True)
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from sbx.agent.core.config import AppConfig
 from sbx.agent.core.notes import NoteStore, notes_for
 from sbx.agent.core.outcomes import LossCause, execution_loss, idle_reason, loss_text
+from sbx.agent.core.restore_ready import RestoreReady
 from sbx.agent.core.run_recorder import RunKind, RunTicket, new_run_id
 from sbx.agent.core.settings import SettingsError
 from sbx.agent.core.snapshot import STATE_DIR, Snapshot, take
@@ -124,6 +125,7 @@ class Workspace(Closing):
         pool: Pool | None,
         image: str,
         extra_tools: tuple[Tool, ...] = (),
+        ready: RestoreReady | None = None,
     ) -> None:
         self.spec = spec
         self.owner_id = spec.conversation_id or "unnamed"
@@ -133,6 +135,8 @@ class Workspace(Closing):
         self.image = image
         self._pool = pool
         self._extra_tools = extra_tools
+        self._ready = ready if ready is not None and ready.serves(image, config.limits) else None
+        """The restore-ready containers, when this workspace's sandboxes can be one."""
         self._session: Session | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -337,6 +341,8 @@ class Workspace(Closing):
                     drop.remove()
             self._drop = self._state = None
             self.snapshot = None
+            if self._ready is not None:
+                self._ready.back(self.owner_id)
 
     def forget_snapshot(self) -> None:
         """Drop the snapshot (the conversation was reset: nothing before it is restored)."""
@@ -344,6 +350,8 @@ class Workspace(Closing):
             snapshot, self.snapshot = self.snapshot, None
         if snapshot is not None:
             snapshot.path.unlink(missing_ok=True)
+        if self._ready is not None:
+            self._ready.back(self.owner_id)
 
     def _take_snapshot(self, session: Session) -> None:
         """Under the lock, before an idle release: the state by value, or the reason logged."""
@@ -353,15 +361,19 @@ class Workspace(Closing):
             return
         if self._state is None:
             self._state = DropDir.create(self._pool.data_root, STATE_DIR)
+        ready = self._ready
         try:
             taken = take(session, self._state.path, principal=self.spec.principal, cells=cells,
-                         limit=min(settings.snapshot_bytes, self.config.limits.max_artifact_bytes))
+                         limit=min(settings.snapshot_bytes, self.config.limits.max_artifact_bytes),
+                         modules=ready.key.also_import if ready is not None else ())
         except SandboxError as exc:
             taken = str(exc)
         if isinstance(taken, str):  # an earlier snapshot, if any, still holds its cells
             logger.info("no snapshot of %s: %s", self.owner_id, taken)
-        else:
-            self.snapshot = taken
+            return
+        self.snapshot = taken
+        if ready is not None and ready.wanted(taken.loaded):
+            ready.released(self.owner_id)
 
     def _data(self) -> tuple[Path, ...]:
         """The data paths of every sandbox: the caller's, then the query drop (if any)."""
@@ -383,15 +395,23 @@ class Workspace(Closing):
             if self._session is None:
                 if self._drop is None and self._wants_drop():
                     self._drop = DropDir.create(self._pool.data_root, QUERY_DIR)
-                self._session = self._pool.session(
-                    SessionSpec(
-                        limits=self.config.limits,
-                        image=self.image,
-                        data=(*self._data(), *([self._state.path] if self._state else [])),
-                        output_dir=output or self.output_dir(run_id),
-                        run_id=run_id,
+                ready = self._ready
+                wants = (ready is not None and self.snapshot is not None
+                         and ready.wanted(self.snapshot.loaded))
+                try:
+                    self._session = self._pool.session(
+                        SessionSpec(
+                            limits=self.config.limits,
+                            image=self.image,
+                            data=(*self._data(), *([self._state.path] if self._state else [])),
+                            output_dir=output or self.output_dir(run_id),
+                            run_id=run_id,
+                            also_import=ready.key.also_import if ready and wants else (),
+                        )
                     )
-                )
+                finally:  # after the take: the count must not drop while it waits
+                    if ready is not None and wants:
+                        ready.back(self.owner_id)
             self._session.output_dir = output or self.output_dir(run_id)
             self.used = True
             return self._session
