@@ -53,7 +53,7 @@ from sbx.sandbox.live_output import OutputCallback
 from sbx.sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats, WarmEntry
 from sbx.sandbox.pool_demand import ArrivalRate
 from sbx.sandbox.pool_session import LeasedSession, Reaper
-from sbx.sandbox.pool_slots import refill_held, retarget, take_idle
+from sbx.sandbox.pool_slots import pause, refill_held, retarget, take_idle
 from sbx.sandbox.result import ExecutionResult
 from sbx.sandbox.session import Session, code_text
 from sbx.sandbox.spec import DEFAULT_OUTPUT_ROOT, SessionSpec
@@ -291,8 +291,9 @@ class Pool(Closing):
             with self._wake:
                 if self._closing:
                     return
+            pause = self.config.tick_s
             try:
-                self._tick()
+                pause = self._tick()
             except Exception as exc:  # e.g. the ledger directory became unwritable; keep going
                 with self._lock:
                     self.stats.failures += 1
@@ -300,10 +301,10 @@ class Pool(Closing):
                 logger.warning("pool maintenance failed: %s", exc)
             with self._wake:
                 if not self._closing:
-                    self._wake.wait(self.config.tick_s)
+                    self._wake.wait(pause)
 
-    def _tick(self) -> None:
-        """One maintenance pass."""
+    def _tick(self) -> float:
+        """One maintenance pass; how long until the next one, unless a change wakes it."""
         now = time.monotonic()
         discard: list[LeasedSession] = []
         with self._lock:
@@ -328,6 +329,10 @@ class Pool(Closing):
         if not queued:
             for key in keys:
                 self._refill(key, now)
+        if queued:
+            return self.config.tick_s
+        with self._lock:
+            return pause(self._slots.values(), self.config, time.monotonic())
 
     def _slot(self, key: PoolKey) -> KeySlot:
         """The slot of `key`, made on first use (under the lock)."""

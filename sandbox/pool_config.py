@@ -54,7 +54,11 @@ class PoolConfig:
     reap_workers: int = 2
     """Containers removed in parallel, off the callers' critical path."""
     tick_s: float = 0.05
-    """Seconds between maintenance passes (a take or a release wakes it early)."""
+    """Seconds between maintenance passes while containers are built, refills wait or callers
+    queue (a take or a release wakes it early)."""
+    quiet_tick_s: float = 0.5
+    """Seconds between passes while nothing moves (every key full, nobody queued): a caller
+    queued on the host by another process is noticed within this long."""
     retry_s: float = 1.0
     """First pause after a failed build; it doubles up to 30 s while builds keep failing."""
     data_root: Path | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from sbx.sandbox.host_caps import HostCaps
 from sbx.sandbox.pool_config import KeySlot, PoolConfig, PoolKey, PoolStats
@@ -80,6 +80,27 @@ def refill_held(slot: KeySlot, now: float, delay_s: float) -> bool:
         return False
     arriving = slot.rate.per_minute(now) * delay_s / 60.0
     return len(slot.idle) >= 1 or arriving < 0.5
+
+
+def pause(slots: Iterable[KeySlot], config: PoolConfig, now: float) -> float:
+    """Seconds until the next maintenance pass, nobody queued on the host (under the lock).
+
+    `tick_s` while anything moves in a slot: a build, a backoff, a held or starved
+    refill, fewer containers than the target. When all is still, up to
+    `quiet_tick_s`, and no later than the next idle container's expiry. Whatever
+    changes that in this process (a take, a build, `expect`, `keep`) wakes the
+    loop at once; a pass 20 times a second cost an idle pool about 4 ms of CPU
+    per second here.
+    """
+    fast = config.tick_s
+    wait = max(fast, config.quiet_tick_s)
+    for slot in slots:
+        if (slot.building or slot.starved or slot.gap_since is not None
+                or len(slot.idle) < slot.target or now < slot.retry_at):
+            return fast
+        if slot.idle:
+            wait = min(wait, max(fast, slot.idle[0].born + config.max_age_s - now))
+    return wait
 
 
 def take_idle(

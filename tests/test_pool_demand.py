@@ -5,10 +5,14 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
+from dataclasses import replace
+from typing import cast
 
-from sbx.sandbox.pool_config import KeySlot
+from sbx.sandbox.pool_config import KeySlot, PoolConfig, WarmEntry
 from sbx.sandbox.pool_demand import ArrivalRate, Demand, SizingCaps, pool_target
-from sbx.sandbox.pool_slots import refill_held, take_idle
+from sbx.sandbox.pool_session import LeasedSession
+from sbx.sandbox.pool_slots import pause, refill_held, take_idle
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -133,3 +137,20 @@ def test_each_take_serves_one_announced_session() -> None:
     for left in (1, 0, 0):
         assert take_idle(slot, wake, lambda: False) == (None, [])  # none idle: a miss
         assert slot.expected == left
+
+
+def test_the_maintenance_loop_waits_longer_only_while_nothing_moves() -> None:
+    config = PoolConfig(tick_s=0.05, quiet_tick_s=0.5, max_age_s=600.0)
+    now = 1000.0
+    full = KeySlot(rate=ArrivalRate(60.0), target=1,
+                   idle=deque([WarmEntry(session=cast(LeasedSession, None), born=now - 10)]))
+    assert pause([full], config, now) == 0.5  # all still: a slow pass
+    assert pause([], config, now) == 0.5
+    expiring = replace(full, idle=deque([WarmEntry(session=full.idle[0].session,
+                                                   born=now - 599.8)]))
+    assert math.isclose(pause([expiring], config, now), 0.2)  # its expiry comes on time
+    moving = [replace(full, building=1), replace(full, starved=True),
+              replace(full, gap_since=now - 1), replace(full, target=2),
+              replace(full, retry_at=now + 3)]
+    for slot in moving:  # a build, a starved or held refill, a gap, a backoff: fast passes
+        assert pause([full, slot], config, now) == 0.05
