@@ -85,9 +85,10 @@ def refill_held(slot: KeySlot, now: float, delay_s: float) -> bool:
 def pause(slots: Iterable[KeySlot], config: PoolConfig, now: float) -> float:
     """Seconds until the next maintenance pass, nobody queued on the host (under the lock).
 
-    `tick_s` while anything moves in a slot: a build, a backoff, a held or starved
-    refill, fewer containers than the target. When all is still, up to
-    `quiet_tick_s`, and no later than the next idle container's expiry. Whatever
+    `tick_s` while anything moves in a slot: a build, a backoff, a starved refill,
+    fewer containers than the target with no take to explain it. A refill held
+    after a take (`refill_held`) is due when its delay ends. When all is still, up
+    to `quiet_tick_s`, and no later than the next idle container's expiry. Whatever
     changes that in this process (a take, a build, `expect`, `keep`) wakes the
     loop at once; a pass 20 times a second cost an idle pool about 4 ms of CPU
     per second here.
@@ -95,12 +96,15 @@ def pause(slots: Iterable[KeySlot], config: PoolConfig, now: float) -> float:
     fast = config.tick_s
     wait = max(fast, config.quiet_tick_s)
     for slot in slots:
-        if (slot.building or slot.starved or slot.gap_since is not None
-                or len(slot.idle) < slot.target or now < slot.retry_at):
+        if slot.building or slot.starved or now < slot.retry_at:
             return fast
+        if len(slot.idle) < slot.target or slot.gap_since is not None:
+            if slot.gap_since is None:
+                return fast
+            wait = min(wait, slot.gap_since + config.refill_delay_s - now)
         if slot.idle:
-            wait = min(wait, max(fast, slot.idle[0].born + config.max_age_s - now))
-    return wait
+            wait = min(wait, slot.idle[0].born + config.max_age_s - now)
+    return max(fast, wait)
 
 
 def take_idle(

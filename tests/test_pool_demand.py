@@ -149,8 +149,9 @@ def test_the_maintenance_loop_waits_longer_only_while_nothing_moves() -> None:
     expiring = replace(full, idle=deque([WarmEntry(session=full.idle[0].session,
                                                    born=now - 599.8)]))
     assert math.isclose(pause([expiring], config, now), 0.2)  # its expiry comes on time
-    moving = [replace(full, building=1), replace(full, starved=True),
-              replace(full, gap_since=now - 1), replace(full, target=2),
+    held = replace(full, target=2, gap_since=now - 1.7)  # a take 1.7 s ago, its refill held
+    assert math.isclose(pause([full, held], replace(config, refill_delay_s=2.0), now), 0.3)
+    moving = [replace(full, building=1), replace(full, starved=True), replace(full, target=2),
               replace(full, retry_at=now + 3)]
-    for slot in moving:  # a build, a starved or held refill, a gap, a backoff: fast passes
+    for slot in moving:  # a build, a starved refill, a gap no take opened, a backoff: fast
         assert pause([full, slot], config, now) == 0.05
