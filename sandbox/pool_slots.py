@@ -85,20 +85,23 @@ def refill_held(slot: KeySlot, now: float, delay_s: float) -> bool:
 def pause(slots: Iterable[KeySlot], config: PoolConfig, now: float) -> float:
     """Seconds until the next maintenance pass, nobody queued on the host (under the lock).
 
-    `tick_s` while anything moves in a slot: a build, a backoff, a starved refill,
-    fewer containers than the target with no take to explain it. A refill held
-    after a take (`refill_held`) is due when its delay ends. When all is still, up
-    to `quiet_tick_s`, and no later than the next idle container's expiry. Whatever
-    changes that in this process (a take, a build, `expect`, `keep`) wakes the
-    loop at once; a pass 20 times a second cost an idle pool about 4 ms of CPU
-    per second here.
+    `tick_s` while a slot waits for room under the host's cap (`starved`: another
+    process may free it at any moment) or is short with no take to explain it. A
+    refill held after a take (`refill_held`) is due when its delay ends, a backoff
+    when it ends; a build in flight wakes the loop itself when it finishes. Else up
+    to `quiet_tick_s`, and no later than the next idle container's expiry.
+    Whatever else changes this in this process (a take, `expect`, `keep`) wakes
+    the loop at once; a pass 20 times a second cost an idle pool about 4 ms of
+    CPU per second here, and about as much during each refill.
     """
     fast = config.tick_s
     wait = max(fast, config.quiet_tick_s)
     for slot in slots:
-        if slot.building or slot.starved or now < slot.retry_at:
+        if slot.starved:
             return fast
-        if len(slot.idle) < slot.target or slot.gap_since is not None:
+        if now < slot.retry_at:
+            wait = min(wait, slot.retry_at - now)
+        elif len(slot.idle) + slot.building < slot.target:
             if slot.gap_since is None:
                 return fast
             wait = min(wait, slot.gap_since + config.refill_delay_s - now)

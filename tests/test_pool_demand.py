@@ -151,7 +151,8 @@ def test_the_maintenance_loop_waits_longer_only_while_nothing_moves() -> None:
     assert math.isclose(pause([expiring], config, now), 0.2)  # its expiry comes on time
     held = replace(full, target=2, gap_since=now - 1.7)  # a take 1.7 s ago, its refill held
     assert math.isclose(pause([full, held], replace(config, refill_delay_s=2.0), now), 0.3)
-    moving = [replace(full, building=1), replace(full, starved=True), replace(full, target=2),
-              replace(full, retry_at=now + 3)]
-    for slot in moving:  # a build, a starved refill, a gap no take opened, a backoff: fast
-        assert pause([full, slot], config, now) == 0.05
+    assert math.isclose(pause([replace(full, retry_at=now + 0.1)], config, now), 0.1)
+    building = replace(full, target=2, building=1)  # its end wakes the loop itself
+    assert pause([building], config, now) == 0.5
+    for slot in (replace(full, starved=True), replace(full, target=2)):  # waiting for room,
+        assert pause([full, slot], config, now) == 0.05  # a gap no take opened: fast passes
