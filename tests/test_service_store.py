@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
@@ -19,7 +20,7 @@ from sbx.agent.core.config import ServiceQuotas
 from sbx.agent.core.hosting.store.db import MIGRATIONS, Database
 from sbx.agent.core.hosting.store.keys import create_key
 from sbx.agent.core.hosting.store.models import Base, Conversation
-from sbx.agent.core.hosting.store.quotas import reserve_conversation
+from sbx.agent.core.hosting.store.quotas import reserve_conversation, storage_used
 from sbx.agent.service.api import ROUTES
 from sbx.agent.service.app import ENDPOINT_MODULES
 from sbx.agent.service.openapi import openapi_document
@@ -55,6 +56,30 @@ def test_migrations_build_the_models_schema_once_even_when_replicas_race(store):
             assert compare_metadata(context, Base.metadata) == []
             assert connection.execute(text("SELECT version_num FROM alembic_version")
                                       ).scalars().all() == [_head()]
+    finally:
+        db.close()
+
+
+def test_a_store_of_an_earlier_version_gets_its_events_sizes_when_migrated(store):
+    """The storage quota sums `events.size`: the migration fills it in for stored events."""
+    db = Database.open(store)
+    try:
+        with db.engine.begin() as connection:
+            config = Config()
+            config.set_main_option("script_location", str(MIGRATIONS))
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0006")
+            connection.execute(text(
+                "INSERT INTO runs (id, kind, principal, status, question, message, cpu_seconds, "
+                "created_at, replica_id) VALUES ('r1', 'question', 'alice', 'completed', 'q', '', "
+                "0, 1, 'x')"))
+            connection.execute(text(
+                "INSERT INTO events (run_id, seq, type, data, created_at) VALUES "
+                "('r1', 1, 'run_end', '{\"type\": \"run_end\", \"note\": \"d\u00e9j\u00e0\"}', 1)"))
+        db.migrate()
+        with db.read() as session:
+            assert session.scalar(text("SELECT size FROM events")) == 35  # characters
+            assert storage_used(session, "alice") == 35 and storage_used(session, "bob") == 0
     finally:
         db.close()
 

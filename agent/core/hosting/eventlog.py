@@ -139,7 +139,7 @@ class EventLog:
             seq = state.next_seq
             state.next_seq = seq + 1
             state.pending.append({"run_id": run_id, "seq": seq, "type": kind, "data": text,
-                                  "created_at": time.time()})
+                                  "size": len(text), "created_at": time.time()})
             if not state.closing and (
                     state.feed is None or kind in STEP_ENDS or len(state.pending) >= FLUSH_EVENTS
                     or time.time() - state.pending[0]["created_at"] >= FLUSH_S):
@@ -209,11 +209,6 @@ class EventLog:
         with self.db.read() as session:
             last = session.scalar(select(func.max(EventRow.seq)).where(EventRow.run_id == run_id))
         return int(last) if last is not None else 0
-
-
-def _row(run_id: str, seq: int, data: Mapping[str, Any]) -> EventRow:
-    return EventRow(run_id=run_id, seq=seq, type=str(data.get("type", "event")),
-                    data=json.dumps(data, ensure_ascii=False, default=str), created_at=time.time())
 
 
 def public_event(event: Event, *, output_dir: Path) -> dict[str, Any]:

@@ -137,7 +137,8 @@ class EventRow(Base):
     """One event of a run; `seq` is its SSE id (`Last-Event-ID` resumes after it)."""
 
     __tablename__ = "events"
-    __table_args__ = (UniqueConstraint("run_id", "seq", name="uq_events_run_seq"),)
+    __table_args__ = (UniqueConstraint("run_id", "seq", name="uq_events_run_seq"),
+                      Index("ix_events_run_size", "run_id", "size"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(String(32))
@@ -145,6 +146,9 @@ class EventRow(Base):
     type: Mapped[str] = mapped_column(String(32))
     data: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+    size: Mapped[int] = mapped_column(Integer, server_default="0")
+    """Characters of `data` (bytes, for the ASCII most events are made of): what the storage
+    quota counts, summed from the index with `run_id` instead of reading every event's text."""
 
 
 class ArtifactRow(Base):

