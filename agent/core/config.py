@@ -46,6 +46,7 @@ from pydantic import (
 
 from sbx.agent.core.settings import FLAG_NAMES, AgentSettings, SettingsError, apply_flags
 from sbx.agent.core.teams import TeamSettings, check_team_names
+from sbx.sandbox.config import MODULE_NAME
 from sbx.sandbox.limits import Bytes, Limits, Seconds, Wait
 from sbx.tools.custom import custom_tools
 from sbx.tools.policy import Policy, PolicyError, default_policy_path
@@ -55,9 +56,8 @@ if TYPE_CHECKING:
     from sbx.agent.core.limits_request import LimitsRequest
 
 _Model = TypeVar("_Model", bound=BaseModel)
-ModuleName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
-                                  max_length=200)]
-"""A dotted module name, as `import` takes it."""
+ModuleName = Annotated[str, Field(pattern=f"^{MODULE_NAME.pattern}$", max_length=200)]
+"""A dotted module name, as `import` takes it (the sandbox layer's own check)."""
 
 
 class PoolSettings(BaseModel):
