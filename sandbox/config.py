@@ -59,9 +59,11 @@ def container_environment(limits: Limits, *, preimport: bool = False,
     """The container's whole environment: ours only, nothing inherited from the host.
 
     `SBX_PREIMPORT` tells the runner whether its zygote imports the data stack, and
-    `SBX_PREIMPORT_MORE` which modules past it (comma-separated, module names only).
+    `SBX_PREIMPORT_MORE` (a restore-ready container's only) which modules past it,
+    comma-separated, module names only.
     """
     threads = str(max(1, math.ceil(limits.cpus)))
+    more = module_names(also_import)
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
@@ -75,7 +77,7 @@ def container_environment(limits: Limits, *, preimport: bool = False,
         "MKL_NUM_THREADS": threads,
         "SBX_SANDBOX": "1",
         "SBX_PREIMPORT": "1" if preimport else "0",
-        "SBX_PREIMPORT_MORE": ",".join(module_names(also_import)) if preimport else "",
+        **({"SBX_PREIMPORT_MORE": ",".join(more)} if preimport and more else {}),
     }
 
 

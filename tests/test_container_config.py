@@ -32,7 +32,6 @@ def test_default_limits_produce_closed_container() -> None:
             "MKL_NUM_THREADS": "1",
             "SBX_SANDBOX": "1",
             "SBX_PREIMPORT": "0",
-            "SBX_PREIMPORT_MORE": "",
         },
         "labels": {
             "sbx.managed": "true",
