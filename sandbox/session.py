@@ -327,16 +327,21 @@ class Session(Closing):
 
         Under gVisor the limit kills the whole sandbox, and the engine's auto-remove
         may delete it before we ask (on a loaded host it often does): then the
-        engine's event log still has the `oom` it recorded.
+        engine's event log still has the `oom` it recorded. It is asked too when the
+        container is still there without `OOMKilled`: the state may be read before
+        the engine has recorded the kill, and the log's replay waits a second for it
+        (a loaded CI run once reported a gVisor memory kill as the runner stopping).
         """
         if self.container_id is None:
             return False
         try:
-            return bool(self.engine.inspect(self.container_id)["State"].get("OOMKilled"))
+            if self.engine.inspect(self.container_id)["State"].get("OOMKilled"):
+                return True
         except docker.errors.NotFound:
-            return self.engine.saw_oom(self.container_id, since=self._created_at)
+            pass
         except Exception:
             return False
+        return self.engine.saw_oom(self.container_id, since=self._created_at)
 
     def close(self) -> None:
         """Kill and remove the container, then close the stream (idempotent, any thread).
