@@ -291,9 +291,9 @@ class Pool(Closing):
             with self._wake:
                 if self._closing:
                     return
-            pause = self.config.tick_s
+            wait_s = self.config.tick_s
             try:
-                pause = self._tick()
+                wait_s = self._tick()
             except Exception as exc:  # e.g. the ledger directory became unwritable; keep going
                 with self._lock:
                     self.stats.failures += 1
@@ -301,7 +301,7 @@ class Pool(Closing):
                 logger.warning("pool maintenance failed: %s", exc)
             with self._wake:
                 if not self._closing:
-                    self._wake.wait(pause)
+                    self._wake.wait(wait_s)
 
     def _tick(self) -> float:
         """One maintenance pass; how long until the next one, unless a change wakes it."""
