@@ -63,11 +63,16 @@ class Listener:
 
 
 def create_go_file(engine: Engine, container_id: str | None) -> None:
-    """What the waiting program waits for, created from outside (root, through the engine)."""
+    """What the waiting program waits for, created from outside (root, through the engine).
+
+    The program ends as soon as the file exists, and the runner then kills every process
+    left in the container: on a loaded host that can be `touch` itself, not yet gone
+    (exit 137 after its work). So the exit code proves nothing; the run ending does.
+    """
     assert container_id is not None
     exec_id = engine.api.exec_create(container_id, ["touch", "/tmp/go"])["Id"]
     engine.api.exec_start(exec_id)
-    assert engine.api.exec_inspect(exec_id)["ExitCode"] == 0
+    assert engine.api.exec_inspect(exec_id)["ExitCode"] in (0, 137)
 
 
 def run_until_printed(
