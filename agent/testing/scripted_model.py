@@ -57,9 +57,16 @@ class ScriptError(AssertionError):
 
 
 class _Server(ThreadingHTTPServer):
-    """Quiet about clients that hang up (a timed-out request is a normal test scenario)."""
+    """Quiet about clients that hang up (a timed-out request is a normal test scenario).
+
+    Its listen queue holds a burst: with socketserver's default of 5, 32 conversations
+    opening their model connections at once overflowed it (the kernel's ListenOverflows
+    counter rose by 13 in one `sbx bench serve` run), and each dropped connection waited
+    for the client's SYN retry, a second or more, inside the measured answer.
+    """
 
     daemon_threads = True
+    request_queue_size = 128
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Drop the error: the test that caused it sees its own timeout or failure."""
