@@ -139,7 +139,7 @@ class EventLog:
             seq = state.next_seq
             state.next_seq = seq + 1
             state.pending.append({"run_id": run_id, "seq": seq, "type": kind, "data": text,
-                                  "size": len(text), "created_at": time.time()})
+                                  "created_at": time.time()})
             if not state.closing and (
                     state.feed is None or kind in STEP_ENDS or len(state.pending) >= FLUSH_EVENTS
                     or time.time() - state.pending[0]["created_at"] >= FLUSH_S):

@@ -133,6 +133,11 @@ class Run(Base):
     ended_at: Mapped[float | None] = mapped_column(Float, default=None)
 
 
+def _data_length(context: Any) -> int:
+    """`events.size` of the row being inserted (one row of a bulk insert too)."""
+    return len(context.get_current_parameters()["data"])
+
+
 class EventRow(Base):
     """One event of a run; `seq` is its SSE id (`Last-Event-ID` resumes after it)."""
 
@@ -146,9 +151,10 @@ class EventRow(Base):
     type: Mapped[str] = mapped_column(String(32))
     data: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
-    size: Mapped[int] = mapped_column(Integer, server_default="0")
-    """Characters of `data` (bytes, for the ASCII most events are made of): what the storage
-    quota counts, summed from the index with `run_id` instead of reading every event's text."""
+    size: Mapped[int] = mapped_column(Integer, default=_data_length, server_default="0")
+    """Characters of `data` (bytes, for the ASCII most events are made of), set from it on
+    every insert: what the storage quota counts, summed from the index with `run_id`
+    instead of reading every event's text."""
 
 
 class ArtifactRow(Base):

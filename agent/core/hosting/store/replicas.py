@@ -178,7 +178,7 @@ def _interrupt_run(session: Session, run: Run, message: str) -> None:
     data = json.dumps({"type": "run_end", "run_id": run.id, "status": "interrupted",
                        "outcome": run_outcome("interrupted"), "message": message})
     session.add(EventRow(run_id=run.id, seq=(last or 0) + 1, type="run_end", data=data,
-                         size=len(data), created_at=time.time()))
+                         created_at=time.time()))
 
 
 def _pid_alive(pid: int) -> bool:
