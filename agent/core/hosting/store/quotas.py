@@ -27,8 +27,9 @@ the day may pass `cpu_seconds_per_day`; the next one is refused.
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import BindParameter, ColumnElement, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from sbx.agent.core.config import ServiceQuotas
@@ -68,37 +69,57 @@ def reserve_conversation(session: Session, principal: str, quotas: ServiceQuotas
 
 def reserve_run(session: Session, principal: str, quotas: ServiceQuotas, now: float,
                 held: int = 0) -> None:
-    """Lock the principal, then refuse (429) past `runs_per_hour` or `cpu_seconds_per_day`.
+    """Lock the principal, then refuse (429) past its run, CPU or storage quota.
 
     `held`: bytes the principal keeps outside the store (state snapshots), for `storage_bytes`.
+
+    The three figures come from one statement of sums and counts, built once: reading the
+    window's rows instead grew with use (1.1 ms of CPU per admission at 300 runs in the
+    hour, on SQLite, with the write lock held), and building the statement again for each
+    run cost four times what SQLite spends on it. The rows are read only to say when a
+    refused run could go.
     """
     lock_principal(session, principal)
+    runs, cpu_used, stored = session.connection().execute(_ADMISSION, {
+        "principal": principal, "hour_since": now - HOUR_S, "day_since": now - DAY_S}).one()
+    if runs >= quotas.runs_per_hour:
+        raise _runs_exceeded(session, principal, quotas, now)
+    if cpu_used >= quotas.cpu_seconds_per_day:
+        raise _cpu_exceeded(session, principal, quotas, now)
+    _check_storage(int(stored or 0) + held, quotas)
+
+
+def _runs_exceeded(session: Session, principal: str, quotas: ServiceQuotas,
+                   now: float) -> Problem:
+    """429 for `runs_per_hour`, retrying when the run that fills the window leaves it."""
     hour = session.scalars(
         select(Run.created_at).where(Run.principal == principal, Run.created_at > now - HOUR_S)
         .order_by(Run.created_at)
     ).all()
-    if len(hour) >= quotas.runs_per_hour:
-        oldest = hour[len(hour) - quotas.runs_per_hour] if quotas.runs_per_hour else now
-        raise quota_exceeded(
-            "runs_per_hour",
-            f"{len(hour)} runs started in the last hour, the most allowed is "
-            f"{quotas.runs_per_hour}",
-            oldest + HOUR_S - now if quotas.runs_per_hour else HOUR_S,
-        )
+    oldest = hour[len(hour) - quotas.runs_per_hour] if quotas.runs_per_hour else now
+    return quota_exceeded(
+        "runs_per_hour",
+        f"{len(hour)} runs started in the last hour, the most allowed is "
+        f"{quotas.runs_per_hour}",
+        oldest + HOUR_S - now if quotas.runs_per_hour else HOUR_S,
+    )
+
+
+def _cpu_exceeded(session: Session, principal: str, quotas: ServiceQuotas,
+                  now: float) -> Problem:
+    """429 for `cpu_seconds_per_day`, retrying when enough of the oldest runs leave the day."""
     day = session.execute(
         select(Run.created_at, Run.cpu_seconds)
         .where(Run.principal == principal, Run.created_at > now - DAY_S, Run.cpu_seconds > 0)
         .order_by(Run.created_at)
     ).all()
     used = sum(cpu for _, cpu in day)
-    if used >= quotas.cpu_seconds_per_day:
-        raise quota_exceeded(
-            "cpu_seconds_per_day",
-            f"{used:.1f} sandbox CPU seconds used in the last 24 hours, the most allowed is "
-            f"{quotas.cpu_seconds_per_day:g}",
-            _cpu_frees_at([(t, c) for t, c in day], used, quotas.cpu_seconds_per_day) - now,
-        )
-    check_storage(session, principal, quotas, held=held)
+    return quota_exceeded(
+        "cpu_seconds_per_day",
+        f"{used:.1f} sandbox CPU seconds used in the last 24 hours, the most allowed is "
+        f"{quotas.cpu_seconds_per_day:g}",
+        _cpu_frees_at([(t, c) for t, c in day], used, quotas.cpu_seconds_per_day) - now,
+    )
 
 
 def _cpu_frees_at(day: list[tuple[float, float]], used: float, limit: float) -> float:
@@ -140,9 +161,17 @@ def storage_used(session: Session, principal: str) -> int:
     An event counts as the length of its stored JSON text (characters, which is bytes for
     the ASCII most events are made of), kept in `events.size` when it is stored: summing
     the text's length instead read every event's text before every run, 30 ms of CPU
-    for a principal with 5,000 runs on SQLite, inside the write transaction. One
-    statement; artifacts and events are found through their runs, by indexed columns.
+    for a principal with 5,000 runs on SQLite, inside the write transaction.
     """
+    return int(session.connection().scalar(_STORAGE, {"principal": principal}) or 0)
+
+
+def _storage_sum() -> ColumnElement[Any]:
+    """`storage_used` as one expression of the bound `principal`.
+
+    Artifacts and events are found through their runs, by indexed columns.
+    """
+    principal: BindParameter[str] = bindparam("principal")
     datasets = (select(func.coalesce(func.sum(Dataset.size), 0))
                 .where(Dataset.principal == principal).scalar_subquery())
     artifacts = (select(func.coalesce(func.sum(ArtifactRow.size), 0))
@@ -153,8 +182,21 @@ def storage_used(session: Session, principal: str) -> int:
               .where(Run.principal == principal).scalar_subquery())
     notes = (select(func.coalesce(func.sum(func.length(NoteRow.text)), 0))
              .where(NoteRow.author == principal).scalar_subquery())
-    total = session.scalar(select(datasets + artifacts + events + notes))
-    return int(total or 0)
+    return datasets + artifacts + events + notes
+
+
+_STORAGE = select(_storage_sum())
+_ADMISSION = select(
+    select(func.count()).select_from(Run)
+    .where(Run.principal == bindparam("principal"), Run.created_at > bindparam("hour_since"))
+    .scalar_subquery(),
+    select(func.coalesce(func.sum(Run.cpu_seconds), 0.0))
+    .where(Run.principal == bindparam("principal"), Run.created_at > bindparam("day_since"),
+           Run.cpu_seconds > 0)
+    .scalar_subquery(),
+    _storage_sum(),
+)
+"""A run's admission figures: runs in the hour, CPU seconds in the day, bytes stored."""
 
 
 def check_storage(session: Session, principal: str, quotas: ServiceQuotas, adding: int = 0,
@@ -166,7 +208,10 @@ def check_storage(session: Session, principal: str, quotas: ServiceQuotas, addin
     Checked before each run starts and each dataset is stored: a run's own artifacts and
     events are bounded by its limits, so one run may end past the quota; the next is refused.
     """
-    used = storage_used(session, principal) + held
+    _check_storage(storage_used(session, principal) + held, quotas, adding)
+
+
+def _check_storage(used: int, quotas: ServiceQuotas, adding: int = 0) -> None:
     if used + adding > quotas.storage_bytes or (not adding and used >= quotas.storage_bytes):
         raise quota_exceeded(
             "storage_bytes",
