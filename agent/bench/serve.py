@@ -57,6 +57,7 @@ from sbx.agent.bench.serve_phases import (
     Responder,
     Sample,
     ServerProcess,
+    clients_of,
     core_phase,
     host_busy_s,
     http_phase,
@@ -195,18 +196,22 @@ def _phase(report: ServeBenchReport, level: LevelFigures, side: str, sides: _Sid
     opening = Opening(count, wait=level.separated, calm=lambda: settle(*sides.reads.values()),
                       process=read_cpu)
     ahead = _announce(report, side, sides, count) if report.options.announced else None
-    took = sides.reads[side]()
-    before = read_cpu(), host_busy_s()
-    started = time.perf_counter()
-    if side == "serve":
-        batches = http_phase(sides.server, sides.keys[:count], sides.datasets[:count],
-                             questions, opening, ahead)
-    else:
-        batches = core_phase(sides.app, sides.endpoint, sides.root, sides.csv, count,
-                             questions, opening)
-        sides.app.expect_sessions(0)
-    after = read_cpu(), host_busy_s()
-    ended = time.perf_counter()
+    clients = clients_of(sides.server, sides.keys[:count]) if side == "serve" else []
+    try:
+        took = sides.reads[side]()
+        before = read_cpu(), host_busy_s()
+        started = time.perf_counter()
+        if side == "serve":
+            batches = http_phase(clients, sides.datasets[:count], questions, opening, ahead)
+        else:
+            batches = core_phase(sides.app, sides.endpoint, sides.root, sides.csv, count,
+                                 questions, opening)
+            sides.app.expect_sessions(0)
+        after = read_cpu(), host_busy_s()
+        ended = time.perf_counter()
+    finally:
+        for client in clients:
+            client.close()
     level.wall_s[side] += ended - started
     settle(*sides.reads.values())
     settled = host_busy_s()
