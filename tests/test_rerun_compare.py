@@ -111,6 +111,29 @@ def test_a_settled_file_is_hashed_once_and_again_when_it_changes(
     assert file_sha256(table) not in (first, second) and len(hashed) == 3
 
 
+def test_a_digest_remembered_by_the_files_writer_is_not_hashed_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stored upload, hashed as it streamed in, is not hashed at its first run; a change is."""
+    hashed: list[int] = []
+    real = hashlib.file_digest
+
+    def counted(handle: io.BufferedReader, name: str) -> Any:
+        hashed.append(1)
+        return real(handle, name)
+
+    monkeypatch.setattr(hashlib, "file_digest", counted)
+    content = b"region,amount\neast,1\n"
+    table = tmp_path / "sales.csv"
+    table.write_bytes(content)  # just written: the racy rule would hash it at every run
+    assert file_sha256(table) == file_sha256(table) and len(hashed) == 2
+    data.remember_sha256(table, hashlib.sha256(content).hexdigest())
+    assert file_sha256(table) == hashlib.sha256(content).hexdigest() and len(hashed) == 2
+    with table.open("ab") as handle:  # changed after: its identity no longer matches
+        handle.write(b"west,2\n")
+    assert file_sha256(table) == hashlib.sha256(table.read_bytes()).hexdigest()
+    assert len(hashed) == 3
+
+
 def test_a_file_changed_just_before_it_was_hashed_is_hashed_again(tmp_path: Path) -> None:
     """Rewritten in place with its size and mtime kept: not served from a stale digest."""
     table = tmp_path / "sales.csv"

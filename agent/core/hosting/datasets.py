@@ -43,6 +43,7 @@ from sbx.agent.core.hosting import text_encoding
 from sbx.agent.core.hosting.store.models import Dataset
 from sbx.agent.core.hosting.store.quotas import reserve_dataset_bytes, storage_used, stored_bytes
 from sbx.agent.core.problem import Problem, quota_exceeded
+from sbx.agent.provenance.data import remember_sha256
 from sbx.sandbox.units import format_size
 from sbx.tools.builtin.data_summary import summarize_data
 
@@ -276,6 +277,7 @@ def store_upload(service: Host, principal: str, quotas: ServiceQuotas, upload: U
     try:
         os.rename(upload.path, final)
         os.chmod(final, 0o644)  # the sandbox's unprivileged user reads it through its mount
+        remember_sha256(final, upload.sha256)  # hashed as it streamed in: not again per run
         row = Dataset(id=ident, principal=principal, name=name, format=fmt,
                       size=upload.size, sha256=upload.sha256,
                       preview=_preview(final, codec), created_at=time.time())
