@@ -54,9 +54,9 @@ Hosting: many tenants' conversations on one replica, for every face that serves 
 (the HTTP API and its page, MCP over HTTP, E2B's API), and its worker processes.
     Host, ServeOptions, DataPaths, Observer, Observers, UNMATCHED_ROUTE, notify_observer,
     EVENT_POLL_S, public_event, Feed, sse_frame, StoreRecorder, delete_runs, run_directory,
-    LiveConversation, dataset_paths, limited, owned, Tenant, effective_quotas, tenant_of,
-    NotAdopted, adopt, Upload, UploadHold, open_upload, format_of, safe_name, store_upload,
-    upload_room, ServiceAdmission, UPLOAD_TOOL, WorkerSlot, Supervisor, worker_id,
+    LiveConversation, dataset_paths, limited, owned, owned_values, Tenant, effective_quotas,
+    tenant_of, NotAdopted, adopt, Upload, UploadHold, open_upload, format_of, safe_name,
+    store_upload, upload_room, ServiceAdmission, UPLOAD_TOOL, WorkerSlot, Supervisor, worker_id,
     announce_ready, listen_unix, EARLY_SIGNALS, freeze_heap
 
 Tool sessions for another agent (MCP, E2B): who calls, and what the host lets them do.
@@ -148,7 +148,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "sbx.agent.core.hosting.recorder": ("StoreRecorder",),
     "sbx.agent.core.hosting.retention": ("delete_runs", "run_directory"),
     "sbx.agent.core.hosting.runs": ("LiveConversation",),
-    "sbx.agent.core.hosting.tenancy": ("dataset_paths", "limited", "owned"),
+    "sbx.agent.core.hosting.tenancy": ("dataset_paths", "limited", "owned", "owned_values"),
     "sbx.agent.core.hosting.tenants": ("Tenant", "effective_quotas", "tenant_of"),
     "sbx.agent.core.hosting.adopt": ("NotAdopted", "adopt"),
     "sbx.agent.core.hosting.datasets": ("Upload", "UploadHold", "open_upload", "format_of",
@@ -261,7 +261,7 @@ __all__ = [
     "local_note_store", "lock_principal", "lookup_key", "loss_text", "metrics_team",
     "module_from_error", "new_conversation_id", "new_run_id", "not_found", "notify_observer",
     "numbered_events", "open_artifact", "open_upload", "os_principal", "outcome_of", "owned",
-    "parse_duration", "parse_event", "parse_size", "pending_note", "public_event",
+    "owned_values", "parse_duration", "parse_event", "parse_size", "pending_note", "public_event",
     "quota_exceeded", "read_file", "read_paused", "read_record", "read_resumable", "recorded_data",
     "require_image", "reserve_conversation", "resolve_endpoint", "restore_summary", "revoke_key",
     "run_directory", "run_outcome", "safe_json", "safe_name", "safe_text", "scripted_answer",
@@ -388,6 +388,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (test_layering checks 
     from sbx.agent.core.hosting.tenancy import dataset_paths as dataset_paths
     from sbx.agent.core.hosting.tenancy import limited as limited
     from sbx.agent.core.hosting.tenancy import owned as owned
+    from sbx.agent.core.hosting.tenancy import owned_values as owned_values
     from sbx.agent.core.hosting.tenants import Tenant as Tenant
     from sbx.agent.core.hosting.tenants import effective_quotas as effective_quotas
     from sbx.agent.core.hosting.tenants import tenant_of as tenant_of

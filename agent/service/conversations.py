@@ -33,6 +33,7 @@ from sbx.agent import (
     loss_text,
     new_conversation_id,
     owned,
+    owned_values,
     reserve_conversation,
     tenant_of,
 )
@@ -180,17 +181,17 @@ def _no_question() -> Problem:
 def _held(call: Call, *, allow_inactive: bool = False) -> LiveConversation | Response | None:
     """The live conversation here; a redirect to its replica; None if inactive (allowed)."""
     service = call.service
-    with service.db.read() as session:
-        row = owned(session, ConversationRow, "conversation", call.params["conversation_id"],
-                    call.principal)
-        status, replica_id, message = row.status, row.replica_id, row.message
+    with service.db.reading() as connection:
+        conversation_id, status, replica_id, message = owned_values(
+            connection, ConversationRow, "conversation", call.params["conversation_id"],
+            call.principal, "id", "status", "replica_id", "message")
     if status != "active":
         if allow_inactive:
             return None
         raise Problem(409, f"conversation-{status}", f"the conversation is {status}"
                       + (f": {message}" if message else ""), conversation_status=status)
     if replica_id == service.replica_id:
-        live = service.runs.get(row.id)
+        live = service.runs.get(conversation_id)
         if live is not None:
             return live
         message = "this replica no longer holds the conversation (it restarted)"
@@ -202,10 +203,10 @@ def _held(call: Call, *, allow_inactive: bool = False) -> LiveConversation | Res
         message = (f"the replica {replica_id!r} that held this conversation's sandbox is gone; "
                    "its variables and messages are lost: start a new conversation")
         lost = loss_text("restart", f"the replica {replica_id!r} that held it stopped")
-    adopted = _adopted(call, row.id, lost)
+    adopted = _adopted(call, conversation_id, lost)
     if adopted is not None:
         return adopted
-    service.replicas.interrupt_conversation(row.id, message)
+    service.replicas.interrupt_conversation(conversation_id, message)
     if allow_inactive:
         return None
     raise Problem(409, "conversation-interrupted", f"the conversation is interrupted: {message}",

@@ -34,6 +34,7 @@ from sbx.agent import (
     delete_runs,
     open_artifact,
     owned,
+    owned_values,
     run_directory,
     run_outcome,
 )
@@ -94,8 +95,8 @@ async def run_events(call: Call) -> Response:
     """The run's events as Server-Sent Events; reconnect with `Last-Event-ID` to resume."""
 
     def check() -> None:
-        with call.service.db.read() as session:
-            owned(session, RunRow, "run", call.params["run_id"], call.principal)
+        with call.service.db.reading() as connection:
+            owned_values(connection, RunRow, "run", call.params["run_id"], call.principal)
 
     await run_in_threadpool(check)  # the run is yours before anything else is read
     after = last_event_id(call.request)
