@@ -83,18 +83,24 @@ def test_data_digests_name_files_under_data_and_find_changes(tmp_path):
     assert changes[1].describe().startswith("shop/orders.csv: missing now")
 
 
-def test_a_settled_file_is_hashed_once_and_again_when_it_changes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The digest is kept for the file's identity: a new inode, size or time is hashed anew."""
-    monkeypatch.setattr(data, "SETTLED_S", 0.0)
-    hashed: list[int] = []
+@pytest.fixture
+def hashed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry for each whole file the provenance code hashes."""
+    calls: list[int] = []
     real = hashlib.file_digest
 
     def counted(handle: io.BufferedReader, name: str) -> Any:
-        hashed.append(1)
+        calls.append(1)
         return real(handle, name)
 
     monkeypatch.setattr(hashlib, "file_digest", counted)
+    return calls
+
+
+def test_a_settled_file_is_hashed_once_and_again_when_it_changes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hashed: list[int]) -> None:
+    """The digest is kept for the file's identity: a new inode, size or time is hashed anew."""
+    monkeypatch.setattr(data, "SETTLED_S", 0.0)
     table = tmp_path / "sales.csv"
     table.write_bytes(b"region,amount\neast,1\n")
     first = file_sha256(table)
@@ -112,16 +118,8 @@ def test_a_settled_file_is_hashed_once_and_again_when_it_changes(
 
 
 def test_a_digest_remembered_by_the_files_writer_is_not_hashed_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, hashed: list[int]) -> None:
     """A stored upload, hashed as it streamed in, is not hashed at its first run; a change is."""
-    hashed: list[int] = []
-    real = hashlib.file_digest
-
-    def counted(handle: io.BufferedReader, name: str) -> Any:
-        hashed.append(1)
-        return real(handle, name)
-
-    monkeypatch.setattr(hashlib, "file_digest", counted)
     content = b"region,amount\neast,1\n"
     table = tmp_path / "sales.csv"
     table.write_bytes(content)  # just written: the racy rule would hash it at every run
