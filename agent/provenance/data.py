@@ -99,10 +99,7 @@ def file_sha256(path: Path) -> str:
         return MISSING
     settled = time.time() - after.st_mtime >= SETTLED_S
     if settled and _identity(after) == before:
-        with _kept_lock:
-            _kept[before] = hexdigest
-            while len(_kept) > KEPT_DIGESTS:
-                _kept.popitem(last=False)
+        _keep(before, hexdigest)
     return hexdigest
 
 
@@ -118,6 +115,11 @@ def remember_sha256(path: Path, hexdigest: str) -> None:
         identity = _identity(os.stat(path, follow_symlinks=False))
     except OSError:
         return
+    _keep(identity, hexdigest)
+
+
+def _keep(identity: _Identity, hexdigest: str) -> None:
+    """The newest digest kept; past `KEPT_DIGESTS`, the least recently used goes."""
     with _kept_lock:
         _kept[identity] = hexdigest
         _kept.move_to_end(identity)

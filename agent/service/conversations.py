@@ -181,10 +181,11 @@ def _no_question() -> Problem:
 def _held(call: Call, *, allow_inactive: bool = False) -> LiveConversation | Response | None:
     """The live conversation here; a redirect to its replica; None if inactive (allowed)."""
     service = call.service
+    conversation_id = call.params["conversation_id"]
     with service.db.reading() as connection:
-        conversation_id, status, replica_id, message = owned_values(
-            connection, ConversationRow, "conversation", call.params["conversation_id"],
-            call.principal, "id", "status", "replica_id", "message")
+        status, replica_id, message = owned_values(
+            connection, ConversationRow, "conversation", conversation_id, call.principal,
+            "status", "replica_id", "message")
     if status != "active":
         if allow_inactive:
             return None

@@ -185,7 +185,8 @@ def _storage_sum() -> ColumnElement[Any]:
     return datasets + artifacts + events + notes
 
 
-_STORAGE = select(_storage_sum())
+_STORAGE_SUM = _storage_sum()
+_STORAGE = select(_STORAGE_SUM)
 _ADMISSION = select(
     select(func.count()).select_from(Run)
     .where(Run.principal == bindparam("principal"), Run.created_at > bindparam("hour_since"))
@@ -194,7 +195,7 @@ _ADMISSION = select(
     .where(Run.principal == bindparam("principal"), Run.created_at > bindparam("day_since"),
            Run.cpu_seconds > 0)
     .scalar_subquery(),
-    _storage_sum(),
+    _STORAGE_SUM,
 )
 """A run's admission figures: runs in the hour, CPU seconds in the day, bytes stored."""
 
