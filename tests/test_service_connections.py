@@ -119,6 +119,34 @@ def test_a_refused_connection_reads_its_503(serve, tmp_path):
         sock.close()
 
 
+def test_an_answer_before_the_body_ends_is_followed_by_a_fin_not_a_reset(serve, tmp_path):
+    server = serve(sqlite(tmp_path), policy={"service": {"max_body": "2k"}})
+    sock = connect(server.url, source="127.0.0.1")
+
+    def chunk(size: int) -> bytes:
+        return f"{size:x}\r\n".encode() + b" " * size + b"\r\n"
+
+    sock.sendall(b"POST /v1/execute HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                 server.key("mallory").encode() + b"\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n" + chunk(4096))
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(65536)
+    assert head.startswith(b"HTTP/1.1 413 "), head[:200]
+    assert b"connection: close" in head.lower()
+    # A client that writes its whole body before it reads goes on sending: the server
+    # still reads and drops it (a closed socket would answer it with a reset, and the
+    # client's next write would fail with a broken pipe or a reset).
+    for _ in range(64):
+        sock.sendall(chunk(8192))
+    sock.shutdown(socket.SHUT_WR)
+    try:
+        while sock.recv(65536):
+            pass
+    finally:
+        sock.close()
+
+
 def answered(socks: list[socket.socket], count: int, within_s: float) -> list[socket.socket]:
     """The sockets with something to read, once `count` of them have (or `within_s` passed)."""
     deadline = time.monotonic() + within_s

@@ -74,6 +74,64 @@ TOO_MANY_ANONYMOUS = _refusal(b"too many requests without credentials at once")
 """The answer past the share of requests without credentials (`edge.MAX_ANONYMOUS`)."""
 
 
+class _ClosingGently(asyncio.Transport):
+    """The connection's transport as uvicorn holds it, whose `close` lingers mid-request.
+
+    uvicorn closes the transport itself when a response says `Connection: close`
+    (a 413, a 408), before the protocol hears that the response ended. Closing a
+    socket with unread bytes sends a reset, and a client still sending its body
+    can lose the answer it was sent; so while the request's body is still coming,
+    `close` is `GuardedH11._linger` instead. asyncio's own closes (the client's
+    FIN, an error) go to the real transport, which this one only wraps.
+    """
+
+    def __init__(self, transport: asyncio.Transport, protocol: GuardedH11) -> None:
+        super().__init__()
+        self.real = transport
+        self._protocol = protocol
+
+    def close(self) -> None:
+        """Linger while the client may still be sending; else close."""
+        self._protocol.close_gently()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.real.write(data)
+
+    def is_closing(self) -> bool:
+        """True from the linger on, so uvicorn arms no keep-alive timer for the connection."""
+        return self._protocol.lingering or self.real.is_closing()
+
+    def can_write_eof(self) -> bool:
+        return self.real.can_write_eof()
+
+    def write_eof(self) -> None:
+        self.real.write_eof()
+
+    def pause_reading(self) -> None:
+        self.real.pause_reading()
+
+    def resume_reading(self) -> None:
+        self.real.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self.real.is_reading()
+
+    def abort(self) -> None:
+        self.real.abort()
+
+    def get_write_buffer_size(self) -> int:
+        return self.real.get_write_buffer_size()
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self.real.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self.real.get_protocol()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self.real.get_extra_info(name, default)
+
+
 class GuardedH11(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with a total deadline per request and caps per client.
 
@@ -102,6 +160,8 @@ class GuardedH11(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Count the client's address (refuse past its cap), then start the first deadline."""
         super().connection_made(transport)
+        self._real_transport = transport
+        self.transport = _ClosingGently(transport, self)
         self._head_timer: asyncio.TimerHandle | None = None
         self._edge_timer: asyncio.TimerHandle | None = None
         self._edge_state: str | None = None  # None, "refusing" or "lingering"
@@ -146,8 +206,22 @@ class GuardedH11(H11Protocol):
         self._release()
         if self._edge_state is None and self.conn.their_state is h11.SEND_BODY:
             self._linger()
+        if self._edge_state is None:
+            self._arm()
+
+    @property
+    def lingering(self) -> bool:
+        """Answered, FIN sent, what still comes is dropped until the real close."""
+        return getattr(self, "_edge_state", None) == "lingering"
+
+    def close_gently(self) -> None:
+        """Close, or linger (`_linger`) while the request's body is still arriving."""
+        if self.lingering:
+            return  # the linger's own timer closes
+        if self._edge_state is None and self.conn.their_state is h11.SEND_BODY:
+            self._linger()
             return
-        self._arm()
+        self._real_transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """No timers for a closed connection; its client holds one place fewer."""
@@ -208,7 +282,7 @@ class GuardedH11(H11Protocol):
             return
         self._dropped += len(data)  # lingering: what still comes is dropped
         if self._dropped > LINGER_BYTES:
-            self.transport.close()
+            self._real_transport.close()
 
     def _answer(self, refusal: bytes) -> None:
         if self.transport.is_closing():
@@ -224,9 +298,10 @@ class GuardedH11(H11Protocol):
         self._release()
         self.connections.discard(self)
         self._edge_state = "lingering"
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-        self._edge_timer = self.loop.call_later(LINGER_S, self.transport.close)
+        self.flow.resume_reading()  # paused when the unread body passed uvicorn's high water
+        if self._real_transport.can_write_eof():
+            self._real_transport.write_eof()
+        self._edge_timer = self.loop.call_later(LINGER_S, self._real_transport.close)
 
     def _stop_edge_timer(self) -> None:
         timer = getattr(self, "_edge_timer", None)
@@ -265,7 +340,7 @@ class GuardedH11(H11Protocol):
             if wait > 0.05:
                 self._head_timer = self.loop.call_later(wait, self._expire)
                 return
-        self.transport.close()
+        self._real_transport.close()  # cut, not lingered: this client has had its time
 
 
 class DrainingServer(uvicorn.Server):
