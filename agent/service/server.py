@@ -53,6 +53,11 @@ REFUSED_HEAD_BYTES = 16 * 1024
 """Most bytes of a refused connection's request head read before it is answered."""
 REFUSED_HEAD_S = 2.0
 """Seconds a refused connection's request head may take; it is answered then, whole or not."""
+KEEP_ALIVE_S = 20
+"""Seconds an idle kept-alive connection stays open (within `client_timeout`, whose head
+deadline closes it first). Longer than the idle expiry of common client pools (httpx's
+is 5 s): when both sides give up after the same pause, the client can send its next
+request on a connection the server is closing in that instant, and lose it."""
 LINGER_S = 2.0
 """Seconds a connection answered before its request ended is still read (and what comes
 dropped) after the answer and a FIN: closing it with unread bytes would reset it, and the
@@ -424,7 +429,7 @@ def serve_forever(service: Service, sock: socket.socket, *, grace_s: float,
     })
     config = uvicorn.Config(
         create_app(service), http=protocol, lifespan="on", log_config=None, access_log=False,
-        timeout_keep_alive=5, timeout_graceful_shutdown=int(grace_s) + SHUTDOWN_MARGIN_S,
+        timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=int(grace_s) + SHUTDOWN_MARGIN_S,
         limit_concurrency=MAX_CONNECTIONS, h11_max_incomplete_event_size=64 * 1024,
     )
     freeze_heap()  # start-up's objects (sbx, the framework, the store) out of every collection
