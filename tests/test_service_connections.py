@@ -147,6 +147,26 @@ def test_an_answer_before_the_body_ends_is_followed_by_a_fin_not_a_reset(serve, 
         sock.close()
 
 
+def test_an_answer_before_the_body_arrived_says_the_connection_closes(serve, tmp_path):
+    server = serve(sqlite(tmp_path), policy={"service": {"max_body": "2k"}})
+    key = server.key("mallory").encode()
+    heads = {  # each answered before a byte of its body is sent
+        "declared over max_body": b"POST /v1/execute HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                                  b"Bearer " + key + b"\r\nContent-Length: 5000\r\n\r\n",
+        "no such route": b"POST /v1/nothing HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                         key + b"\r\nContent-Length: 100\r\n\r\n",
+    }
+    for what, head in heads.items():
+        with connect(server.url, source="127.0.0.1") as sock:
+            sock.sendall(head)
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                answer += sock.recv(65536)
+            # Told keep-alive, a client would pool the connection and could send its next
+            # request on it before the server's FIN arrived, to have it dropped unanswered.
+            assert b"\r\nconnection: close\r\n" in answer.lower(), (what, answer[:300])
+
+
 def answered(socks: list[socket.socket], count: int, within_s: float) -> list[socket.socket]:
     """The sockets with something to read, once `count` of them have (or `within_s` passed)."""
     deadline = time.monotonic() + within_s

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import h11
 import uvicorn
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from sbx.agent import EARLY_SIGNALS, freeze_heap
@@ -223,7 +223,8 @@ class GuardedH11(H11Protocol):
         """Close, or linger (`_linger`) while the request's body is still arriving."""
         if self.lingering:
             return  # the linger's own timer closes
-        if self._edge_state is None and self.conn.their_state is h11.SEND_BODY:
+        if (self._edge_state is None and self.conn.their_state is h11.SEND_BODY
+                and not self._real_transport.is_closing()):  # not after the connection's loss
             self._linger()
             return
         self._real_transport.close()
@@ -248,7 +249,26 @@ class GuardedH11(H11Protocol):
                 self.cycle.disconnected = True  # answered here: uvicorn adds nothing
             self._answer(refusal)
             return
+        if sends_body(scope["headers"]):
+            send = self._closing_if_unread(send)
         await self._inner_app(scope, receive, send)
+
+    def _closing_if_unread(self, send: Send) -> Send:
+        """`send`, saying `Connection: close` on a response begun before its request's body ended.
+
+        Such a connection is closed after the response (`close_gently`); a client told
+        keep-alive would put it back in its pool and could send its next request on it
+        before our FIN arrives, to have it dropped unanswered.
+        """
+
+        async def send_closing(message: Message) -> None:
+            if message["type"] == "http.response.start" and self.conn.their_state is h11.SEND_BODY:
+                headers = list(message.get("headers", []))
+                if not any(name.lower() == b"connection" for name, _ in headers):
+                    message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        return send_closing
 
     def _take_places(self, scope: Scope) -> bytes | None:
         """The request's places at the edge, held until its response ends; else the refusal."""
