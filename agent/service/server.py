@@ -153,7 +153,8 @@ class GuardedH11(H11Protocol):
     connection; requests without credentials that send a body hold at most
     `edge.MAX_ANONYMOUS` places. A refused connection's head is read first (bounded
     in bytes and time), so the client reads the 503 instead of a reset; any request
-    answered before its body ended is closed the same careful way (`_linger`).
+    answered before its body ended says `Connection: close` and is closed the same
+    careful way (`_linger`).
     """
 
     head_timeout_s = 30.0
