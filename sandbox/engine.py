@@ -23,6 +23,7 @@ from docker.types import LogConfig, Mount, Ulimit
 from sbx.sandbox.config import MANAGED_LABEL
 from sbx.sandbox.engine_http import share_one_pool
 from sbx.sandbox.errors import DockerUnavailable, ImageMissing, RuntimeUnavailable, SandboxBroken
+from sbx.sandbox.oom_watch import OomWatch, watch_for
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ START_DOCKER_HINT = (
 )
 REMOVAL_WAIT_S = 30
 """How long `remove` waits for a removal the engine already started (then `sbx gc`'s)."""
+OOM_REPORT_WAIT_S = 1.0
+"""How long a dead container's `oom` may take to reach the watch (the engine reports it late)."""
 
 
 class Engine:
@@ -43,6 +46,7 @@ class Engine:
         self._live: set[str] = set()
         self._lock = threading.Lock()
         self._runtimes: set[str] | None = None
+        self._ooms: OomWatch | None = None
         atexit.register(self.remove_all)
 
     @classmethod
@@ -88,6 +92,7 @@ class Engine:
 
     def create(self, config: dict[str, Any]) -> str:
         """Create a container from `sandbox.config.container_config` output; return its id."""
+        self.watch_ooms()
         kwargs = dict(config)
         host = dict(kwargs.pop("host_config"))
         host["log_config"] = LogConfig(**host["log_config"])
@@ -182,12 +187,31 @@ class Engine:
             logger.warning("removal of sandbox %s not confirmed: %s", container_id[:12],
                            first_line(exc))
 
-    def saw_oom(self, container_id: str, *, since: float) -> bool:
-        """Whether the engine's event log has an `oom` of the container since `since` (epoch s).
+    def watch_ooms(self) -> None:
+        """Read the engine's `oom` events as they happen, from now on (`sandbox.oom_watch`)."""
+        if self._ooms is None:
+            adapter = self.api.adapters.get("http+docker://")
+            socket_path = getattr(adapter, "socket_path", None)
+            self._ooms = watch_for(str(socket_path or self.api.base_url), self._oom_events)
 
-        For a container already removed, whose `State.OOMKilled` is gone with it.
-        dockerd keeps its recent events in memory; the replay ends a second from now.
+    def _oom_events(self, since: int) -> Any:
+        """The engine's `oom` events from `since` (epoch s) on, streamed as they come."""
+        return self.api.events(since=since, decode=True,
+                               filters={"type": "container", "event": "oom"})
+
+    def saw_oom(self, container_id: str, *, since: float) -> bool:
+        """Whether the engine reported an `oom` of the container since `since` (epoch s).
+
+        For a container already removed, whose `State.OOMKilled` is gone with it. The
+        watch (`watch_ooms`) answers when it has read the engine's events since `since`;
+        otherwise the engine's log is replayed, which holds only its recent events (the
+        replay ends a second from now).
         """
+        ooms = self._ooms
+        if ooms is not None and ooms.covers(since):
+            return ooms.saw(container_id, wait_s=OOM_REPORT_WAIT_S)
+        if ooms is not None and ooms.saw(container_id, wait_s=0):
+            return True  # seen before the watch's stream broke
         try:
             stream = self.api.events(
                 since=int(since) - 1, until=int(time.time()) + 1, decode=True,

@@ -11,6 +11,10 @@ container is not listed after it returns and its lease is not given back early
 `Engine.saw_oom` answers for a container already removed, whose `State.OOMKilled`
 went with it: a gVisor sandbox killed by its memory limit is often gone before
 the session asks, on a loaded host (found when two test workers ran at once).
+It answers after the engine's replay has forgotten the kill too (dockerd keeps
+about its last 256 events; found when a CI run's other worker made more than
+that between the kill and the question): the engine's `oom` events are read
+as they happen.
 """
 
 from __future__ import annotations
@@ -61,3 +65,17 @@ def test_an_oom_of_a_container_already_removed_is_still_known(engine) -> None:
         wait_until_removed(engine, container_id, seconds=60)  # auto-remove: State is gone
     assert engine.saw_oom(killed, since=since)
     assert not engine.saw_oom(quiet, since=since)
+
+
+def test_an_oom_is_still_known_after_more_events_than_the_engine_replays(engine) -> None:
+    engine.watch_ooms()  # as the engine's first `create` does
+    since = time.time()
+    bomb = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))"
+    killed = started(engine, ["python3", "-c", bomb], mem_limit="64m", memswap_limit="64m")
+    wait_until_removed(engine, killed, seconds=60)
+    config = engine.api.create_host_config(network_mode="none")
+    for _ in range(200):  # 400 events (create, destroy): the engine's replay has lost the kill
+        engine.api.remove_container(engine.api.create_container(
+            TEST_IMAGE, command=["true"], host_config=config,
+            labels={MANAGED_LABEL: "true", OWNER_LABEL: owner_tag()})["Id"])
+    assert engine.saw_oom(killed, since=since)
