@@ -92,7 +92,6 @@ class Engine:
 
     def create(self, config: dict[str, Any]) -> str:
         """Create a container from `sandbox.config.container_config` output; return its id."""
-        self.watch_ooms()
         kwargs = dict(config)
         host = dict(kwargs.pop("host_config"))
         host["log_config"] = LogConfig(**host["log_config"])
@@ -117,6 +116,7 @@ class Engine:
         container_id: str = created["Id"]
         with self._lock:
             self._live.add(container_id)
+        self.watch_ooms()  # the engine answers: its memory kills are read from now on
         return container_id
 
     def attach(self, container_id: str) -> tuple[socket.socket, Any]:
@@ -193,6 +193,7 @@ class Engine:
             adapter = self.api.adapters.get("http+docker://")
             socket_path = getattr(adapter, "socket_path", None)
             self._ooms = watch_for(str(socket_path or self.api.base_url), self._oom_events)
+        self._ooms.start()
 
     def _oom_events(self, since: int) -> Any:
         """The engine's `oom` events from `since` (epoch s) on, streamed as they come."""

@@ -8,16 +8,19 @@ of a busy host was gone from the replay, measured), and a host running many
 sandboxes makes that many in seconds. The session then called a memory kill
 "the runner stopped".
 
-So a process's first container starts one watch per engine socket: one thread
-with one streaming request that the engine filters to `oom` events. It keeps the
-ids it saw for `KEEP_S`, and says whether it has been reading without a break
-since a moment (`covers`); before that moment (the first container, a reconnect)
-the caller replays the engine's log as before. A watch does not survive a fork
-(a worker of `sbx serve --workers N` starts its own).
+So the engine's containers start one watch per engine socket and process: one
+thread with one streaming request that the engine filters to `oom` events. It
+keeps the ids it saw for `KEEP_S`, and says whether it has been reading without
+a break since a moment (`covers`); before that moment (the process's first
+container, a reconnect) the caller replays the engine's log as before. A watch
+whose engine cannot be reached stops, and the engine's next container starts it
+again. A watch does not survive a fork (a worker of `sbx serve --workers N`
+starts its own).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -34,8 +37,7 @@ KEEP_MAX = 4096
 START_S = 2.0
 """Longest a first container waits for the watch to be reading."""
 RECONNECT_S = 1.0
-"""Pause before the stream is opened again after it broke (doubled while it keeps failing)."""
-RECONNECT_MAX_S = 60.0
+"""Pause before the stream is opened again after it broke."""
 
 EventStream = Callable[[int], Iterator[dict[str, Any]]]
 """Opens the engine's `oom` events from a time on (epoch s): those it still holds, then live."""
@@ -55,13 +57,20 @@ class OomWatch:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Start reading (once); returns once the engine has taken the request (or in `START_S`)."""
+        """Read, unless reading already; the first time, return once the engine has the request.
+
+        Called after each container the engine created: a watch that stopped (its engine
+        was unreachable) starts again with the engine's next container.
+        """
         with self._changed:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._read, name="sbx-oom-watch",
-                                                daemon=True)
-                self._thread.start()
-            self._changed.wait_for(lambda: self._reading_since is not None, timeout=START_S)
+            if self._thread is not None and self._thread.is_alive():
+                return
+            thread = self._thread = threading.Thread(target=self._read, name="sbx-oom-watch",
+                                                     daemon=True)
+            thread.start()
+            self._changed.wait_for(
+                lambda: self._reading_since is not None or not thread.is_alive(),
+                timeout=START_S)
 
     def covers(self, since: float) -> bool:
         """Whether every `oom` from `since` (epoch s) on has been read or will be."""
@@ -77,28 +86,41 @@ class OomWatch:
             return self._changed.wait_for(lambda: container_id in self._seen, timeout=wait_s)
 
     def _read(self) -> None:
-        pause = RECONNECT_S
-        while True:
-            try:
+        """Read the stream, and open it again when it breaks; stop when it cannot be opened.
+
+        An engine that does not answer (stopped, restarted elsewhere) is not asked again
+        and again from here: its next container starts the watch again (`start`).
+        """
+        try:
+            while True:
                 opening = time.time()
-                stream = self._open_stream(int(opening) - OVERLAP_S)
+                try:
+                    stream = self._open_stream(int(opening) - OVERLAP_S)
+                except Exception as exc:
+                    logger.info("not reading the engine's oom events (%s): a memory kill is "
+                                "looked up in its recent events", _first_line(exc))
+                    return
                 with self._changed:
                     self._reading_since = opening
                     self._changed.notify_all()
-                pause = RECONNECT_S
-                for event in stream:
-                    self._note(event)
-                cause = "it ended"
-            except Exception as exc:  # the engine restarted, the socket broke: read again
-                cause = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+                try:
+                    for event in stream:
+                        self._note(event)
+                except Exception as exc:  # the engine restarted, the socket broke
+                    logger.info("the engine's oom events broke off (%s); reading them again",
+                                _first_line(exc))
+                finally:
+                    with self._changed:
+                        self._reading_since = None
+                    close = getattr(stream, "close", None)
+                    if close is not None:
+                        with contextlib.suppress(Exception):
+                            close()
+                time.sleep(RECONNECT_S)
+        finally:
             with self._changed:
                 self._reading_since = None
-            log = logger.warning if pause == RECONNECT_S else logger.debug  # once per outage
-            log("the engine's oom events are not being read (%s); trying again in %g s "
-                "(until then a memory kill is looked up in the engine's recent events)",
-                cause, pause)
-            time.sleep(pause)
-            pause = min(pause * 2, RECONNECT_MAX_S)
+                self._changed.notify_all()
 
     def _note(self, event: dict[str, Any]) -> None:
         container_id = event.get("id") or (event.get("Actor") or {}).get("ID")
@@ -118,11 +140,15 @@ _WATCHES_LOCK = threading.Lock()
 
 
 def watch_for(engine_key: str, open_stream: EventStream) -> OomWatch:
-    """This process's watch of the engine at `engine_key` (its socket), started."""
+    """This process's watch of the engine at `engine_key` (its socket); `start` it."""
     key = (os.getpid(), engine_key)
     with _WATCHES_LOCK:
         watch = _WATCHES.get(key)
         if watch is None:
             watch = _WATCHES[key] = OomWatch(open_stream)
-    watch.start()
     return watch
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc)
+    return text.splitlines()[0][:200] if text else type(exc).__name__

@@ -57,6 +57,7 @@ def test_a_container_the_engine_is_already_removing_is_gone_when_remove_returns(
 
 
 def test_an_oom_of_a_container_already_removed_is_still_known(engine) -> None:
+    engine.watch_ooms()  # as the engine's first container does
     since = time.time()
     bomb = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))"
     killed = started(engine, ["python3", "-c", bomb], mem_limit="64m", memswap_limit="64m")
@@ -68,7 +69,7 @@ def test_an_oom_of_a_container_already_removed_is_still_known(engine) -> None:
 
 
 def test_an_oom_is_still_known_after_more_events_than_the_engine_replays(engine) -> None:
-    engine.watch_ooms()  # as the engine's first `create` does
+    engine.watch_ooms()  # as the engine's first container does
     since = time.time()
     bomb = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))"
     killed = started(engine, ["python3", "-c", bomb], mem_limit="64m", memswap_limit="64m")
