@@ -75,6 +75,44 @@ def test_a_reload_opens_the_conversation_that_was_open(serve, llm, browser, tmp_
 
 
 @pytest.mark.docker
+def test_a_conversation_opened_twice_at_once_shows_its_runs_once(serve, llm, browser, tmp_path):
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
+    page = browser.new_page()
+    seen = watch(page)
+    sign_in(page, server.url, server.key("dana"))
+    llm.script([assistant("First answer."), assistant("Second answer.")])
+    for question in ("first?", "second?"):
+        page.get_by_label("Your question").fill(question)
+        page.get_by_role("button", name="Ask").click()
+        expect(page.locator(".run-status").last).to_contain_text("completed")
+    held: list = []  # the reload's reads of a run, answered only once the click reopened it
+
+    def hold_the_first_openings_reads(route) -> None:
+        if route.request.method == "GET" and not held and not route.request.url.endswith(
+                "/events"):
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route(re.compile(r".*/v1/runs/run-[0-9a-f]+$"), hold_the_first_openings_reads)
+    page.reload()  # opens the conversation in the address, and waits on its first run
+    page.wait_for_function("() => document.querySelectorAll('#conversation-list button')"
+                           ".length > 0")
+    expect(page.locator(".run")).to_have_count(0)
+    assert len(held) == 1
+    page.locator("#conversation-list button").first.click()  # opened again meanwhile
+    expect(page.locator(".run .answer-text")).to_have_count(2)
+    late = held[0].request.url
+    with page.expect_response(lambda response: response.url == late):
+        held[0].continue_()  # the first opening's read comes back late
+    page.evaluate("() => new Promise((done) => setTimeout(done, 0))")  # and is handled
+    expect(page.locator(".run")).to_have_count(2)
+    expect(page.locator(".run .answer-text")).to_have_text(["First answer.", "Second answer."])
+    expect(page.locator(".run-status", has_text="Queued")).to_have_count(0)
+    seen.assert_clean()
+
+
+@pytest.mark.docker
 def test_a_dataset_named_in_another_script_is_listed_and_used_by_its_name(
     serve, llm, browser, tmp_path
 ):

@@ -136,18 +136,26 @@ function newConversation() {
   $("question").focus();
 }
 
+/**
+ * Show a conversation and its runs. Another opening may start while this one waits
+ * on the server (a reload opens the conversation in the address, and the user clicks
+ * it too): after each wait, only the latest opening touches the page.
+ */
 async function openConversation(id) {
   stopStream();
   const generation = ++state.generation;
+  const current = () => generation === state.generation;
   const conversation = await call("GET", `/v1/conversations/${encodeURIComponent(id)}`);
+  if (!current()) return;
   clear($("runs"));
   state.views = [];
   showConversation(conversation);
   say("ask-status", "");
   await refreshConversations();
   for (const runId of conversation.runs) {
-    if (generation !== state.generation) return;
+    if (!current()) return;
     const run = await call("GET", `/v1/runs/${encodeURIComponent(runId)}`);
+    if (!current()) return;
     const view = track(new RunView(runId, run.question));
     append($("runs"), view.root);
     await follow(view, generation);
