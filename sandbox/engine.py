@@ -22,7 +22,13 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from sbx.sandbox.config import MANAGED_LABEL
 from sbx.sandbox.engine_http import share_one_pool
-from sbx.sandbox.errors import DockerUnavailable, ImageMissing, RuntimeUnavailable, SandboxBroken
+from sbx.sandbox.errors import (
+    DockerUnavailable,
+    ImageMissing,
+    RuntimeUnavailable,
+    SandboxBroken,
+    first_line,
+)
 from sbx.sandbox.oom_watch import OomWatch, watch_for
 
 logger = logging.getLogger(__name__)
@@ -33,6 +39,8 @@ START_DOCKER_HINT = (
 )
 REMOVAL_WAIT_S = 30
 """How long `remove` waits for a removal the engine already started (then `sbx gc`'s)."""
+OOM_EVENTS = {"type": "container", "event": "oom"}
+"""The engine's filter for memory kills (the watch's stream and the replay)."""
 OOM_REPORT_WAIT_S = 1.0
 """How long a dead container's `oom` may take to reach the watch (the engine reports it late)."""
 
@@ -197,8 +205,7 @@ class Engine:
 
     def _oom_events(self, since: int) -> Any:
         """The engine's `oom` events from `since` (epoch s) on, streamed as they come."""
-        return self.api.events(since=since, decode=True,
-                               filters={"type": "container", "event": "oom"})
+        return self.api.events(since=since, decode=True, filters=OOM_EVENTS)
 
     def saw_oom(self, container_id: str, *, since: float) -> bool:
         """Whether the engine reported an `oom` of the container since `since` (epoch s).
@@ -216,7 +223,7 @@ class Engine:
         try:
             stream = self.api.events(
                 since=int(since) - 1, until=int(time.time()) + 1, decode=True,
-                filters={"type": "container", "event": "oom", "container": container_id},
+                filters={**OOM_EVENTS, "container": container_id},
             )
         except (docker.errors.DockerException, OSError):
             return False
@@ -264,7 +271,3 @@ def engine_failure(action: str, exc: BaseException) -> SandboxBroken:
     return SandboxBroken(f"lost the engine while trying to {action}: {first_line(exc)}")
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's text, for one-line operator messages."""
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]

@@ -51,3 +51,9 @@ class SandboxBroken(SandboxError):
 
 class HostBusy(SandboxError):
     """The host-wide sandbox cap stayed full for longer than the caller would wait."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's text, for one-line operator messages."""
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]

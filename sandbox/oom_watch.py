@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from sbx.sandbox.errors import first_line
+
 logger = logging.getLogger(__name__)
 
 KEEP_S = 600.0
@@ -98,7 +100,7 @@ class OomWatch:
                     stream = self._open_stream(int(opening) - OVERLAP_S)
                 except Exception as exc:
                     logger.info("not reading the engine's oom events (%s): a memory kill is "
-                                "looked up in its recent events", _first_line(exc))
+                                "looked up in its recent events", first_line(exc)[:200])
                     return
                 with self._changed:
                     self._reading_since = opening
@@ -108,7 +110,7 @@ class OomWatch:
                         self._note(event)
                 except Exception as exc:  # the engine restarted, the socket broke
                     logger.info("the engine's oom events broke off (%s); reading them again",
-                                _first_line(exc))
+                                first_line(exc)[:200])
                 finally:
                     with self._changed:
                         self._reading_since = None
@@ -147,8 +149,3 @@ def watch_for(engine_key: str, open_stream: EventStream) -> OomWatch:
         if watch is None:
             watch = _WATCHES[key] = OomWatch(open_stream)
     return watch
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc)
-    return text.splitlines()[0][:200] if text else type(exc).__name__

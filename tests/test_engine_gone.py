@@ -29,6 +29,8 @@ from sbx.sandbox.config import MANAGED_LABEL, OWNER_LABEL
 from sbx.sandbox.gc import owner_tag
 
 pytestmark = pytest.mark.docker
+MEMORY_BOMB = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))"
+"""A program its container's memory limit kills."""
 
 
 def started(engine, command: list[str], **host: object) -> str:
@@ -59,8 +61,7 @@ def test_a_container_the_engine_is_already_removing_is_gone_when_remove_returns(
 def test_an_oom_of_a_container_already_removed_is_still_known(engine) -> None:
     engine.watch_ooms()  # as the engine's first container does
     since = time.time()
-    bomb = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))"
-    killed = started(engine, ["python3", "-c", bomb], mem_limit="64m", memswap_limit="64m")
+    killed = started(engine, ["python3", "-c", MEMORY_BOMB], mem_limit="64m", memswap_limit="64m")
     quiet = started(engine, ["true"], mem_limit="64m", memswap_limit="64m")
     for container_id in (killed, quiet):
         wait_until_removed(engine, container_id, seconds=60)  # auto-remove: State is gone
@@ -71,8 +72,7 @@ def test_an_oom_of_a_container_already_removed_is_still_known(engine) -> None:
 def test_an_oom_is_still_known_after_more_events_than_the_engine_replays(engine) -> None:
     engine.watch_ooms()  # as the engine's first container does
     since = time.time()
-    bomb = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))"
-    killed = started(engine, ["python3", "-c", bomb], mem_limit="64m", memswap_limit="64m")
+    killed = started(engine, ["python3", "-c", MEMORY_BOMB], mem_limit="64m", memswap_limit="64m")
     wait_until_removed(engine, killed, seconds=60)
     config = engine.api.create_host_config(network_mode="none")
     for _ in range(200):  # 400 events (create, destroy): the engine's replay has lost the kill

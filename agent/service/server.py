@@ -210,10 +210,14 @@ class GuardedH11(H11Protocol):
         """
         super().on_response_complete()
         self._release()
-        if self._edge_state is None and self.conn.their_state is h11.SEND_BODY:
+        if self._edge_state is None and self._body_unread():
             self._linger()
         if self._edge_state is None:
             self._arm()
+
+    def _body_unread(self) -> bool:
+        """The request's body has not all arrived (the client may still be sending it)."""
+        return self.conn.their_state is h11.SEND_BODY
 
     @property
     def lingering(self) -> bool:
@@ -224,7 +228,7 @@ class GuardedH11(H11Protocol):
         """Close, or linger (`_linger`) while the request's body is still arriving."""
         if self.lingering:
             return  # the linger's own timer closes
-        if (self._edge_state is None and self.conn.their_state is h11.SEND_BODY
+        if (self._edge_state is None and self._body_unread()
                 and not self._real_transport.is_closing()):  # not after the connection's loss
             self._linger()
             return
@@ -263,7 +267,7 @@ class GuardedH11(H11Protocol):
         """
 
         async def send_closing(message: Message) -> None:
-            if message["type"] == "http.response.start" and self.conn.their_state is h11.SEND_BODY:
+            if message["type"] == "http.response.start" and self._body_unread():
                 headers = list(message.get("headers", []))
                 if not any(name.lower() == b"connection" for name, _ in headers):
                     message = {**message, "headers": [*headers, (b"connection", b"close")]}

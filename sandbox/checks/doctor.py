@@ -22,8 +22,8 @@ from sbx.sandbox.checks.selftest import (
     check_time,
 )
 from sbx.sandbox.config import DEFAULT_IMAGE
-from sbx.sandbox.engine import Engine, first_line
-from sbx.sandbox.errors import SandboxError
+from sbx.sandbox.engine import Engine
+from sbx.sandbox.errors import SandboxError, first_line
 from sbx.sandbox.limits import Limits
 from sbx.sandbox.session import run_fresh
 from sbx.sandbox.spec import SessionSpec
