@@ -94,12 +94,16 @@ def test_a_conversation_opened_twice_at_once_shows_its_runs_once(serve, llm, bro
         else:
             route.continue_()
 
-    page.route(re.compile(r".*/v1/runs/run-[0-9a-f]+$"), hold_the_first_openings_reads)
-    page.reload()  # opens the conversation in the address, and waits on its first run
-    page.wait_for_function("() => document.querySelectorAll('#conversation-list button')"
-                           ".length > 0")
-    expect(page.locator(".run")).to_have_count(0)
+    run_read = re.compile(r".*/v1/runs/run-[0-9a-f]+$")
+    page.route(run_read, hold_the_first_openings_reads)
+    with page.expect_request(lambda request: bool(run_read.match(request.url))):
+        page.reload()  # opens the conversation in the address, and waits on its first run
+    for _ in range(100):  # the route's handler runs as the page's next messages are read
+        if held:
+            break
+        page.evaluate("() => 0")
     assert len(held) == 1
+    expect(page.locator(".run")).to_have_count(0)
     page.locator("#conversation-list button").first.click()  # opened again meanwhile
     expect(page.locator(".run .answer-text")).to_have_count(2)
     late = held[0].request.url
