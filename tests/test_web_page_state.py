@@ -3,8 +3,9 @@
 In a real browser against a real `sbx serve`: Cancel leaves the output the
 user was watching on the page, says nothing about Ctrl-C or SIGTERM (the
 core's message is the same for every face), and leaves no "Cancelling…"
-behind; a reload opens the conversation that was open; a dataset named in
-another script is listed by its name.
+behind; a reload opens the conversation that was open; an answer from the
+server that comes back after the user opened another conversation stays out of
+the one on screen; a dataset named in another script is listed by its name.
 """
 
 from __future__ import annotations
@@ -113,6 +114,43 @@ def test_a_conversation_opened_twice_at_once_shows_its_runs_once(serve, llm, bro
     expect(page.locator(".run")).to_have_count(2)
     expect(page.locator(".run .answer-text")).to_have_text(["First answer.", "Second answer."])
     expect(page.locator(".run-status", has_text="Queued")).to_have_count(0)
+    seen.assert_clean()
+
+
+@pytest.mark.docker
+def test_a_question_accepted_after_the_user_moved_on_stays_in_its_conversation(
+    serve, llm, browser, tmp_path
+):
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
+    page = browser.new_page()
+    seen = watch(page)
+    sign_in(page, server.url, server.key("dana"))
+    llm.script([assistant("First answer."), assistant("Second answer.")])
+    page.get_by_label("Your question").fill("first?")
+    page.get_by_role("button", name="Ask").click()
+    expect(page.locator(".run-status").last).to_contain_text("completed")
+    held: list = []  # the second question's POST, answered only once the user moved on
+    page.route(re.compile(r".*/questions$"), lambda route: held.append(route))
+    with page.expect_request(re.compile(r".*/questions$")):
+        page.get_by_label("Your question").fill("second?")
+        page.get_by_label("Your question").press("Enter")
+        page.get_by_label("Your question").press("Enter")  # pressed twice: sent once
+    for _ in range(100):  # the route's handler runs as the page's next messages are read
+        if held:
+            break
+        page.evaluate("() => 0")
+    page.get_by_role("button", name="New conversation").click()
+    expect(page.locator(".run")).to_have_count(0)
+    page.get_by_label("Your question").fill("a third, not sent yet")
+    with page.expect_request(lambda request: request.method == "GET"
+                             and request.url.endswith("/v1/conversations")):
+        held[0].continue_()  # the question is accepted now: the page lists its conversation
+    expect(page.locator(".run")).to_have_count(0)
+    expect(page.locator("#conversation-title")).to_have_text("New conversation")
+    expect(page.get_by_label("Your question")).to_have_value("a third, not sent yet")
+    page.locator("#conversation-list button").first.click()
+    expect(page.locator(".run .answer-text")).to_have_text(["First answer.", "Second answer."])
+    assert len(held) == 1
     seen.assert_clean()
 
 

@@ -183,22 +183,37 @@ async function closeConversation() {
   await refreshUsage();
 }
 
+/**
+ * Ask the open conversation (a new one if none is open) and follow the run.
+ *
+ * The user may open another conversation while the question is on its way: the run
+ * then belongs to the conversation it was asked in, listed there, and this page
+ * stays on the one the user opened (only the latest opening touches the page).
+ */
 async function ask(event) {
   event?.preventDefault();
   const question = $("question").value.trim();
-  if (!question || state.activeRun) return;
-  await guarded("ask-status", async () => {
-    if (state.conversation === null) {
-      const created = await call("POST", "/v1/conversations",
-        { datasets: [...state.selected], ...chosenLimits() });
-      showConversation(created);
-      state.generation += 1;
-    }
-    const accepted = await call("POST",
-      `/v1/conversations/${encodeURIComponent(state.conversation.id)}/questions`, { question });
-    $("question").value = "";
-    await show(accepted, question, "You asked");
-  });
+  if (!question || state.activeRun || state.asking) return;
+  state.asking = true;
+  try {
+    await guarded("ask-status", async () => {
+      let generation = state.generation;
+      if (state.conversation === null) {
+        const created = await call("POST", "/v1/conversations",
+          { datasets: [...state.selected], ...chosenLimits() });
+        if (generation !== state.generation) return refreshConversations();
+        showConversation(created);
+        generation = ++state.generation;
+      }
+      const accepted = await call("POST",
+        `/v1/conversations/${encodeURIComponent(state.conversation.id)}/questions`, { question });
+      if (generation !== state.generation) return refreshConversations();
+      $("question").value = "";
+      await show(accepted, question, "You asked", generation);
+    });
+  } finally {
+    state.asking = false;
+  }
 }
 
 /** The limits chosen for a new conversation (the server refuses any above the policy). */
@@ -215,21 +230,23 @@ function chosenLimits() {
 /** Answer the question the last run asked (it ended needs_input): a new run continues. */
 async function answerRun(text) {
   if (state.activeRun || state.conversation === null) return;
+  const generation = state.generation;
   await guarded("ask-status", async () => {
     const accepted = await call("POST",
       `/v1/conversations/${encodeURIComponent(state.conversation.id)}/answer`, { answer: text });
-    await show(accepted, text, "You answered");
+    if (generation !== state.generation) return refreshConversations();  // see `ask`
+    await show(accepted, text, "You answered", generation);
   });
 }
 
 /** Show a run just accepted and follow it to its end. */
-async function show(accepted, text, who) {
+async function show(accepted, text, who, generation) {
   say("ask-status", "");
   const view = track(new RunView(accepted.run_id, text, who));
   append($("runs"), view.root);
   view.root.scrollIntoView({ block: "start" });
   refreshConversations();
-  await follow(view, state.generation);
+  await follow(view, generation);
   await refreshUsage();
 }
 

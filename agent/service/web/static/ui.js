@@ -13,7 +13,8 @@ export const state = {
   conversation: null,
   activeRun: null,
   source: null,
-  generation: 0,
+  generation: 0,  // counts the openings of a conversation: a late answer checks it is still current
+  asking: false,  // a question is on its way: a second Enter does not send it again
   views: [],
 };
 
