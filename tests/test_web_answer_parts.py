@@ -13,7 +13,7 @@ import service_support
 import web_support
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from service_support import stream, upload
-from web_support import sign_in, watch
+from web_support import signed_in_page
 
 serve = service_support.serve
 llm = service_support.llm
@@ -56,9 +56,7 @@ def test_the_run_resource_the_export_and_the_page_show_measured_apart_from_inter
     assert "#### Measured\n\nSouth grew fastest." in report.text
     assert "#### Assumptions\n\n- Revenue is in euros." in report.text
 
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, key)
+    page, seen = signed_in_page(browser, server.url, key)
     llm.script([tool_call("execute_python", code=PROGRAM), assistant(ANSWER)])
     page.get_by_label("Your question").fill("Which region grew fastest?")
     page.get_by_label("Your question").press("Enter")

@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 import service_support
 import web_support
 from sbx.agent.testing.scripted_model import ScriptedRequest, assistant, tool_call
-from web_support import sign_in, watch
+from web_support import sign_in, signed_in_page
 
 serve = service_support.serve
 llm = service_support.llm
@@ -30,9 +30,7 @@ def test_the_page_shows_the_models_question_and_the_answer_continues_the_run(
 ):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}",
                    policy={"tools.ask_user": {"enabled": True}})
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("rita"))
+    page, seen = signed_in_page(browser, server.url, server.key("rita"))
 
     def told(request: ScriptedRequest):
         assert "Leave refunds out." in request.messages[-1]["content"]

@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 import service_support
 import web_support
 from sbx.agent.testing.scripted_model import HttpFailure, assistant
-from web_support import screenshot, sign_in, watch
+from web_support import screenshot, signed_in_page
 
 serve = service_support.serve
 llm = service_support.llm
@@ -30,9 +30,7 @@ def test_a_failed_model_request_reads_as_an_analysts_error_with_an_incident_to_q
     serve, llm, browser, tmp_path
 ):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("ana"))
+    page, seen = signed_in_page(browser, server.url, server.key("ana"))
     llm.script([HttpFailure(status=500, message="upstream exploded")] * 3)  # 2 retries
 
     page.get_by_label("Your question").fill("What is the total revenue?")
@@ -64,9 +62,7 @@ def test_a_failed_model_request_reads_as_an_analysts_error_with_an_incident_to_q
 @pytest.mark.docker
 def test_a_quota_refusal_on_the_page_says_when_to_try_again(serve, llm, browser, tmp_path):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("ana", runs_per_hour=1))
+    page, seen = signed_in_page(browser, server.url, server.key("ana", runs_per_hour=1))
     llm.script([assistant("Nothing to compute.")])
     page.get_by_label("Your question").fill("hello?")
     page.get_by_label("Your question").press("Enter")

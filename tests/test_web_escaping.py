@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 import service_support
 import web_support
 from sbx.agent.testing.scripted_model import Reply, assistant, call
-from web_support import sign_in, watch
+from web_support import signed_in_page
 
 serve = service_support.serve
 llm = service_support.llm
@@ -50,9 +50,7 @@ def test_markup_in_names_output_and_answers_is_shown_as_text_and_never_runs(
     serve, llm, browser, tmp_path
 ):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("mallory"))
+    page, seen = signed_in_page(browser, server.url, server.key("mallory"))
     csv = tmp_path / "upload" / UPLOAD_NAME
     csv.parent.mkdir()
     csv.write_text(f"region,{COLUMN}\nNorth,1\nSouth,2\n")

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 import service_support
 import web_support
 from service_support import upload
-from web_support import sign_in, watch
+from web_support import signed_in_page
 
 serve = service_support.serve
 llm = service_support.llm
@@ -34,9 +34,7 @@ def test_an_analyst_adds_edits_and_deletes_notes_and_sees_a_stale_one(
     assert ana.delete(f"/v1/datasets/{old}").status_code == 204
     new = upload(ana, "sales.csv", b"region,amount\nNorth,2\n").json()["id"]
 
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, key)
+    page, seen = signed_in_page(browser, server.url, key)
     page.get_by_role("button", name="Notes on sales.csv").click()
     panel = page.get_by_role("region", name="Notes on sales.csv")
     stale = panel.locator(".note").filter(has_text="region 9 is a test region")

@@ -19,7 +19,7 @@ import service_support
 import web_support
 from sbx.agent.testing.scripted_model import assistant, tool_call
 from service_support import upload
-from web_support import sign_in, watch
+from web_support import signed_in_page, until_routed
 
 serve = service_support.serve
 llm = service_support.llm
@@ -33,9 +33,7 @@ SLOW = "import time\nprint('tick', 6 * 7, flush=True)\ntime.sleep(120)\nprint('n
 @pytest.mark.docker
 def test_cancel_keeps_the_output_and_says_nothing_of_signals(serve, llm, browser, tmp_path):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("cleo"))
+    page, seen = signed_in_page(browser, server.url, server.key("cleo"))
     llm.script([tool_call("execute_python", code=SLOW)])
     page.get_by_label("Your question").fill("count slowly")
     page.get_by_role("button", name="Ask").click()
@@ -55,9 +53,7 @@ def test_cancel_keeps_the_output_and_says_nothing_of_signals(serve, llm, browser
 @pytest.mark.docker
 def test_a_reload_opens_the_conversation_that_was_open(serve, llm, browser, tmp_path):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("dana"))
+    page, seen = signed_in_page(browser, server.url, server.key("dana"))
     llm.script([assistant("Nothing to compute: hello.")])
     page.get_by_label("Your question").fill("hello?")
     page.get_by_role("button", name="Ask").click()
@@ -78,9 +74,7 @@ def test_a_reload_opens_the_conversation_that_was_open(serve, llm, browser, tmp_
 @pytest.mark.docker
 def test_a_conversation_opened_twice_at_once_shows_its_runs_once(serve, llm, browser, tmp_path):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("dana"))
+    page, seen = signed_in_page(browser, server.url, server.key("dana"))
     llm.script([assistant("First answer."), assistant("Second answer.")])
     for question in ("first?", "second?"):
         page.get_by_label("Your question").fill(question)
@@ -99,11 +93,7 @@ def test_a_conversation_opened_twice_at_once_shows_its_runs_once(serve, llm, bro
     page.route(run_read, hold_the_first_openings_reads)
     with page.expect_request(lambda request: bool(run_read.match(request.url))):
         page.reload()  # opens the conversation in the address, and waits on its first run
-    for _ in range(100):  # the route's handler runs as the page's next messages are read
-        if held:
-            break
-        page.evaluate("() => 0")
-    assert len(held) == 1
+    until_routed(page, held)
     expect(page.locator(".run")).to_have_count(0)
     page.locator("#conversation-list button").first.click()  # opened again meanwhile
     expect(page.locator(".run .answer-text")).to_have_count(2)
@@ -122,9 +112,7 @@ def test_a_question_accepted_after_the_user_moved_on_stays_in_its_conversation(
     serve, llm, browser, tmp_path
 ):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("dana"))
+    page, seen = signed_in_page(browser, server.url, server.key("dana"))
     llm.script([assistant("First answer."), assistant("Second answer.")])
     page.get_by_label("Your question").fill("first?")
     page.get_by_role("button", name="Ask").click()
@@ -135,10 +123,7 @@ def test_a_question_accepted_after_the_user_moved_on_stays_in_its_conversation(
         page.get_by_label("Your question").fill("second?")
         page.get_by_label("Your question").press("Enter")
         page.get_by_label("Your question").press("Enter")  # pressed twice: sent once
-    for _ in range(100):  # the route's handler runs as the page's next messages are read
-        if held:
-            break
-        page.evaluate("() => 0")
+    until_routed(page, held)
     page.get_by_role("button", name="New conversation").click()
     expect(page.locator(".run")).to_have_count(0)
     page.get_by_label("Your question").fill("a third, not sent yet")
@@ -163,9 +148,7 @@ def test_a_dataset_named_in_another_script_is_listed_and_used_by_its_name(
     dataset = upload(server.client(key), "销售 2024.csv", b"region,revenue\nNorth,10\n").json()
     assert dataset["name"] == "销售_2024.csv"  # the space is not a letter; the rest stays
     assert dataset["preview"].startswith("- /data/销售_2024.csv")
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, key)
+    page, seen = signed_in_page(browser, server.url, key)
     expect(page.locator("#dataset-list .dataset")).to_contain_text("销售_2024.csv")
     page.get_by_role("checkbox", name=re.compile("销售_2024.csv")).check()
     llm.script([tool_call("execute_python", code="import pandas as pd\n"
@@ -182,9 +165,7 @@ def test_a_dataset_named_in_another_script_is_listed_and_used_by_its_name(
 @pytest.mark.docker
 def test_a_chart_named_in_another_script_is_drawn_and_downloads(serve, llm, browser, tmp_path):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("finn"))
+    page, seen = signed_in_page(browser, server.url, server.key("finn"))
     llm.script([tool_call("execute_python", code=CHART), assistant("Drawn.")])
     page.get_by_label("Your question").fill("draw")
     page.get_by_role("button", name="Ask").click()

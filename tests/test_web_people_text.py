@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 import service_support
 import web_support
 from sbx.agent.cli.demo import QUESTION, demo_turns
-from web_support import screenshot, sign_in, watch
+from web_support import screenshot, signed_in_page
 
 serve = service_support.serve
 llm = service_support.llm
@@ -34,9 +34,7 @@ def test_the_page_shows_the_chart_and_one_plan_and_no_text_written_for_the_model
     serve, llm, browser, tmp_path
 ):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}", policy=PLAN_POLICY)
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("ana"))
+    page, seen = signed_in_page(browser, server.url, server.key("ana"))
     page.get_by_label("Choose files to upload").set_input_files(str(SALES))
     expect(page.locator("#dataset-list .dataset")).to_contain_text("sales.csv")
     llm.script([*demo_turns(), *planned_turns()])

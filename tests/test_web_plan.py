@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 
 import service_support
 import web_support
-from web_support import sign_in, watch
+from web_support import signed_in_page, watch
 
 serve = service_support.serve
 llm = service_support.llm
@@ -37,9 +37,7 @@ def test_the_page_shows_the_plan_as_a_live_checklist_above_the_steps_and_revises
     serve, llm, browser, tmp_path
 ):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}", policy=PLAN_POLICY)
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("ana"))
+    page, seen = signed_in_page(browser, server.url, server.key("ana"))
     looked = threading.Event()
     turns = planned_turns()
     held = turns[1]

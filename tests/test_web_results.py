@@ -15,7 +15,7 @@ import service_support
 import web_support
 from sbx.agent.core.events import MAX_TABLE_COLUMNS, MAX_TABLE_ROWS
 from sbx.agent.testing.scripted_model import Reply, assistant, call
-from web_support import sign_in, watch
+from web_support import signed_in_page
 
 serve = service_support.serve
 llm = service_support.llm
@@ -35,9 +35,7 @@ frame
 @pytest.mark.docker
 def test_a_dataframe_result_is_a_bounded_table_of_text(serve, llm, browser, tmp_path):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("ann"))
+    page, seen = signed_in_page(browser, server.url, server.key("ann"))
     llm.script([Reply(content="", tool_calls=(call("execute_python", code=PROGRAM),)),
                 assistant("Done.")])
     page.get_by_label("Your question").fill("Show me the frame.")

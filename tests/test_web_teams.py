@@ -64,9 +64,7 @@ def test_the_quota_panel_shows_what_the_team_spent_of_its_budget(serve, llm, bro
     llm.script([assistant("Nothing to compute.", usage=(1000, 100))])
     assert ask_run(client, conversation, "hello?")["status"] == "completed"
 
-    page = browser.new_page()
-    seen = watch(page)
-    web_support.sign_in(page, server.url, key)
+    page, seen = web_support.signed_in_page(browser, server.url, key)
     expect(_row(page, "Team")).to_have_text("small")
     day = _row(page, "Team small, money this day")
     expect(day).to_contain_text("€0.20 spent of €0.50; starts again ")  # cents, a local time

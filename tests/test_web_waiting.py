@@ -16,7 +16,7 @@ import service_support
 import web_support
 from sbx.agent.testing.scripted_model import assistant
 from scripted_llm import held_back
-from web_support import sign_in, watch
+from web_support import signed_in_page
 
 serve = service_support.serve
 llm = service_support.llm
@@ -28,9 +28,7 @@ def test_a_slow_model_shows_a_waiting_line_that_gives_way_to_the_answer(
     serve, llm, browser, tmp_path
 ):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
-    page = browser.new_page()
-    seen = watch(page)
-    sign_in(page, server.url, server.key("ana"))
+    page, seen = signed_in_page(browser, server.url, server.key("ana"))
     release = threading.Event()
     llm.script([held_back(release, assistant("Nothing needed computing."))])
 

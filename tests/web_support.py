@@ -35,6 +35,8 @@ SCREENSHOTS_ENV = "SBX_WEB_SCREENSHOTS"
 """Set to 1 to write the README's screenshots to docs/ (tests otherwise keep them in tmp)."""
 EVENT_TIMEOUT_MS = 180_000
 """How long a wait on the page may take: a run under a loaded shared engine can be slow."""
+ROUTE_ROUND_TRIPS = 100
+"""Round trips to the page `until_routed` waits through for a request to reach its route."""
 
 
 def _require_chromium() -> None:
@@ -117,6 +119,27 @@ def sign_in(page: Any, url: str, key: str) -> None:
     page.get_by_role("button", name="Sign in").click()
     expect(page.locator("#workspace")).to_be_visible()
     expect(page.locator("#usage dt").first).to_be_visible()
+
+
+def signed_in_page(browser: Any, url: str, key: str) -> tuple[Any, PageWatch]:
+    """A new page of `browser`, watched from its first request, signed in with `key`."""
+    page = browser.new_page()
+    seen = watch(page)
+    sign_in(page, url, key)
+    return page, seen
+
+
+def until_routed(page: Any, routes: list[Any]) -> None:
+    """Return once a route handler has put a request into `routes`.
+
+    Playwright runs a route's handler while the sync API reads the page's messages,
+    so each round trip lets a request the page already sent reach it.
+    """
+    for _ in range(ROUTE_ROUND_TRIPS):
+        if routes:
+            return
+        page.evaluate("() => 0")
+    raise AssertionError(f"no request reached the route in {ROUTE_ROUND_TRIPS} round trips")
 
 
 def screenshot(page: Any, name: str, tmp_path: Path, *, full_page: bool = False) -> Path:
