@@ -246,6 +246,18 @@ def test_the_client_behind_trusted_proxies_is_the_one_the_nearest_proxy_saw(peer
     assert TrustedProxies(["10.0.0.0/16"]).client(peer, forwarded) == client
 
 
+@pytest.mark.parametrize(("peer", "forwarded", "scheme"), [
+    ("10.0.0.5", [b"https"], "https"),
+    ("10.0.0.5", [b"http, HTTPS"], "https"),  # the nearest proxy's, the right-most
+    ("10.0.0.5", [b"https", b"http"], "http"),
+    ("10.0.0.5", [b"gopher"], None),  # not a scheme of this server: the connection's stands
+    ("10.0.0.5", [], None),
+    ("127.0.0.1", [b"https"], None),  # loopback is no proxy unless named
+])
+def test_the_scheme_is_read_from_a_trusted_proxy_only(peer, forwarded, scheme):
+    assert TrustedProxies(["10.0.0.0/16"]).scheme(peer, forwarded) == scheme
+
+
 def test_trusted_proxies_must_be_addresses_or_networks(tmp_path):
     path = tmp_path / "sbx.toml"
     path.write_text('[service]\ntrusted_proxies = ["10.0.0.0/8", "proxy.internal"]\n')

@@ -132,6 +132,25 @@ def test_a_replayed_state_is_refused_and_api_keys_still_sign_in(
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize(("trusted_proxies", "secure"), [([], False), (["127.0.0.1"], True)])
+def test_the_sign_in_cookie_is_secure_when_a_trusted_proxy_says_https_and_only_then(
+    serve, oidc_provider, tmp_path, trusted_proxies, secure
+):
+    provider = oidc_provider()
+    policy = {"service": {"trusted_proxies": trusted_proxies}, **oidc_policy(provider.issuer)}
+    server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}", policy=policy, env=OIDC_ENV)
+    provider.register(server.url)
+    said = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.9"}  # from loopback
+    answer = httpx.get(f"{server.url}/web/oidc/login", headers=said, timeout=60)
+    assert answer.status_code == 303
+    flags = {flag.strip() for flag in answer.headers["set-cookie"].split(";")}
+    assert flags >= {"HttpOnly", "Path=/web/oidc/callback"}
+    assert ("Secure" in flags) is secure
+    plain = httpx.get(f"{server.url}/web/oidc/login", timeout=60)  # what the proxy did not say
+    assert "Secure" not in {flag.strip() for flag in plain.headers["set-cookie"].split(";")}
+
+
+@pytest.mark.docker
 def test_without_oidc_the_page_shows_no_organization_link(serve, llm, browser, tmp_path):
     server = serve(f"sqlite:///{tmp_path / 'data' / 'sbx.db'}")
     page = browser.new_page()

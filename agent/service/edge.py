@@ -1,10 +1,13 @@
 """The edge: who a request's client is behind trusted proxies, and what each client may hold.
 
 `TrustedProxies` names the reverse proxies (`[service] trusted_proxies`) whose
-`X-Forwarded-For` is believed. Behind them the client is the right-most address of
-that header that is not itself a trusted proxy: the one the nearest proxy saw,
-which a client cannot forge (what a client writes itself stands to the left). From
-any other peer the header is ignored and the peer is the client.
+`X-Forwarded-For` and `X-Forwarded-Proto` are believed. Behind them the client is the
+right-most address of that header that is not itself a trusted proxy: the one the
+nearest proxy saw, which a client cannot forge (what a client writes itself stands to
+the left), and the scheme is the one the nearest proxy names (an `https` request makes
+the sign-in cookie `Secure`). From any other peer both headers are ignored, loopback
+included: the peer is the client and the connection's scheme stands. This is the
+server's only reading of them (uvicorn's own, which believes 127.0.0.1, is off).
 
 `EdgeSlots` counts what clients hold at the edge, on the event loop (no locks):
 connections (or, behind a proxy, requests in progress) per client address, at most
@@ -26,6 +29,8 @@ AUTHENTICATED_RESERVE = 128
 """Connections that requests without credentials can never hold."""
 MAX_CONNECTIONS = MAX_ANONYMOUS + AUTHENTICATED_RESERVE
 """Connections and requests at once; past it uvicorn answers 503."""
+FORWARDED_SCHEMES = frozenset({"http", "https"})
+"""The schemes a trusted proxy's `X-Forwarded-Proto` may name."""
 
 class TrustedProxies:
     """The proxies whose `X-Forwarded-For` is believed (none: every peer is the client)."""
@@ -52,6 +57,19 @@ class TrustedProxies:
             if not self.trusts(str(ip)):
                 return str(ip)
         return str(_ip(hops[0])) if hops else peer  # every hop is a trusted proxy
+
+
+    def scheme(self, peer: str, forwarded_proto: Iterable[bytes]) -> str | None:
+        """The scheme the client used, as the nearest trusted proxy says (`X-Forwarded-Proto`).
+
+        None when `peer` is no trusted proxy or says nothing usable: the connection's own
+        scheme stands. Only the right-most value counts, the one the nearest proxy wrote.
+        """
+        if not self.trusts(peer):
+            return None
+        said = [hop.strip().lower() for value in forwarded_proto
+                for hop in value.decode("latin-1").split(",") if hop.strip()]
+        return said[-1] if said and said[-1] in FORWARDED_SCHEMES else None
 
 
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

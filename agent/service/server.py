@@ -282,6 +282,8 @@ class GuardedH11(H11Protocol):
             client = self.proxies.client(
                 self._address, [value for name, value in headers if name == b"x-forwarded-for"])
             scope["client"] = (client, 0)
+            forwarded_proto = [value for name, value in headers if name == b"x-forwarded-proto"]
+            scope["scheme"] = self.proxies.scheme(self._address, forwarded_proto) or scope["scheme"]
             if not self.slots.take(client):
                 return TOO_MANY_CONNECTIONS
             self._holds.append(lambda: self.slots.give(client))
@@ -456,6 +458,7 @@ def serve_forever(service: Service, sock: socket.socket, *, grace_s: float,
         create_app(service), http=protocol, lifespan="on", log_config=None, access_log=False,
         timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=int(grace_s) + SHUTDOWN_MARGIN_S,
         limit_concurrency=MAX_CONNECTIONS, h11_max_incomplete_event_size=64 * 1024,
+        proxy_headers=False,  # the forwarded headers are read at the edge, by trusted_proxies only
     )
     freeze_heap()  # start-up's objects (sbx, the framework, the store) out of every collection
     try:
