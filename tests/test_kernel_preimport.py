@@ -63,6 +63,22 @@ def test_the_first_cell_finds_the_stack_imported(session: Session) -> None:
     assert not plot.stderr  # matplotlib found its cache (no temporary directory, no warning)
 
 
+def test_the_display_protocol_comes_without_ipythons_shell(session: Session) -> None:
+    shell = ("import sys\n"
+             "print('IPython' in sys.modules, 'IPython.core.interactiveshell' in sys.modules)")
+    assert session.run(shell).stdout == "False False\n"  # the formatters without the package's init
+    shown = session.run("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
+    assert shown.ok and "<table" in (shown.results[0].html or "")
+    assert session.run(shell).stdout == "False False\n"
+    package = session.run(
+        "import IPython\nfrom IPython.display import HTML, display\n"
+        "print(IPython.core.formatters.DisplayFormatter.__name__, IPython.get_ipython())\n"
+        "display(HTML('<b>shown</b>'))")
+    assert package.ok, package.stderr
+    assert package.stdout == "DisplayFormatter None\n"  # the package whole, its submodules set
+    assert [result.html for result in package.results] == ["<b>shown</b>"]
+
+
 def test_pyplot_leaves_the_3d_projection_until_a_figure_asks_for_it(session: Session) -> None:
     """Importing pyplot no longer imports mplot3d (50-145 ms of CPU), yet `projection='3d'`
     works as before: the registry imports it on first use."""
