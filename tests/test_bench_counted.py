@@ -56,7 +56,9 @@ def test_the_parents_counter_is_read_under_cgroup_v1_or_v2(tmp_path: Path) -> No
     assert (tmp_path / "cpuacct" / "sbx-bench-1").exists()
 
 
-def test_the_engines_daemons_are_found_by_their_command_name(tmp_path: Path) -> None:
+def test_the_engines_daemons_are_found_by_their_command_name_and_read_to_the_nanosecond(
+    tmp_path: Path,
+) -> None:
     for pid, comm, ticks in (("10", "dockerd", (300, 100)), ("11", "containerd", (50, 50)),
                              ("12", "python3", (999, 999)), ("self", "dockerd", (7, 7))):
         (tmp_path / pid).mkdir()
@@ -64,6 +66,11 @@ def test_the_engines_daemons_are_found_by_their_command_name(tmp_path: Path) -> 
         fields = ["S"] + ["0"] * 10 + [str(ticks[0]), str(ticks[1])] + ["0"] * 5
         (tmp_path / pid / "stat").write_text(f"{pid} ({comm}) " + " ".join(fields))
     assert daemon_cpu_seconds(tmp_path) == pytest.approx(500 / os.sysconf("SC_CLK_TCK"))
+    for tid, nanoseconds in (("10", 1_250_000), ("20", 3_000_001)):  # dockerd's threads
+        (tmp_path / "10" / "task" / tid).mkdir(parents=True)
+        (tmp_path / "10" / "task" / tid / "schedstat").write_text(f"{nanoseconds} 7 9\n")
+    assert daemon_cpu_seconds(tmp_path) == pytest.approx(  # its threads, to the nanosecond
+        0.004250001 + 100 / os.sysconf("SC_CLK_TCK"))
 
 
 def test_the_cpu_target_prefers_the_benchs_own_figure_and_says_which_it_used() -> None:
