@@ -67,6 +67,7 @@ def test_a_quota_refusal_on_the_page_says_when_to_try_again(serve, llm, browser,
     page.get_by_label("Your question").fill("hello?")
     page.get_by_label("Your question").press("Enter")
     expect(page.locator(".run .answer-text")).to_have_text("Nothing to compute.")
+    expect(page.get_by_role("button", name="Ask")).to_be_enabled()  # the run followed to its end
 
     page.get_by_label("Your question").fill("and again?")
     page.get_by_label("Your question").press("Enter")

@@ -39,6 +39,10 @@ def test_cancel_keeps_the_output_and_says_nothing_of_signals(serve, llm, browser
     page.get_by_role("button", name="Ask").click()
     run = page.locator(".run").first
     expect(run.locator(".step .live")).to_contain_text("tick 42")
+    page.get_by_label("Your question").fill("and now?")
+    page.get_by_label("Your question").press("Enter")  # while the run goes: said, not sent
+    expect(page.locator("#ask-status")).to_contain_text("ask again once it has ended")
+    expect(page.locator(".run")).to_have_count(1)
     page.get_by_role("button", name="Cancel run").click()
     expect(run).to_have_class(re.compile(r"\brun-cancelled\b"))
     watched = run.locator(".step .live:visible, .step .outcome pre")
@@ -80,6 +84,8 @@ def test_a_conversation_opened_twice_at_once_shows_its_runs_once(serve, llm, bro
         page.get_by_label("Your question").fill(question)
         page.get_by_role("button", name="Ask").click()
         expect(page.locator(".run-status").last).to_contain_text("completed")
+    # the run followed to its end: the old page's own read of it is not on its way
+    expect(page.get_by_role("button", name="Ask")).to_be_enabled()
     held: list = []  # the reload's reads of a run, answered only once the click reopened it
 
     def hold_the_first_openings_reads(route) -> None:
@@ -117,6 +123,7 @@ def test_a_question_accepted_after_the_user_moved_on_stays_in_its_conversation(
     page.get_by_label("Your question").fill("first?")
     page.get_by_role("button", name="Ask").click()
     expect(page.locator(".run-status").last).to_contain_text("completed")
+    expect(page.get_by_role("button", name="Ask")).to_be_enabled()  # the run followed to its end
     held: list = []  # the second question's POST, answered only once the user moved on
     page.route(re.compile(r".*/questions$"), lambda route: held.append(route))
     with page.expect_request(re.compile(r".*/questions$")):

@@ -53,6 +53,7 @@ def test_the_page_shows_the_chart_and_one_plan_and_no_text_written_for_the_model
     chart.scroll_into_view_if_needed()
     screenshot(page, "web-answer-chart.png", tmp_path, full_page=True)
 
+    expect(page.get_by_role("button", name="Ask")).to_be_enabled()  # the run followed to its end
     page.get_by_label("Your question").fill("What is the total?")
     page.get_by_label("Your question").press("Enter")
     second = page.locator(".run").nth(1)

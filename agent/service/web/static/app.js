@@ -193,11 +193,15 @@ async function closeConversation() {
 async function ask(event) {
   event?.preventDefault();
   const question = $("question").value.trim();
-  if (!question || state.activeRun || state.asking) return;
-  state.asking = true;
-  try {
-    await guarded("ask-status", async () => {
-      let generation = state.generation;
+  if (question && state.activeRun) {  // cleared as the run ends (`setActive`)
+    return say("ask-status", "The run is going; ask again once it has ended, or cancel it.");
+  }
+  if (!question || state.asking) return;
+  await guarded("ask-status", async () => {
+    let generation = state.generation;
+    let accepted;
+    state.asking = true;  // until the server has the question: its run then is the active one
+    try {
       if (state.conversation === null) {
         const created = await call("POST", "/v1/conversations",
           { datasets: [...state.selected], ...chosenLimits() });
@@ -205,15 +209,15 @@ async function ask(event) {
         showConversation(created);
         generation = ++state.generation;
       }
-      const accepted = await call("POST",
+      accepted = await call("POST",
         `/v1/conversations/${encodeURIComponent(state.conversation.id)}/questions`, { question });
-      if (generation !== state.generation) return refreshConversations();
-      $("question").value = "";
-      await show(accepted, question, "You asked", generation);
-    });
-  } finally {
-    state.asking = false;
-  }
+    } finally {
+      state.asking = false;
+    }
+    if (generation !== state.generation) return refreshConversations();
+    $("question").value = "";
+    await show(accepted, question, "You asked", generation);
+  });
 }
 
 /** The limits chosen for a new conversation (the server refuses any above the policy). */
