@@ -220,6 +220,14 @@ class Engine:
             return ooms.saw(container_id, wait_s=OOM_REPORT_WAIT_S)
         if ooms is not None and ooms.saw(container_id, wait_s=0):
             return True  # seen before the watch's stream broke
+        return self.logged_oom(container_id, since=since)
+
+    def logged_oom(self, container_id: str, *, since: float) -> bool:
+        """Whether the engine's own log still has an `oom` of the container since `since`.
+
+        A replay of the log, which holds only the engine's recent events (it ends a
+        second from now); False when the engine cannot be asked.
+        """
         try:
             stream = self.api.events(
                 since=int(since) - 1, until=int(time.time()) + 1, decode=True,

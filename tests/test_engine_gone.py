@@ -69,17 +69,6 @@ def test_an_oom_of_a_container_already_removed_is_still_known(engine) -> None:
     assert not engine.saw_oom(quiet, since=since)
 
 
-def reported_oom(engine, container_id: str, since: float) -> bool:
-    """Whether the engine's own log has the container's `oom` now (its replay, not the watch)."""
-    stream = engine.api.events(since=int(since) - 1, until=int(time.time()) + 1, decode=True,
-                               filters={"type": "container", "event": "oom",
-                                        "container": container_id})
-    try:
-        return any(True for _ in stream)
-    finally:
-        stream.close()
-
-
 def killed_with_a_reported_oom(engine, attempts: int = 3) -> tuple[str, float]:
     """A container its memory limit killed, removed, whose `oom` the engine reported.
 
@@ -92,7 +81,7 @@ def killed_with_a_reported_oom(engine, attempts: int = 3) -> tuple[str, float]:
         killed = started(engine, ["python3", "-c", MEMORY_BOMB], mem_limit="64m",
                          memswap_limit="64m")
         wait_until_removed(engine, killed, seconds=60)
-        if reported_oom(engine, killed, since):
+        if engine.logged_oom(killed, since=since):
             return killed, since
     raise AssertionError(f"the engine reported none of {attempts} memory kills")
 
@@ -105,5 +94,5 @@ def test_an_oom_is_still_known_after_more_events_than_the_engine_replays(engine)
         engine.api.remove_container(engine.api.create_container(
             TEST_IMAGE, command=["true"], host_config=config,
             labels={MANAGED_LABEL: "true", OWNER_LABEL: owner_tag()})["Id"])
-    assert not reported_oom(engine, killed, since)  # the replay forgot it
+    assert not engine.logged_oom(killed, since=since)  # the replay forgot it
     assert engine.saw_oom(killed, since=since)

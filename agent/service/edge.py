@@ -48,8 +48,7 @@ class TrustedProxies:
         """The client of a request from `peer` with these `X-Forwarded-For` values, in order."""
         if not self.trusts(peer):
             return peer
-        hops = [hop.strip() for value in forwarded
-                for hop in value.decode("latin-1").split(",") if hop.strip()]
+        hops = _hops(forwarded)
         for hop in reversed(hops):
             ip = _ip(hop)
             if ip is None:
@@ -57,7 +56,6 @@ class TrustedProxies:
             if not self.trusts(str(ip)):
                 return str(ip)
         return str(_ip(hops[0])) if hops else peer  # every hop is a trusted proxy
-
 
     def scheme(self, peer: str, forwarded_proto: Iterable[bytes]) -> str | None:
         """The scheme the client used, as the nearest trusted proxy says (`X-Forwarded-Proto`).
@@ -67,9 +65,15 @@ class TrustedProxies:
         """
         if not self.trusts(peer):
             return None
-        said = [hop.strip().lower() for value in forwarded_proto
-                for hop in value.decode("latin-1").split(",") if hop.strip()]
-        return said[-1] if said and said[-1] in FORWARDED_SCHEMES else None
+        said = _hops(forwarded_proto)
+        nearest = said[-1].lower() if said else None
+        return nearest if nearest in FORWARDED_SCHEMES else None
+
+
+def _hops(values: Iterable[bytes]) -> list[str]:
+    """The comma-separated entries of a forwarding header's values, in order, left to right."""
+    return [hop.strip() for value in values
+            for hop in value.decode("latin-1").split(",") if hop.strip()]
 
 
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
