@@ -56,6 +56,23 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["SBX_CAPACITY_DIR"] = str(ledger)
 
 
+SERVER_LOG_TAIL = 6000
+"""Characters of each `sbx serve` log shown under a failed test."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test's report ends with the logs of the servers it started (`serve`).
+
+    An intermittent failure on CI is seen once: what the server said then is the clue.
+    """
+    report = yield
+    if report.failed:
+        for number, server in enumerate(getattr(item, "sbx_servers", [])):
+            report.sections.append((f"sbx serve #{number} log", server.log[-SERVER_LOG_TAIL:]))
+    return report
+
+
 def _engine_or_skip() -> Engine:
     try:
         engine = Engine.connect(timeout=10)

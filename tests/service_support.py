@@ -269,10 +269,12 @@ def start_server(*, database: str, data_dir: Path, llm: ScriptedLLM, policy: Pat
 
 
 @pytest.fixture
-def serve(llm: ScriptedLLM, tmp_path: Path, engine: object) -> Iterator[Callable[..., Server]]:
+def serve(llm: ScriptedLLM, tmp_path: Path, engine: object, request: pytest.FixtureRequest
+          ) -> Iterator[Callable[..., Server]]:
     """`serve(database, policy=, args=, data_dir=, env=)` starts a server; all are stopped with
-    SIGTERM at teardown and must exit 0."""
+    SIGTERM at teardown and must exit 0. A failed test's report shows their logs."""
     started: list[Server] = []
+    request.node.sbx_servers = started  # read by conftest's report hook
 
     def start(database: str, *, policy: dict[str, dict[str, Any]] | None = None,
               args: tuple[str, ...] = (), data_dir: Path | None = None,

@@ -3,6 +3,7 @@ one client address cannot hold more than `client_connections` of the server's co
 
 from __future__ import annotations
 
+import json
 import select
 import socket
 import time
@@ -165,6 +166,62 @@ def test_an_answer_before_the_body_arrived_says_the_connection_closes(serve, tmp
             # Told keep-alive, a client would pool the connection and could send its next
             # request on it before the server's FIN arrived, to have it dropped unanswered.
             assert b"\r\nconnection: close\r\n" in answer.lower(), (what, answer[:300])
+
+
+def read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One answer's head and body (by its Content-Length); an empty head if the server closed."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return b"", data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":", 1)[1]) for line in head.lower().split(b"\r\n")
+                  if line.startswith(b"content-length:"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed mid-answer: {head!r}"
+        body += chunk
+    return head, body
+
+
+def test_a_request_sent_before_the_last_answer_was_ended_is_answered(serve, tmp_path):
+    """A client that has read an answer's last byte sends its next request at once, while the
+    server may still be ending that answer (a streamed one, such as an artifact's): the next
+    request's body, still on its way then, is read, not taken for one answered early."""
+    server = serve(sqlite(tmp_path))
+    key = server.key("nina").encode()
+    with connect(server.url, source="127.0.0.1") as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                     b"POST /v1/conversations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                     key + b"\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n")
+        head, _ = read_answer(sock)
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        sock.sendall(b"{}")
+        head, body = read_answer(sock)
+        assert head.startswith(b"HTTP/1.1 201 "), (head, body)
+        assert b"connection: close" not in head.lower()
+
+
+@pytest.mark.docker
+def test_a_request_received_before_the_last_answer_ended_is_not_cut_at_its_head_deadline(
+        serve, tmp_path):
+    """The head deadline is for a request not yet in: one that arrived whole while the answer
+    before it was being sent is the application's, however long it runs."""
+    server = serve(sqlite(tmp_path), policy={"service": {"client_timeout": "1s"}})
+    key = server.key("nina").encode()
+    body = b'{"code": "import time\\ntime.sleep(2.5)\\nprint(\'slept\')"}'
+    with connect(server.url, source="127.0.0.1") as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                     b"POST /v1/execute HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key +
+                     b"\r\nContent-Type: application/json\r\nContent-Length: " +
+                     str(len(body)).encode() + b"\r\n\r\n" + body)
+        head, _ = read_answer(sock)
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        head, answer = read_answer(sock)
+        assert head.startswith(b"HTTP/1.1 200 "), (head, answer)
+        assert json.loads(answer)["execution"]["stdout"] == "slept\n"
 
 
 def answered(socks: list[socket.socket], count: int, within_s: float) -> list[socket.socket]:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import h11
 import uvicorn
 from starlette.types import Message, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from sbx.agent import EARLY_SIGNALS, freeze_heap
 from sbx.agent.service.app import create_app
@@ -207,13 +207,18 @@ class GuardedH11(H11Protocol):
 
         A response that ended before its request's body did (a 401, a 413, a 404) does
         not wait for a slow body: the connection is closed, without a reset (`_linger`).
+        Both are decided on the request just answered: uvicorn's own step starts on a next
+        request already received (a client that read a streamed answer's last byte sends
+        its next request before the stream's end is written), and that request's unread
+        body is no reason to close, nor its head a reason to wait for it.
         """
+        answered, body_unread = self.cycle, self._body_unread()
         super().on_response_complete()
         self._release()
-        if self._edge_state is None and self._body_unread():
+        if self._edge_state is None and body_unread:
             self._linger()
         if self._edge_state is None:
-            self._arm()
+            self._arm(after=answered)
 
     def _body_unread(self) -> bool:
         """The request's body has not all arrived (the client may still be sending it)."""
@@ -348,9 +353,10 @@ class GuardedH11(H11Protocol):
         cycle = self.cycle
         return cycle is not None and cycle is not self._armed_for and cycle.more_body
 
-    def _arm(self) -> None:
+    def _arm(self, *, after: RequestResponseCycle | None = None) -> None:
+        """Start the deadline of the request after `after` (the one now in, by default)."""
         self._disarm()
-        self._armed_for = self.cycle
+        self._armed_for = after if after is not None else self.cycle
         self._started = self.loop.time()
         self._body_bytes = 0
         self._head_timer = self.loop.call_later(self.head_timeout_s, self._expire)
