@@ -40,7 +40,9 @@ class TrustedProxies:
         self._networks = [ipaddress.ip_network(network, strict=False) for network in networks]
 
     def trusts(self, address: str) -> bool:
-        """Whether `address` is one of the trusted proxies."""
+        """Whether `address` is one of the trusted proxies (none by default: nothing to parse)."""
+        if not self._networks:
+            return False
         ip = _ip(address)
         return ip is not None and any(ip in network for network in self._networks)
 
