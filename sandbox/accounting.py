@@ -17,10 +17,13 @@ than reading it (measured here: about 0.2 ms of a 0.9 ms session execution).
 from __future__ import annotations
 
 import os
+import select
 from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+REMOVAL_SIGNAL_WAIT_S = 0.5
+"""Most seconds waited for the signal a removed cgroup's notification still owes."""
 
 
 def _first_existing(*candidates: Path) -> Path | None:
@@ -66,6 +69,8 @@ class Snapshot:
     """CPU time used by the container so far, in nanoseconds."""
     oom_kills: int | None
     """Processes the OOM killer has killed in the container so far."""
+    oom_notices: int | None = None
+    """OOMs the kernel has told of so far (cgroup v1's notification; None without it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +111,10 @@ class CgroupAccounting:
         self._peak = _open(memory, peak, os.O_RDWR)
         if self._peak < 0:
             self._peak = _open(memory, peak)  # readable, not resettable (not root)
+        self._memory = memory
+        self._notice = -1 if self.v2 else _oom_notice(memory, self._oom)
+        self._signals = 0
+        self._removed = False
 
     def snapshot(self) -> Snapshot:
         """Read the cumulative counters now."""
@@ -113,7 +122,41 @@ class CgroupAccounting:
             usage_us = _keyed(self._cpu, "usage_usec")
             cpu_ns = None if usage_us is None else usage_us * 1000
             return Snapshot(cpu_ns=cpu_ns, oom_kills=_keyed(self._oom, "oom_kill"))
-        return Snapshot(cpu_ns=_number(self._cpu), oom_kills=_keyed(self._oom, "oom_kill"))
+        return Snapshot(cpu_ns=_number(self._cpu), oom_kills=_keyed(self._oom, "oom_kill"),
+                        oom_notices=self._oom_notices())
+
+    def _oom_notices(self) -> int | None:
+        """The OOMs the kernel has signalled, without the one signal its removal adds.
+
+        The counters above vanish with the cgroup, and the engine's own `oom` report can
+        be lost on a loaded host (a container whose process ends at once may be removed
+        first); the kernel's notification reaches us either way. The cgroup's removal is
+        signalled too, after it has gone: the signals are read first and the cgroup looked
+        for second, so a removal in between can only hide an OOM, never make one up.
+        """
+        if self._notice < 0 or self._memory is None:
+            return None
+        if not self._drain(0.0):
+            return None
+        if not self._signals:
+            return 0
+        if not self._removed and not self._memory.exists():
+            self._removed = True  # its signal follows: wait for it, or take one off anyway
+            if not self._drain(REMOVAL_SIGNAL_WAIT_S):
+                return None
+        return max(self._signals - self._removed, 0)
+
+    def _drain(self, wait_s: float) -> bool:
+        """Add what was signalled (waiting up to `wait_s` for a signal); False if unreadable."""
+        if wait_s > 0:
+            select.select([self._notice], [], [], wait_s)
+        try:
+            self._signals += os.eventfd_read(self._notice)
+        except BlockingIOError:
+            pass  # nothing signalled since the last read
+        except OSError:
+            return False
+        return True
 
     def reset_peak(self) -> bool:
         """Restart the memory high-water mark, so the next peak is this execution's own."""
@@ -131,10 +174,10 @@ class CgroupAccounting:
 
     def close(self) -> None:
         """Release the descriptors (the cgroup goes away with its container)."""
-        for fd in (self._cpu, self._oom, self._peak):
+        for fd in (self._cpu, self._oom, self._peak, self._notice):
             if fd >= 0:
                 os.close(fd)
-        self._cpu = self._oom = self._peak = -1
+        self._cpu = self._oom = self._peak = self._notice = -1
 
 
 def cpu_seconds_between(before: Snapshot, after: Snapshot) -> float | None:
@@ -145,7 +188,33 @@ def cpu_seconds_between(before: Snapshot, after: Snapshot) -> float | None:
 
 
 def oom_between(before: Snapshot, after: Snapshot) -> bool | None:
-    """Whether the OOM killer struck between two snapshots (None: cannot tell)."""
-    if before.oom_kills is None or after.oom_kills is None:
-        return None
-    return after.oom_kills > before.oom_kills
+    """Whether the OOM killer struck between two snapshots (None: cannot tell).
+
+    Either count tells: the cgroup's kills (gone once the cgroup is removed) or the
+    kernel's notifications (which outlive it).
+    """
+    told = [later > earlier for earlier, later in ((before.oom_kills, after.oom_kills),
+                                                   (before.oom_notices, after.oom_notices))
+            if earlier is not None and later is not None]
+    return any(told) if told else None
+
+
+def _oom_notice(memory: Path | None, oom_control: int) -> int:
+    """An eventfd the kernel signals at each OOM of a cgroup v1 memory cgroup; else -1.
+
+    Registered through the cgroup's `cgroup.event_control` on its `memory.oom_control`;
+    the kernel signals it once more when the cgroup is removed.
+    """
+    if memory is None or oom_control < 0:
+        return -1
+    try:
+        notice = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    except OSError:
+        return -1
+    try:
+        with open(memory / "cgroup.event_control", "w") as control:
+            control.write(f"{notice} {oom_control}")
+    except OSError:
+        os.close(notice)
+        return -1
+    return notice
