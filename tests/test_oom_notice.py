@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_engine_gone import started
+from test_engine_gone import MEMORY_BOMB, started
 
 from conftest import TEST_IMAGE, wait_until
 from sbx.sandbox.accounting import CgroupAccounting
@@ -21,7 +21,6 @@ from sbx.sandbox.session import run_fresh
 from sbx.sandbox.spec import SessionSpec
 
 pytestmark = pytest.mark.docker
-MEMORY_BOMB = "b = []\nwhile True:\n    b.append(bytearray(16 << 20))"
 
 
 def test_the_kernel_tells_of_an_oom_and_still_does_once_the_cgroup_is_gone(engine) -> None:
@@ -59,7 +58,7 @@ def test_a_memory_kill_is_reported_when_the_engine_lost_its_report(engine, runti
     monkeypatch.setattr(engine, "inspect", without_oom_killed)
     monkeypatch.setattr(engine, "saw_oom", lambda container_id, *, since: False)
     result = run_fresh(
-        "blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))",
+        MEMORY_BOMB,
         SessionSpec(limits=Limits(runtime=runtime, memory="128m", timeout="20s"),
                     image=TEST_IMAGE, output_dir=tmp_path),
         engine=engine,
